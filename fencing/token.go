@@ -1,0 +1,84 @@
+// Package fencing makes a lock's grant enforceable by the resource it
+// protects.
+//
+// A lock service can only promise that no two clients hold a lock at the
+// same instant according to the service. A holder that is paused (garbage
+// collection, a stalled VM), partitioned or simply slow may still act after
+// its lease has ended, and nothing the lock service does can stop a write
+// that is already on its way. A fencing token closes that gap: every grant of
+// a lock carries a [Token] larger than the token of every earlier grant of
+// the same lock, the holder sends it with each write, and the resource
+// refuses any write whose token is lower than the highest it has accepted.
+//
+// Equal tokens are accepted: one grant may write many times. A lower token is
+// rejected with a [*StaleTokenError], which matches [ErrStaleToken] under
+// [errors.Is].
+//
+// The check and the write must be one atomic step. "Check the token, then
+// write" is itself a race: with tokens 7 and 8 in flight, "check 7 ok, check
+// 8 ok, write 8, write 7" lands the stale write last.
+package fencing
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Token is a fencing token: a number that rises with every grant of a lock.
+// The zero Token means "no token" and is never handed out by a lock.
+type Token uint64
+
+// String returns the token in decimal.
+func (t Token) String() string { return strconv.FormatUint(uint64(t), 10) }
+
+// ParseToken parses a decimal token as written by [Token.String]. Zero, a
+// sign, or anything but decimal digits is an error wrapping
+// [ErrInvalidToken].
+func ParseToken(s string) (Token, error) {
+	if s == "" {
+		return 0, fmt.Errorf("fencing: parse token: %w: empty", ErrInvalidToken)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, fmt.Errorf("fencing: parse token %q: %w: not a decimal number", s, ErrInvalidToken)
+		}
+	}
+	v, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("fencing: parse token %q: %w: %w", s, ErrInvalidToken, err)
+	}
+	if v == 0 {
+		return 0, fmt.Errorf("fencing: parse token %q: %w: zero is not a token", s, ErrInvalidToken)
+	}
+	return Token(v), nil
+}
+
+// ErrStaleToken is matched by every error that rejects a write because its
+// token is lower than one the resource has already accepted.
+var ErrStaleToken = errors.New("fencing: stale token")
+
+// ErrInvalidToken is returned for a token that is missing, zero or not a
+// number.
+var ErrInvalidToken = errors.New("fencing: invalid token")
+
+// StaleTokenError reports a write refused because its token is lower than the
+// highest token the resource has accepted.
+type StaleTokenError struct {
+	// Resource names what was written to.
+	Resource string
+	// Token is the token the refused write carried.
+	Token Token
+	// Highest is the highest token the resource had accepted when it
+	// refused the write.
+	Highest Token
+}
+
+// Error describes the refused write.
+func (e *StaleTokenError) Error() string {
+	return fmt.Sprintf("fencing: stale token %d for %q: highest accepted is %d", e.Token, e.Resource, e.Highest)
+}
+
+// Is reports whether target is [ErrStaleToken], so that
+// errors.Is(err, ErrStaleToken) holds for every *StaleTokenError.
+func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }

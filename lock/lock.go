@@ -1,0 +1,116 @@
+// Package lock is the backend-neutral API of fencelock: exclusive, fenced
+// locks over etcd (package etcdlock) and ZooKeeper (package zklock), and an
+// in-memory implementation for tests (package locktest).
+//
+// A [Locker] grants [Lease]s on named locks. Every lease carries a fencing
+// token (see package fencing) strictly greater than the token of every
+// earlier grant of the same name, across all Lockers and sessions.
+//
+// # What is guaranteed
+//
+//   - At most one lease of a name is held at a time, as far as the backend's
+//     quorum is concerned. Two acquisitions on one Locker exclude each other
+//     exactly as two Lockers do.
+//   - Waiters are served in the order they arrived, and a release wakes only
+//     the next waiter.
+//   - A lease's Done channel closes, with Err wrapping [ErrLost], no later
+//     than the moment the backend could grant the lock to someone else, as
+//     long as the local clock does not run slow by more than the configured
+//     margin.
+//   - Tokens rise with every grant and zero is never handed out.
+//
+// # What is not
+//
+// A lease can be lost at any moment, and the holder may learn it too late to
+// stop a write already on its way: a process paused after checking Done and
+// before writing is the classic case. The lock alone cannot make such a write
+// safe. Send [Lease.Token] with every write and have the resource enforce it,
+// with the helpers in package fencing or the guarded writes of the backends.
+//
+// # Names
+//
+// Lock names follow one rule on every backend; see [ValidateName].
+//
+// # Opening by URL
+//
+// [Open] builds a Locker from a URL such as
+// "etcd://127.0.0.1:2379,127.0.0.1:22379/myapp?ttl=10s" or
+// "zk://127.0.0.1:2181/myapp?session_timeout=10s". Backends register their
+// scheme like database/sql drivers: import the backend package for its side
+// effect.
+package lock
+
+import (
+	"context"
+
+	"github.com/fencelock/fencelock/fencing"
+)
+
+// Locker grants leases on named locks. Implementations are safe for
+// concurrent use.
+type Locker interface {
+	// Acquire blocks until it holds the lock called name, ctx is done, or
+	// the Locker is closed. It returns an error wrapping [ErrInvalidName],
+	// [ErrClosed], [ErrLost] (the session ended while waiting), or ctx's
+	// error. A failed or cancelled Acquire leaves no record behind.
+	Acquire(ctx context.Context, name string) (Lease, error)
+
+	// TryAcquire is Acquire without waiting: if another lease holds name it
+	// returns an error wrapping [ErrLocked] at once and leaves no record.
+	TryAcquire(ctx context.Context, name string) (Lease, error)
+
+	// Holder reports the current holder of name, or an error wrapping
+	// [ErrNotHeld] when the lock is free.
+	Holder(ctx context.Context, name string) (Holder, error)
+
+	// Close ends the Locker's session and every lease granted through it,
+	// interrupts waiting Acquire calls with [ErrClosed], and waits for the
+	// Locker's goroutines. Later calls return nil.
+	Close() error
+}
+
+// Lease is one grant of a lock. Its methods are safe for concurrent use.
+//
+// A lease ends exactly once: by Release, by Close of its Locker, or by loss.
+// Done is closed then and Err tells which.
+type Lease interface {
+	// Name returns the lock's name.
+	Name() string
+
+	// Token returns the lease's fencing token: strictly greater than the
+	// token of every earlier grant of this name, and never zero.
+	Token() fencing.Token
+
+	// Done returns a channel closed when the lease ends.
+	Done() <-chan struct{}
+
+	// Err returns nil while the lease is held; afterwards an error wrapping
+	// [ErrReleased] or [ErrLost], with the cause of a loss.
+	Err() error
+
+	// Release ends the lease and deletes its record. Releasing an ended
+	// lease returns an error wrapping [ErrReleased] (released before) or
+	// [ErrLost] (lost; what could be cleaned up has been). Release never
+	// deletes a record of a later grant.
+	Release(ctx context.Context) error
+}
+
+// Holder describes the lease that holds a lock.
+type Holder struct {
+	// Identity is the holding Locker's identity (by default
+	// hostname/pid/random; set with the backend's WithIdentity option).
+	Identity string
+	// Token is the holding lease's fencing token.
+	Token fencing.Token
+}
+
+// Observer is implemented by Lockers that can follow a lock's holder as it
+// changes, backed by a watch rather than by polling.
+type Observer interface {
+	// Observe sends the current holder of name, then every change of
+	// holder, in order, until ctx is done or the observation fails. A zero
+	// Holder (Token 0) means the lock is free. The channel is closed at the
+	// end; the error function then tells why (ctx's error, [ErrClosed], or
+	// the backend's failure).
+	Observe(ctx context.Context, name string) (<-chan Holder, func() error, error)
+}
