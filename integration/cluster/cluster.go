@@ -13,6 +13,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -75,10 +76,12 @@ func (c *Cluster) Endpoints() []string {
 
 // Leader returns the index in Members of the current leader (etcd: the
 // Raft leader; ZooKeeper: the server whose "srvr" reports Mode: leader).
+// Only running members are asked. While an election is under way it keeps
+// asking until a leader is known or ctx ends.
 func (c *Cluster) Leader(ctx context.Context) (int, error) { return c.impl.leader(ctx) }
 
 // WaitHealthy waits until every running member answers and the cluster has
-// a leader.
+// a leader that every running member agrees on, or ctx ends.
 func (c *Cluster) WaitHealthy(ctx context.Context) error { return c.impl.waitHealthy(ctx) }
 
 // Provider starts clusters.
@@ -114,3 +117,39 @@ func WithEtcdArgs(args ...string) Option {
 // WithTickTime sets ZooKeeper's tickTime (default 200ms, so that session
 // timeouts down to 400ms can be negotiated).
 func WithTickTime(d time.Duration) Option { return func(o *options) { o.tickTime = d } }
+
+// WithMaxSessionTimeout sets ZooKeeper's maxSessionTimeout (default 60s,
+// so that tests can ask for long sessions; ZooKeeper's own default of
+// 20 ticks would cap them at 4s).
+func WithMaxSessionTimeout(d time.Duration) Option {
+	return func(o *options) { o.maxSessionTime = d }
+}
+
+// Defaults of the options.
+const (
+	defaultMembers        = 3
+	defaultTickTime       = 200 * time.Millisecond
+	defaultMaxSessionTime = 60 * time.Second
+)
+
+// buildOptions applies opts over the defaults and rejects values no
+// cluster can be started with.
+func buildOptions(opts []Option) (options, error) {
+	o := options{
+		members:        defaultMembers,
+		tickTime:       defaultTickTime,
+		maxSessionTime: defaultMaxSessionTime,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	switch {
+	case o.members < 1 || o.members > 9:
+		return o, fmt.Errorf("cluster: %d members: want 1 to 9", o.members)
+	case o.tickTime < time.Millisecond:
+		return o, fmt.Errorf("cluster: tick time %v: want at least 1ms", o.tickTime)
+	case o.maxSessionTime < 2*o.tickTime:
+		return o, fmt.Errorf("cluster: max session timeout %v: want at least two ticks (%v)", o.maxSessionTime, 2*o.tickTime)
+	}
+	return o, nil
+}

@@ -1,0 +1,58 @@
+# Build, check and test fencelock.
+#
+#   make deps             build the etcd server used by the process provider
+#   make images           build the local container images (needs dockerd)
+#   make vet              go vet + gofmt in every module
+#   make test             vet, unit tests, process-provider and
+#                         containers-provider integration tests
+#   make test-unit        unit tests of the library (root module) only
+#   make test-process     integration tests against local processes
+#   make test-containers  harness and conformance tests against containers
+#
+# Every Go module in the repository, as a directory relative to the root.
+# examples/ is a module only once it has a go.mod. Like "go ... ./...",
+# the gofmt check skips directories named testdata or starting with . or _
+# (integration/.cache holds build output).
+MODULES := . integration integration/tools/etcd $(if $(wildcard examples/go.mod),examples)
+
+GO ?= go
+CACHE_BIN := integration/.cache/bin
+ETCD_BIN := $(CACHE_BIN)/etcd
+ETCD_SRC := integration/tools/etcd/main.go integration/tools/etcd/go.mod integration/tools/etcd/go.sum
+
+.PHONY: deps images vet test test-unit test-process test-containers
+
+deps: $(ETCD_BIN)
+
+# Rebuilt only when the tool's sources or pinned versions change.
+$(ETCD_BIN): $(ETCD_SRC)
+	@mkdir -p $(CACHE_BIN)
+	cd integration/tools/etcd && CGO_ENABLED=0 $(GO) build -trimpath -o ../../.cache/bin/etcd.tmp .
+	mv $(CACHE_BIN)/etcd.tmp $(ETCD_BIN)
+	@$(ETCD_BIN) --version | head -1
+
+images: deps
+	integration/images/build.sh
+
+vet:
+	@set -e; for m in $(MODULES); do \
+		echo "go vet ($$m)"; \
+		(cd $$m && $(GO) vet ./...); \
+	done
+	@echo "gofmt -l"
+	@out=$$(find $(MODULES) \( -name '.?*' -o -name '_*' -o -name testdata \) -prune -o -name '*.go' -print | sed 's|^\./||' | sort -u | xargs -r gofmt -l); \
+	if [ -n "$$out" ]; then echo "gofmt -l: these files need formatting:"; echo "$$out"; exit 1; fi
+
+test: vet deps
+	$(MAKE) test-unit
+	$(MAKE) test-process
+	$(MAKE) test-containers
+
+test-unit:
+	$(GO) test -race ./...
+
+test-process: deps
+	cd integration && FENCELOCK_PROVIDER=process $(GO) test -race -timeout 40m ./...
+
+test-containers: deps
+	cd integration && FENCELOCK_PROVIDER=containers $(GO) test -race -timeout 20m -run 'TestHarness|Conformance' ./...

@@ -1,0 +1,322 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/lock"
+)
+
+// retryDelay spaces out retries of a request that failed without an answer.
+const retryDelay = 50 * time.Millisecond
+
+// acquire implements Acquire (try == false) and TryAcquire (try == true).
+func (l *Locker) acquire(ctx context.Context, name string, try bool) (*Lease, error) {
+	if err := lock.ValidateName(name); err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		s, err := l.session(ctx)
+		if err != nil {
+			return nil, err
+		}
+		le, err := l.acquireIn(ctx, s, name, try)
+		// A session the server already expired (a revoke the keepalive
+		// loop has not noticed yet) fails the create with "lease not
+		// found" before anything was written: start a new session once.
+		if errors.Is(err, errStaleSession) && attempt == 0 {
+			continue
+		}
+		return le, err
+	}
+}
+
+var errStaleSession = errors.New("session lease not found")
+
+// acquireIn runs one acquisition within session s.
+func (l *Locker) acquireIn(ctx context.Context, s *session, name string, try bool) (*Lease, error) {
+	pfx := l.namePrefix(name)
+	key := l.recordKey(name, s)
+	put := clientv3.OpPut(key, l.opts.identity, clientv3.WithLease(s.id))
+	// The newest two records by create revision: right after our put they
+	// are ours and our predecessor, so one round trip both creates the
+	// record and tells whether we own the lock and whom to watch.
+	lastTwo := clientv3.OpGet(pfx, clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))
+
+	var (
+		txn  clientv3.Txn
+		resp *clientv3.TxnResponse
+		err  error
+	)
+	for {
+		if try {
+			// Create only if name has no record at all; a retry whose
+			// first attempt did create finds its own record first.
+			txn = l.client.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(pfx).WithPrefix(), "=", 0)).
+				Then(put).
+				Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...))
+		} else {
+			txn = l.client.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+				Then(put, lastTwo).
+				Else(clientv3.OpGet(key))
+		}
+		resp, err = txn.Commit()
+		if err == nil {
+			break
+		}
+		if isLeaseNotFound(err) {
+			l.dropSession(s, fmt.Errorf("%w: lease %x expired or was revoked", lock.ErrLost, int64(s.id)))
+			return nil, errStaleSession
+		}
+		if werr := l.waitRetry(ctx, s); werr != nil {
+			// The create may have been applied with its reply lost.
+			l.cleanup(key, 0)
+			return nil, errors.Join(werr, err)
+		}
+	}
+
+	var (
+		myRev       int64
+		pred        *mvccpb.KeyValue
+		needRecheck bool
+	)
+	switch {
+	case try && resp.Succeeded:
+		myRev = resp.Header.Revision
+	case try:
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 || string(kvs[0].Key) != key {
+			return nil, lock.ErrLocked
+		}
+		myRev = kvs[0].CreateRevision
+	case resp.Succeeded:
+		myRev = resp.Header.Revision
+		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 1 {
+			pred = kvs[1]
+		}
+	default:
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return nil, fmt.Errorf("%w: record %q vanished while it was created", lock.ErrLost, key)
+		}
+		myRev = kvs[0].CreateRevision
+		// Our record existed already: a retried create. Look the
+		// predecessor up explicitly.
+		needRecheck = true
+	}
+	readRev := resp.Header.Revision
+
+	le := &Lease{l: l, s: s, name: name, key: key, rev: myRev, done: make(chan struct{})}
+	if needRecheck {
+		var ok bool
+		pred, readRev, ok, err = l.recheck(ctx, s, pfx, key, myRev)
+		if err == nil && !ok {
+			err = fmt.Errorf("%w: record %q was deleted", lock.ErrLost, key)
+		}
+		if err != nil {
+			return nil, l.abandon(s, key, myRev, err)
+		}
+	}
+	if pred != nil {
+		if readRev, err = l.wait(ctx, s, pfx, key, myRev, pred, readRev); err != nil {
+			return nil, l.abandon(s, key, myRev, err)
+		}
+	}
+	if err := l.grant(le, readRev); err != nil {
+		return nil, l.abandon(s, key, myRev, err)
+	}
+	return le, nil
+}
+
+// wait blocks until no record precedes ours, following the chain of
+// predecessors, and returns the revision at which that was confirmed.
+func (l *Locker) wait(ctx context.Context, s *session, pfx, key string, myRev int64, pred *mvccpb.KeyValue, readRev int64) (int64, error) {
+	checkCreated := true
+	for pred != nil {
+		gone, createdLate, err := l.waitDelete(ctx, s, string(pred.Key), readRev, checkCreated)
+		if err != nil {
+			return 0, err
+		}
+		prevKey := string(pred.Key)
+		var ok bool
+		pred, readRev, ok, err = l.recheck(ctx, s, pfx, key, myRev)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			if s.ended() {
+				return 0, s.lostErr()
+			}
+			return 0, fmt.Errorf("%w: record %q was deleted while waiting", lock.ErrLost, key)
+		}
+		// Checking the watch's creation revision again for the same
+		// predecessor could loop under unrelated write load; once per
+		// predecessor is enough to skip most of the server's resync delay.
+		checkCreated = !(createdLate && !gone && pred != nil && string(pred.Key) == prevKey)
+	}
+	return readRev, nil
+}
+
+// waitDelete watches key from fromRev+1 until it is deleted. fromRev is the
+// revision of the read that found key, so no deletion after that read is
+// missed, and the watch starts ahead of the server's current revision
+// whenever no write came in between: such a watch is served at once, while
+// one that starts behind waits for the server's periodic resync (about
+// every 100ms). When checkCreated is set and the watch was created behind
+// the current revision, waitDelete returns early (createdLate) so that the
+// caller can re-read instead of waiting for the resync.
+func (l *Locker) waitDelete(ctx context.Context, s *session, key string, fromRev int64, checkCreated bool) (gone, createdLate bool, err error) {
+	wctx, cancel := context.WithCancel(l.life)
+	defer cancel()
+	opts := []clientv3.OpOption{clientv3.WithRev(fromRev + 1), clientv3.WithFilterPut()}
+	if checkCreated {
+		opts = append(opts, clientv3.WithCreatedNotify())
+	}
+	wch := l.client.Watch(wctx, key, opts...)
+	for {
+		select {
+		case <-ctx.Done():
+			return false, false, ctx.Err()
+		case <-l.closing.Done():
+			return false, false, lock.ErrClosed
+		case <-s.done:
+			return false, false, s.lostErr()
+		case wr, ok := <-wch:
+			if !ok || wr.Canceled || wr.Err() != nil {
+				// Re-read and start a new watch.
+				return false, false, nil
+			}
+			if wr.Created {
+				if wr.Header.Revision > fromRev {
+					return false, true, nil
+				}
+				continue
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == clientv3.EventTypeDelete && string(ev.Kv.Key) == key {
+					return true, false, nil
+				}
+			}
+		}
+	}
+}
+
+// recheck confirms that our record still exists with its create revision
+// (and so that the session lease is alive on the server) and reads the
+// record just before ours. ok is false when our record is gone.
+func (l *Locker) recheck(ctx context.Context, s *session, pfx, key string, myRev int64) (pred *mvccpb.KeyValue, rev int64, ok bool, err error) {
+	for {
+		resp, err := l.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
+			Then(clientv3.OpGet(pfx, clientv3.WithPrefix(),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+				clientv3.WithMaxCreateRev(myRev-1), clientv3.WithLimit(1))).
+			Commit()
+		if err == nil {
+			if !resp.Succeeded {
+				return nil, resp.Header.Revision, false, nil
+			}
+			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+				pred = kvs[0]
+			}
+			return pred, resp.Header.Revision, true, nil
+		}
+		if werr := l.waitRetry(ctx, s); werr != nil {
+			return nil, 0, false, errors.Join(werr, err)
+		}
+	}
+}
+
+// waitRetry waits a little before a request is retried, and returns why not
+// to retry: ctx done, Locker closed, or session ended.
+func (l *Locker) waitRetry(ctx context.Context, s *session) error {
+	t := time.NewTimer(retryDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.closing.Done():
+		return lock.ErrClosed
+	case <-s.done:
+		return s.lostErr()
+	}
+}
+
+// abandon deletes the record of an acquisition that will not be reported
+// and returns err. When the session ended the lease takes the record with
+// it, so nothing is sent.
+func (l *Locker) abandon(s *session, key string, rev int64, err error) error {
+	if !s.ended() && !errors.Is(err, lock.ErrClosed) {
+		l.cleanup(key, rev)
+	}
+	return err
+}
+
+// cleanup deletes key (guarded by its create revision when rev > 0) with a
+// fresh bounded context, and when that fails keeps retrying in the
+// background until it succeeds, the session lease expires or the Locker
+// closes.
+func (l *Locker) cleanup(key string, rev int64) {
+	del := func(ctx context.Context) error {
+		var err error
+		if rev > 0 {
+			_, err = l.client.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
+				Then(clientv3.OpDelete(key)).Commit()
+		} else {
+			_, err = l.client.Delete(ctx, key)
+		}
+		return err
+	}
+	ctx, cancel := context.WithTimeout(l.life, min(l.closeWait(), 2*time.Second))
+	err := del(ctx)
+	cancel()
+	if err == nil {
+		return
+	}
+	l.opts.logger.Debug("etcdlock: cleanup failed; retrying in the background", "key", key, "err", err)
+	l.spawn(func() {
+		ctx, cancel := context.WithTimeout(l.life, l.opts.ttl+l.opts.lossMargin)
+		defer cancel()
+		for ctx.Err() == nil {
+			if err := del(ctx); err == nil {
+				return
+			}
+			t := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+		l.opts.logger.Warn("etcdlock: gave up deleting a record; the session lease's expiry will remove it", "key", key)
+	})
+}
+
+// grant turns an acquisition confirmed at readRev into a held lease and
+// starts the watch on its record.
+func (l *Locker) grant(le *Lease, readRev int64) error {
+	s := le.s
+	wctx, cancel := context.WithCancel(l.life)
+	le.stopWatch = cancel
+	if err := s.add(le); err != nil {
+		cancel()
+		return err
+	}
+	if !l.spawn(func() { le.watchRecord(wctx, readRev) }) {
+		cancel()
+		s.remove(le)
+		return lock.ErrClosed
+	}
+	return nil
+}

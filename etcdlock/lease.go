@@ -1,0 +1,227 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/lock"
+)
+
+// recordWatchDelay is how long after a grant the watch on the lease's own
+// record starts.
+const recordWatchDelay = 50 * time.Millisecond
+
+// Lease is one grant of a lock, backed by one record: the key [Lease.Key],
+// created at revision [Lease.Revision] and attached to the Locker's session
+// lease. Its methods are safe for concurrent use.
+//
+// The lease ends exactly once: by Release, by Close of its Locker, or by
+// loss, which is the first of
+//   - a keepalive answer saying the session lease is gone (expired or
+//     revoked);
+//   - a watch event saying the record was deleted by someone else;
+//   - the local deadline: the send time of the last acknowledged keepalive
+//     plus the TTL minus the loss margin, passing while the cluster does not
+//     answer. The server cannot expire the session lease before then, so
+//     Done closes before anyone else can be granted the lock, as long as the
+//     local clock does not run slower than the server's by more than the
+//     margin.
+type Lease struct {
+	l         *Locker
+	s         *session
+	name      string
+	key       string
+	rev       int64
+	stopWatch context.CancelFunc
+
+	done chan struct{}
+
+	mu        sync.Mutex
+	err       error
+	releasing bool
+}
+
+// Name returns the lock's name.
+func (le *Lease) Name() string { return le.name }
+
+// Token returns the lease's fencing token: the create revision of its
+// record. Revisions rise with every write to the cluster, so the token is
+// greater than that of every earlier grant of this name, and never zero.
+func (le *Lease) Token() fencing.Token { return fencing.Token(le.rev) }
+
+// Key returns the etcd key of the lease's record.
+func (le *Lease) Key() string { return le.key }
+
+// Revision returns the create revision of the lease's record: the same
+// number as [Lease.Token].
+func (le *Lease) Revision() int64 { return le.rev }
+
+// IsHeld returns the comparison "the lease's record still exists with its
+// own create revision". Put it in the If of a [clientv3.Txn] to make the
+// Txn's writes land only while this lease holds the lock: the record is
+// deleted when the lease is released, lost or its session expires, and a
+// new grant is a new record, so the comparison fails from the moment the
+// lock could belong to someone else, whatever the local clock says.
+func (le *Lease) IsHeld() clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(le.key), "=", le.rev)
+}
+
+// Done returns a channel closed when the lease ends.
+func (le *Lease) Done() <-chan struct{} { return le.done }
+
+// Err returns nil while the lease is held; afterwards an error wrapping
+// [lock.ErrReleased] or [lock.ErrLost], with the cause of a loss.
+func (le *Lease) Err() error {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.err
+}
+
+// finish ends the lease once with cause, which wraps lock.ErrReleased or
+// lock.ErrLost.
+func (le *Lease) finish(cause error) bool {
+	le.mu.Lock()
+	if le.err != nil {
+		le.mu.Unlock()
+		return false
+	}
+	le.err = fmt.Errorf("etcdlock: lease %q (token %d): %w", le.name, le.rev, cause)
+	le.mu.Unlock()
+	close(le.done)
+	le.stopWatch()
+	le.s.remove(le)
+	return true
+}
+
+// Release ends the lease and deletes its record, guarded by the record's
+// create revision, so a stale or retried release never deletes a record of
+// a later grant.
+//
+// The lease ends locally (Done closes with [lock.ErrReleased]) even when
+// the delete cannot be confirmed before ctx is done; Release then returns
+// the error and the guarded delete is retried in the background until it
+// succeeds or the session lease expires. Releasing again returns an error
+// wrapping [lock.ErrReleased]; releasing a lost lease deletes what is left
+// of its record and returns an error wrapping [lock.ErrLost].
+func (le *Lease) Release(ctx context.Context) error {
+	le.mu.Lock()
+	if err := le.err; err != nil {
+		le.mu.Unlock()
+		if errors.Is(err, lock.ErrLost) && !le.s.ended() {
+			ctx, cancel := context.WithTimeout(ctx, le.l.closeWait())
+			_, _ = le.deleteRecord(ctx)
+			cancel()
+		}
+		return fmt.Errorf("etcdlock: release: %w", err)
+	}
+	if le.releasing {
+		le.mu.Unlock()
+		return fmt.Errorf("etcdlock: release %q: %w (by a concurrent call)", le.name, lock.ErrReleased)
+	}
+	le.releasing = true
+	le.mu.Unlock()
+
+	deleted, err := le.deleteRecord(ctx)
+	switch {
+	case err != nil:
+		le.finish(fmt.Errorf("%w (delete of the record not confirmed: %w)", lock.ErrReleased, err))
+		le.l.cleanup(le.key, le.rev)
+		return fmt.Errorf("etcdlock: release %q: %w", le.name, err)
+	case !deleted:
+		le.finish(fmt.Errorf("%w: record %q was already gone", lock.ErrLost, le.key))
+		return fmt.Errorf("etcdlock: release: %w", le.Err())
+	}
+	le.finish(lock.ErrReleased)
+	return nil
+}
+
+// deleteRecord deletes the record if it still has the lease's create
+// revision, and reports whether it did. The guard makes a retry safe, so
+// a request that failed without an answer (a member going away) is retried
+// until ctx is done.
+func (le *Lease) deleteRecord(ctx context.Context) (bool, error) {
+	for retried := false; ; retried = true {
+		resp, err := le.l.client.Txn(ctx).If(le.IsHeld()).Then(clientv3.OpDelete(le.key)).Commit()
+		if err == nil {
+			// After a request with no answer, a record already gone
+			// was most likely deleted by that request.
+			return resp.Succeeded || retried, nil
+		}
+		t := time.NewTimer(retryDelay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false, errors.Join(ctx.Err(), err)
+		}
+	}
+}
+
+// watchRecord ends the lease with lock.ErrLost when its record is deleted
+// by anyone but Release. fromRev is a revision at which the record was
+// known to exist. It returns when ctx (cancelled by finish) is done.
+//
+// The watch starts recordWatchDelay after the grant: a lease released
+// sooner never costs a watch, which keeps short critical sections at one
+// round trip each way. Starting from fromRev, the late watch still sees
+// every deletion since the grant.
+func (le *Lease) watchRecord(ctx context.Context, fromRev int64) {
+	l := le.l
+	t := time.NewTimer(recordWatchDelay)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+		return
+	}
+	for ctx.Err() == nil {
+		wch := l.client.Watch(ctx, le.key, clientv3.WithRev(fromRev+1), clientv3.WithFilterPut())
+		for wr := range wch {
+			if wr.Canceled || wr.Err() != nil {
+				break
+			}
+			for _, ev := range wr.Events {
+				if ev.Type != clientv3.EventTypeDelete || string(ev.Kv.Key) != le.key {
+					continue
+				}
+				le.mu.Lock()
+				releasing := le.releasing
+				le.mu.Unlock()
+				if !releasing {
+					le.finish(fmt.Errorf("%w: record %q was deleted at revision %d", lock.ErrLost, le.key, ev.Kv.ModRevision))
+				}
+				return
+			}
+		}
+		// The watch failed (compaction, client trouble): re-read the
+		// record and watch again from that read.
+		for ctx.Err() == nil {
+			resp, err := l.client.Get(ctx, le.key)
+			if err == nil {
+				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != le.rev {
+					le.mu.Lock()
+					releasing := le.releasing
+					le.mu.Unlock()
+					if !releasing {
+						le.finish(fmt.Errorf("%w: record %q is gone", lock.ErrLost, le.key))
+					}
+					return
+				}
+				fromRev = resp.Header.Revision
+				break
+			}
+			t := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+	}
+}

@@ -1,0 +1,298 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/lock"
+)
+
+// Locker grants leases on named locks stored in etcd. It is safe for
+// concurrent use. Create it with [New] or [lock.Open].
+type Locker struct {
+	client     *clientv3.Client
+	opts       *options
+	ownsClient bool
+
+	// life is cancelled at the end of Close: it bounds every background
+	// goroutine. closing is cancelled at the start of Close: it interrupts
+	// waiting calls.
+	life          context.Context
+	cancelLife    context.CancelFunc
+	closing       context.Context
+	cancelClosing context.CancelFunc
+
+	sessSem chan struct{} // held while a session is being created
+
+	mu     sync.Mutex
+	closed bool
+	sess   *session
+	wg     sync.WaitGroup // every goroutine the Locker started; Add only under mu while !closed
+}
+
+var (
+	_ lock.Locker   = (*Locker)(nil)
+	_ lock.Observer = (*Locker)(nil)
+	_ lock.Lease    = (*Lease)(nil)
+)
+
+// New returns a Locker that keeps its locks in etcd through client. The
+// Locker borrows client: Close does not close it, and client must stay open
+// until Close returns. A nil client or a bad option is an error wrapping
+// [lock.ErrInvalidConfig].
+//
+// New does no I/O: the session lease is granted by the first Acquire,
+// TryAcquire or Holder call that needs it.
+func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
+	if client == nil {
+		return nil, fmt.Errorf("etcdlock: new: %w: nil client", lock.ErrInvalidConfig)
+	}
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	return newLocker(client, o), nil
+}
+
+func newLocker(client *clientv3.Client, o *options) *Locker {
+	l := &Locker{client: client, opts: o, sessSem: make(chan struct{}, 1)}
+	l.life, l.cancelLife = context.WithCancel(context.Background())
+	l.closing, l.cancelClosing = context.WithCancel(context.Background())
+	return l
+}
+
+// Identity returns the identity stored in the Locker's lock records.
+func (l *Locker) Identity() string { return l.opts.identity }
+
+// Prefix returns the key prefix of the Locker's records, ending in "/".
+func (l *Locker) Prefix() string { return l.opts.prefix }
+
+// TTL returns the TTL of the Locker's session leases.
+func (l *Locker) TTL() time.Duration { return l.opts.ttl }
+
+// SessionLeaseID returns the ID of the etcd lease behind the Locker's
+// current session, and false when there is no live session (none granted
+// yet, or the last one ended). It does no I/O. It exists for tests and
+// tooling: revoking this lease with any client (client.Revoke) expires the
+// session on the server, which ends every lease granted through it with
+// [lock.ErrLost] and makes the next call start a new session.
+func (l *Locker) SessionLeaseID() (clientv3.LeaseID, bool) {
+	s, _ := l.currentSession()
+	if s == nil {
+		return 0, false
+	}
+	return s.id, true
+}
+
+// RecordPrefix returns the key prefix under which name's records live:
+// the Locker's prefix, name, and "/#". Every record of name is a key with
+// this prefix, and no other lock's record is.
+func (l *Locker) RecordPrefix(name string) (string, error) {
+	if err := lock.ValidateName(name); err != nil {
+		return "", fmt.Errorf("etcdlock: record prefix: %w", err)
+	}
+	return l.namePrefix(name), nil
+}
+
+// namePrefix returns the key prefix of name's records. A '#' cannot appear
+// in a lock name, so the records of "a" ("…a/#…") and of "a/b" ("…a/b/#…")
+// never share a prefix range.
+func (l *Locker) namePrefix(name string) string { return l.opts.prefix + name + "/#" }
+
+// recordKey names one acquisition's record: scoped by the session lease, so
+// that a retried create of the same acquisition is idempotent, and by a
+// per-session sequence number, so that two acquisitions through one Locker
+// are two records that exclude each other.
+func (l *Locker) recordKey(name string, s *session) string {
+	return fmt.Sprintf("%s%016x-%x", l.namePrefix(name), int64(s.id), s.seq.Add(1))
+}
+
+// session returns the live session, granting a new lease if there is none.
+func (l *Locker) session(ctx context.Context) (*session, error) {
+	if s, err := l.currentSession(); s != nil || err != nil {
+		return s, err
+	}
+	select {
+	case l.sessSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-l.closing.Done():
+		return nil, lock.ErrClosed
+	}
+	defer func() { <-l.sessSem }()
+	if s, err := l.currentSession(); s != nil || err != nil {
+		return s, err
+	}
+	sent := time.Now()
+	resp, err := l.client.Grant(ctx, int64(l.opts.ttl/time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("grant session lease: %w", err)
+	}
+	s := newSession(l, resp.ID, sent)
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		rctx, cancel := context.WithTimeout(context.Background(), l.closeWait())
+		_, _ = l.client.Revoke(rctx, resp.ID)
+		cancel()
+		return nil, lock.ErrClosed
+	}
+	l.sess = s
+	l.wg.Add(1)
+	l.mu.Unlock()
+	go s.run()
+	l.opts.logger.Debug("etcdlock: session started", "lease", fmt.Sprintf("%x", int64(resp.ID)), "ttl", l.opts.ttl)
+	return s, nil
+}
+
+func (l *Locker) currentSession() (*session, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, lock.ErrClosed
+	}
+	if l.sess != nil && !l.sess.ended() {
+		return l.sess, nil
+	}
+	return nil, nil
+}
+
+// dropSession forgets s if it is still the current session, so that the
+// next call grants a new one.
+func (l *Locker) dropSession(s *session, cause error) {
+	s.end(cause, true)
+	l.mu.Lock()
+	if l.sess == s {
+		l.sess = nil
+	}
+	l.mu.Unlock()
+}
+
+// spawn starts f in a goroutine the Locker waits for in Close. It reports
+// false, without starting f, once the Locker is closed.
+func (l *Locker) spawn(f func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		f()
+	}()
+	return true
+}
+
+func (l *Locker) closeWait() time.Duration { return min(l.opts.ttl, maxCloseWait) }
+
+// Acquire blocks until it holds the lock called name, ctx is done, or the
+// Locker is closed, and returns a *Lease.
+//
+// It creates one record for this acquisition, in a transaction that also
+// reads the current owner, so the uncontended path costs one round trip.
+// Otherwise it watches only the record just before its own (by create
+// revision), and after that record goes it checks that its own record, and
+// so its session lease, still exists before it reports success. A failed or
+// cancelled Acquire deletes its record (bounded by a fresh 5s context); if
+// the cluster cannot be reached then, the deletion is retried in the
+// background and the lease's expiry removes the record at the latest.
+//
+// Errors wrap [lock.ErrInvalidName], [lock.ErrClosed], [lock.ErrLost] (the
+// session ended while waiting; the next call starts a new one) or ctx's
+// error.
+func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
+	le, err := l.acquire(ctx, name, false)
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: acquire %q: %w", name, err)
+	}
+	return le, nil
+}
+
+// TryAcquire is Acquire without waiting: when another lease holds name it
+// returns an error wrapping [lock.ErrLocked]. It creates its record only if
+// name has no record at all, in one transaction, so a refused TryAcquire
+// writes nothing.
+func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
+	le, err := l.acquire(ctx, name, true)
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: try acquire %q: %w", name, err)
+	}
+	return le, nil
+}
+
+// Holder reports the identity and token of the lease that holds name, or
+// an error wrapping [lock.ErrNotHeld] when name is free. It is one
+// linearizable read.
+func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
+	if err := lock.ValidateName(name); err != nil {
+		return lock.Holder{}, fmt.Errorf("etcdlock: holder: %w", err)
+	}
+	if l.isClosed() {
+		return lock.Holder{}, fmt.Errorf("etcdlock: holder %q: %w", name, lock.ErrClosed)
+	}
+	resp, err := l.client.Get(ctx, l.namePrefix(name), clientv3.WithFirstCreate()...)
+	if err != nil {
+		return lock.Holder{}, fmt.Errorf("etcdlock: holder %q: %w", name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return lock.Holder{}, fmt.Errorf("etcdlock: holder %q: %w", name, lock.ErrNotHeld)
+	}
+	kv := resp.Kvs[0]
+	return lock.Holder{Identity: string(kv.Value), Token: fencing.Token(kv.CreateRevision)}, nil
+}
+
+func (l *Locker) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// Close ends the Locker: waiting calls return errors wrapping
+// [lock.ErrClosed], every lease granted through it ends with
+// [lock.ErrReleased], and the session lease is revoked, which deletes all of
+// the Locker's records in one step. The revocation is bounded by the TTL or
+// 5s, whichever is shorter; if it fails, the records go when the lease
+// expires, and Close returns the error. Close waits for the Locker's
+// goroutines, closes the client if the Locker owns it (opened by
+// [lock.Open]), and returns nil when called again.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	s := l.sess
+	l.sess = nil
+	l.mu.Unlock()
+
+	l.cancelClosing()
+	var errs []error
+	if s != nil {
+		wasLive := !s.ended()
+		s.end(fmt.Errorf("%w: locker closed", lock.ErrReleased), false)
+		if wasLive {
+			ctx, cancel := context.WithTimeout(context.Background(), l.closeWait())
+			_, err := l.client.Revoke(ctx, s.id)
+			cancel()
+			if err != nil && !isLeaseNotFound(err) {
+				errs = append(errs, fmt.Errorf("etcdlock: close: revoke lease %x: %w", int64(s.id), err))
+			}
+		}
+	}
+	l.cancelLife()
+	l.wg.Wait()
+	if l.ownsClient {
+		if err := l.client.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, fmt.Errorf("etcdlock: close client: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}

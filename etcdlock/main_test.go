@@ -1,0 +1,9 @@
+package etcdlock
+
+import (
+	"testing"
+
+	"github.com/fencelock/fencelock/internal/leakcheck"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }

@@ -1,0 +1,133 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/lock"
+)
+
+// Observe sends the current holder of name, then every change of holder,
+// in order, until ctx is done, the Locker closes, or the watch fails. A zero
+// Holder (Token 0) means the lock is free. The channel is unbuffered and
+// closed at the end; the returned function then tells why (ctx's error, an
+// error wrapping [lock.ErrClosed], or the watch's failure).
+//
+// It reads the holder once and then follows a watch on name's records, so
+// it costs no polling. When the holder's record is deleted, the next holder
+// is read at the revision of that deletion, so no holder between two events
+// is skipped. A watch that the server cancels (for instance because the
+// revisions it needs were compacted) ends the observation with an error.
+func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
+	if err := lock.ValidateName(name); err != nil {
+		return nil, nil, fmt.Errorf("etcdlock: observe: %w", err)
+	}
+	if l.isClosed() {
+		return nil, nil, fmt.Errorf("etcdlock: observe %q: %w", name, lock.ErrClosed)
+	}
+	pfx := l.namePrefix(name)
+	first, err := l.client.Get(ctx, pfx, clientv3.WithFirstCreate()...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("etcdlock: observe %q: %w", name, err)
+	}
+	ch := make(chan lock.Holder)
+	var (
+		mu     sync.Mutex
+		endErr error
+	)
+	wctx, cancel := context.WithCancel(l.life)
+	ok := l.spawn(func() {
+		defer cancel()
+		err := l.observe(ctx, wctx, pfx, first, ch)
+		mu.Lock()
+		endErr = fmt.Errorf("etcdlock: observe %q: %w", name, err)
+		mu.Unlock()
+		close(ch)
+	})
+	if !ok {
+		cancel()
+		return nil, nil, fmt.Errorf("etcdlock: observe %q: %w", name, lock.ErrClosed)
+	}
+	return ch, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return endErr
+	}, nil
+}
+
+func holderOf(resp *clientv3.GetResponse) (lock.Holder, string) {
+	if len(resp.Kvs) == 0 {
+		return lock.Holder{}, ""
+	}
+	kv := resp.Kvs[0]
+	return lock.Holder{Identity: string(kv.Value), Token: fencing.Token(kv.CreateRevision)}, string(kv.Key)
+}
+
+func (l *Locker) observe(ctx, wctx context.Context, pfx string, first *clientv3.GetResponse, ch chan<- lock.Holder) error {
+	send := func(h lock.Holder) error {
+		select {
+		case ch <- h:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.closing.Done():
+			return lock.ErrClosed
+		}
+	}
+	cur, curKey := holderOf(first)
+	if err := send(cur); err != nil {
+		return err
+	}
+	wch := l.client.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(first.Header.Revision+1))
+	for {
+		var wr clientv3.WatchResponse
+		var ok bool
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.closing.Done():
+			return lock.ErrClosed
+		case wr, ok = <-wch:
+		}
+		if !ok {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return lock.ErrClosed
+		}
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		if wr.Canceled {
+			return errors.New("watch cancelled by the server")
+		}
+		for _, ev := range wr.Events {
+			var next lock.Holder
+			var nextKey string
+			switch {
+			case ev.Type == clientv3.EventTypePut && curKey == "" && ev.IsCreate():
+				next, nextKey = lock.Holder{Identity: string(ev.Kv.Value), Token: fencing.Token(ev.Kv.CreateRevision)}, string(ev.Kv.Key)
+			case ev.Type == clientv3.EventTypeDelete && string(ev.Kv.Key) == curKey:
+				resp, err := l.client.Get(ctx, pfx, append(clientv3.WithFirstCreate(), clientv3.WithRev(ev.Kv.ModRevision))...)
+				if err != nil {
+					return fmt.Errorf("read the next holder: %w", err)
+				}
+				next, nextKey = holderOf(resp)
+			default:
+				continue
+			}
+			if next == cur {
+				continue
+			}
+			cur, curKey = next, nextKey
+			if err := send(cur); err != nil {
+				return err
+			}
+		}
+	}
+}

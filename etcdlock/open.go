@@ -1,0 +1,71 @@
+package etcdlock
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/lock"
+)
+
+func init() { lock.Register("etcd", driver{}) }
+
+// driver opens "etcd://" URLs for lock.Open.
+type driver struct{}
+
+// Open implements [lock.Driver] for URLs of the form
+//
+//	etcd://host:port[,host:port...][/prefix]?ttl=10s&identity=name&loss_margin=2s
+//
+// The path is the key prefix ([WithPrefix]; default [DefaultPrefix]); the
+// query keys map to [WithTTL], [WithIdentity] and [WithLossMargin]. Any
+// other query key, or a bad value, is an error wrapping
+// [lock.ErrInvalidConfig]. The Locker owns the client it creates and closes
+// it in Close. No request is sent before the first call that needs one.
+func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
+	hosts, err := lock.URLHosts(u)
+	if err != nil {
+		return nil, err
+	}
+	path, err := lock.URLPath(u)
+	if err != nil {
+		return nil, err
+	}
+	q, err := lock.CheckQuery(u, "ttl", "identity", "loss_margin")
+	if err != nil {
+		return nil, err
+	}
+	var opts []Option
+	if path != "" {
+		opts = append(opts, WithPrefix(path))
+	}
+	if d, ok, err := lock.URLDuration(q, "ttl"); err != nil {
+		return nil, err
+	} else if ok {
+		opts = append(opts, WithTTL(d))
+	}
+	if d, ok, err := lock.URLDuration(q, "loss_margin"); err != nil {
+		return nil, err
+	} else if ok {
+		opts = append(opts, WithLossMargin(d))
+	}
+	if v, ok := q["identity"]; ok {
+		opts = append(opts, WithIdentity(v[0]))
+	}
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("etcdlock: open: %w", err)
+	}
+	client, err := clientv3.New(clientv3.Config{Endpoints: hosts})
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: open %q: %w: %w", u.Redacted(), lock.ErrInvalidConfig, err)
+	}
+	l := newLocker(client, o)
+	l.ownsClient = true
+	return l, nil
+}

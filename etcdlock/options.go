@@ -1,0 +1,165 @@
+package etcdlock
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fencelock/fencelock/lock"
+)
+
+// Defaults used when an option is left out.
+const (
+	// DefaultPrefix is the key prefix under which lock records live.
+	DefaultPrefix = "fencelock/"
+	// DefaultTTL is the TTL of the etcd lease behind a Locker's session.
+	DefaultTTL = 10 * time.Second
+	// MinTTL is the shortest TTL accepted: etcd leases count whole seconds.
+	// A server may still grant a longer TTL than asked for (its minimum is
+	// derived from its election timeout); the Locker then keeps using the
+	// shorter, configured TTL for its own loss deadline, which is safe.
+	MinTTL = time.Second
+)
+
+// maxCloseWait bounds the lease revocation done by Close and the cleanup
+// deletes done after a cancelled call.
+const maxCloseWait = 5 * time.Second
+
+// Option configures a Locker. Leaving an option out means its documented
+// default; giving an option a bad value makes [New] (or [lock.Open]) return
+// an error wrapping [lock.ErrInvalidConfig].
+type Option func(*options)
+
+type options struct {
+	prefix     string
+	ttl        time.Duration
+	identity   string
+	logger     *slog.Logger
+	lossMargin time.Duration // 0: the default, TTL/5
+	errs       []error
+}
+
+func (o *options) fail(format string, args ...any) {
+	o.errs = append(o.errs, fmt.Errorf("etcdlock: %w: "+format, append([]any{lock.ErrInvalidConfig}, args...)...))
+}
+
+// WithPrefix sets the key prefix under which the Locker keeps its records
+// (default [DefaultPrefix]). The prefix must be a valid lock name (see
+// [lock.ValidateName]), optionally followed by a slash; the slash is added
+// when missing. Lockers that should see each other's locks must use the same
+// prefix, and one prefix should not be nested inside another (a prefix "a"
+// with a lock "b/c" and a prefix "a/b" with a lock "c" name the same keys).
+func WithPrefix(prefix string) Option {
+	return func(o *options) {
+		p := strings.TrimSuffix(prefix, "/")
+		if err := lock.ValidateName(p); err != nil {
+			o.fail("prefix %q: %w", prefix, err)
+			return
+		}
+		o.prefix = p + "/"
+	}
+}
+
+// WithTTL sets the TTL of the etcd lease that backs the Locker's session
+// (default [DefaultTTL]). A holder that stops reaching the cluster loses its
+// leases after about this long, and so does a crashed holder's lock stay
+// blocked for about this long. It must be a whole number of seconds, at
+// least [MinTTL]: etcd leases count whole seconds, and rounding silently
+// would change the loss deadline behind the caller's back.
+func WithTTL(ttl time.Duration) Option {
+	return func(o *options) {
+		switch {
+		case ttl <= 0:
+			o.fail("ttl %v: must be positive", ttl)
+		case ttl < MinTTL:
+			o.fail("ttl %v: must be at least %v", ttl, MinTTL)
+		case ttl%time.Second != 0:
+			o.fail("ttl %v: must be a whole number of seconds", ttl)
+		default:
+			o.ttl = ttl
+		}
+	}
+}
+
+// WithIdentity sets the identity stored in every lock record and reported by
+// [Locker.Holder] (default "hostname/pid/random"). It must not be empty.
+func WithIdentity(identity string) Option {
+	return func(o *options) {
+		if identity == "" {
+			o.fail("identity: empty")
+			return
+		}
+		o.identity = identity
+	}
+}
+
+// WithLogger sets the logger for background events: keepalive failures,
+// session loss, failed cleanups (default: slog.Default()). It must not be
+// nil.
+func WithLogger(logger *slog.Logger) Option {
+	return func(o *options) {
+		if logger == nil {
+			o.fail("logger: nil")
+			return
+		}
+		o.logger = logger
+	}
+}
+
+// WithLossMargin sets how long before the server could expire the session
+// lease a lease is declared lost when keepalives go unanswered (default: a
+// fifth of the TTL, 2s for the default TTL). A lease is lost locally at the
+// send time of the last acknowledged keepalive plus the TTL minus this
+// margin; the margin absorbs timer latency, a local clock that runs slower
+// than the server's, and scheduling pauses. It must be positive and at most
+// half the TTL, so that a single late keepalive does not end the session.
+func WithLossMargin(margin time.Duration) Option {
+	return func(o *options) {
+		if margin <= 0 {
+			o.fail("loss margin %v: must be positive", margin)
+			return
+		}
+		o.lossMargin = margin
+	}
+}
+
+// buildOptions applies opts over the defaults and checks the result.
+func buildOptions(opts []Option) (*options, error) {
+	o := &options{prefix: DefaultPrefix, ttl: DefaultTTL}
+	for _, opt := range opts {
+		if opt == nil {
+			o.fail("nil option")
+			continue
+		}
+		opt(o)
+	}
+	if len(o.errs) > 0 {
+		return nil, o.errs[0]
+	}
+	if o.lossMargin == 0 {
+		o.lossMargin = o.ttl / 5
+	} else if o.lossMargin > o.ttl/2 {
+		return nil, fmt.Errorf("etcdlock: %w: loss margin %v: must be at most half the ttl %v", lock.ErrInvalidConfig, o.lossMargin, o.ttl)
+	}
+	if o.logger == nil {
+		o.logger = slog.Default()
+	}
+	if o.identity == "" {
+		o.identity = defaultIdentity()
+	}
+	return o, nil
+}
+
+func defaultIdentity() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}

@@ -1,0 +1,223 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/lock"
+)
+
+// newTestClient returns a client that is never used for I/O: New and Open do
+// none, so option handling needs no server.
+func newTestClient(t *testing.T) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:1"}})
+	if err != nil {
+		t.Fatalf("clientv3.New() = %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestNewOptions(t *testing.T) {
+	client := newTestClient(t)
+	tests := []struct {
+		name       string
+		opts       []Option
+		wantErr    bool
+		prefix     string
+		ttl        time.Duration
+		lossMargin time.Duration
+	}{
+		{name: "defaults", prefix: DefaultPrefix, ttl: DefaultTTL, lossMargin: DefaultTTL / 5},
+		{name: "prefix without slash", opts: []Option{WithPrefix("app/locks")}, prefix: "app/locks/", ttl: DefaultTTL, lossMargin: 2 * time.Second},
+		{name: "prefix with slash", opts: []Option{WithPrefix("app/")}, prefix: "app/", ttl: DefaultTTL, lossMargin: 2 * time.Second},
+		{name: "ttl", opts: []Option{WithTTL(3 * time.Second)}, prefix: DefaultPrefix, ttl: 3 * time.Second, lossMargin: 600 * time.Millisecond},
+		{name: "ttl and margin", opts: []Option{WithTTL(4 * time.Second), WithLossMargin(time.Second)}, prefix: DefaultPrefix, ttl: 4 * time.Second, lossMargin: time.Second},
+		{name: "margin half the ttl", opts: []Option{WithTTL(2 * time.Second), WithLossMargin(time.Second)}, prefix: DefaultPrefix, ttl: 2 * time.Second, lossMargin: time.Second},
+		{name: "empty prefix", opts: []Option{WithPrefix("")}, wantErr: true},
+		{name: "slash prefix", opts: []Option{WithPrefix("/")}, wantErr: true},
+		{name: "leading slash prefix", opts: []Option{WithPrefix("/app")}, wantErr: true},
+		{name: "bad prefix byte", opts: []Option{WithPrefix("a#b")}, wantErr: true},
+		{name: "zero ttl", opts: []Option{WithTTL(0)}, wantErr: true},
+		{name: "negative ttl", opts: []Option{WithTTL(-time.Second)}, wantErr: true},
+		{name: "ttl below a second", opts: []Option{WithTTL(500 * time.Millisecond)}, wantErr: true},
+		{name: "fractional ttl", opts: []Option{WithTTL(1500 * time.Millisecond)}, wantErr: true},
+		{name: "empty identity", opts: []Option{WithIdentity("")}, wantErr: true},
+		{name: "nil logger", opts: []Option{WithLogger(nil)}, wantErr: true},
+		{name: "zero margin", opts: []Option{WithLossMargin(0)}, wantErr: true},
+		{name: "margin above half the ttl", opts: []Option{WithTTL(2 * time.Second), WithLossMargin(1001 * time.Millisecond)}, wantErr: true},
+		{name: "nil option", opts: []Option{nil}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := New(client, tt.opts...)
+			if tt.wantErr {
+				if !errors.Is(err, lock.ErrInvalidConfig) {
+					t.Fatalf("New() = %v; want an error wrapping %v", err, lock.ErrInvalidConfig)
+				}
+				if !strings.HasPrefix(err.Error(), "etcdlock: ") {
+					t.Errorf("New() error %q; want the prefix %q", err, "etcdlock: ")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("New() = %v; want nil", err)
+			}
+			defer l.Close()
+			if got := l.Prefix(); got != tt.prefix {
+				t.Errorf("Prefix() = %q; want %q", got, tt.prefix)
+			}
+			if got := l.TTL(); got != tt.ttl {
+				t.Errorf("TTL() = %v; want %v", got, tt.ttl)
+			}
+			if got := l.opts.lossMargin; got != tt.lossMargin {
+				t.Errorf("loss margin = %v; want %v", got, tt.lossMargin)
+			}
+			if l.Identity() == "" {
+				t.Errorf("Identity() = %q; want a default", l.Identity())
+			}
+		})
+	}
+}
+
+func TestNewNilClient(t *testing.T) {
+	if _, err := New(nil); !errors.Is(err, lock.ErrInvalidConfig) {
+		t.Fatalf("New(nil) = %v; want an error wrapping %v", err, lock.ErrInvalidConfig)
+	}
+}
+
+func TestDefaultIdentity(t *testing.T) {
+	client := newTestClient(t)
+	a, err := New(client)
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	defer a.Close()
+	b, err := New(client)
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	defer b.Close()
+	if a.Identity() == b.Identity() {
+		t.Errorf("two default identities are both %q; want them to differ", a.Identity())
+	}
+	if n := strings.Count(a.Identity(), "/"); n != 2 {
+		t.Errorf("Identity() = %q; want hostname/pid/random", a.Identity())
+	}
+	if l, err := New(client, WithIdentity("worker-7")); err != nil || l.Identity() != "worker-7" {
+		t.Errorf("New(WithIdentity(%q)) = %v, %v; want that identity", "worker-7", l, err)
+	} else {
+		l.Close()
+	}
+}
+
+func TestRecordPrefix(t *testing.T) {
+	l, err := New(newTestClient(t), WithPrefix("p"))
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	defer l.Close()
+	a, err := l.RecordPrefix("a")
+	if err != nil {
+		t.Fatalf("RecordPrefix(a) = %v", err)
+	}
+	ab, err := l.RecordPrefix("a/b")
+	if err != nil {
+		t.Fatalf("RecordPrefix(a/b) = %v", err)
+	}
+	if strings.HasPrefix(ab, a) || strings.HasPrefix(a, ab) {
+		t.Errorf("RecordPrefix(a) = %q and RecordPrefix(a/b) = %q; want neither a prefix of the other", a, ab)
+	}
+	if _, err := l.RecordPrefix("a/../b"); !errors.Is(err, lock.ErrInvalidName) {
+		t.Errorf("RecordPrefix(a/../b) = %v; want %v", err, lock.ErrInvalidName)
+	}
+}
+
+func TestClosedLocker(t *testing.T) {
+	l, err := New(newTestClient(t))
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close() = %v; want nil (no session was started)", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("second Close() = %v; want nil", err)
+	}
+	ctx := context.Background()
+	if _, err := l.Acquire(ctx, "x"); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("Acquire() after Close = %v; want %v", err, lock.ErrClosed)
+	}
+	if _, err := l.TryAcquire(ctx, "x"); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("TryAcquire() after Close = %v; want %v", err, lock.ErrClosed)
+	}
+	if _, err := l.Holder(ctx, "x"); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("Holder() after Close = %v; want %v", err, lock.ErrClosed)
+	}
+	if _, _, err := l.Observe(ctx, "x"); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("Observe() after Close = %v; want %v", err, lock.ErrClosed)
+	}
+	if _, err := l.Acquire(ctx, "bad name"); !errors.Is(err, lock.ErrInvalidName) {
+		t.Errorf("Acquire(%q) = %v; want %v", "bad name", err, lock.ErrInvalidName)
+	}
+}
+
+func TestOpenURL(t *testing.T) {
+	tests := []struct {
+		url     string
+		wantErr error
+		prefix  string
+		ttl     time.Duration
+		ident   string
+	}{
+		{url: "etcd://127.0.0.1:1", prefix: DefaultPrefix, ttl: DefaultTTL},
+		{url: "etcd://127.0.0.1:1,127.0.0.1:2/app/locks?ttl=3s&identity=w1&loss_margin=1s", prefix: "app/locks/", ttl: 3 * time.Second, ident: "w1"},
+		{url: "etcd://127.0.0.1:1/app/", prefix: "app/", ttl: DefaultTTL},
+		{url: "etcd://127.0.0.1:1/?ttl=1500ms", wantErr: lock.ErrInvalidConfig},
+		{url: "etcd://127.0.0.1:1/?ttl=0s", wantErr: lock.ErrInvalidConfig},
+		{url: "etcd://127.0.0.1:1/?ttl=soon", wantErr: lock.ErrInvalidConfig},
+		{url: "etcd://127.0.0.1:1/?ttl=2s&loss_margin=2s", wantErr: lock.ErrInvalidConfig},
+		{url: "etcd://127.0.0.1:1/?identity=", wantErr: lock.ErrInvalidConfig},
+		{url: "etcd://127.0.0.1:1/?session_timeout=2s", wantErr: lock.ErrInvalidConfig},
+		{url: "etcd://127.0.0.1:1/?ttl=2s&ttl=3s", wantErr: lock.ErrInvalidConfig},
+		{url: "etcd:///app", wantErr: lock.ErrInvalidConfig},
+		{url: "etcd://127.0.0.1/app", wantErr: lock.ErrInvalidConfig},
+		{url: "etcd://127.0.0.1:1/a//b", wantErr: lock.ErrInvalidConfig},
+	}
+	for _, tt := range tests {
+		t.Run(tt.url, func(t *testing.T) {
+			lk, err := lock.Open(context.Background(), tt.url)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("Open() = %v; want an error wrapping %v", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Open() = %v; want nil", err)
+			}
+			l, ok := lk.(*Locker)
+			if !ok {
+				t.Fatalf("Open() = %T; want *etcdlock.Locker", lk)
+			}
+			if l.Prefix() != tt.prefix || l.TTL() != tt.ttl || (tt.ident != "" && l.Identity() != tt.ident) {
+				t.Errorf("Open() = prefix %q, ttl %v, identity %q; want %q, %v, %q", l.Prefix(), l.TTL(), l.Identity(), tt.prefix, tt.ttl, tt.ident)
+			}
+			if !l.ownsClient {
+				t.Errorf("Open() returned a Locker that does not own its client")
+			}
+			if err := l.Close(); err != nil {
+				t.Errorf("Close() = %v; want nil", err)
+			}
+			if _, err := l.client.Get(context.Background(), "x"); err == nil {
+				t.Errorf("client Get after Close = nil; want an error (the Locker closes the client it owns)")
+			}
+		})
+	}
+}

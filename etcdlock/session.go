@@ -1,0 +1,211 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/lock"
+)
+
+// A session is one etcd lease, kept alive by its own loop. Every record a
+// Locker creates while the session lives is attached to its lease, so the
+// server deletes them all when the lease ends.
+//
+// The loop sends one keepalive at a time with KeepAliveOnce rather than
+// using the client's KeepAlive stream, because the loss deadline needs the
+// send time of each acknowledged keepalive: the server extends the lease to
+// at least (time it handled the request + TTL), which is no earlier than
+// (send time + TTL). The loop therefore declares the session lost at
+// lastAckedSend + TTL - margin, even while a keepalive is still in flight.
+type session struct {
+	l   *Locker
+	id  clientv3.LeaseID
+	seq atomic.Uint64 // per-acquisition suffix of record keys
+
+	done    chan struct{} // closed by end
+	endOnce sync.Once
+	err     error // why the session ended; set before done is closed
+	lost    bool  // ended by loss rather than by Close
+
+	mu       sync.Mutex
+	deadline time.Time // local loss deadline
+	leases   map[*Lease]struct{}
+}
+
+func newSession(l *Locker, id clientv3.LeaseID, grantSent time.Time) *session {
+	return &session{
+		l:        l,
+		id:       id,
+		done:     make(chan struct{}),
+		deadline: grantSent.Add(l.opts.ttl - l.opts.lossMargin),
+		leases:   make(map[*Lease]struct{}),
+	}
+}
+
+// ended reports whether the session is over.
+func (s *session) ended() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// end ends the session once and every lease granted through it. cause wraps
+// lock.ErrLost when the session was lost, and lock.ErrReleased when the
+// Locker closed it.
+func (s *session) end(cause error, lost bool) {
+	s.endOnce.Do(func() {
+		s.mu.Lock()
+		s.err = cause
+		s.lost = lost
+		leases := s.leases
+		s.leases = nil
+		s.mu.Unlock()
+		close(s.done)
+		for le := range leases {
+			le.finish(cause)
+		}
+		if lost {
+			s.l.opts.logger.Warn("etcdlock: session lost", "lease", fmt.Sprintf("%x", int64(s.id)), "cause", cause)
+		}
+	})
+}
+
+// add registers a lease with the session. It fails if the session already
+// ended, so no lease outlives its session unnoticed.
+func (s *session) add(le *Lease) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leases == nil {
+		if !s.lost {
+			return lock.ErrClosed
+		}
+		return s.err
+	}
+	s.leases[le] = struct{}{}
+	return nil
+}
+
+func (s *session) remove(le *Lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leases != nil {
+		delete(s.leases, le)
+	}
+}
+
+// lostErr returns the error a waiter reports when its session ended:
+// the loss, or lock.ErrClosed when Close ended the session.
+func (s *session) lostErr() error {
+	<-s.done
+	if !s.lost {
+		return lock.ErrClosed
+	}
+	return s.err
+}
+
+type keepaliveResult struct {
+	sent time.Time
+	err  error
+}
+
+// run keeps the session's lease alive until the session ends. It is started
+// by the Locker with l.wg.Add(1).
+func (s *session) run() {
+	defer s.l.wg.Done()
+	l := s.l
+	ttl, margin := l.opts.ttl, l.opts.lossMargin
+	interval := ttl / 3
+	retry := min(interval/4, 250*time.Millisecond)
+
+	rpcCtx, cancelRPC := context.WithCancel(l.life)
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	defer cancelRPC()
+
+	s.mu.Lock()
+	deadline := s.deadline
+	s.mu.Unlock()
+	lossTimer := time.NewTimer(time.Until(deadline))
+	defer lossTimer.Stop()
+	sendTimer := time.NewTimer(time.Until(deadline.Add(margin - ttl + interval)))
+	defer sendTimer.Stop()
+	results := make(chan keepaliveResult, 1)
+
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-lossTimer.C:
+			s.end(fmt.Errorf("%w: no keepalive acknowledged within %v of the ttl %v (last acknowledged keepalive sent at %s)",
+				lock.ErrLost, ttl-margin, ttl, deadline.Add(margin-ttl).Format(time.RFC3339Nano)), true)
+			s.revokeLost()
+			return
+		case <-sendTimer.C:
+			sent := time.Now()
+			ctx, cancel := context.WithDeadline(rpcCtx, deadline)
+			inflight.Add(1)
+			go func() {
+				defer inflight.Done()
+				defer cancel()
+				resp, err := l.client.KeepAliveOnce(ctx, s.id)
+				if err == nil && resp.TTL <= 0 {
+					err = rpctypes.ErrLeaseNotFound
+				}
+				results <- keepaliveResult{sent: sent, err: err}
+			}()
+		case r := <-results:
+			switch {
+			case r.err == nil:
+				if d := r.sent.Add(ttl - margin); d.After(deadline) {
+					deadline = d
+					s.mu.Lock()
+					s.deadline = d
+					s.mu.Unlock()
+					lossTimer.Reset(time.Until(deadline))
+				}
+				sendTimer.Reset(time.Until(r.sent.Add(interval)))
+			case errors.Is(r.err, rpctypes.ErrLeaseNotFound):
+				s.end(fmt.Errorf("%w: lease %x expired or was revoked", lock.ErrLost, int64(s.id)), true)
+				return
+			default:
+				if rpcCtx.Err() == nil && time.Now().Before(deadline) {
+					l.opts.logger.Debug("etcdlock: keepalive failed", "lease", fmt.Sprintf("%x", int64(s.id)), "err", r.err)
+				}
+				sendTimer.Reset(retry)
+			}
+		}
+	}
+}
+
+// revokeLost revokes a lease the session gave up on, so that its records go
+// as soon as the cluster is reachable rather than when it expires. It stops
+// once the server must have expired the lease anyway, or when the Locker
+// closes.
+func (s *session) revokeLost() {
+	ctx, cancel := context.WithTimeout(s.l.life, s.l.opts.ttl+s.l.opts.lossMargin)
+	defer cancel()
+	for {
+		_, err := s.l.client.Revoke(ctx, s.id)
+		if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) || ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// isLeaseNotFound reports whether err says the session's lease is gone.
+func isLeaseNotFound(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }

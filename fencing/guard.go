@@ -1,0 +1,199 @@
+package fencing
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// ErrInvalidConfig is wrapped by constructors in this package and its
+// sub-packages when given a bad value: a non-positive resource limit, a nil
+// database, a table name that is not a plain SQL identifier, and so on.
+var ErrInvalidConfig = errors.New("fencing: invalid configuration")
+
+// DefaultMaxResources is the number of resources a zero [Guard] remembers
+// individually before it starts to evict idle ones.
+const DefaultMaxResources = 1 << 16
+
+// Guard enforces fencing tokens for resources that live in this process: a
+// file, an in-memory map, a device handle. [Guard.Apply] checks the token and
+// runs the caller's write under one critical section per resource, so no
+// write with a lower token can land after a write with a higher one.
+//
+// The zero Guard is ready to use and remembers up to [DefaultMaxResources]
+// resources; [NewGuard] sets another limit. A Guard must not be copied after
+// first use. It is safe for concurrent use.
+//
+// # A failed write still fences
+//
+// Apply records the token as soon as the check passes, before the write runs.
+// A write that then fails or panics has still shown that a grant with that
+// token exists, which means every holder with a lower token has lost the
+// lock; letting such a holder write after the failure would let a stale write
+// in behind a newer holder that is about to retry. The newer holder itself is
+// not hindered: equal tokens are accepted, so it simply retries.
+//
+// # Bounded memory
+//
+// A Guard tracks at most its limit of resources, plus those that calls are
+// using at the moment (a resource in use is never evicted). When it needs
+// room it forgets the least recently used idle resource, and raises a floor
+// to that resource's highest token. A resource the Guard does not know —
+// never seen, or evicted — starts at the floor rather than at zero, so
+// forgetting a resource never lets a stale token through.
+//
+// The price is liveness, not safety: after an eviction, a write to an
+// unknown resource whose token is below the floor is rejected even if that
+// resource never saw a higher token. With etcd revisions and ZooKeeper zxids,
+// which rise across all locks of a cluster, this only hits a holder whose
+// grant is older than the evicted grants and whose resource sat idle long
+// enough to be evicted. Size the limit above the number of resources written
+// in such a span, or use one Guard per lock.
+type Guard struct {
+	mu      sync.Mutex
+	limit   int               // 0 means DefaultMaxResources
+	entries map[string]*entry // every resource the Guard remembers
+	idle    entry             // sentinel of the ring of unused entries, most recently used first
+	floor   Token             // highest token of every evicted resource
+}
+
+// entry is the state of one resource.
+type entry struct {
+	// mu is the resource's critical section.
+	mu sync.Mutex
+	// highest is written only with mu held, and read without it by
+	// Guard.Highest.
+	highest atomic.Uint64
+
+	// The fields below are guarded by Guard.mu.
+	key        string
+	refs       int    // calls using the entry: waiting for mu or holding it
+	prev, next *entry // links in Guard.idle while refs == 0
+}
+
+// NewGuard returns a Guard that remembers up to maxResources resources
+// individually; see "Bounded memory" on [Guard]. A maxResources below 1 is an
+// error wrapping [ErrInvalidConfig].
+func NewGuard(maxResources int) (*Guard, error) {
+	if maxResources < 1 {
+		return nil, fmt.Errorf("fencing: new guard: %w: max resources %d, want at least 1", ErrInvalidConfig, maxResources)
+	}
+	return &Guard{limit: maxResources}, nil
+}
+
+// Apply runs fn if token is not lower than the highest token accepted for
+// resource, and records token as the new highest. The check, the record and
+// fn form one critical section per resource: two Apply calls for the same
+// resource never overlap, while calls for different resources run in
+// parallel.
+//
+// A lower token is rejected with a [*StaleTokenError] and fn does not run. A
+// zero token is rejected with an error wrapping [ErrInvalidToken], a nil fn
+// with one wrapping [ErrInvalidConfig]. Otherwise Apply returns fn's error
+// unchanged; the token is recorded even when fn fails or panics (see "A
+// failed write still fences" on [Guard]).
+//
+// fn must not call Apply for the same resource on the same Guard: it would
+// wait for itself. Keep fn short — it holds up every other writer of the
+// resource.
+//
+// Any string names a resource, including the empty string.
+func (g *Guard) Apply(resource string, token Token, fn func() error) error {
+	if token == 0 {
+		return fmt.Errorf("fencing: apply %q: %w: zero is not a token", resource, ErrInvalidToken)
+	}
+	if fn == nil {
+		return fmt.Errorf("fencing: apply %q: %w: nil write function", resource, ErrInvalidConfig)
+	}
+	e := g.use(resource)
+	defer g.unuse(e)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if highest := Token(e.highest.Load()); token < highest {
+		return &StaleTokenError{Resource: resource, Token: token, Highest: highest}
+	}
+	e.highest.Store(uint64(token))
+	return fn()
+}
+
+// Highest returns the highest token accepted for resource, or, for a
+// resource the Guard does not remember, the floor left by evictions (zero if
+// nothing was evicted). It does not wait for a running Apply.
+func (g *Guard) Highest(resource string) Token {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if e := g.entries[resource]; e != nil {
+		return Token(e.highest.Load())
+	}
+	return g.floor
+}
+
+// Len returns the number of resources the Guard remembers individually.
+func (g *Guard) Len() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.entries)
+}
+
+// use returns resource's entry, created at the floor if needed, and marks it
+// in use so that it cannot be evicted.
+func (g *Guard) use(resource string) *entry {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.entries == nil {
+		g.entries = make(map[string]*entry)
+		g.idle.prev, g.idle.next = &g.idle, &g.idle
+	}
+	e := g.entries[resource]
+	switch {
+	case e == nil:
+		// The floor as it is now already covers this resource's past;
+		// the eviction that makes room only concerns other resources.
+		floor := g.floor
+		g.evictLocked(g.max() - 1)
+		e = &entry{key: resource}
+		e.highest.Store(uint64(floor))
+		g.entries[resource] = e
+	case e.refs == 0:
+		e.prev.next, e.next.prev = e.next, e.prev
+		e.prev, e.next = nil, nil
+	}
+	e.refs++
+	return e
+}
+
+// unuse ends one use of e; an entry no call uses joins the idle ring, and
+// the Guard shrinks back to its limit if calls in flight made it grow past.
+func (g *Guard) unuse(e *entry) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	e.refs--
+	if e.refs > 0 {
+		return
+	}
+	e.prev, e.next = &g.idle, g.idle.next
+	e.prev.next, e.next.prev = e, e
+	g.evictLocked(g.max())
+}
+
+// evictLocked forgets least recently used idle entries until at most n
+// remain or none is idle, raising the floor to cover every forgotten token.
+func (g *Guard) evictLocked(n int) {
+	for len(g.entries) > n && g.idle.prev != &g.idle {
+		e := g.idle.prev
+		e.prev.next, e.next.prev = e.next, e.prev
+		e.prev, e.next = nil, nil
+		if h := Token(e.highest.Load()); h > g.floor {
+			g.floor = h
+		}
+		delete(g.entries, e.key)
+	}
+}
+
+func (g *Guard) max() int {
+	if g.limit == 0 {
+		return DefaultMaxResources
+	}
+	return g.limit
+}

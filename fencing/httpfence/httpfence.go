@@ -1,0 +1,184 @@
+// Package httpfence carries fencing tokens over HTTP: a request header, a
+// server-side handler that enforces it per resource, and a client transport
+// that attaches the token of a lease.
+//
+// The client sends its lease's token in the [Header] ("Fencing-Token: 42").
+// [Handler] wraps the handler that performs the write and runs it inside a
+// [fencing.Guard]'s critical section for the request's resource, so the
+// token check and the write are one step: no request with a lower token can
+// be handled after a request with a higher one has been admitted, for that
+// resource. A stale token gets 409 Conflict, a missing or malformed one 400
+// Bad Request, each with a JSON body (see [WriteError]).
+//
+// # Limits
+//
+// The guard lives in the server process, so the protected state must too:
+// with several server replicas, or a handler that writes to another service,
+// enforce the token where the data is (for a database, package sqlfence —
+// see [TokenFromRequest] and [WriteError] for handlers that do so). Only
+// what the handler does before it returns is protected; work it hands off
+// to other goroutines is not.
+//
+// The [Transport] refuses to send once the lease has ended, but a lease can
+// end while a request is in flight: that is the case the server's check is
+// for, and why the client check alone is not enough.
+package httpfence
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/lock"
+)
+
+// Header is the request header that carries the fencing token, in decimal.
+const Header = "Fencing-Token"
+
+// ErrMissingToken is returned by [TokenFromRequest] for a request without
+// the [Header]. It wraps [fencing.ErrInvalidToken].
+var ErrMissingToken = fmt.Errorf("httpfence: missing %s header: %w", Header, fencing.ErrInvalidToken)
+
+// TokenFromRequest returns the token in r's [Header]. A missing header is
+// [ErrMissingToken]; a repeated header, zero, or anything but a decimal
+// number is an error wrapping [fencing.ErrInvalidToken].
+func TokenFromRequest(r *http.Request) (fencing.Token, error) {
+	vals := r.Header.Values(Header)
+	switch len(vals) {
+	case 0:
+		return 0, ErrMissingToken
+	case 1:
+	default:
+		return 0, fmt.Errorf("httpfence: %d %s headers: %w: want exactly one", len(vals), Header, fencing.ErrInvalidToken)
+	}
+	tok, err := fencing.ParseToken(vals[0])
+	if err != nil {
+		return 0, fmt.Errorf("httpfence: %s header: %w", Header, err)
+	}
+	return tok, nil
+}
+
+// ErrorBody is the JSON body of the responses [WriteError] writes.
+type ErrorBody struct {
+	// Error is "stale_token", "missing_token", "invalid_token" or
+	// "internal_error".
+	Error string `json:"error"`
+	// Resource, Token and Highest are set for "stale_token": the
+	// resource, the request's token, and the highest token it had accepted.
+	Resource string        `json:"resource,omitempty"`
+	Token    fencing.Token `json:"token,omitempty"`
+	Highest  fencing.Token `json:"highest,omitempty"`
+	// Detail says what was wrong with a missing or invalid token.
+	Detail string `json:"detail,omitempty"`
+}
+
+// WriteError writes the response for err, which must not be nil:
+//
+//   - a [*fencing.StaleTokenError]: 409 Conflict,
+//     {"error":"stale_token","resource":"…","token":7,"highest":8}
+//   - [ErrMissingToken]: 400 Bad Request, {"error":"missing_token",…}
+//   - any other error wrapping [fencing.ErrInvalidToken]: 400 Bad Request,
+//     {"error":"invalid_token","detail":"…"}
+//   - anything else: 500 Internal Server Error, {"error":"internal_error"},
+//     without details, which may be private.
+//
+// Tokens are JSON numbers; etcd revisions and ZooKeeper zxids stay far below
+// 2^53, where JavaScript numbers lose precision.
+func WriteError(w http.ResponseWriter, err error) {
+	var (
+		status = http.StatusInternalServerError
+		body   = ErrorBody{Error: "internal_error"}
+		stale  *fencing.StaleTokenError
+	)
+	switch {
+	case errors.As(err, &stale):
+		status = http.StatusConflict
+		body = ErrorBody{Error: "stale_token", Resource: stale.Resource, Token: stale.Token, Highest: stale.Highest}
+	case errors.Is(err, ErrMissingToken):
+		status = http.StatusBadRequest
+		body = ErrorBody{Error: "missing_token", Detail: err.Error()}
+	case errors.Is(err, fencing.ErrInvalidToken):
+		status = http.StatusBadRequest
+		body = ErrorBody{Error: "invalid_token", Detail: err.Error()}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body) // the status is out; nothing to do if the client is gone
+}
+
+// Handler returns a handler that enforces the request's fencing token for
+// the resource resourceOf names, then serves the request with next inside
+// g's critical section for that resource.
+//
+// Running next inside the critical section is the point: if the handler
+// ran after the check instead, a request with token 7 could be checked,
+// then overtaken by a request with token 8, and write last. The price is
+// that requests for the same resource are handled one at a time; keep next
+// short, and never let it wait for another request to the same resource.
+//
+// The token is recorded once the check passes, whatever next then does (see
+// [fencing.Guard]). A nil g, resourceOf or next is an error wrapping
+// [fencing.ErrInvalidConfig].
+func Handler(g *fencing.Guard, resourceOf func(*http.Request) string, next http.Handler) (http.Handler, error) {
+	if g == nil || resourceOf == nil || next == nil {
+		return nil, fmt.Errorf("httpfence: handler: %w: nil guard, resource function or next handler", fencing.ErrInvalidConfig)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, err := TokenFromRequest(r)
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		err = g.Apply(resourceOf(r), tok, func() error {
+			next.ServeHTTP(w, r)
+			return nil
+		})
+		if err != nil {
+			WriteError(w, err)
+		}
+	}), nil
+}
+
+// Transport is an [http.RoundTripper] that sends the token of a lease in
+// the [Header] of every request, and refuses to send once the lease has
+// ended. It is safe for concurrent use if Base is.
+type Transport struct {
+	// Lease supplies the token. It must not be nil.
+	Lease lock.Lease
+	// Base sends the requests; nil means [http.DefaultTransport].
+	Base http.RoundTripper
+}
+
+// RoundTrip sends a copy of req carrying the lease's token. If the lease
+// has ended it sends nothing and returns an error wrapping the lease's
+// [lock.Lease.Err] (so [lock.ErrLost] or [lock.ErrReleased]); a nil Lease is
+// an error wrapping [fencing.ErrInvalidConfig]. An [http.Client] wraps
+// these in a *url.Error, which errors.Is sees through.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.Lease == nil {
+		closeBody(req)
+		return nil, fmt.Errorf("httpfence: %s %s: %w: transport without a lease", req.Method, req.URL.Redacted(), fencing.ErrInvalidConfig)
+	}
+	if err := t.Lease.Err(); err != nil {
+		closeBody(req)
+		return nil, fmt.Errorf("httpfence: %s %s: lease %q has ended: %w", req.Method, req.URL.Redacted(), t.Lease.Name(), err)
+	}
+	out := req.Clone(req.Context())
+	out.Header.Set(Header, t.Lease.Token().String())
+	base := t.Base
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return base.RoundTrip(out)
+}
+
+// closeBody closes a request body that will not be sent, as the
+// RoundTripper contract requires.
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}

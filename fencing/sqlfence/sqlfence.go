@@ -1,0 +1,293 @@
+// Package sqlfence enforces fencing tokens in a SQL database, in the same
+// transaction as the write they protect.
+//
+// A [Store] keeps the highest accepted token of each resource in a table
+// (by default [DefaultTable]: resource TEXT PRIMARY KEY, token BIGINT). Its
+// check is not a read followed by a write but one conditional upsert:
+//
+//	INSERT INTO fencing_tokens (resource, token) VALUES ($1, $2)
+//	ON CONFLICT (resource) DO UPDATE SET token = excluded.token
+//	WHERE fencing_tokens.token <= excluded.token
+//
+// which changes a row only if the new token is not lower than the stored
+// one. [Store.Apply] runs that statement and then the caller's write in one
+// transaction and commits both together, so a write with a stale token is
+// never committed, and no write with a lower token can commit after one
+// with a higher token.
+//
+// # Why concurrent writers are ordered correctly
+//
+// On PostgreSQL, at the default READ COMMITTED isolation, the upsert locks
+// the resource's row, also when its WHERE is false. A second transaction for
+// the same resource waits for that lock; when the first commits, PostgreSQL
+// re-evaluates the WHERE against the newly committed token. So the holder of
+// token 7 that arrives while token 8's transaction is open waits, sees 8, and
+// is rejected; and if 7 got there first, 8 waits for 7's write to commit and
+// then lands on top of it. At REPEATABLE READ or SERIALIZABLE (see
+// [WithTxOptions]) the waiting transaction fails with a serialization error
+// (SQLSTATE 40001) instead, and the caller retries it.
+//
+// SQLite has one writer at a time: the upsert takes the database's write
+// lock, which the transaction keeps until it ends. Open the database with a
+// busy timeout (and preferably immediate transactions) so that concurrent
+// writers wait rather than fail with SQLITE_BUSY.
+//
+// # Limits
+//
+// Tokens are uint64, SQL BIGINT is signed: a token above [math.MaxInt64] is
+// rejected with an error wrapping [fencing.ErrInvalidToken]. etcd revisions
+// and ZooKeeper zxids are far below it. The helper works on PostgreSQL and
+// SQLite (3.24 or later), which both support ON CONFLICT ... DO UPDATE ...
+// WHERE; MySQL does not and is not supported. sqlfence imports no driver:
+// register one yourself (for example github.com/jackc/pgx/v5/stdlib or
+// modernc.org/sqlite).
+package sqlfence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/fencelock/fencelock/fencing"
+)
+
+// DefaultTable is the token table used unless [WithTable] names another.
+const DefaultTable = "fencing_tokens"
+
+// savepoint separates the token check from the caller's write inside a
+// transaction, so that a failed write can be undone while the token stays.
+const savepoint = "fencing_write"
+
+// Dialect selects the SQL spelling of a database.
+type Dialect int
+
+const (
+	// Postgres is PostgreSQL: $1, $2 placeholders.
+	Postgres Dialect = iota + 1
+	// SQLite is SQLite 3.24 or later: ? placeholders.
+	SQLite
+)
+
+// String returns the dialect's name.
+func (d Dialect) String() string {
+	switch d {
+	case Postgres:
+		return "postgres"
+	case SQLite:
+		return "sqlite"
+	}
+	return fmt.Sprintf("Dialect(%d)", int(d))
+}
+
+// Option configures a [Store].
+type Option func(*options)
+
+type options struct {
+	table  string
+	txOpts *sql.TxOptions
+}
+
+// WithTable sets the token table. The name is a plain SQL identifier
+// (a letter or underscore, then letters, digits or underscores, at most 63
+// bytes), optionally qualified by a schema ("app.fencing_tokens"). It is
+// used unquoted, so PostgreSQL folds it to lower case. Anything else makes
+// [New] fail with an error wrapping [fencing.ErrInvalidConfig]. The default
+// is [DefaultTable].
+func WithTable(name string) Option { return func(o *options) { o.table = name } }
+
+// WithTxOptions sets the options of the transactions [Store.Apply] begins.
+// The default is the driver's default: READ COMMITTED on PostgreSQL. See the
+// package documentation for what a stricter isolation level changes.
+func WithTxOptions(opts sql.TxOptions) Option {
+	return func(o *options) { o.txOpts = &opts }
+}
+
+// Store checks and records fencing tokens in one table of one database. It
+// is safe for concurrent use.
+type Store struct {
+	db     *sql.DB
+	table  string
+	txOpts *sql.TxOptions
+
+	upsert, selectToken string
+}
+
+// New returns a Store for db, which must hold the token table (see
+// [Store.CreateTable]). A nil db, an unknown dialect or a bad table name is
+// an error wrapping [fencing.ErrInvalidConfig].
+func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
+	o := options{table: DefaultTable}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if db == nil {
+		return nil, fmt.Errorf("sqlfence: new: %w: nil database", fencing.ErrInvalidConfig)
+	}
+	var p1, p2 string
+	switch dialect {
+	case Postgres:
+		p1, p2 = "$1", "$2"
+	case SQLite:
+		p1, p2 = "?", "?"
+	default:
+		return nil, fmt.Errorf("sqlfence: new: %w: unknown dialect %v", fencing.ErrInvalidConfig, dialect)
+	}
+	if err := validateTable(o.table); err != nil {
+		return nil, fmt.Errorf("sqlfence: new: %w: %w", fencing.ErrInvalidConfig, err)
+	}
+	// Inside DO UPDATE the target row is named by the bare table name.
+	bare := o.table[strings.LastIndexByte(o.table, '.')+1:]
+	return &Store{
+		db:     db,
+		table:  o.table,
+		txOpts: o.txOpts,
+		upsert: "INSERT INTO " + o.table + " (resource, token) VALUES (" + p1 + ", " + p2 + ") " +
+			"ON CONFLICT (resource) DO UPDATE SET token = excluded.token " +
+			"WHERE " + bare + ".token <= excluded.token",
+		selectToken: "SELECT token FROM " + o.table + " WHERE resource = " + p1,
+	}, nil
+}
+
+// validateTable reports whether name is an identifier, optionally qualified
+// by one schema identifier.
+func validateTable(name string) error {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return fmt.Errorf("table %q: more than one '.'", name)
+	}
+	for _, p := range parts {
+		if p == "" || len(p) > 63 {
+			return fmt.Errorf("table %q: each part must be 1 to 63 bytes", name)
+		}
+		for i := 0; i < len(p); i++ {
+			c := p[i]
+			letter := c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+			if !letter && (i == 0 || c < '0' || c > '9') {
+				return fmt.Errorf("table %q: want letters, digits and '_', not starting with a digit", name)
+			}
+		}
+	}
+	return nil
+}
+
+// Table returns the name of the token table.
+func (s *Store) Table() string { return s.table }
+
+// CreateTable creates the token table if it does not exist.
+func (s *Store) CreateTable(ctx context.Context) error {
+	q := "CREATE TABLE IF NOT EXISTS " + s.table +
+		" (resource TEXT PRIMARY KEY, token BIGINT NOT NULL CHECK (token > 0))"
+	if _, err := s.db.ExecContext(ctx, q); err != nil {
+		return fmt.Errorf("sqlfence: create table %s: %w", s.table, err)
+	}
+	return nil
+}
+
+// Apply runs fn in a transaction that first records token for resource, and
+// commits the two together. If a higher token was already recorded, nothing
+// is written and Apply returns a [*fencing.StaleTokenError] whose Highest
+// was read in the same transaction.
+//
+// If fn returns an error, its writes are rolled back to a savepoint taken
+// after the check, the token alone is committed, and Apply returns fn's
+// error unchanged (joined with a second error if recording the token
+// failed too). As with [fencing.Guard], a failed write still fences off
+// every holder with a lower token; the holder itself may retry with the
+// same token. If fn panics, the whole transaction is rolled back.
+//
+// fn must use tx for every statement that the token protects, and must not
+// commit or roll it back. A zero token or one above [math.MaxInt64] is an
+// error wrapping [fencing.ErrInvalidToken]; a nil fn is an error wrapping
+// [fencing.ErrInvalidConfig].
+func (s *Store) Apply(ctx context.Context, resource string, token fencing.Token, fn func(tx *sql.Tx) error) error {
+	if err := checkToken("apply", resource, token); err != nil {
+		return err
+	}
+	if fn == nil {
+		return fmt.Errorf("sqlfence: apply %q: %w: nil write function", resource, fencing.ErrInvalidConfig)
+	}
+	tx, err := s.db.BeginTx(ctx, s.txOpts)
+	if err != nil {
+		return fmt.Errorf("sqlfence: apply %q: begin: %w", resource, err)
+	}
+	defer tx.Rollback() // after Commit, a no-op
+	if err := s.Check(ctx, tx, resource, token); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+savepoint); err != nil {
+		return fmt.Errorf("sqlfence: apply %q: savepoint: %w", resource, err)
+	}
+	if werr := fn(tx); werr != nil {
+		if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); err != nil {
+			return errors.Join(werr, fmt.Errorf("sqlfence: apply %q: token %d not recorded: rollback to savepoint: %w", resource, token, err))
+		}
+		if err := tx.Commit(); err != nil {
+			return errors.Join(werr, fmt.Errorf("sqlfence: apply %q: token %d not recorded: commit: %w", resource, token, err))
+		}
+		return werr
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlfence: apply %q: commit: %w", resource, err)
+	}
+	return nil
+}
+
+// Check records token for resource inside the caller's transaction tx, or
+// returns a [*fencing.StaleTokenError] if a higher token is recorded. Use it
+// when you manage the transaction yourself: call it before the writes it
+// protects, and commit only if it returned nil. The check takes effect only
+// if tx commits. Bad tokens are rejected as by [Store.Apply].
+func (s *Store) Check(ctx context.Context, tx *sql.Tx, resource string, token fencing.Token) error {
+	if err := checkToken("check", resource, token); err != nil {
+		return err
+	}
+	if tx == nil {
+		return fmt.Errorf("sqlfence: check %q: %w: nil transaction", resource, fencing.ErrInvalidConfig)
+	}
+	res, err := tx.ExecContext(ctx, s.upsert, resource, int64(token))
+	if err != nil {
+		return fmt.Errorf("sqlfence: check %q: %w", resource, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("sqlfence: check %q: rows affected: %w", resource, err)
+	}
+	if n > 0 {
+		return nil
+	}
+	// The row exists and holds a higher token; on PostgreSQL the upsert
+	// locked it, so this read sees the token that rejected us.
+	var highest int64
+	if err := tx.QueryRowContext(ctx, s.selectToken, resource).Scan(&highest); err != nil {
+		return fmt.Errorf("sqlfence: check %q: token %d rejected, reading the highest: %w", resource, token, err)
+	}
+	return &fencing.StaleTokenError{Resource: resource, Token: token, Highest: fencing.Token(highest)}
+}
+
+// Highest returns the highest token recorded for resource, or zero if none
+// is. It is a plain read: use it for display and monitoring, never as the
+// check before a write.
+func (s *Store) Highest(ctx context.Context, resource string) (fencing.Token, error) {
+	var highest int64
+	err := s.db.QueryRowContext(ctx, s.selectToken, resource).Scan(&highest)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("sqlfence: highest %q: %w", resource, err)
+	}
+	return fencing.Token(highest), nil
+}
+
+func checkToken(op, resource string, token fencing.Token) error {
+	if token == 0 {
+		return fmt.Errorf("sqlfence: %s %q: %w: zero is not a token", op, resource, fencing.ErrInvalidToken)
+	}
+	if token > math.MaxInt64 {
+		return fmt.Errorf("sqlfence: %s %q: %w: token %d does not fit a signed BIGINT (at most %d)", op, resource, fencing.ErrInvalidToken, token, int64(math.MaxInt64))
+	}
+	return nil
+}

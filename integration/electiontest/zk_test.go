@@ -1,0 +1,35 @@
+package electiontest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// zkRecords counts the znodes under a lock's parent znode, which holds one
+// child per holder and per waiter.
+func zkRecords(t *testing.T, eps []string) func(name string) int {
+	t.Helper()
+	conn, _, err := zk.Connect(eps, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(silent{}))
+	if err != nil {
+		t.Fatalf("zk.Connect(%v) = %v; want nil", eps, err)
+	}
+	t.Cleanup(conn.Close)
+	return func(name string) int {
+		t.Helper()
+		children, _, err := conn.Children("/" + prefix + "/" + name)
+		if errors.Is(err, zk.ErrNoNode) {
+			return 0
+		}
+		if err != nil {
+			t.Fatalf("count records of %q: %v", name, err)
+		}
+		return len(children)
+	}
+}
+
+type silent struct{}
+
+func (silent) Printf(string, ...any) {}

@@ -1,0 +1,281 @@
+package etcdtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/etcdlock"
+	"github.com/fencelock/fencelock/integration/cluster"
+	"github.com/fencelock/fencelock/lock"
+)
+
+// TestLeaderKilled kills the Raft leader while one Locker holds a lock and
+// two others wait for it: the holder keeps its lease, nobody is granted the
+// lock twice, and both waiters are served, in order, once it is released.
+func TestLeaderKilled(t *testing.T) {
+	c := startCluster(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	name := uniqueName(t)
+	// A TTL well above an election, so that the sessions survive it.
+	const ttl = 5 * time.Second
+	var lockers []*etcdlock.Locker
+	for i := range 3 {
+		lockers = append(lockers, newLocker(t, newClient(t, c.Endpoints()), etcdlock.WithTTL(ttl), etcdlock.WithIdentity(fmt.Sprintf("lk-%d", i))))
+	}
+	admin := newClient(t, c.Endpoints())
+
+	var inside atomic.Int32
+	enter := func(who string) {
+		if n := inside.Add(1); n != 1 {
+			t.Errorf("%s entered with %d holders inside; want 1 (double grant)", who, n)
+		}
+	}
+	leave := func() { inside.Add(-1) }
+
+	first, err := lockers[0].Acquire(ctx, name)
+	if err != nil {
+		t.Fatalf("Acquire() = %v", err)
+	}
+	enter("lk-0")
+
+	type grant struct {
+		who   int
+		token uint64
+		err   error
+	}
+	grants := make(chan grant, 2)
+	for i := 1; i <= 2; i++ {
+		go func() {
+			le, err := lockers[i].Acquire(ctx, name)
+			if err != nil {
+				grants <- grant{who: i, err: err}
+				return
+			}
+			enter(fmt.Sprintf("lk-%d", i))
+			grants <- grant{who: i, token: uint64(le.Token())}
+			leave()
+			if err := le.Release(ctx); err != nil {
+				t.Errorf("lk-%d Release() = %v", i, err)
+			}
+		}()
+		eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, lockers[0], name)) == i+1 })
+	}
+
+	old, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatalf("Leader() = %v", err)
+	}
+	if err := c.Members[old].Kill(); err != nil {
+		t.Fatalf("Kill(%s) = %v", c.Members[old].Name(), err)
+	}
+	if c.Members[old].Running() {
+		t.Fatalf("%s still running after Kill", c.Members[old].Name())
+	}
+	eventually(t, 15*time.Second, "new leader elected", func() bool {
+		lctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		i, err := c.Leader(lctx)
+		return err == nil && i != old
+	})
+	t.Logf("killed leader %s", c.Members[old].Name())
+
+	if err := first.Err(); err != nil {
+		t.Fatalf("holder's lease after the leader was killed: Err() = %v; want nil", err)
+	}
+	leave()
+	if err := first.Release(ctx); err != nil {
+		t.Fatalf("Release() = %v", err)
+	}
+	var order []int
+	last := uint64(first.Token())
+	for range 2 {
+		select {
+		case g := <-grants:
+			if g.err != nil {
+				t.Fatalf("waiter lk-%d Acquire() = %v; want a lease", g.who, g.err)
+			}
+			if g.token <= last {
+				t.Errorf("lk-%d token %d; want above %d", g.who, g.token, last)
+			}
+			last = g.token
+			order = append(order, g.who)
+		case <-ctx.Done():
+			t.Fatalf("waiters not all served: got %v", order)
+		}
+	}
+	if !slices.Equal(order, []int{1, 2}) {
+		t.Errorf("grant order %v; want [1 2]", order)
+	}
+	eventually(t, 10*time.Second, "records gone", func() bool { return len(records(t, admin, lockers[0], name)) == 0 })
+}
+
+// TestPartitionLossBeforeNextGrant partitions the holder's client from the
+// whole cluster (every endpoint through a blackholed proxy) while another
+// Locker waits. The holder's Done must close before the other Locker's
+// Acquire returns, in every run; the margin is logged. After healing, the
+// holder's record is gone and its Locker acquires again with a new session.
+func TestPartitionLossBeforeNextGrant(t *testing.T) {
+	c := startCluster(t)
+	admin := newClient(t, c.Endpoints())
+	const runs = 5
+	var margins []time.Duration
+	for run := range runs {
+		ctx := ctxTimeout(t, 30*time.Second)
+		name := uniqueName(t)
+		proxies := cluster.NewProxies(t, c)
+		holder := newLocker(t, newClient(t, proxies.Endpoints()))
+		other := newLocker(t, newClient(t, c.Endpoints()))
+
+		ll, err := holder.Acquire(ctx, name)
+		if err != nil {
+			t.Fatalf("run %d: Acquire() = %v", run, err)
+		}
+		le := ll.(*etcdlock.Lease)
+		oldSession, _ := holder.SessionLeaseID()
+
+		doneAt := make(chan time.Time, 1)
+		go func() {
+			<-le.Done()
+			doneAt <- time.Now()
+		}()
+		type grant struct {
+			at    time.Time
+			lease lock.Lease
+			err   error
+		}
+		granted := make(chan grant, 1)
+		go func() {
+			l, err := other.Acquire(ctx, name)
+			granted <- grant{time.Now(), l, err}
+		}()
+		eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, other, name)) == 2 })
+
+		proxies.Blackhole()
+		cut := time.Now()
+		g := <-granted
+		if g.err != nil {
+			t.Fatalf("run %d: other Acquire() = %v", run, g.err)
+		}
+		var done time.Time
+		select {
+		case done = <-doneAt:
+		default:
+			t.Fatalf("run %d: the other Locker was granted the lock %v after the cut, and the holder's Done is still open", run, g.at.Sub(cut))
+		}
+		if !done.Before(g.at) {
+			t.Errorf("run %d: holder's Done closed at cut+%v, not before the next grant at cut+%v", run, done.Sub(cut), g.at.Sub(cut))
+		}
+		if !errors.Is(le.Err(), lock.ErrLost) {
+			t.Errorf("run %d: Err() = %v; want %v", run, le.Err(), lock.ErrLost)
+		}
+		if st := proxies.Stats(); st.HeldWhileBlackholed == 0 {
+			t.Errorf("run %d: proxies held no bytes while blackholed (%+v); the partition did not happen", run, st)
+		}
+		margin := g.at.Sub(done)
+		margins = append(margins, margin)
+		t.Logf("run %d: Done at cut+%v, next grant at cut+%v, margin %v", run, done.Sub(cut), g.at.Sub(cut), margin)
+
+		proxies.Heal()
+		if got := records(t, admin, other, name); len(got) != 1 || got[0] != g.lease.(*etcdlock.Lease).Key() {
+			t.Errorf("run %d: records after heal = %v; want only the new holder's", run, got)
+		}
+		if err := g.lease.Release(ctx); err != nil {
+			t.Fatalf("run %d: Release() = %v", run, err)
+		}
+		again, err := holder.Acquire(ctx, name)
+		if err != nil {
+			t.Fatalf("run %d: holder Acquire() after heal = %v", run, err)
+		}
+		if id, _ := holder.SessionLeaseID(); id == oldSession {
+			t.Errorf("run %d: session after loss = %x; want a new one", run, int64(id))
+		}
+		if err := again.Release(ctx); err != nil {
+			t.Errorf("run %d: Release() = %v", run, err)
+		}
+		if err := holder.Close(); err != nil {
+			t.Errorf("run %d: Close() = %v", run, err)
+		}
+	}
+	slices.Sort(margins)
+	t.Logf("Done before next grant, over %d runs: min %v, median %v, max %v", runs, margins[0], margins[len(margins)/2], margins[len(margins)-1])
+}
+
+// TestReleaseReplyLost releases through a slow link with a deadline shorter
+// than the round trip, so the delete reaches the server but its reply is
+// lost, while another Locker waits. The new grant that follows must survive
+// the old holder's retried release; replaying the old release guard later
+// must not delete it either.
+func TestReleaseReplyLost(t *testing.T) {
+	c := startCluster(t)
+	admin := newClient(t, c.Endpoints())
+	ctx := ctxTimeout(t, 30*time.Second)
+	name := uniqueName(t)
+	proxies := cluster.NewProxies(t, c)
+	holder := newLocker(t, newClient(t, proxies.Endpoints()), etcdlock.WithTTL(5*time.Second))
+	other := newLocker(t, newClient(t, c.Endpoints()))
+
+	ll, err := holder.Acquire(ctx, name)
+	if err != nil {
+		t.Fatalf("Acquire() = %v", err)
+	}
+	le := ll.(*etcdlock.Lease)
+	type grant struct {
+		lease lock.Lease
+		err   error
+	}
+	granted := make(chan grant, 1)
+	go func() {
+		l, err := other.Acquire(ctx, name)
+		granted <- grant{l, err}
+	}()
+	eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, other, name)) == 2 })
+
+	for i := range proxies.Len() {
+		proxies.Proxy(i).SetDelay(400 * time.Millisecond)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	err = le.Release(rctx)
+	cancel()
+	if err == nil {
+		t.Fatalf("Release() through a 400ms link with a 100ms deadline = nil; want the deadline error (the reply must be lost)")
+	}
+	if !errors.Is(le.Err(), lock.ErrReleased) {
+		t.Errorf("Err() after the unconfirmed release = %v; want %v", le.Err(), lock.ErrReleased)
+	}
+	g := <-granted
+	if g.err != nil {
+		t.Fatalf("other Acquire() = %v", g.err)
+	}
+	for i := range proxies.Len() {
+		proxies.Proxy(i).SetDelay(0)
+	}
+	// Close waits for the holder's background retries of the release.
+	if err := holder.Close(); err != nil {
+		t.Errorf("holder Close() = %v", err)
+	}
+	// A replay of the old release, exactly as Release sends it.
+	resp, err := admin.Txn(ctx).If(le.IsHeld()).Then(clientv3.OpDelete(le.Key())).Commit()
+	if err != nil || resp.Succeeded {
+		t.Errorf("replayed release: Succeeded = %v, %v; want false", resp != nil && resp.Succeeded, err)
+	}
+	if err := le.Release(ctx); !errors.Is(err, lock.ErrReleased) {
+		t.Errorf("second Release() = %v; want %v", err, lock.ErrReleased)
+	}
+	if err := g.lease.Err(); err != nil {
+		t.Errorf("new grant Err() = %v; want nil", err)
+	}
+	h, err := other.Holder(ctx, name)
+	if err != nil || h.Token != g.lease.Token() {
+		t.Errorf("Holder() = %+v, %v; want the new grant %d", h, err, g.lease.Token())
+	}
+	if err := g.lease.Release(ctx); err != nil {
+		t.Errorf("new grant Release() = %v", err)
+	}
+}

@@ -1,0 +1,101 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// DefaultDoReleaseTimeout bounds the release at the end of [Do] and [TryDo].
+const DefaultDoReleaseTimeout = 10 * time.Second
+
+// Do acquires the lock called name through l, waiting as [Locker.Acquire]
+// does, runs fn while holding it, and releases it.
+//
+// fn's context is cancelled the moment the lease ends — lost, or its Locker
+// closed — or when ctx ends; context.Cause then says which. fn must return
+// promptly once its context is done. The lease is released after fn has
+// returned, on a fresh context bounded by [DefaultDoReleaseTimeout], so
+// that a cancelled ctx still hands the lock over at once.
+//
+// Do returns the error of the acquisition, or else fn's error joined with
+// the lease's error if the lease ended while fn ran (wrapping [ErrLost] for
+// a loss) or with the release's error. A lost lease does not stop code that
+// is already running; fn should send [Lease.Token] with its writes and have
+// the resource enforce it (package fencing).
+func Do(ctx context.Context, l Locker, name string, fn func(ctx context.Context, lease Lease) error) error {
+	if l == nil || fn == nil {
+		return fmt.Errorf("lock: do %q: %w: nil Locker or function", name, ErrInvalidConfig)
+	}
+	lease, err := l.Acquire(ctx, name)
+	if err != nil {
+		return err
+	}
+	return hold(ctx, lease, fn)
+}
+
+// TryDo is [Do] without waiting: if another lease holds the lock it returns
+// an error wrapping [ErrLocked] at once, without calling fn.
+func TryDo(ctx context.Context, l Locker, name string, fn func(ctx context.Context, lease Lease) error) error {
+	if l == nil || fn == nil {
+		return fmt.Errorf("lock: try do %q: %w: nil Locker or function", name, ErrInvalidConfig)
+	}
+	lease, err := l.TryAcquire(ctx, name)
+	if err != nil {
+		return err
+	}
+	return hold(ctx, lease, fn)
+}
+
+// hold runs fn under lease and releases it, even if fn panics.
+func hold(ctx context.Context, lease Lease, fn func(context.Context, Lease) error) (err error) {
+	lctx, stop := LeaseContext(ctx, lease)
+	defer func() {
+		stop()
+		err = finish(ctx, lease, err)
+	}()
+	return fn(lctx, lease)
+}
+
+// finish releases lease after fn returned ferr and returns Do's error.
+func finish(ctx context.Context, lease Lease, ferr error) error {
+	var ended error
+	select {
+	case <-lease.Done():
+		ended = lease.Err()
+	default:
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultDoReleaseTimeout)
+	defer cancel()
+	rerr := lease.Release(rctx)
+	switch {
+	case ended != nil:
+		return errors.Join(ferr, fmt.Errorf("lock: %q ended while held: %w", lease.Name(), ended))
+	case rerr != nil:
+		return errors.Join(ferr, rerr)
+	}
+	return ferr
+}
+
+// LeaseContext returns a context derived from parent that is cancelled when
+// lease ends, with lease.Err() as its cause, or when parent is done. Call
+// stop once the context is no longer needed: it cancels the context and
+// waits for the goroutine that watches the lease. Stopping does not release
+// the lease.
+func LeaseContext(parent context.Context, lease Lease) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-lease.Done():
+			cancel(lease.Err())
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() {
+		cancel(context.Canceled)
+		<-done
+	}
+}

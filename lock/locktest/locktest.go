@@ -1,0 +1,138 @@
+// Package locktest checks that a [lock.Locker] keeps the contract of package
+// lock, and provides an in-memory Locker for users' unit tests and examples.
+//
+// # The conformance suite
+//
+// [TestLocker] runs one subtest per rule of the contract against a backend
+// reached through a [Harness]: acquire and release, TryAcquire, rising
+// tokens, mutual exclusion between Lockers and within one Locker, FIFO
+// order, cancelled waits, Holder, ending a lease twice, Close, name
+// validation, and, when the Locker implements [lock.Observer], observation.
+// Like testing/fstest.TestFS it looks for optional interfaces: a Harness
+// that also implements [RecordLister] lets the suite check that no record is
+// left behind and know exactly when a waiter has queued; one that implements
+// [SessionExpirer] enables the session-loss subtests. A backend's test calls
+//
+//	func TestConformance(t *testing.T) {
+//		locktest.TestLocker(t, myHarness{...})
+//	}
+//
+// Every subtest uses its own Lockers and a lock name no other run uses, so
+// the suite can run against a shared, long-lived cluster. It orders its
+// steps with channels and, with a RecordLister, by polling the records; only
+// without one does it fall back to a short grace period (see
+// [Options.Settle]).
+//
+// # The in-memory Locker
+//
+// [Memory] is a fake lock server: many [MemLocker]s share one Memory the way
+// many clients share one etcd cluster. It follows the semantics both real
+// backends share: tokens from one revision counter that rises with every
+// record created, one record per acquisition, FIFO waiters that each wait
+// only for their predecessor's record to vanish, no records left by a
+// failed or cancelled Acquire, sessions that a test can expire with
+// [Memory.ExpireSession], and observation of the holder.
+//
+// Memory models a single, always-available server: there is no network, no
+// clock, no keepalive and no partition, so a lease is lost only when a test
+// expires its session. It is meant for unit tests of code that uses a
+// Locker, and for runnable examples; it is not a lock for production use
+// (it does not even span processes).
+package locktest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/lock"
+)
+
+// Harness builds Lockers on the backend under test.
+type Harness interface {
+	// NewLocker returns a new, independent Locker (with its own session)
+	// on the backend under test, whose identity is identity. It reports
+	// setup problems with t.Fatal. The suite closes every Locker it gets;
+	// the harness may also close it from its own t.Cleanup.
+	NewLocker(t *testing.T, identity string) lock.Locker
+}
+
+// SessionExpirer is implemented by a [Harness] that can end a Locker's
+// session the way the server does when it expires it (etcd: revoke the
+// lease; ZooKeeper: expire the session). Afterwards the Locker's leases must
+// end with [lock.ErrLost], its waiting Acquire calls must return errors
+// wrapping [lock.ErrLost], and its next Acquire must open a new session.
+type SessionExpirer interface {
+	// ExpireSession ends l's current session from the server side. l was
+	// returned by the same Harness's NewLocker. If l has no session, it
+	// does nothing.
+	ExpireSession(t *testing.T, l lock.Locker)
+}
+
+// RecordLister is implemented by a [Harness] that can list the records
+// (etcd keys, ZooKeeper znodes) that exist for a lock name.
+type RecordLister interface {
+	// Records returns the records of name that exist right now: one per
+	// holder and per queued waiter, in any order. A lock nobody holds or
+	// waits for has none.
+	Records(t *testing.T, name string) []string
+}
+
+// Options tunes [TestLockerWith] for slow backends. The zero value of each
+// field means its default.
+type Options struct {
+	// Rounds is the number of grants in the token subtest, and of grants
+	// per Locker in the mutual-exclusion subtest. Default 50.
+	Rounds int
+
+	// Lockers and Goroutines shape the mutual-exclusion subtest: that many
+	// Lockers, each used by that many goroutines at once. Default 4 and 4.
+	Lockers, Goroutines int
+
+	// Timeout bounds every wait for the backend to make progress (a grant,
+	// a return from a cancelled or interrupted Acquire, a record to
+	// vanish). It is only reached when something is wrong. Default 10s.
+	Timeout time.Duration
+
+	// Settle is how long the suite waits for a blocked Acquire to queue
+	// its record when the Harness is not a [RecordLister] and so cannot
+	// tell. Default 200ms. Unused with a RecordLister.
+	Settle time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.Rounds <= 0 {
+		o.Rounds = 50
+	}
+	if o.Lockers <= 0 {
+		o.Lockers = 4
+	}
+	if o.Goroutines <= 0 {
+		o.Goroutines = 4
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Second
+	}
+	if o.Settle <= 0 {
+		o.Settle = 200 * time.Millisecond
+	}
+	return o
+}
+
+// TestLocker runs the conformance suite against the backend behind h, each
+// check as a subtest (t.Run) with fresh Lockers and a unique lock name. It
+// uses the default [Options].
+func TestLocker(t *testing.T, h Harness) {
+	t.Helper()
+	TestLockerWith(t, h, Options{})
+}
+
+// TestLockerWith is [TestLocker] with options.
+func TestLockerWith(t *testing.T, h Harness, opts Options) {
+	t.Helper()
+	s := &suite{h: h, o: opts.withDefaults()}
+	s.expirer, _ = h.(SessionExpirer)
+	s.lister, _ = h.(RecordLister)
+	for _, st := range s.subtests() {
+		t.Run(st.name, st.fn)
+	}
+}

@@ -1,0 +1,311 @@
+package locktest_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/leakcheck"
+	"github.com/fencelock/fencelock/lock"
+	"github.com/fencelock/fencelock/lock/locktest"
+)
+
+func TestMain(m *testing.M) { leakcheck.Main(m) }
+
+func TestMemory(t *testing.T) {
+	locktest.TestLocker(t, locktest.MemoryHarness(locktest.NewMemory()))
+}
+
+// plainHarness hides the optional interfaces of the Memory harness, so the
+// suite runs the way it does for a backend that has neither.
+type plainHarness struct{ h locktest.Harness }
+
+func (p plainHarness) NewLocker(t *testing.T, identity string) lock.Locker {
+	return p.h.NewLocker(t, identity)
+}
+
+func TestMemoryWithoutOptionalInterfaces(t *testing.T) {
+	locktest.TestLockerWith(t, plainHarness{locktest.MemoryHarness(locktest.NewMemory())},
+		locktest.Options{Settle: 20 * time.Millisecond})
+}
+
+// The suite is only worth something if it fails for Lockers that break the
+// contract. Each case below runs one subtest of the suite, in a child
+// process (a failing subtest cannot be contained in-process), against the
+// Memory Locker wrapped with one fault, and checks that it fails with the
+// expected complaint. A control run with no fault must pass.
+
+const faultEnv = "LOCKTEST_FAULT"
+
+// TestFaulty is the child's side: it runs the suite against a faulty
+// harness when faultEnv is set, and is skipped otherwise.
+func TestFaulty(t *testing.T) {
+	fault := os.Getenv(faultEnv)
+	if fault == "" {
+		t.Skip("run by TestSuiteCatchesFaults in a child process")
+	}
+	locktest.TestLockerWith(t, &faultyHarness{fault: fault, m: locktest.NewMemory()},
+		locktest.Options{Timeout: time.Second})
+}
+
+func TestSuiteCatchesFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts child processes")
+	}
+	tests := []struct {
+		fault    string
+		subtest  string
+		wantFail bool
+		want     string // in the child's output
+	}{
+		{"none", "", false, "PASS"},
+		{"token-per-locker", "TokensIncrease", true, "want >"},
+		{"done-never-closed", "AcquireRelease", true, "Done() open after Release returned"},
+		{"reentrant", "SameLockerExcludes", true, "second Acquire on the same Locker"},
+		{"reentrant", "MutualExclusion", true, "--- FAIL"},
+		{"split-brain", "TryAcquire", true, "want an error wrapping lock: locked by another holder"},
+		{"split-brain", "MutualExclusion", true, "tokens not increasing"},
+		{"split-brain", "FIFO", true, "--- FAIL"},
+		{"ignore-cancel", "CancelWait", true, "did not return within"},
+		{"ignore-cancel", "CancelledContext", true, "with a cancelled context"},
+		{"abandon-on-cancel", "CancelWait", true, "cancelled waiter's record deleted"},
+		{"try-leaves-record", "TryAcquire", true, "after TryAcquire returned ErrLocked"},
+		{"release-twice-nil", "ReleaseTwice", true, "Release() #2 = <nil>"},
+		{"close-noop", "Close", true, "Done() open after Close returned"},
+		{"accept-invalid", "InvalidName", true, "want nil, an error wrapping lock: invalid name"},
+		{"retry-on-lost", "SessionExpiryWaiter", true, "Acquire waiting on an expired session did not return"},
+		{"observe-skips-free", "Observe", true, "want {Identity: Token:0}"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.fault+"/"+tt.subtest, func(t *testing.T) {
+			t.Parallel()
+			run := "^TestFaulty$"
+			if tt.subtest != "" {
+				run += "/^" + tt.subtest + "$"
+			}
+			cmd := exec.Command(os.Args[0], "-test.run="+run, "-test.count=1")
+			cmd.Env = append(os.Environ(), faultEnv+"="+tt.fault)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			switch {
+			case err != nil && !errors.As(err, &exit):
+				t.Fatalf("running the child: %v", err)
+			case tt.wantFail && err == nil:
+				t.Fatalf("suite passed a Locker with fault %q; want subtest %s to fail. Output:\n%s", tt.fault, tt.subtest, out)
+			case !tt.wantFail && err != nil:
+				t.Fatalf("suite failed with no fault: %v. Output:\n%s", err, out)
+			}
+			if tt.wantFail && !strings.Contains(string(out), "--- FAIL: TestFaulty/"+tt.subtest) {
+				t.Errorf("child output lacks a failure of subtest %s. Output:\n%s", tt.subtest, out)
+			}
+			if !strings.Contains(string(out), tt.want) {
+				t.Errorf("child output lacks %q. Output:\n%s", tt.want, out)
+			}
+		})
+	}
+}
+
+// faultyHarness hands out Memory Lockers wrapped with one fault.
+type faultyHarness struct {
+	fault string
+	m     *locktest.Memory
+
+	mu   sync.Mutex
+	mems []*locktest.Memory // split-brain: one Memory per Locker
+}
+
+func (h *faultyHarness) NewLocker(t *testing.T, identity string) lock.Locker {
+	m := h.m
+	if h.fault == "split-brain" {
+		m = locktest.NewMemory()
+		h.mu.Lock()
+		h.mems = append(h.mems, m)
+		h.mu.Unlock()
+	}
+	ml := m.NewLocker(identity)
+	t.Cleanup(func() { _ = ml.Close() })
+	return &faulty{MemLocker: ml, m: m, fault: h.fault, held: map[string]lock.Lease{}}
+}
+
+func (h *faultyHarness) ExpireSession(t *testing.T, l lock.Locker) {
+	f := l.(*faulty)
+	f.m.ExpireSession(f.MemLocker)
+}
+
+func (h *faultyHarness) Records(t *testing.T, name string) []string {
+	if h.fault != "split-brain" {
+		return h.m.Records(name)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var recs []string
+	for _, m := range h.mems {
+		recs = append(recs, m.Records(name)...)
+	}
+	return recs
+}
+
+// faulty is a MemLocker with one fault.
+type faulty struct {
+	*locktest.MemLocker
+	m     *locktest.Memory
+	fault string
+
+	mu      sync.Mutex
+	nextTok fencing.Token
+	held    map[string]lock.Lease // reentrant
+}
+
+func (f *faulty) Acquire(ctx context.Context, name string) (lock.Lease, error) {
+	switch f.fault {
+	case "ignore-cancel":
+		return f.wrap(f.MemLocker.Acquire(context.WithoutCancel(ctx), name))
+	case "abandon-on-cancel":
+		// Gives up on the wait but leaves the inner Acquire queued.
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		type res struct {
+			le  lock.Lease
+			err error
+		}
+		ch := make(chan res, 1)
+		go func() {
+			le, err := f.MemLocker.Acquire(context.WithoutCancel(ctx), name)
+			ch <- res{le, err}
+		}()
+		select {
+		case r := <-ch:
+			return f.wrap(r.le, r.err)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	case "retry-on-lost":
+		for {
+			le, err := f.MemLocker.Acquire(ctx, name)
+			if !errors.Is(err, lock.ErrLost) {
+				return f.wrap(le, err)
+			}
+		}
+	case "reentrant":
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if le := f.held[name]; le != nil && le.Err() == nil {
+			return le, nil
+		}
+		le, err := f.MemLocker.Acquire(ctx, name)
+		if err == nil {
+			f.held[name] = le
+		}
+		return le, err
+	case "accept-invalid":
+		return f.wrap(f.MemLocker.Acquire(ctx, validName(name)))
+	}
+	return f.wrap(f.MemLocker.Acquire(ctx, name))
+}
+
+func (f *faulty) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
+	switch f.fault {
+	case "ignore-cancel":
+		return f.wrap(f.MemLocker.TryAcquire(context.WithoutCancel(ctx), name))
+	case "try-leaves-record":
+		le, err := f.MemLocker.TryAcquire(ctx, name)
+		if errors.Is(err, lock.ErrLocked) {
+			// Queues a record nobody will collect; Close ends it.
+			go func() { _, _ = f.MemLocker.Acquire(context.WithoutCancel(ctx), name) }()
+		}
+		return f.wrap(le, err)
+	case "accept-invalid":
+		return f.wrap(f.MemLocker.TryAcquire(ctx, validName(name)))
+	}
+	return f.wrap(f.MemLocker.TryAcquire(ctx, name))
+}
+
+func (f *faulty) Holder(ctx context.Context, name string) (lock.Holder, error) {
+	if f.fault == "accept-invalid" {
+		name = validName(name)
+	}
+	return f.MemLocker.Holder(ctx, name)
+}
+
+func (f *faulty) Close() error {
+	if f.fault == "close-noop" {
+		return nil
+	}
+	return f.MemLocker.Close()
+}
+
+func (f *faulty) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
+	ch, errf, err := f.MemLocker.Observe(ctx, name)
+	if err != nil || f.fault != "observe-skips-free" {
+		return ch, errf, err
+	}
+	out := make(chan lock.Holder)
+	go func() {
+		defer close(out)
+		first := true
+		for h := range ch {
+			if h == (lock.Holder{}) && !first {
+				continue
+			}
+			first = false
+			select {
+			case out <- h:
+			case <-ctx.Done():
+			}
+		}
+	}()
+	return out, errf, nil
+}
+
+func validName(name string) string {
+	if lock.ValidateName(name) != nil {
+		return "fallback"
+	}
+	return name
+}
+
+func (f *faulty) wrap(le lock.Lease, err error) (lock.Lease, error) {
+	if err != nil {
+		return le, err
+	}
+	w := &faultyLease{Lease: le, fault: f.fault, tok: le.Token()}
+	if f.fault == "token-per-locker" {
+		f.mu.Lock()
+		f.nextTok++
+		w.tok = f.nextTok
+		f.mu.Unlock()
+	}
+	return w, nil
+}
+
+type faultyLease struct {
+	lock.Lease
+	fault string
+	tok   fencing.Token
+}
+
+var never = make(chan struct{})
+
+func (l *faultyLease) Token() fencing.Token { return l.tok }
+
+func (l *faultyLease) Done() <-chan struct{} {
+	if l.fault == "done-never-closed" {
+		return never
+	}
+	return l.Lease.Done()
+}
+
+func (l *faultyLease) Release(ctx context.Context) error {
+	err := l.Lease.Release(ctx)
+	if l.fault == "release-twice-nil" && errors.Is(err, lock.ErrReleased) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,489 @@
+package locktest
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/lock"
+)
+
+// Memory is an in-memory lock server shared by many [MemLocker]s, as one
+// etcd cluster is shared by many clients. It is safe for concurrent use. The
+// zero value is not usable; call [NewMemory].
+//
+// Every record created (one per Acquire, whether it is granted at once or
+// queued) takes the next value of a revision counter that starts at 1, and
+// that value is the record's fencing token. So tokens rise with every grant,
+// across names and Lockers, like etcd revisions; gaps are normal.
+type Memory struct {
+	mu      sync.Mutex
+	rev     fencing.Token
+	lastSID uint64
+	queues  map[string][]*record             // per name, in creation order; the first holds the lock
+	watches map[string]map[*observation]bool // per name
+}
+
+// NewMemory returns an empty Memory.
+func NewMemory() *Memory {
+	return &Memory{
+		queues:  map[string][]*record{},
+		watches: map[string]map[*observation]bool{},
+	}
+}
+
+// record is one acquisition's entry in a lock's queue.
+type record struct {
+	name  string
+	token fencing.Token
+	owner *MemLocker
+	sess  *session
+	gone  chan struct{} // closed when the record is deleted
+	why   error         // why it was deleted by someone else than its waiter
+	lease *memLease     // set when granted
+}
+
+// session groups a MemLocker's records, as an etcd lease or a ZooKeeper
+// session does.
+type session struct {
+	id      uint64
+	records map[*record]bool
+	expired chan struct{} // closed when the server expires the session
+}
+
+// NewLocker returns a new Locker on m with its own session. An empty
+// identity means the default, "hostname/pid/random".
+func (m *Memory) NewLocker(identity string) *MemLocker {
+	if identity == "" {
+		identity = defaultIdentity()
+	}
+	return &MemLocker{m: m, identity: identity, closing: make(chan struct{})}
+}
+
+func defaultIdentity() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "localhost"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand documents it)
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// ExpireSession ends l's current session the way a server-side expiry does:
+// l's leases end with an error wrapping [lock.ErrLost], its waiting Acquire
+// calls return one, and all its records are deleted. l's next Acquire opens
+// a new session. If l has no session (it never acquired, or it is closed),
+// ExpireSession does nothing.
+func (m *Memory) ExpireSession(l *MemLocker) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := l.sess
+	if s == nil {
+		return
+	}
+	l.sess = nil
+	close(s.expired)
+	cause := fmt.Errorf("%w: session %d expired", lock.ErrLost, s.id)
+	for _, r := range m.sessionRecords(s) {
+		if r.lease != nil {
+			r.lease.endLocked(cause)
+		}
+		r.why = cause
+		m.deleteLocked(r)
+	}
+}
+
+// Records returns the keys of the records that exist for name, holder first
+// and then the waiters in queue order. Each key is name, a slash, and the
+// record's token in decimal.
+func (m *Memory) Records(name string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var keys []string
+	for _, r := range m.queues[name] {
+		keys = append(keys, fmt.Sprintf("%s/%d", name, r.token))
+	}
+	return keys
+}
+
+// sessionRecords returns s's records in creation order, so that deleting
+// them one by one reports holder changes in a deterministic order.
+func (m *Memory) sessionRecords(s *session) []*record {
+	rs := make([]*record, 0, len(s.records))
+	for r := range s.records {
+		rs = append(rs, r)
+	}
+	slices.SortFunc(rs, func(a, b *record) int { return cmp.Compare(a.token, b.token) })
+	return rs
+}
+
+// holderLocked returns the holder of name, or the zero Holder.
+func (m *Memory) holderLocked(name string) lock.Holder {
+	q := m.queues[name]
+	if len(q) == 0 {
+		return lock.Holder{}
+	}
+	return lock.Holder{Identity: q[0].owner.identity, Token: q[0].token}
+}
+
+func (m *Memory) createLocked(l *MemLocker, s *session, name string) *record {
+	before := m.holderLocked(name)
+	m.rev++
+	r := &record{name: name, token: m.rev, owner: l, sess: s, gone: make(chan struct{})}
+	m.queues[name] = append(m.queues[name], r)
+	s.records[r] = true
+	m.notifyLocked(name, before)
+	return r
+}
+
+func (m *Memory) deleteLocked(r *record) {
+	q := m.queues[r.name]
+	i := slices.Index(q, r)
+	if i < 0 {
+		return
+	}
+	before := m.holderLocked(r.name)
+	q = slices.Delete(q, i, i+1)
+	if len(q) == 0 {
+		delete(m.queues, r.name)
+	} else {
+		m.queues[r.name] = q
+	}
+	delete(r.sess.records, r)
+	close(r.gone)
+	m.notifyLocked(r.name, before)
+}
+
+func (m *Memory) notifyLocked(name string, before lock.Holder) {
+	after := m.holderLocked(name)
+	if after == before {
+		return
+	}
+	for o := range m.watches[name] {
+		o.pending = append(o.pending, after)
+		select {
+		case o.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// MemLocker is a [lock.Locker] and [lock.Observer] on a [Memory]. It is safe
+// for concurrent use. Its leases are [lock.Lease]s; Release and Close never
+// block, and Observe runs one goroutine per observation, which ends with the
+// observation's context or with Close.
+type MemLocker struct {
+	m        *Memory
+	identity string
+	closing  chan struct{} // closed by Close
+	wg       sync.WaitGroup
+
+	// Guarded by m.mu.
+	sess   *session // nil before the first Acquire and after expiry or Close
+	closed bool
+}
+
+var (
+	_ lock.Locker   = (*MemLocker)(nil)
+	_ lock.Observer = (*MemLocker)(nil)
+)
+
+// Identity returns the identity that Holder reports for l's leases.
+func (l *MemLocker) Identity() string { return l.identity }
+
+// Acquire implements [lock.Locker].
+func (l *MemLocker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
+	return l.acquire(ctx, "acquire", name, true)
+}
+
+// TryAcquire implements [lock.Locker].
+func (l *MemLocker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
+	return l.acquire(ctx, "try acquire", name, false)
+}
+
+func (l *MemLocker) acquire(ctx context.Context, op, name string, wait bool) (lock.Lease, error) {
+	if err := lock.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("locktest: %s: %w", op, err)
+	}
+	m := l.m
+	m.mu.Lock()
+	if l.closed {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("locktest: %s %q: %w", op, name, lock.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("locktest: %s %q: %w", op, name, err)
+	}
+	if !wait && len(m.queues[name]) > 0 {
+		h := m.holderLocked(name)
+		m.mu.Unlock()
+		return nil, fmt.Errorf("locktest: %s %q: %w (held by %q with token %d)", op, name, lock.ErrLocked, h.Identity, h.Token)
+	}
+	if l.sess == nil {
+		m.lastSID++
+		l.sess = &session{id: m.lastSID, records: map[*record]bool{}, expired: make(chan struct{})}
+	}
+	s := l.sess
+	r := m.createLocked(l, s, name)
+	for {
+		if r.why != nil {
+			err := r.why
+			m.mu.Unlock()
+			return nil, fmt.Errorf("locktest: %s %q: %w", op, name, err)
+		}
+		if err := ctx.Err(); err != nil {
+			m.deleteLocked(r)
+			m.mu.Unlock()
+			return nil, fmt.Errorf("locktest: %s %q: %w", op, name, err)
+		}
+		q := m.queues[name]
+		i := slices.Index(q, r)
+		if i == 0 {
+			le := &memLease{m: m, rec: r, done: make(chan struct{})}
+			r.lease = le
+			m.mu.Unlock()
+			return le, nil
+		}
+		// Wait for the predecessor only, so that a release wakes one
+		// waiter. Expiry and Close delete r and set r.why before closing
+		// the channels below, so the loop reports them.
+		pred := q[i-1]
+		m.mu.Unlock()
+		select {
+		case <-pred.gone:
+		case <-ctx.Done():
+		case <-s.expired:
+		case <-l.closing:
+		}
+		m.mu.Lock()
+	}
+}
+
+// Holder implements [lock.Locker].
+func (l *MemLocker) Holder(ctx context.Context, name string) (lock.Holder, error) {
+	if err := lock.ValidateName(name); err != nil {
+		return lock.Holder{}, fmt.Errorf("locktest: holder: %w", err)
+	}
+	m := l.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l.closed {
+		return lock.Holder{}, fmt.Errorf("locktest: holder %q: %w", name, lock.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return lock.Holder{}, fmt.Errorf("locktest: holder %q: %w", name, err)
+	}
+	h := m.holderLocked(name)
+	if h.Token == 0 {
+		return lock.Holder{}, fmt.Errorf("locktest: holder %q: %w", name, lock.ErrNotHeld)
+	}
+	return h, nil
+}
+
+// Close implements [lock.Locker]: it releases l's leases (their Err wraps
+// [lock.ErrReleased]), makes waiting Acquire calls return [lock.ErrClosed],
+// ends l's observations and waits for their goroutines. Later calls return
+// nil.
+func (l *MemLocker) Close() error {
+	m := l.m
+	m.mu.Lock()
+	if l.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	if s := l.sess; s != nil {
+		l.sess = nil
+		cause := fmt.Errorf("%w: locker closed", lock.ErrReleased)
+		why := fmt.Errorf("%w: interrupted", lock.ErrClosed)
+		for _, r := range m.sessionRecords(s) {
+			if r.lease != nil {
+				r.lease.endLocked(cause)
+			}
+			r.why = why
+			m.deleteLocked(r)
+		}
+	}
+	close(l.closing)
+	m.mu.Unlock()
+	l.wg.Wait()
+	return nil
+}
+
+// memLease is a grant of a MemLocker.
+type memLease struct {
+	m    *Memory
+	rec  *record
+	done chan struct{}
+	err  error // guarded by m.mu; nil while held
+}
+
+func (le *memLease) Name() string          { return le.rec.name }
+func (le *memLease) Token() fencing.Token  { return le.rec.token }
+func (le *memLease) Done() <-chan struct{} { return le.done }
+func (le *memLease) String() string        { return fmt.Sprintf("%s@%d", le.rec.name, le.rec.token) }
+
+func (le *memLease) Err() error {
+	le.m.mu.Lock()
+	defer le.m.mu.Unlock()
+	if le.err == nil {
+		return nil
+	}
+	return fmt.Errorf("locktest: lease %q token %d: %w", le.rec.name, le.rec.token, le.err)
+}
+
+// Release ends the lease and deletes its record. It does not block, so ctx
+// is not consulted.
+func (le *memLease) Release(ctx context.Context) error {
+	m := le.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if le.err != nil {
+		return fmt.Errorf("locktest: release %q token %d: %w", le.rec.name, le.rec.token, le.err)
+	}
+	le.endLocked(lock.ErrReleased)
+	m.deleteLocked(le.rec)
+	return nil
+}
+
+// endLocked ends the lease with cause unless it has ended already.
+func (le *memLease) endLocked(cause error) bool {
+	if le.err != nil {
+		return false
+	}
+	le.err = cause
+	close(le.done)
+	return true
+}
+
+// observation is one Observe call's queue of holder changes. The queue is
+// unbounded, so a slow reader never makes the Memory drop a change.
+type observation struct {
+	pending []lock.Holder // guarded by Memory.mu
+	wake    chan struct{} // capacity 1
+	err     error         // guarded by Memory.mu; set when out is closed
+}
+
+// Observe implements [lock.Observer]. The observation ends when ctx is done
+// (the error function then returns ctx's error) or when l is closed
+// ([lock.ErrClosed]).
+func (l *MemLocker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
+	if err := lock.ValidateName(name); err != nil {
+		return nil, nil, fmt.Errorf("locktest: observe: %w", err)
+	}
+	m := l.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l.closed {
+		return nil, nil, fmt.Errorf("locktest: observe %q: %w", name, lock.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("locktest: observe %q: %w", name, err)
+	}
+	o := &observation{pending: []lock.Holder{m.holderLocked(name)}, wake: make(chan struct{}, 1)}
+	if m.watches[name] == nil {
+		m.watches[name] = map[*observation]bool{}
+	}
+	m.watches[name][o] = true
+	out := make(chan lock.Holder)
+	l.wg.Add(1)
+	go l.observe(ctx, name, o, out)
+	errf := func() error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return o.err
+	}
+	return out, errf, nil
+}
+
+func (l *MemLocker) observe(ctx context.Context, name string, o *observation, out chan<- lock.Holder) {
+	m := l.m
+	defer l.wg.Done()
+	var err error
+loop:
+	for {
+		m.mu.Lock()
+		if len(o.pending) == 0 {
+			m.mu.Unlock()
+			select {
+			case <-o.wake:
+				continue
+			case <-ctx.Done():
+				err = ctx.Err()
+			case <-l.closing:
+				err = lock.ErrClosed
+			}
+			break loop
+		}
+		h := o.pending[0]
+		o.pending = o.pending[1:]
+		m.mu.Unlock()
+		select {
+		case out <- h:
+		case <-ctx.Done():
+			err = ctx.Err()
+			break loop
+		case <-l.closing:
+			err = lock.ErrClosed
+			break loop
+		}
+	}
+	m.mu.Lock()
+	delete(m.watches[name], o)
+	if len(m.watches[name]) == 0 {
+		delete(m.watches, name)
+	}
+	o.err = fmt.Errorf("locktest: observe %q: %w", name, err)
+	m.mu.Unlock()
+	close(out)
+}
+
+// MemoryHarness returns a [Harness] whose Lockers are [MemLocker]s on m. It
+// also implements [SessionExpirer] and [RecordLister], so
+//
+//	locktest.TestLocker(t, locktest.MemoryHarness(locktest.NewMemory()))
+//
+// runs every subtest.
+func MemoryHarness(m *Memory) Harness { return memHarness{m} }
+
+type memHarness struct{ m *Memory }
+
+func (h memHarness) NewLocker(t *testing.T, identity string) lock.Locker {
+	t.Helper()
+	l := h.m.NewLocker(identity)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func (h memHarness) ExpireSession(t *testing.T, l lock.Locker) {
+	t.Helper()
+	ml, ok := l.(*MemLocker)
+	if !ok {
+		t.Fatalf("locktest: ExpireSession of a %T, want a *MemLocker", l)
+	}
+	h.m.ExpireSession(ml)
+}
+
+func (h memHarness) Records(t *testing.T, name string) []string {
+	return h.m.Records(name)
+}
+
+// errorsIsAny reports whether err matches one of targets.
+func errorsIsAny(err error, targets ...error) bool {
+	for _, t := range targets {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,71 @@
+// Package zklock implements fenced locks (package lock) on ZooKeeper with
+// github.com/go-zookeeper/zk.
+//
+// # Layout
+//
+// A Locker keeps its locks under a root znode (default [DefaultRoot]),
+// created with its ancestors as persistent znodes when missing. The lock
+// called "jobs/nightly" lives in root/jobs/nightly; that znode and
+// root/jobs are container znodes, created on demand, which the server
+// deletes once they are empty, so no per-lock znode is left behind. Each
+// acquisition creates one ephemeral sequential child named
+// "~<random>~<sequence>" holding the Locker's identity. '~' cannot appear in
+// a lock name, so the children of lock "a" and the parent of lock "a/b"
+// never mix; children that do not match the pattern are ignored.
+//
+// # Acquisition
+//
+// The lowest child holds the lock; every other waiter watches only its
+// predecessor, so a release wakes one waiter. The random prefix makes the
+// create "protected": when the connection fails before the reply arrives,
+// the Locker looks the znode up by prefix once reconnected in the same
+// session and uses it, and a create abandoned in flight (ctx ended, Locker
+// closed) is deleted when its reply comes. A cancelled, failed or
+// interrupted wait deletes its znode. The uncontended path is two round
+// trips: the create, then the listing pipelined with a read of the new
+// znode's stat.
+//
+// # Tokens
+//
+// A lease's token is the czxid of its znode: the zxid of the transaction
+// that created it. zxids rise with every write of the ensemble, so tokens
+// rise with every grant, and keep rising when a lock's parent is deleted
+// and created again, where the sequence numbers start over. (They also
+// rise across a leader change: the new epoch is in the zxid's high bits.)
+//
+// # Sessions and loss
+//
+// A lease lives as long as the session that created its znode. [Dial]
+// wraps each TCP connection to learn when the server last certainly heard
+// from the client (the send time of the latest request it answered) and
+// the negotiated session timeout. When no reply has come for the session
+// timeout minus the loss margin ([WithLossMargin]), the Locker stops
+// trusting the session: its leases end with [lock.ErrLost] and its waiting
+// Acquire calls return errors wrapping [lock.ErrLost]. That is before the
+// server can expire the session, and so before anyone else can be granted
+// the lock, as long as the local clock does not run slower than the
+// server's by more than the margin. A session expiry reported by the
+// server ends them at once. A shorter disconnection changes nothing: the
+// session, its znodes and its waiters' queue positions survive it.
+//
+// If the connection comes back in the same session after leases were
+// declared lost, their znodes (still owned by the session) are deleted so
+// the lock is not blocked. The Locker never deletes a znode whose
+// ephemeralOwner is another session. When the session is gone,
+// go-zookeeper opens a new one on the same connection and the next Acquire
+// uses it.
+//
+// # What is not guaranteed
+//
+// A lease can be lost at any moment, and its holder may learn of it too
+// late to stop a write already on its way. Send [Lease.Token] with every
+// write and have the resource check it (package fencing), or make the
+// write a ZooKeeper multi that starts with [Lease.CheckOp].
+//
+// Grant order follows the 10-digit sequence numbers ZooKeeper appends;
+// after 2^31 acquisitions of one lock (without its parent being removed in
+// between) they overflow and the order breaks. [Locker.Observe] may skip
+// grants shorter than a round trip (see there). A Locker from [New] detects
+// a partition only through go-zookeeper's disconnection event; prefer
+// [Dial]. The package needs ZooKeeper 3.5 or later (container znodes).
+package zklock

@@ -1,0 +1,106 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/lock"
+)
+
+var _ lock.Observer = (*Locker)(nil)
+
+// Holder reports the identity and token of the lowest znode of name, or an
+// error wrapping [lock.ErrNotHeld] when there is none. The answer comes
+// from the server the connection is on, which may lag the leader by a
+// moment.
+func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
+	if err := lock.ValidateName(name); err != nil {
+		return lock.Holder{}, fmt.Errorf("zklock: holder: %w", err)
+	}
+	if err := l.enter(); err != nil {
+		return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, err)
+	}
+	defer l.leave()
+	for {
+		h, _, err := l.holder(ctx, l.parent(name), false)
+		if err == nil {
+			if h.Token == 0 {
+				return h, fmt.Errorf("zklock: holder %q: %w", name, lock.ErrNotHeld)
+			}
+			return h, nil
+		}
+		if isConnErr(err) {
+			if err := l.awaitConnected(ctx, nil); err != nil {
+				return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, err)
+			}
+			continue
+		}
+		return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, err)
+	}
+}
+
+// holder reads the lowest znode under parent; a zero Holder means none.
+// With watch it also returns a channel that fires when parent's children
+// change (or, if parent does not exist, when it is created).
+func (l *Locker) holder(ctx context.Context, parent string, watch bool) (lock.Holder, <-chan zk.Event, error) {
+	for {
+		var (
+			names []string
+			w     <-chan zk.Event
+			err   error
+		)
+		if watch {
+			type cw struct {
+				names []string
+				w     <-chan zk.Event
+			}
+			var r cw
+			r, err = do(ctx, l, nil, func() (cw, error) {
+				n, _, w, err := l.conn.ChildrenW(parent)
+				return cw{n, w}, err
+			})
+			names, w = r.names, r.w
+			if errors.Is(err, zk.ErrNoNode) {
+				var e exists
+				e, err = do(ctx, l, nil, l.existsW(parent))
+				if err == nil && e.ok {
+					continue // created meanwhile
+				}
+				return lock.Holder{}, e.watch, err
+			}
+		} else {
+			var r children
+			r, err = do(ctx, l, nil, l.children(parent))
+			names = r.names
+			if errors.Is(err, zk.ErrNoNode) {
+				return lock.Holder{}, nil, nil
+			}
+		}
+		if err != nil {
+			return lock.Holder{}, nil, err
+		}
+		q := queue(names)
+		if len(q) == 0 {
+			return lock.Holder{}, w, nil
+		}
+		type gd struct {
+			data []byte
+			stat *zk.Stat
+		}
+		r, err := do(ctx, l, nil, func() (gd, error) {
+			d, st, err := l.conn.Get(parent + "/" + q[0])
+			return gd{d, st}, err
+		})
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // released meanwhile
+		}
+		if err != nil {
+			return lock.Holder{}, nil, err
+		}
+		return lock.Holder{Identity: string(r.data), Token: fencing.Token(r.stat.Czxid)}, w, nil
+	}
+}

@@ -1,0 +1,239 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/lock"
+)
+
+// Lease is a grant of a lock: the ephemeral sequential znode at Path, the
+// lowest of its lock's parent. Its methods are safe for concurrent use.
+type Lease struct {
+	l       *Locker
+	ep      *epoch
+	name    string
+	path    string
+	czxid   int64
+	version int32
+	stop    chan struct{} // closed when Release starts; stops the watcher
+
+	mu        sync.Mutex
+	releasing bool
+	err       error // nil while held
+	done      chan struct{}
+}
+
+var _ lock.Lease = (*Lease)(nil)
+
+// Name returns the lock's name.
+func (le *Lease) Name() string { return le.name }
+
+// Token returns the lease's fencing token: the czxid of its znode. Every
+// znode of the ensemble gets a larger zxid than the ones created before it,
+// so tokens rise with every grant, also across a deletion and re-creation of
+// the lock's parent (where sequence numbers start again).
+func (le *Lease) Token() fencing.Token { return fencing.Token(le.czxid) }
+
+// Path returns the full path of the lease's znode.
+func (le *Lease) Path() string { return le.path }
+
+// Version returns the data version of the lease's znode when it was
+// granted. The Locker never changes the znode's data, so it stays 0 unless
+// someone else sets it.
+func (le *Lease) Version() int32 { return le.version }
+
+// SessionID returns the id of the session that owns the lease's znode.
+func (le *Lease) SessionID() int64 { return le.ep.id }
+
+// CheckOp returns an operation for zk.Conn.Multi that succeeds only while
+// the lease's znode exists with the version it had when granted. Put it
+// first in a Multi so that the other operations apply only while the lease
+// holds: once the session expired or the lease was released, the znode is
+// gone and the whole Multi fails with zk.ErrNoNode.
+//
+//	ops := []any{lease.CheckOp(), &zk.SetDataRequest{Path: "/config", Data: b, Version: -1}}
+//	if _, err := conn.Multi(ops...); err != nil { ... } // nothing was written
+//
+// The Multi must be sent on the connection of the lease's session (for a
+// Locker from [New], the caller's conn); a Multi on another connection
+// only proves that the znode existed, which is all a fence needs, since a
+// deleted lease znode is never re-created.
+func (le *Lease) CheckOp() *zk.CheckVersionRequest {
+	return &zk.CheckVersionRequest{Path: le.path, Version: le.version}
+}
+
+// Done returns a channel closed when the lease ends: released, lost, or
+// ended by Close.
+func (le *Lease) Done() <-chan struct{} { return le.done }
+
+// Err returns nil while the lease is held; afterwards an error wrapping
+// [lock.ErrReleased] (Release or Close) or [lock.ErrLost] with its cause.
+func (le *Lease) Err() error {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.err
+}
+
+// end ends the lease once; later calls do nothing and return false.
+func (le *Lease) end(err error) bool {
+	le.mu.Lock()
+	if le.err != nil {
+		le.mu.Unlock()
+		return false
+	}
+	le.err = err
+	close(le.done)
+	le.mu.Unlock()
+	le.l.mu.Lock()
+	delete(le.l.leases, le)
+	le.l.mu.Unlock()
+	if errors.Is(err, lock.ErrLost) {
+		le.l.o.logger.Warn("zklock: lease lost", "name", le.name, "path", le.path, "token", le.czxid, "cause", err)
+	}
+	return true
+}
+
+// lose ends the lease as lost and has its znode deleted if it still exists
+// in this session.
+func (le *Lease) lose(cause error) {
+	if le.end(fmt.Errorf("zklock: lease %q (token %d): %w", le.name, le.czxid, cause)) {
+		le.l.addCleanup(cleanup{path: le.path})
+	}
+}
+
+// Release deletes the lease's znode, guarded by its version, and ends the
+// lease. Releasing an ended lease returns an error wrapping
+// [lock.ErrReleased] or [lock.ErrLost]. If ctx ends or the connection fails
+// before the deletion is confirmed, the lease still ends, the znode is
+// deleted once the connection is back in the same session (or vanishes with
+// the session), and Release returns an error saying so.
+func (le *Lease) Release(ctx context.Context) error {
+	le.mu.Lock()
+	if err := le.err; err != nil {
+		le.mu.Unlock()
+		if errors.Is(err, lock.ErrLost) {
+			le.l.kickJanitor()
+			return fmt.Errorf("zklock: release %q: %w", le.name, err)
+		}
+		return fmt.Errorf("zklock: release %q: %w", le.name, lock.ErrReleased)
+	}
+	if le.releasing {
+		le.mu.Unlock()
+		<-le.done
+		return fmt.Errorf("zklock: release %q: %w", le.name, lock.ErrReleased)
+	}
+	le.releasing = true
+	close(le.stop)
+	le.mu.Unlock()
+
+	if err := le.l.enter(); err != nil {
+		le.end(fmt.Errorf("zklock: release %q: %w", le.name, lock.ErrReleased))
+		return nil
+	}
+	defer le.l.leave()
+	err := le.l.deleteOwn(ctx, le.ep, le.path, le.version, le.czxid)
+	switch {
+	case err == nil:
+		le.end(fmt.Errorf("zklock: lease %q: %w", le.name, lock.ErrReleased))
+		return nil
+	case errors.Is(err, zk.ErrNoNode):
+		le.end(fmt.Errorf("zklock: lease %q (token %d): %w: its znode was gone at release", le.name, le.czxid, lock.ErrLost))
+		return fmt.Errorf("zklock: release %q: %w", le.name, le.Err())
+	default:
+		le.end(fmt.Errorf("zklock: lease %q: %w", le.name, lock.ErrReleased))
+		le.l.addCleanup(cleanup{path: le.path})
+		return fmt.Errorf("zklock: release %q: znode not deleted yet (it will be once the connection is back, or with the session): %w", le.name, err)
+	}
+}
+
+// deleteOwn deletes the znode at path if it is still the one created with
+// czxid, guarded by its version. It returns zk.ErrNoNode if it is gone.
+func (l *Locker) deleteOwn(ctx context.Context, ep *epoch, path string, version int32, czxid int64) error {
+	_ = ep // the deletion is worth trying even after the epoch ended
+	for range 3 {
+		_, err := do(ctx, l, nil, func() (struct{}, error) { return struct{}{}, l.conn.Delete(path, version) })
+		if !errors.Is(err, zk.ErrBadVersion) {
+			return err
+		}
+		// Someone changed the znode's data; it is still ours if its czxid
+		// is.
+		ok, st, err := doExists(ctx, l, path)
+		if err != nil {
+			return err
+		}
+		if !ok || st.Czxid != czxid {
+			return zk.ErrNoNode
+		}
+		version = st.Version
+	}
+	return fmt.Errorf("zklock: znode %s keeps changing", path)
+}
+
+// watch follows the lease's znode and epoch until the lease ends. own is
+// the watch set on the znode when it was granted.
+func (le *Lease) watch(own <-chan zk.Event) {
+	defer le.l.wg.Done()
+	for {
+		select {
+		case <-le.stop:
+			return
+		case <-le.ep.done:
+			if le.stopped() {
+				return
+			}
+			if errors.Is(le.ep.err, lock.ErrClosed) {
+				if le.end(fmt.Errorf("zklock: lease %q: %w: locker closed", le.name, lock.ErrReleased)) {
+					le.l.addCleanup(cleanup{path: le.path})
+				}
+				return
+			}
+			le.lose(le.ep.err)
+			return
+		case ev, ok := <-own:
+			if le.stopped() {
+				return
+			}
+			if !ok {
+				own = nil
+				continue
+			}
+			switch ev.Type {
+			case zk.EventNodeDeleted:
+				le.lose(fmt.Errorf("%w: its znode %s was deleted", lock.ErrLost, le.path))
+				return
+			case zk.EventNotWatching:
+				// The connection dropped the watch: the session expired or
+				// the connection closed. The epoch ends too.
+				own = nil
+			default:
+				// Data changed: the znode is still there; watch again.
+				r, err := do(context.Background(), le.l, le.ep, le.l.existsW(le.path))
+				switch {
+				case err == nil && !r.ok:
+					le.lose(fmt.Errorf("%w: its znode %s was deleted", lock.ErrLost, le.path))
+					return
+				case err == nil:
+					own = r.watch
+				default:
+					own = nil
+				}
+			}
+		}
+	}
+}
+
+// stopped reports whether Release has taken over.
+func (le *Lease) stopped() bool {
+	select {
+	case <-le.stop:
+		return true
+	default:
+		return false
+	}
+}

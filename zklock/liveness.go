@@ -1,0 +1,186 @@
+package zklock
+
+import (
+	"encoding/binary"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// liveness tracks, across the TCP connections go-zookeeper opens for one
+// zk.Conn, the latest moment at which the server certainly heard from this
+// client: the send time of the latest request it answered. The server
+// touches a session whenever it receives a packet of it, and answers the
+// requests of one connection in order, so matching replies to requests
+// first-in first-out gives a lower bound on the server's last touch that
+// holds even when packets flow one way only (a half-open partition in which
+// watch notifications still arrive and go-zookeeper sees nothing wrong).
+//
+// It also reads the session timeout the server negotiated, which
+// go-zookeeper keeps to itself.
+type liveness struct {
+	heard     atomic.Int64 // unix nanoseconds; 0 until a handshake
+	timeout   atomic.Int64 // negotiated session timeout, nanoseconds
+	sessionID atomic.Int64 // 0 until a handshake, and after an expiry
+
+	// onHeard, if set, is called (from go-zookeeper's reading goroutine,
+	// so it must not block) each time heard advances.
+	onHeard func()
+}
+
+// deadline returns the moment the server may expire the session, less
+// margin(timeout), and whether any handshake happened yet.
+func (lv *liveness) deadline(margin func(time.Duration) time.Duration) (time.Time, bool) {
+	h := lv.heard.Load()
+	if h == 0 {
+		return time.Time{}, false
+	}
+	t := time.Duration(lv.timeout.Load())
+	return time.Unix(0, h).Add(t - margin(t)), true
+}
+
+func (lv *liveness) negotiated() time.Duration { return time.Duration(lv.timeout.Load()) }
+
+func (lv *liveness) markHeard(sent time.Time) {
+	ns := sent.UnixNano()
+	for {
+		old := lv.heard.Load()
+		if ns <= old {
+			return
+		}
+		if lv.heard.CompareAndSwap(old, ns) {
+			break
+		}
+	}
+	if lv.onHeard != nil {
+		lv.onHeard()
+	}
+}
+
+// wrap returns a dialer whose connections report to lv.
+func (lv *liveness) wrap(next zk.Dialer) zk.Dialer {
+	return func(network, addr string, timeout time.Duration) (net.Conn, error) {
+		c, err := next(network, addr, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return &trackedConn{Conn: c, lv: lv}, nil
+	}
+}
+
+// trackedConn frames both directions of one connection. go-zookeeper
+// writes from one goroutine at a time and reads from one goroutine at a
+// time, but the two run concurrently.
+type trackedConn struct {
+	net.Conn
+	lv *liveness
+
+	mu   sync.Mutex
+	sent []time.Time // send times of requests not answered yet, oldest first
+
+	w frames // guarded by go-zookeeper's single writer
+	r frames // guarded by go-zookeeper's single reader
+
+	handshakeDone bool // reader side
+}
+
+func (c *trackedConn) Write(p []byte) (int, error) {
+	now := time.Now() // before the write: the server cannot have the packet earlier
+	n, err := c.Conn.Write(p)
+	c.w.feed(p[:n], func([]byte) {
+		c.mu.Lock()
+		c.sent = append(c.sent, now)
+		c.mu.Unlock()
+	})
+	return n, err
+}
+
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.r.feed(p[:n], c.received)
+	return n, err
+}
+
+// received handles one whole packet from the server; body holds up to its
+// first frameKeep bytes.
+func (c *trackedConn) received(body []byte) {
+	if !c.handshakeDone {
+		c.handshakeDone = true
+		// connect response: protocolVersion int32, timeOut int32,
+		// sessionID int64, passwd buffer.
+		sent, ok := c.pop()
+		if !ok || len(body) < 16 {
+			return
+		}
+		timeout := time.Duration(int32(binary.BigEndian.Uint32(body[4:8]))) * time.Millisecond
+		sid := int64(binary.BigEndian.Uint64(body[8:16]))
+		c.lv.sessionID.Store(sid)
+		if sid == 0 { // the session expired; no new one yet
+			return
+		}
+		c.lv.timeout.Store(int64(timeout))
+		c.lv.markHeard(sent)
+		return
+	}
+	if len(body) >= 4 && int32(binary.BigEndian.Uint32(body[:4])) == -1 {
+		return // a watch notification answers no request
+	}
+	if sent, ok := c.pop(); ok {
+		c.lv.markHeard(sent)
+	}
+}
+
+func (c *trackedConn) pop() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.sent) == 0 {
+		return time.Time{}, false
+	}
+	t := c.sent[0]
+	c.sent = c.sent[1:]
+	return t, true
+}
+
+// frameKeep is how much of each packet body frames keeps: enough for a
+// connect response with its password.
+const frameKeep = 64
+
+// frames splits a byte stream into ZooKeeper's length-prefixed packets.
+type frames struct {
+	hdr  [4]byte
+	nhdr int
+	need int
+	body []byte
+}
+
+func (f *frames) feed(p []byte, done func(body []byte)) {
+	for len(p) > 0 {
+		if f.nhdr < 4 {
+			k := copy(f.hdr[f.nhdr:], p)
+			f.nhdr += k
+			p = p[k:]
+			if f.nhdr == 4 {
+				f.need = int(binary.BigEndian.Uint32(f.hdr[:]))
+				f.body = f.body[:0]
+				if f.need == 0 {
+					f.nhdr = 0
+					done(nil)
+				}
+			}
+			continue
+		}
+		k := min(len(p), f.need)
+		if keep := frameKeep - len(f.body); keep > 0 {
+			f.body = append(f.body, p[:min(k, keep)]...)
+		}
+		f.need -= k
+		p = p[k:]
+		if f.need == 0 {
+			f.nhdr = 0
+			done(f.body)
+		}
+	}
+}

@@ -1,0 +1,61 @@
+package zklock
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+
+	"github.com/fencelock/fencelock/lock"
+)
+
+func init() { lock.Register("zk", driver{}) }
+
+// driver opens Lockers for URLs such as
+// "zk://h1:2181,h2:2181/myapp/locks?session_timeout=10s&identity=worker-1".
+// The path is the root (default [DefaultRoot]); the query keys are
+// session_timeout and loss_margin (durations, see [WithSessionTimeout] and
+// [WithLossMargin]) and identity (see [WithIdentity]).
+type driver struct{}
+
+func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
+	if u.User != nil {
+		return nil, fmt.Errorf("zklock: open %q: %w: credentials in the URL are not supported", u.Redacted(), lock.ErrInvalidConfig)
+	}
+	if u.Fragment != "" {
+		return nil, fmt.Errorf("zklock: open %q: %w: unexpected fragment", u.Redacted(), lock.ErrInvalidConfig)
+	}
+	hosts, err := lock.URLHosts(u)
+	if err != nil {
+		return nil, fmt.Errorf("zklock: open: %w", err)
+	}
+	root, err := lock.URLPath(u)
+	if err != nil {
+		return nil, fmt.Errorf("zklock: open: %w", err)
+	}
+	q, err := lock.CheckQuery(u, "session_timeout", "loss_margin", "identity")
+	if err != nil {
+		return nil, fmt.Errorf("zklock: open: %w", err)
+	}
+	var opts []Option
+	if root != "" {
+		opts = append(opts, WithRoot(root))
+	}
+	if d, ok, err := lock.URLDuration(q, "session_timeout"); err != nil {
+		return nil, fmt.Errorf("zklock: open: %w", err)
+	} else if ok {
+		opts = append(opts, WithSessionTimeout(d))
+	}
+	if d, ok, err := lock.URLDuration(q, "loss_margin"); err != nil {
+		return nil, fmt.Errorf("zklock: open: %w", err)
+	} else if ok {
+		opts = append(opts, WithLossMargin(d))
+	}
+	if id, ok := q["identity"]; ok {
+		opts = append(opts, WithIdentity(id[0]))
+	}
+	l, err := Dial(ctx, hosts, opts...)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return l, nil
+}
