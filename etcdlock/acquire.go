@@ -36,7 +36,7 @@ func (l *Locker) acquire(ctx context.Context, name string, try bool) (*Lease, er
 	}
 }
 
-var errStaleSession = errors.New("session lease not found")
+var errStaleSession = fmt.Errorf("%w: the session lease was not found on the server", lock.ErrLost)
 
 // acquireIn runs one acquisition within session s.
 func (l *Locker) acquireIn(ctx context.Context, s *session, name string, try bool) (*Lease, error) {

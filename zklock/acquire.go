@@ -109,14 +109,26 @@ func (l *Locker) acquire(ctx context.Context, name string, try bool) (*Lease, er
 	if err := context.Cause(ctx); err != nil {
 		return fail(err)
 	}
-	ep, err := l.session(ctx)
-	if err != nil {
-		return fail(err)
-	}
 	parent := l.parent(name)
-	prefix := newPrefix()
-	path, err := l.create(ctx, ep, parent, prefix)
-	if err != nil {
+	var (
+		ep   *epoch
+		path string
+	)
+	for attempt := 0; ; attempt++ {
+		var err error
+		ep, err = l.session(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		path, err = l.create(ctx, ep, parent, newPrefix())
+		if err == nil {
+			break
+		}
+		// A session found lost before this acquisition had a znode costs it
+		// no place in the queue: start again on the next session.
+		if ended(ep) && errors.Is(err, lock.ErrLost) && attempt < 3 {
+			continue
+		}
 		return fail(err)
 	}
 	le, err := l.queueUp(ctx, ep, name, parent, path, try)
@@ -390,4 +402,13 @@ func (l *Locker) grant(ep *epoch, name, path string, czxid int64, version int32,
 	l.wg.Add(1)
 	go le.watch(own)
 	return le, nil
+}
+
+func ended(ep *epoch) bool {
+	select {
+	case <-ep.done:
+		return true
+	default:
+		return false
+	}
 }

@@ -9,6 +9,17 @@
 //
 // When CI=true a missing server binary or Docker engine fails the test;
 // otherwise the test is skipped with a message saying what to install.
+//
+// Faults: a Member can be killed, frozen and restarted, and [NewProxy] and
+// [NewProxies] put a TCP proxy in front of members that can blackhole,
+// delay or reset client connections. Proxies count what they did
+// ([Proxy.Stats]) and members report their state ([Member.Running]), so
+// that a test can check that a fault really happened instead of assuming
+// it.
+//
+// Ports are drawn below the kernel's ephemeral range and claimed with a
+// file lock, so that concurrent test binaries do not collide; a start that
+// still loses a port race is retried on other ports.
 package cluster
 
 import (

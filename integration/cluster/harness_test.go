@@ -367,3 +367,22 @@ func testReset(t *testing.T, c *Cluster, key string) {
 		t.Fatalf("Stats().Accepted after reset and put = %d; want more than %d (a new connection)", s.Accepted, accepted)
 	}
 }
+
+func TestHarnessSingleMember(t *testing.T) {
+	for _, kind := range []Kind{Etcd, ZooKeeper} {
+		t.Run(string(kind), func(t *testing.T) {
+			c := FromEnv(t).Start(t, kind, WithMembers(1))
+			if got := len(c.Members); got != 1 {
+				t.Fatalf("len(Members) = %d; want 1", got)
+			}
+			ctx := ctxTimeout(t, 30*time.Second)
+			if i, err := c.Leader(ctx); err != nil || i != 0 {
+				t.Fatalf("Leader() = %d, %v; want 0, nil", i, err)
+			}
+			key := fmt.Sprintf("harness-single-%s-%d", kind, time.Now().UnixNano())
+			cli := dialKV(t, kind, c.Endpoints())
+			mustPut(t, cli, key, "v")
+			mustGet(t, cli, key, "v")
+		})
+	}
+}

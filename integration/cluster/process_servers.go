@@ -16,7 +16,7 @@ import (
 func etcdBinary() (string, error) {
 	if p := os.Getenv("FENCELOCK_ETCD_BIN"); p != "" {
 		if err := isExecutable(p); err != nil {
-			return "", fmt.Errorf("FENCELOCK_ETCD_BIN=%s: %w", p, err)
+			return "", fmt.Errorf("etcd binary not found: FENCELOCK_ETCD_BIN=%s: %w (unset it to use the one \"make deps\" builds)", p, err)
 		}
 		return p, nil
 	}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strconv"
@@ -217,9 +218,11 @@ func TestLastLines(t *testing.T) {
 		{"one", 1, "one"},
 	}
 	for _, tt := range tests {
-		if got := lastLines(tt.in, tt.n); got != tt.want {
-			t.Errorf("lastLines(%q, %d) = %q; want %q", tt.in, tt.n, got, tt.want)
-		}
+		t.Run(fmt.Sprintf("%q/%d", tt.in, tt.n), func(t *testing.T) {
+			if got := lastLines(tt.in, tt.n); got != tt.want {
+				t.Errorf("lastLines(%q, %d) = %q; want %q", tt.in, tt.n, got, tt.want)
+			}
+		})
 	}
 }
 

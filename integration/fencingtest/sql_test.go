@@ -32,14 +32,8 @@ type fixture struct {
 func newFixture(t *testing.T, b backend) *fixture {
 	t.Helper()
 	db := b.open(t)
-	store, err := sqlfence.New(db, b.dialect, sqlfence.WithTable(tableName(t, "fence_")))
-	if err != nil {
-		t.Fatalf("sqlfence.New() = %v", err)
-	}
+	store := freshStore(t, db, b.dialect, tableName(t, "fence_"))
 	ctx := t.Context()
-	if err := store.CreateTable(ctx); err != nil {
-		t.Fatalf("CreateTable() = %v", err)
-	}
 	f := &fixture{b: b, db: db, store: store, reg: tableName(t, "reg_"), log: tableName(t, "log_")}
 	serial := "BIGSERIAL PRIMARY KEY"
 	if b.dialect == sqlfence.SQLite {
@@ -56,6 +50,24 @@ func newFixture(t *testing.T, b backend) *fixture {
 		}
 	}
 	return f
+}
+
+// freshStore returns a Store on an empty token table: the PostgreSQL server
+// outlives a test (and go test -count=N runs it again).
+func freshStore(t *testing.T, db *sql.DB, dialect sqlfence.Dialect, table string) *sqlfence.Store {
+	t.Helper()
+	store, err := sqlfence.New(db, dialect, sqlfence.WithTable(table))
+	if err != nil {
+		t.Fatalf("sqlfence.New(WithTable(%q)) = %v", table, err)
+	}
+	ctx := t.Context()
+	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
+		t.Fatalf("drop %s: %v", table, err)
+	}
+	if err := store.CreateTable(ctx); err != nil {
+		t.Fatalf("CreateTable() = %v", err)
+	}
+	return store
 }
 
 // q rewrites ? placeholders for the backend.
@@ -507,15 +519,8 @@ func TestSQLSchemaQualifiedTable(t *testing.T) {
 		if b.dialect == sqlfence.SQLite {
 			schema = "main"
 		}
-		table := schema + "." + tableName(t, "fence_")
-		store, err := sqlfence.New(db, b.dialect, sqlfence.WithTable(table))
-		if err != nil {
-			t.Fatalf("New(WithTable(%q)) = %v", table, err)
-		}
+		store := freshStore(t, db, b.dialect, schema+"."+tableName(t, "fence_"))
 		ctx := t.Context()
-		if err := store.CreateTable(ctx); err != nil {
-			t.Fatalf("CreateTable() = %v", err)
-		}
 		noop := func(*sql.Tx) error { return nil }
 		if err := store.Apply(ctx, "q", 2, noop); err != nil {
 			t.Fatalf("Apply(2) = %v; want nil", err)

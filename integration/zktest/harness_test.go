@@ -304,3 +304,9 @@ func expireSession(t *testing.T, s *sessions, servers []string, zl *zklock.Locke
 	}
 	t.Fatalf("ExpireSession(0x%x): %v", id, errors.Join(errs...))
 }
+
+// cluster0 starts an ensemble for a benchmark.
+func cluster0(b *testing.B) *cluster.Cluster {
+	b.Helper()
+	return cluster.FromEnv(b).Start(b, cluster.ZooKeeper)
+}

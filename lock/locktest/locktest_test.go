@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -89,7 +90,7 @@ func TestSuiteCatchesFaults(t *testing.T) {
 			if tt.subtest != "" {
 				run += "/^" + tt.subtest + "$"
 			}
-			cmd := exec.Command(os.Args[0], "-test.run="+run, "-test.count=1")
+			cmd := exec.Command(os.Args[0], "-test.run="+run, "-test.count=1", "-test.timeout=60s")
 			cmd.Env = append(os.Environ(), faultEnv+"="+tt.fault)
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError
@@ -217,8 +218,13 @@ func (f *faulty) TryAcquire(ctx context.Context, name string) (lock.Lease, error
 	case "try-leaves-record":
 		le, err := f.MemLocker.TryAcquire(ctx, name)
 		if errors.Is(err, lock.ErrLocked) {
-			// Queues a record nobody will collect; Close ends it.
+			// Queues a record nobody will collect (Close ends it), and
+			// returns once it exists.
+			n := len(f.m.Records(name))
 			go func() { _, _ = f.MemLocker.Acquire(context.WithoutCancel(ctx), name) }()
+			for len(f.m.Records(name)) == n {
+				runtime.Gosched()
+			}
 		}
 		return f.wrap(le, err)
 	case "accept-invalid":

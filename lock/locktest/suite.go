@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -95,10 +96,12 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// ctx returns a context that bounds one subtest step (or a few), cancelled
-// when t ends.
+// ctx returns a context for the calls of one subtest, cancelled when t
+// ends. It outlasts the waits bounded by Options.Timeout, so that a call
+// that hangs is reported as hanging rather than as failing with ctx's
+// error.
 func (s *suite) ctx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*s.o.Timeout)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -436,12 +439,15 @@ func (s *suite) testMutualExclusion(t *testing.T) {
 	name := lockName(t)
 	perG := max(1, s.o.Rounds/s.o.Goroutines)
 	var (
-		inside atomic.Int32
-		clock  atomic.Int64
-		mu     sync.Mutex
-		grants []grant
-		wg     sync.WaitGroup
+		inside     atomic.Int32 // goroutines in the critical section
+		attempting atomic.Int32 // goroutines in Acquire
+		active     atomic.Int32 // goroutines not done with their rounds
+		clock      atomic.Int64
+		mu         sync.Mutex
+		grants     []grant
+		wg         sync.WaitGroup
 	)
+	active.Store(int32(s.o.Lockers * s.o.Goroutines))
 	for li := range s.o.Lockers {
 		id := identity(fmt.Sprintf("l%d", li))
 		l := s.newLocker(t, id)
@@ -450,9 +456,12 @@ func (s *suite) testMutualExclusion(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				defer active.Add(-1)
 				for r := range perG {
 					ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
+					attempting.Add(1)
 					le, err := l.Acquire(ctx, name)
+					attempting.Add(-1)
 					if err != nil {
 						cancel()
 						t.Errorf("%s round %d: Acquire = %v; want a lease", who, r, err)
@@ -461,6 +470,17 @@ func (s *suite) testMutualExclusion(t *testing.T) {
 					start := clock.Add(1)
 					if n := inside.Add(1); n != 1 {
 						t.Errorf("%s round %d: %d holders in the critical section at once", who, r, n)
+					}
+					// Hold the section until every other goroutine is
+					// trying to acquire (or briefly, if that never
+					// happens), so that a Locker that would let a second
+					// holder in does so while the first is inside.
+					deadline := time.Now().Add(50 * time.Millisecond)
+					for inside.Load() == 1 && attempting.Load() < active.Load()-1 && time.Now().Before(deadline) {
+						runtime.Gosched()
+					}
+					for i := 0; i < 100 && inside.Load() == 1; i++ {
+						runtime.Gosched()
 					}
 					// The backend must agree that this lease holds the
 					// lock; the round trip also widens the window in
@@ -639,7 +659,13 @@ func (s *suite) testCancelledContext(t *testing.T) {
 			name string
 			f    func(context.Context, string) (lock.Lease, error)
 		}{{"Acquire", b.Acquire}, {"TryAcquire", b.TryAcquire}} {
-			le, err := op.f(done, name)
+			ch := make(chan result, 1)
+			go func() {
+				le, err := op.f(done, name)
+				ch <- result{le, err}
+			}()
+			r := s.await(t, ch, op.name+" with a cancelled context")
+			le, err := r.lease, r.err
 			if !errors.Is(err, context.Canceled) {
 				t.Errorf("%s(%q) with a cancelled context on a %s lock = %v, %v; want an error wrapping %v", op.name, name, state, le, err, context.Canceled)
 			}
