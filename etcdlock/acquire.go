@@ -20,6 +20,25 @@ func (l *Locker) acquire(ctx context.Context, name string, try bool) (*Lease, er
 	if err := lock.ValidateName(name); err != nil {
 		return nil, err
 	}
+	parent := ctx
+	ctx, cancel := l.withClosing(ctx)
+	defer cancel()
+	le, err := l.acquireRetry(ctx, name, try)
+	if err != nil && parent.Err() == nil && l.closing.Err() != nil {
+		err = lock.ErrClosed
+	}
+	return le, err
+}
+
+// withClosing returns a context that is also cancelled when Close starts,
+// so that no request of a call outlives Close.
+func (l *Locker) withClosing(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(l.closing, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+func (l *Locker) acquireRetry(ctx context.Context, name string, try bool) (*Lease, error) {
 	for attempt := 0; ; attempt++ {
 		s, err := l.session(ctx)
 		if err != nil {
@@ -75,6 +94,9 @@ func (l *Locker) acquireIn(ctx context.Context, s *session, name string, try boo
 		if isLeaseNotFound(err) {
 			l.dropSession(s, fmt.Errorf("%w: lease %x expired or was revoked", lock.ErrLost, int64(s.id)))
 			return nil, errStaleSession
+		}
+		if !retryable(err) {
+			return nil, err
 		}
 		if werr := l.waitRetry(ctx, s); werr != nil {
 			// The create may have been applied with its reply lost.
@@ -174,7 +196,10 @@ func (l *Locker) wait(ctx context.Context, s *session, pfx, key string, myRev in
 // the current revision, waitDelete returns early (createdLate) so that the
 // caller can re-read instead of waiting for the resync.
 func (l *Locker) waitDelete(ctx context.Context, s *session, key string, fromRev int64, checkCreated bool) (gone, createdLate bool, err error) {
-	wctx, cancel := context.WithCancel(l.life)
+	// A member cut off from the leader would keep such a watch open and
+	// silent; requiring a leader makes it fail, and the caller re-reads
+	// and watches again, through whichever member the client picks.
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.life))
 	defer cancel()
 	opts := []clientv3.OpOption{clientv3.WithRev(fromRev + 1), clientv3.WithFilterPut()}
 	if checkCreated {
@@ -228,6 +253,9 @@ func (l *Locker) recheck(ctx context.Context, s *session, pfx, key string, myRev
 				pred = kvs[0]
 			}
 			return pred, resp.Header.Revision, true, nil
+		}
+		if !retryable(err) {
+			return nil, 0, false, err
 		}
 		if werr := l.waitRetry(ctx, s); werr != nil {
 			return nil, 0, false, errors.Join(werr, err)
@@ -307,7 +335,7 @@ func (l *Locker) cleanup(key string, rev int64) {
 // starts the watch on its record.
 func (l *Locker) grant(le *Lease, readRev int64) error {
 	s := le.s
-	wctx, cancel := context.WithCancel(l.life)
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.life))
 	le.stopWatch = cancel
 	if err := s.add(le); err != nil {
 		cancel()

@@ -25,7 +25,9 @@ const recordWatchDelay = 50 * time.Millisecond
 // loss, which is the first of
 //   - a keepalive answer saying the session lease is gone (expired or
 //     revoked);
-//   - a watch event saying the record was deleted by someone else;
+//   - a watch event saying the record was deleted by someone else (the
+//     watch starts 50ms after the grant, from the grant's revision, so a
+//     short critical section costs no watch and no deletion is missed);
 //   - the local deadline: the send time of the last acknowledged keepalive
 //     plus the TTL minus the loss margin, passing while the cluster does not
 //     answer. The server cannot expire the session lease before then, so
@@ -152,6 +154,9 @@ func (le *Lease) deleteRecord(ctx context.Context) (bool, error) {
 			// After a request with no answer, a record already gone
 			// was most likely deleted by that request.
 			return resp.Succeeded || retried, nil
+		}
+		if !retryable(err) {
+			return false, err
 		}
 		t := time.NewTimer(retryDelay)
 		select {

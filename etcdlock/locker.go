@@ -47,8 +47,8 @@ var (
 // until Close returns. A nil client or a bad option is an error wrapping
 // [lock.ErrInvalidConfig].
 //
-// New does no I/O: the session lease is granted by the first Acquire,
-// TryAcquire or Holder call that needs it.
+// New does no I/O: the session lease is granted by the first Acquire or
+// TryAcquire.
 func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 	if client == nil {
 		return nil, fmt.Errorf("etcdlock: new: %w: nil client", lock.ErrInvalidConfig)
@@ -200,9 +200,10 @@ func (l *Locker) closeWait() time.Duration { return min(l.opts.ttl, maxCloseWait
 // Otherwise it watches only the record just before its own (by create
 // revision), and after that record goes it checks that its own record, and
 // so its session lease, still exists before it reports success. A failed or
-// cancelled Acquire deletes its record (bounded by a fresh 5s context); if
-// the cluster cannot be reached then, the deletion is retried in the
-// background and the lease's expiry removes the record at the latest.
+// cancelled Acquire deletes its record (with a fresh context of at most
+// 2s); if the cluster cannot be reached then, the deletion is retried in
+// the background, and the session lease's expiry removes the record at the
+// latest.
 //
 // Errors wrap [lock.ErrInvalidName], [lock.ErrClosed], [lock.ErrLost] (the
 // session ended while waiting; the next call starts a new one) or ctx's
@@ -237,8 +238,13 @@ func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
 	if l.isClosed() {
 		return lock.Holder{}, fmt.Errorf("etcdlock: holder %q: %w", name, lock.ErrClosed)
 	}
-	resp, err := l.client.Get(ctx, l.namePrefix(name), clientv3.WithFirstCreate()...)
+	cctx, cancel := l.withClosing(ctx)
+	defer cancel()
+	resp, err := l.client.Get(cctx, l.namePrefix(name), clientv3.WithFirstCreate()...)
 	if err != nil {
+		if ctx.Err() == nil && l.closing.Err() != nil {
+			err = lock.ErrClosed
+		}
 		return lock.Holder{}, fmt.Errorf("etcdlock: holder %q: %w", name, err)
 	}
 	if len(resp.Kvs) == 0 {

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,27 +30,31 @@ func (d *memDriver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	return d.m.NewLocker(""), nil
 }
 
-// The registry is process-wide, so every scheme registered here is unique
-// to its test.
+// The registry is process-wide and refuses a second registration, so every
+// scheme registered here is unique to its test and run (-count).
+var schemeSeq atomic.Int64
+
+func uniqueScheme(base string) string { return fmt.Sprintf("%s%d", base, schemeSeq.Add(1)) }
 
 func TestOpenRegisteredDriver(t *testing.T) {
 	d := &memDriver{m: locktest.NewMemory(), got: make(chan *url.URL, 1)}
-	lock.Register("openmem", d)
-	if !slices.Contains(lock.Schemes(), "openmem") {
-		t.Errorf("Schemes() = %q; want it to contain %q", lock.Schemes(), "openmem")
+	scheme := uniqueScheme("openmem")
+	lock.Register(scheme, d)
+	if !slices.Contains(lock.Schemes(), scheme) {
+		t.Errorf("Schemes() = %q; want it to contain %q", lock.Schemes(), scheme)
 	}
 	if s := lock.Schemes(); !slices.IsSorted(s) {
 		t.Errorf("Schemes() = %q; want it sorted", s)
 	}
 
 	ctx := context.Background()
-	l, err := lock.Open(ctx, "openmem://h1:1,h2:2/app?ttl=5s")
+	l, err := lock.Open(ctx, scheme+"://h1:1,h2:2/app?ttl=5s")
 	if err != nil {
 		t.Fatalf("Open() = %v; want nil", err)
 	}
 	t.Cleanup(func() { _ = l.Close() })
 	u := <-d.got
-	if u.Scheme != "openmem" || u.Host != "h1:1,h2:2" || u.Path != "/app" || u.RawQuery != "ttl=5s" {
+	if u.Scheme != scheme || u.Host != "h1:1,h2:2" || u.Path != "/app" || u.RawQuery != "ttl=5s" {
 		t.Errorf("driver got %#v; want the parsed URL", u)
 	}
 	le, err := l.Acquire(ctx, "opened")
@@ -64,8 +69,9 @@ func TestOpenRegisteredDriver(t *testing.T) {
 func TestOpenDriverError(t *testing.T) {
 	bad := fmt.Errorf("openfail: %w: unknown query key %q", lock.ErrInvalidConfig, "bogus")
 	d := &memDriver{m: locktest.NewMemory(), got: make(chan *url.URL, 1), fail: bad}
-	lock.Register("openfail", d)
-	l, err := lock.Open(context.Background(), "openfail://h:1/x?bogus=1")
+	scheme := uniqueScheme("openfail")
+	lock.Register(scheme, d)
+	l, err := lock.Open(context.Background(), scheme+"://h:1/x?bogus=1")
 	if err != bad || l != nil {
 		t.Errorf("Open() = %v, %v; want nil, the driver's error %v", l, err, bad)
 	}
@@ -120,12 +126,13 @@ func mustPanic(t *testing.T, what string, f func()) {
 
 func TestRegisterPanics(t *testing.T) {
 	d := &memDriver{m: locktest.NewMemory(), got: make(chan *url.URL, 1)}
-	lock.Register("regdup", d)
-	mustPanic(t, `second Register("regdup")`, func() { lock.Register("regdup", d) })
-	mustPanic(t, "Register with a nil driver", func() { lock.Register("regnil", nil) })
+	dup, nilDriver := uniqueScheme("regdup"), uniqueScheme("regnil")
+	lock.Register(dup, d)
+	mustPanic(t, "second Register("+dup+")", func() { lock.Register(dup, d) })
+	mustPanic(t, "Register with a nil driver", func() { lock.Register(nilDriver, nil) })
 	mustPanic(t, "Register with an empty scheme", func() { lock.Register("", d) })
-	if slices.Contains(lock.Schemes(), "regnil") {
-		t.Errorf("Schemes() = %q; want no %q after a refused Register", lock.Schemes(), "regnil")
+	if slices.Contains(lock.Schemes(), nilDriver) {
+		t.Errorf("Schemes() = %q; want no %q after a refused Register", lock.Schemes(), nilDriver)
 	}
 }
 

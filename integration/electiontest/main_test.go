@@ -10,10 +10,10 @@ import (
 	"testing"
 
 	_ "github.com/fencelock/fencelock/etcdlock"
-	_ "github.com/fencelock/fencelock/zklock"
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/leakcheck"
 	"github.com/fencelock/fencelock/lock"
+	_ "github.com/fencelock/fencelock/zklock"
 )
 
 // Environment variables that switch the test binary into candidate mode.

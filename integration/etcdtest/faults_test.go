@@ -279,3 +279,148 @@ func TestReleaseReplyLost(t *testing.T) {
 		t.Errorf("new grant Release() = %v", err)
 	}
 }
+
+// TestCancelledWaitWhilePartitioned cancels a waiting Acquire while its
+// client cannot reach the cluster: Acquire returns within its cleanup bound,
+// and once the partition heals its record goes, while its session (which
+// outlives the short partition) stays, so the background cleanup, not the
+// lease's expiry, removed it.
+func TestCancelledWaitWhilePartitioned(t *testing.T) {
+	c := startCluster(t)
+	admin := newClient(t, c.Endpoints())
+	ctx := ctxTimeout(t, 30*time.Second)
+	name := uniqueName(t)
+	holder := newLocker(t, newClient(t, c.Endpoints()))
+	proxies := cluster.NewProxies(t, c)
+	waiter := newLocker(t, newClient(t, proxies.Endpoints()), etcdlock.WithTTL(10*time.Second))
+
+	held, err := holder.Acquire(ctx, name)
+	if err != nil {
+		t.Fatalf("Acquire() = %v", err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() {
+		_, err := waiter.Acquire(wctx, name)
+		res <- err
+	}()
+	eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, holder, name)) == 2 })
+	session, ok := waiter.SessionLeaseID()
+	if !ok {
+		t.Fatalf("waiter SessionLeaseID() = _, false")
+	}
+
+	proxies.Blackhole()
+	cancel()
+	start := time.Now()
+	select {
+	case err := <-res:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Acquire() = %v; want %v", err, context.Canceled)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("cancelled Acquire() still blocked %v after the cancel", time.Since(start))
+	}
+	t.Logf("cancelled Acquire returned %v after the cancel", time.Since(start))
+	if got := records(t, admin, holder, name); len(got) != 2 {
+		t.Fatalf("records during the partition = %v; want the holder's and the waiter's (the cleanup must not have reached the cluster)", got)
+	}
+	if st := proxies.Stats(); st.HeldWhileBlackholed == 0 {
+		t.Errorf("proxies held no bytes while blackholed (%+v); the partition did not happen", st)
+	}
+
+	proxies.Heal()
+	eventually(t, 5*time.Second, "waiter's record deleted after heal", func() bool { return len(records(t, admin, holder, name)) == 1 })
+	if id, ok := waiter.SessionLeaseID(); !ok || id != session {
+		t.Errorf("waiter session after heal = %x, %v; want the same live session %x", int64(id), ok, int64(session))
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Errorf("Release() = %v", err)
+	}
+}
+
+// TestHolderMemberFrozen freezes (SIGSTOP) the only member the holder's
+// client talks to, a follower: the other two keep quorum, expire the
+// holder's session and grant the lock to a waiter, and the holder's Done
+// must close before that grant. After the member resumes, the holder's
+// Locker acquires again with a new session.
+func TestHolderMemberFrozen(t *testing.T) {
+	c := startCluster(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	name := uniqueName(t)
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatalf("Leader() = %v", err)
+	}
+	frozen := (leader + 1) % len(c.Members)
+	var others []string
+	for i, m := range c.Members {
+		if i != frozen {
+			others = append(others, m.ClientAddr())
+		}
+	}
+	admin := newClient(t, others)
+	holder := newLocker(t, newClient(t, []string{c.Members[frozen].ClientAddr()}))
+	other := newLocker(t, newClient(t, others))
+
+	ll, err := holder.Acquire(ctx, name)
+	if err != nil {
+		t.Fatalf("Acquire() = %v", err)
+	}
+	doneAt := make(chan time.Time, 1)
+	go func() {
+		<-ll.Done()
+		doneAt <- time.Now()
+	}()
+	type grant struct {
+		at    time.Time
+		lease lock.Lease
+		err   error
+	}
+	granted := make(chan grant, 1)
+	go func() {
+		l, err := other.Acquire(ctx, name)
+		granted <- grant{time.Now(), l, err}
+	}()
+	eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, other, name)) == 2 })
+
+	if err := c.Members[frozen].Stop(); err != nil {
+		t.Fatalf("Stop(%s) = %v", c.Members[frozen].Name(), err)
+	}
+	if c.Members[frozen].Running() {
+		t.Fatalf("%s still running after Stop", c.Members[frozen].Name())
+	}
+	cut := time.Now()
+	g := <-granted
+	if g.err != nil {
+		t.Fatalf("other Acquire() = %v", g.err)
+	}
+	var done time.Time
+	select {
+	case done = <-doneAt:
+	default:
+		t.Fatalf("the other Locker was granted the lock %v after the freeze, and the holder's Done is still open", g.at.Sub(cut))
+	}
+	if !done.Before(g.at) {
+		t.Errorf("holder's Done closed at freeze+%v, not before the next grant at freeze+%v", done.Sub(cut), g.at.Sub(cut))
+	}
+	if !errors.Is(ll.Err(), lock.ErrLost) {
+		t.Errorf("Err() = %v; want %v", ll.Err(), lock.ErrLost)
+	}
+	t.Logf("Done at freeze+%v, next grant at freeze+%v, margin %v", done.Sub(cut), g.at.Sub(cut), g.at.Sub(done))
+
+	if err := c.Members[frozen].Continue(); err != nil {
+		t.Fatalf("Continue(%s) = %v", c.Members[frozen].Name(), err)
+	}
+	if err := g.lease.Release(ctx); err != nil {
+		t.Fatalf("Release() = %v", err)
+	}
+	again, err := holder.Acquire(ctx, name)
+	if err != nil {
+		t.Fatalf("holder Acquire() after the member resumed = %v", err)
+	}
+	if err := again.Release(ctx); err != nil {
+		t.Errorf("Release() = %v", err)
+	}
+}

@@ -3,6 +3,7 @@ package locktest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -33,7 +34,7 @@ func (p plainHarness) NewLocker(t *testing.T, identity string) lock.Locker {
 
 func TestMemoryWithoutOptionalInterfaces(t *testing.T) {
 	locktest.TestLockerWith(t, plainHarness{locktest.MemoryHarness(locktest.NewMemory())},
-		locktest.Options{Settle: 20 * time.Millisecond})
+		locktest.Options{Settle: 20 * time.Millisecond, ObserveMaySkip: true})
 }
 
 // The suite is only worth something if it fails for Lockers that break the
@@ -51,8 +52,12 @@ func TestFaulty(t *testing.T) {
 	if fault == "" {
 		t.Skip("run by TestSuiteCatchesFaults in a child process")
 	}
-	locktest.TestLockerWith(t, &faultyHarness{fault: fault, m: locktest.NewMemory()},
-		locktest.Options{Timeout: time.Second})
+	opts := locktest.Options{Timeout: time.Second}
+	if fault, ok := strings.CutSuffix(fault, "+mayskip"); ok {
+		opts.ObserveMaySkip = true
+		os.Setenv(faultEnv, fault)
+	}
+	locktest.TestLockerWith(t, &faultyHarness{fault: os.Getenv(faultEnv), m: locktest.NewMemory()}, opts)
 }
 
 func TestSuiteCatchesFaults(t *testing.T) {
@@ -82,6 +87,10 @@ func TestSuiteCatchesFaults(t *testing.T) {
 		{"accept-invalid", "InvalidName", true, "want nil, an error wrapping lock: invalid name"},
 		{"retry-on-lost", "SessionExpiryWaiter", true, "Acquire waiting on an expired session did not return"},
 		{"observe-skips-free", "Observe", true, "want {Identity: Token:0}"},
+		{"observe-skips-free+mayskip", "Observe", true, "released after quick grants"},
+		{"observe-conflates", "Observe", true, "quick grants: observed"},
+		// What ObserveMaySkip allows: a burst reported as its last state.
+		{"observe-conflates+mayskip", "Observe", false, "PASS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fault+"/"+tt.subtest, func(t *testing.T) {
@@ -100,7 +109,7 @@ func TestSuiteCatchesFaults(t *testing.T) {
 			case tt.wantFail && err == nil:
 				t.Fatalf("suite passed a Locker with fault %q; want subtest %s to fail. Output:\n%s", tt.fault, tt.subtest, out)
 			case !tt.wantFail && err != nil:
-				t.Fatalf("suite failed with no fault: %v. Output:\n%s", err, out)
+				t.Fatalf("suite failed with fault %q: %v. Output:\n%s", tt.fault, err, out)
 			}
 			if tt.wantFail && !strings.Contains(string(out), "--- FAIL: TestFaulty/"+tt.subtest) {
 				t.Errorf("child output lacks a failure of subtest %s. Output:\n%s", tt.subtest, out)
@@ -249,10 +258,39 @@ func (f *faulty) Close() error {
 
 func (f *faulty) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
 	ch, errf, err := f.MemLocker.Observe(ctx, name)
-	if err != nil || f.fault != "observe-skips-free" {
+	if err != nil {
 		return ch, errf, err
 	}
 	out := make(chan lock.Holder)
+	switch f.fault {
+	case "observe-skips-free":
+	case "observe-conflates":
+		// Keeps only the latest holder while the reader is busy, as an
+		// observer that re-reads the state after each notification does.
+		go func() {
+			defer close(out)
+			var latest lock.Holder
+			have := false
+			for {
+				var send chan<- lock.Holder
+				if have {
+					send = out
+				}
+				select {
+				case h, ok := <-ch:
+					if !ok {
+						return
+					}
+					latest, have = h, true
+				case send <- latest:
+					have = false
+				}
+			}
+		}()
+		return out, errf, nil
+	default:
+		return ch, errf, err
+	}
 	go func() {
 		defer close(out)
 		first := true
@@ -314,4 +352,70 @@ func (l *faultyLease) Release(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+func TestMemoryZeroValue(t *testing.T) {
+	var m locktest.Memory
+	l := m.NewLocker("zero")
+	t.Cleanup(func() { _ = l.Close() })
+	ctx := context.Background()
+	le, err := l.Acquire(ctx, "zero/value")
+	if err != nil {
+		t.Fatalf("Acquire() on a zero Memory = %v; want nil", err)
+	}
+	if le.Token() != 1 {
+		t.Errorf("first Token() = %d; want 1", le.Token())
+	}
+	if got := m.Records("zero/value"); len(got) != 1 {
+		t.Errorf("Records() = %q; want one record", got)
+	}
+	if err := le.Release(ctx); err != nil {
+		t.Errorf("Release() = %v; want nil", err)
+	}
+}
+
+func TestMemoryDefaultIdentity(t *testing.T) {
+	m := locktest.NewMemory()
+	a, b := m.NewLocker(""), m.NewLocker("")
+	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	host, _ := os.Hostname()
+	for _, id := range []string{a.Identity(), b.Identity()} {
+		if parts := strings.Split(id, "/"); len(parts) != 3 || parts[1] != fmt.Sprint(os.Getpid()) || (host != "" && parts[0] != host) {
+			t.Errorf("default Identity() = %q; want hostname/pid/random", id)
+		}
+	}
+	if a.Identity() == b.Identity() {
+		t.Errorf("two default identities are both %q; want them distinct", a.Identity())
+	}
+}
+
+func TestMemoryObserveEndsOnClose(t *testing.T) {
+	m := locktest.NewMemory()
+	l := m.NewLocker("watcher")
+	ch, errf, err := l.Observe(context.Background(), "observed/close")
+	if err != nil {
+		t.Fatalf("Observe() = %v; want nil", err)
+	}
+	if h := <-ch; h != (lock.Holder{}) {
+		t.Errorf("first observed holder = %+v; want the zero Holder (free)", h)
+	}
+	if err := errf(); err != nil {
+		t.Errorf("error function during the observation = %v; want nil", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close() = %v; want nil", err)
+	}
+	// Close waited for the observation's goroutine, so the channel is
+	// already closed.
+	select {
+	case h, ok := <-ch:
+		if ok {
+			t.Errorf("observed %+v after Close; want the channel closed", h)
+		}
+	default:
+		t.Fatalf("observation channel still open after Close returned")
+	}
+	if err := errf(); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("error function after Close = %v; want an error wrapping %v", err, lock.ErrClosed)
+	}
 }

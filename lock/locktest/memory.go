@@ -17,13 +17,14 @@ import (
 )
 
 // Memory is an in-memory lock server shared by many [MemLocker]s, as one
-// etcd cluster is shared by many clients. It is safe for concurrent use. The
-// zero value is not usable; call [NewMemory].
+// etcd cluster is shared by many clients. It is safe for concurrent use.
 //
 // Every record created (one per Acquire, whether it is granted at once or
 // queued) takes the next value of a revision counter that starts at 1, and
 // that value is the record's fencing token. So tokens rise with every grant,
 // across names and Lockers, like etcd revisions; gaps are normal.
+//
+// The zero value is an empty Memory, ready to use.
 type Memory struct {
 	mu      sync.Mutex
 	rev     fencing.Token
@@ -33,12 +34,7 @@ type Memory struct {
 }
 
 // NewMemory returns an empty Memory.
-func NewMemory() *Memory {
-	return &Memory{
-		queues:  map[string][]*record{},
-		watches: map[string]map[*observation]bool{},
-	}
-}
+func NewMemory() *Memory { return new(Memory) }
 
 // record is one acquisition's entry in a lock's queue.
 type record struct {
@@ -82,8 +78,11 @@ func defaultIdentity() string {
 // l's leases end with an error wrapping [lock.ErrLost], its waiting Acquire
 // calls return one, and all its records are deleted. l's next Acquire opens
 // a new session. If l has no session (it never acquired, or it is closed),
-// ExpireSession does nothing.
+// ExpireSession does nothing. l must be a Locker of m.
 func (m *Memory) ExpireSession(l *MemLocker) {
+	if l.m != m {
+		m = l.m // the state to change is l's Memory's, whatever the caller says
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := l.sess
@@ -137,6 +136,9 @@ func (m *Memory) holderLocked(name string) lock.Holder {
 
 func (m *Memory) createLocked(l *MemLocker, s *session, name string) *record {
 	before := m.holderLocked(name)
+	if m.queues == nil {
+		m.queues = map[string][]*record{}
+	}
 	m.rev++
 	r := &record{name: name, token: m.rev, owner: l, sess: s, gone: make(chan struct{})}
 	m.queues[name] = append(m.queues[name], r)
@@ -391,6 +393,9 @@ func (l *MemLocker) Observe(ctx context.Context, name string) (<-chan lock.Holde
 		return nil, nil, fmt.Errorf("locktest: observe %q: %w", name, err)
 	}
 	o := &observation{pending: []lock.Holder{m.holderLocked(name)}, wake: make(chan struct{}, 1)}
+	if m.watches == nil {
+		m.watches = map[string]map[*observation]bool{}
+	}
 	if m.watches[name] == nil {
 		m.watches[name] = map[*observation]bool{}
 	}

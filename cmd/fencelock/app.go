@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	_ "github.com/fencelock/fencelock/etcdlock" // registers etcd://
+	"github.com/fencelock/fencelock/lock"
+	_ "github.com/fencelock/fencelock/zklock" // registers zk://
+)
+
+// Exit statuses; see the package documentation.
+const (
+	exitOK        = 0
+	exitError     = 1
+	exitUsage     = 2
+	exitFree      = 3
+	exitHeld      = 75
+	exitLost      = 76
+	exitCannotRun = 126
+	exitNotFound  = 127
+)
+
+const usageText = `Usage:
+  fencelock [flags] run --lock NAME [--try] [--wait D] [--grace D] [--] COMMAND [ARG...]
+  fencelock [flags] holder NAME
+  fencelock [flags] leader NAME [--watch]
+
+Flags (before or after the command name):
+  --url URL        backend: etcd://host:port[,...]/prefix?ttl=10s or
+                   zk://host:port[,...]/root?session_timeout=10s
+                   (default: $FENCELOCK_URL)
+  --identity ID    identity stored with the lock (default host/pid/random)
+  --timeout D      bound on connecting and on each request, not on the
+                   wait for the lock (default 10s)
+  -v               report progress, and the backend's log, on stderr
+
+run holds the lock while COMMAND runs, with FENCING_TOKEN and FENCELOCK_LOCK
+in its environment, and exits with COMMAND's status:
+  --lock NAME      the lock to hold (required)
+  --try            do not wait: exit 75 at once if the lock is held
+  --wait D         give up after waiting D for the lock (exit 75)
+  --grace D        time between SIGTERM and SIGKILL when the lease is lost
+                   (default 10s; the exit status is then 76)
+
+holder prints "token=N identity=ID" for the lock's holder (exit 3 if free).
+leader prints the election's leader the same way (exit 3 if none); with
+--watch it prints every change of leader ("none" when there is none) until
+interrupted.
+
+Exit status: 0 ok, 1 error, 2 bad usage, 3 free, 75 held, 76 lease lost,
+126/127 COMMAND not runnable/not found, else COMMAND's status (128+signal).
+`
+
+// app is one invocation of the command, with its environment made
+// explicit for tests.
+type app struct {
+	stdin   io.Reader
+	stdout  io.Writer
+	stderr  io.Writer
+	getenv  func(string) string
+	environ []string         // passed to COMMAND, plus FENCING_TOKEN and FENCELOCK_LOCK
+	signals <-chan os.Signal // SIGINT, SIGTERM, SIGHUP sent to the process
+}
+
+// failure is an error with the exit status it causes. A failure without
+// err exits silently (run passing on COMMAND's status).
+type failure struct {
+	code int
+	err  error
+}
+
+func (f *failure) Error() string {
+	if f.err == nil {
+		return "exit status " + strconv.Itoa(f.code)
+	}
+	return f.err.Error()
+}
+
+func (f *failure) Unwrap() error { return f.err }
+
+func fail(code int, format string, args ...any) error {
+	return &failure{code: code, err: fmt.Errorf(format, args...)}
+}
+
+func usageError(format string, args ...any) error { return fail(exitUsage, format, args...) }
+
+// common holds the flags every command accepts.
+type common struct {
+	url      string
+	identity string
+	timeout  time.Duration
+	verbose  bool
+}
+
+// register adds the common flags to fs, with the values parsed so far as
+// defaults, so they can be given before or after the command name.
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.url, "url", c.url, "backend URL")
+	fs.StringVar(&c.identity, "identity", c.identity, "identity stored with the lock")
+	fs.DurationVar(&c.timeout, "timeout", c.timeout, "bound on connecting and on each request")
+	fs.BoolVar(&c.verbose, "v", c.verbose, "verbose")
+}
+
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// main runs the command line args and returns the exit status.
+func (a *app) main(ctx context.Context, args []string) int {
+	c := &common{timeout: 10 * time.Second}
+	fs := newFlagSet("fencelock")
+	c.register(fs)
+	err := fs.Parse(args)
+	switch {
+	case err != nil:
+		err = a.flagError("", err)
+	case fs.NArg() == 0:
+		err = usageError("no command given: want run, holder or leader (fencelock help shows the usage)")
+	default:
+		switch cmd, rest := fs.Arg(0), fs.Args()[1:]; cmd {
+		case "run":
+			err = a.run(ctx, c, rest)
+		case "holder":
+			err = a.holder(ctx, c, rest)
+		case "leader":
+			err = a.leader(ctx, c, rest)
+		case "help":
+			fmt.Fprint(a.stdout, usageText)
+		default:
+			err = usageError("unknown command %q: want run, holder or leader", cmd)
+		}
+	}
+	return a.exit(err)
+}
+
+// exit prints err as one line and returns its exit status.
+func (a *app) exit(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	code := exitError
+	var f *failure
+	if errors.As(err, &f) {
+		code = f.code
+		if f.err == nil {
+			return code
+		}
+	}
+	msg := strings.Join(strings.Fields(err.Error()), " ")
+	fmt.Fprintf(a.stderr, "fencelock: %s\n", msg)
+	return code
+}
+
+// flagError turns an error from FlagSet.Parse into a usage failure; -h
+// prints the usage and succeeds.
+func (a *app) flagError(cmd string, err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(a.stdout, usageText)
+		return &failure{code: exitOK}
+	}
+	if cmd != "" {
+		cmd += ": "
+	}
+	return usageError("%s%v (fencelock help shows the usage)", cmd, err)
+}
+
+// parseInterspersed parses flags that may come before and after positional
+// arguments, and returns the positional ones.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if i := len(args) - len(rest); i > 0 && args[i-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// open opens the Locker named by --url or FENCELOCK_URL.
+func (a *app) open(ctx context.Context, c *common) (lock.Locker, error) {
+	if c.timeout <= 0 {
+		return nil, usageError("--timeout %v: must be positive", c.timeout)
+	}
+	raw := c.url
+	if raw == "" {
+		raw = a.getenv("FENCELOCK_URL")
+	}
+	if raw == "" {
+		return nil, usageError("no backend: give --url or set FENCELOCK_URL (etcd://host:port/prefix or zk://host:port/root)")
+	}
+	if c.identity != "" {
+		u, err := url.Parse(raw)
+		if err != nil {
+			return nil, usageError("bad backend URL: %v", err)
+		}
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil {
+			return nil, usageError("bad backend URL %q: %v", u.Redacted(), err)
+		}
+		if q.Has("identity") {
+			return nil, usageError("identity given twice: by --identity and in the URL")
+		}
+		q.Set("identity", c.identity)
+		u.RawQuery = q.Encode()
+		raw = u.String()
+	}
+	if !c.verbose {
+		// Keep the backends' own logs off stderr, where the one-line error
+		// is the whole story.
+		slog.SetDefault(slog.New(slog.DiscardHandler))
+		if os.Getenv("ETCD_CLIENT_DEBUG") == "" {
+			os.Setenv("ETCD_CLIENT_DEBUG", "fatal")
+		}
+	}
+	octx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	l, err := lock.Open(octx, raw)
+	if err != nil {
+		if errors.Is(err, lock.ErrInvalidConfig) {
+			return nil, &failure{code: exitUsage, err: err}
+		}
+		return nil, fmt.Errorf("cannot connect: %w", err)
+	}
+	return l, nil
+}
+
+// holderOf reads the holder of name within the request timeout. It doubles
+// as the check that the backend answers before a long wait.
+func (a *app) holderOf(ctx context.Context, c *common, l lock.Locker, name string) (lock.Holder, error) {
+	hctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	h, err := l.Holder(hctx, name)
+	if err != nil && !errors.Is(err, lock.ErrNotHeld) && ctx.Err() == nil {
+		return h, fmt.Errorf("cannot reach the backend: %w", err)
+	}
+	return h, err
+}
+
+// formatHolder is the one-line form of a holder printed by holder and leader.
+func formatHolder(h lock.Holder) string {
+	if h.Token == 0 {
+		return "none"
+	}
+	id := h.Identity
+	if id == "" || strings.ContainsAny(id, " \t\n\"\\=") || !strconv.CanBackquote(id) {
+		id = strconv.Quote(id)
+	}
+	return fmt.Sprintf("token=%d identity=%s", h.Token, id)
+}
+
+// interruptible returns a context cancelled when a signal arrives, and a
+// function that stops watching and returns that signal, if any.
+func (a *app) interruptible(ctx context.Context) (context.Context, func() os.Signal) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	var (
+		once sync.Once
+		got  os.Signal
+		quit = make(chan struct{})
+		done = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		select {
+		case s := <-a.signals:
+			got = s
+			cancel(fmt.Errorf("interrupted by %v", s))
+		case <-quit:
+		}
+	}()
+	return ctx, func() os.Signal {
+		once.Do(func() {
+			close(quit)
+			<-done
+			cancel(nil)
+		})
+		return got
+	}
+}
+
+// signalStatus is the shell's exit status for a process ended by s.
+func signalStatus(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return exitError
+}

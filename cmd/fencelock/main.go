@@ -1,0 +1,78 @@
+// Command fencelock takes fenced locks on etcd or ZooKeeper from the shell.
+//
+// Usage:
+//
+//	fencelock [flags] run --lock NAME [--try] [--wait D] [--grace D] [--] COMMAND [ARG...]
+//	fencelock [flags] holder NAME
+//	fencelock [flags] leader NAME [--watch]
+//
+// The backend is the URL given by --url, or else by the FENCELOCK_URL
+// environment variable, in the form package lock's Open accepts:
+//
+//	etcd://127.0.0.1:2379,127.0.0.1:22379/myapp?ttl=10s
+//	zk://127.0.0.1:2181/myapp?session_timeout=10s
+//
+// # run
+//
+// run acquires the lock called NAME (waiting for it, unless --try), then
+// runs COMMAND with the lease's fencing token in its environment as
+// FENCING_TOKEN and the lock's name as FENCELOCK_LOCK, and releases the lock
+// when COMMAND exits. Pass FENCING_TOKEN along with every write COMMAND makes
+// to a resource that checks it: that is what keeps a command that outlived
+// its lease from doing damage.
+//
+// If the lease is lost while COMMAND runs (the session expired, the backend
+// became unreachable for too long), fencelock sends SIGTERM to COMMAND's
+// process group, then SIGKILL after the grace period (--grace, default 10s),
+// and exits with status 76. COMMAND runs in a process group of its own so
+// that its children are stopped with it; as a consequence it is not in the
+// terminal's foreground group and must not read from the terminal. SIGINT,
+// SIGTERM and SIGHUP sent to fencelock are passed on to that group.
+//
+// # holder and leader
+//
+// holder prints the current holder of the lock NAME as one line
+//
+//	token=42 identity=host/1234/ab12cd
+//
+// leader prints the current leader of the election NAME (elections are locks,
+// so this is the same line), and with --watch keeps printing one line per
+// change of leader, "none" when there is no leader, until interrupted.
+//
+// # Exit status
+//
+//	0    success (run: COMMAND exited with status 0)
+//	1    an error: the backend could not be reached, a request failed
+//	2    bad usage: unknown flag, missing argument, malformed URL, invalid lock name
+//	3    holder, leader: the lock is free (there is no leader)
+//	75   run --try or --wait: the lock is held by someone else; COMMAND was not run
+//	76   run: the lease was lost while COMMAND ran, and COMMAND was stopped
+//	126  run: COMMAND could not be started
+//	127  run: COMMAND was not found
+//	N    run: COMMAND's own exit status; 128+S if a signal S ended it
+//
+// Errors are printed as one line on standard error.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	sigc := make(chan os.Signal, 4)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	a := &app{
+		stdin:   os.Stdin,
+		stdout:  os.Stdout,
+		stderr:  os.Stderr,
+		getenv:  os.Getenv,
+		environ: os.Environ(),
+		signals: sigc,
+	}
+	code := a.main(context.Background(), os.Args[1:])
+	signal.Stop(sigc)
+	os.Exit(code)
+}

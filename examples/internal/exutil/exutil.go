@@ -1,0 +1,119 @@
+// Package exutil holds the plumbing the example programs share: opening the
+// SQL database they fence their writes in, and stopping on a signal.
+package exutil
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
+	_ "modernc.org/sqlite"             // registers "sqlite"
+
+	"github.com/fencelock/fencelock/fencing/sqlfence"
+)
+
+// DB is an open database and the SQL spelling it needs.
+type DB struct {
+	*sql.DB
+	Dialect sqlfence.Dialect
+}
+
+// OpenDB opens "sqlite:PATH" (a file, created if missing) or a PostgreSQL
+// URL ("postgres://..."). SQLite is opened so that several processes can
+// share the file: a busy timeout, and transactions that take the write lock
+// at BEGIN, so concurrent writers queue instead of failing.
+func OpenDB(dsn string) (*DB, error) {
+	switch {
+	case strings.HasPrefix(dsn, "sqlite:"):
+		path := strings.TrimPrefix(dsn, "sqlite:")
+		if path == "" {
+			return nil, errors.New("--db sqlite:PATH: empty path")
+		}
+		q := url.Values{}
+		q.Add("_pragma", "busy_timeout(20000)")
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Set("_txlock", "immediate")
+		db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+		if err != nil {
+			return nil, err
+		}
+		return &DB{DB: db, Dialect: sqlfence.SQLite}, nil
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		db, err := sql.Open("pgx", dsn)
+		if err != nil {
+			return nil, err
+		}
+		return &DB{DB: db, Dialect: sqlfence.Postgres}, nil
+	default:
+		return nil, fmt.Errorf("--db %q: want sqlite:PATH or postgres://...", dsn)
+	}
+}
+
+// Q rewrites the ? placeholders of query into $1, $2... for PostgreSQL.
+func (db *DB) Q(query string) string {
+	if db.Dialect != sqlfence.Postgres {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// SignalContext returns a context cancelled by SIGINT or SIGTERM.
+func SignalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// URL returns flagValue, or else $FENCELOCK_URL, or an error.
+func URL(flagValue string) (string, error) {
+	if flagValue != "" {
+		return flagValue, nil
+	}
+	if v := os.Getenv("FENCELOCK_URL"); v != "" {
+		return v, nil
+	}
+	return "", errors.New("no backend: give --url (etcd://host:port/prefix or zk://host:port/root) or set FENCELOCK_URL")
+}
+
+// DefaultID is the instance name used when --id is not given.
+func DefaultID() string {
+	host, err := os.Hostname()
+	if err != nil {
+		host = "host"
+	}
+	return host + "-" + strconv.Itoa(os.Getpid())
+}
+
+// WithIdentity returns rawURL with its identity query key set to id, so that
+// the lock records name this instance, unless the URL already sets one.
+func WithIdentity(rawURL, id string) (string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", err
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return "", err
+	}
+	if !q.Has("identity") {
+		q.Set("identity", id)
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}

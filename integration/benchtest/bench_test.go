@@ -1,0 +1,442 @@
+package benchtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fencelock/fencelock/integration/cluster"
+)
+
+// config sizes the run. Every field is in the JSON output.
+type config struct {
+	TTLSec         float64 `json:"ttl_sec"`          // session TTL / timeout everywhere but failover
+	FailoverTTLSec float64 `json:"failover_ttl_sec"` // the same for every recipe in the failover measurement
+	Rounds         int     `json:"uncontended_rounds"`
+	Cycles         int     `json:"uncontended_cycles_per_round"`
+	WarmCycles     int     `json:"uncontended_warmup_cycles"`
+	Clients        []int   `json:"contended_clients"`
+	WarmSec        float64 `json:"contended_warmup_sec"`
+	WindowSec      float64 `json:"contended_window_sec"`
+	FailoverTrials int     `json:"failover_trials"`
+	Leases         int     `json:"leases"`
+	LeaseParallel  int     `json:"lease_parallel"`
+	Waiters        int     `json:"waiters"`
+	WaiterConns    int     `json:"waiter_connections"`
+	Quick          bool    `json:"quick"`
+	Provider       string  `json:"provider"`
+}
+
+func (c config) ttl() time.Duration         { return secs(c.TTLSec) }
+func (c config) failoverTTL() time.Duration { return secs(c.FailoverTTLSec) }
+func (c config) warm() time.Duration        { return secs(c.WarmSec) }
+func (c config) window() time.Duration      { return secs(c.WindowSec) }
+
+func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+func loadConfig() config {
+	c := config{
+		TTLSec:         10,
+		FailoverTTLSec: 2,
+		Rounds:         5,
+		Cycles:         200,
+		WarmCycles:     20,
+		Clients:        []int{2, 8, 32},
+		WarmSec:        1,
+		WindowSec:      5,
+		FailoverTrials: 3,
+		Leases:         10000,
+		LeaseParallel:  32,
+		Waiters:        1000,
+		// ZooKeeper accepts 60 connections per client address and server
+		// by default; 10 connections of 100 waiters stay far below.
+		WaiterConns: 10,
+		Provider:    providerName(),
+	}
+	if os.Getenv("FENCELOCK_BENCH_QUICK") == "1" {
+		c.Quick = true
+		c.Rounds, c.Cycles, c.WarmCycles = 2, 30, 5
+		c.Clients = []int{2, 8}
+		c.WarmSec, c.WindowSec = 0.5, 1.5
+		c.FailoverTrials = 1
+		c.Leases, c.Waiters = 500, 100
+	}
+	return c
+}
+
+// report is the JSON written at the end of the run.
+type report struct {
+	Started  time.Time         `json:"started"`
+	Command  string            `json:"command"`
+	Machine  machine           `json:"machine"`
+	Versions map[string]string `json:"versions"`
+	Config   config            `json:"config"`
+	Backends []*backendReport  `json:"backends"`
+}
+
+type machine struct {
+	CPU          string `json:"cpu"`
+	NumCPU       int    `json:"num_cpu"`
+	GOOS         string `json:"goos"`
+	GOARCH       string `json:"goarch"`
+	LoadAvgStart string `json:"loadavg_start"`
+	LoadAvgEnd   string `json:"loadavg_end"`
+}
+
+type backendReport struct {
+	Backend       cluster.Kind        `json:"backend"`
+	ServerVersion string              `json:"server_version"`
+	Members       int                 `json:"members"`
+	Uncontended   []uncontendedResult `json:"uncontended"`
+	Contended     []contendedResult   `json:"contended"`
+	Failover      []failoverResult    `json:"failover"`
+	Leases        []leasesResult      `json:"leases"`
+	Waiters       []waitersResult     `json:"waiters"`
+	Targets       []target            `json:"targets"`
+}
+
+// target is one of the issue's targets, checked against this run.
+type target struct {
+	What   string `json:"what"`
+	Figure string `json:"figure"`
+	Met    bool   `json:"met"`
+}
+
+// TestBench is the side-by-side benchmark run. It starts real clusters, so
+// it runs only when FENCELOCK_BENCH=1 (see the package doc).
+func TestBench(t *testing.T) {
+	if os.Getenv("FENCELOCK_BENCH") != "1" {
+		t.Skip("set FENCELOCK_BENCH=1 to run the side-by-side benchmarks (real clusters, several minutes)")
+	}
+	cfg := loadConfig()
+	rep := &report{
+		Started:  time.Now().UTC(),
+		Command:  "cd integration && FENCELOCK_BENCH=1 go test -run '^TestBench$' -timeout 60m -v ./benchtest",
+		Machine:  machineFacts(),
+		Versions: moduleVersions(),
+		Config:   cfg,
+	}
+	kinds := []cluster.Kind{cluster.Etcd, cluster.ZooKeeper}
+	if only := os.Getenv("FENCELOCK_BENCH_BACKENDS"); only != "" {
+		kinds = nil
+		for _, k := range strings.Split(only, ",") {
+			kinds = append(kinds, cluster.Kind(strings.TrimSpace(k)))
+		}
+	}
+	for _, kind := range kinds {
+		t.Run(string(kind), func(t *testing.T) {
+			br := runBackend(t, kind, cfg)
+			rep.Backends = append(rep.Backends, br)
+			printBackend(os.Stdout, br, cfg)
+		})
+	}
+	rep.Machine.LoadAvgEnd = loadAvg()
+	out := os.Getenv("FENCELOCK_BENCH_OUT")
+	if out == "" {
+		out = "bench-results.json"
+	}
+	if !filepath.IsAbs(out) {
+		out = filepath.Join("..", out) // the test runs in integration/benchtest
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		t.Fatalf("json.MarshalIndent() = %v", err)
+	}
+	if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
+		t.Fatalf("write %s: %v", out, err)
+	}
+	abs, _ := filepath.Abs(out)
+	fmt.Printf("\nresults written to %s\n", abs)
+}
+
+func runBackend(t *testing.T, kind cluster.Kind, cfg config) *backendReport {
+	c := cluster.FromEnv(t).Start(t, kind)
+	br := &backendReport{Backend: kind, Members: len(c.Members)}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var rs []recipe
+	switch kind {
+	case cluster.Etcd:
+		admin, err := etcdClient(c.Endpoints(), nil)
+		if err != nil {
+			t.Fatalf("etcd client: %v", err)
+		}
+		t.Cleanup(func() { admin.Close() })
+		st, err := admin.Status(ctx, c.Endpoints()[0])
+		if err != nil {
+			t.Fatalf("Status(%s) = %v", c.Endpoints()[0], err)
+		}
+		br.ServerVersion = "etcd " + st.Version
+		rs = etcdRecipes(c.Endpoints(), admin)
+	case cluster.ZooKeeper:
+		admin, err := zkConnect(c.Endpoints(), cfg.ttl(), nil)
+		if err != nil {
+			t.Fatalf("zk connect: %v", err)
+		}
+		t.Cleanup(admin.Close)
+		srvr, err := cluster.FourLetterWord(ctx, c.Endpoints()[0], "srvr")
+		if err != nil {
+			t.Fatalf("srvr: %v", err)
+		}
+		br.ServerVersion = strings.TrimSpace(strings.SplitN(srvr, "\n", 2)[0])
+		rs = zkRecipes(c.Endpoints(), admin)
+	default:
+		t.Fatalf("unknown backend %q; want %q or %q", kind, cluster.Etcd, cluster.ZooKeeper)
+	}
+	byRole := func(roles ...role) []recipe {
+		var out []recipe
+		for _, r := range rs {
+			if slices.Contains(roles, r.role) {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	locks := byRole(roleFencelock, roleReference)
+
+	t.Run("uncontended", func(t *testing.T) {
+		br.Uncontended = measureUncontended(t, byRole(roleFencelock, roleReference, roleFloor), cfg)
+	})
+	t.Run("contended", func(t *testing.T) {
+		for _, n := range cfg.Clients {
+			for _, r := range byRole(roleFencelock, roleReference, roleNaive) {
+				t.Run(fmt.Sprintf("%s/%d", r.name, n), func(t *testing.T) {
+					res := measureContended(t, r, n, cfg)
+					t.Logf("%d grants/s, %.1f requests and %.1f watch events per grant", int(res.GrantsPerSec), res.RequestsPerGrant, res.EventsPerGrant)
+					br.Contended = append(br.Contended, res)
+				})
+			}
+		}
+	})
+	t.Run("failover", func(t *testing.T) {
+		for _, r := range locks {
+			t.Run(r.name, func(t *testing.T) {
+				br.Failover = append(br.Failover, measureFailover(t, kind, c.Endpoints(), r, cfg))
+			})
+		}
+	})
+	t.Run("leases", func(t *testing.T) {
+		for _, r := range locks {
+			t.Run(r.name, func(t *testing.T) {
+				br.Leases = append(br.Leases, measureLeases(t, r, cfg))
+			})
+		}
+	})
+	t.Run("waiters", func(t *testing.T) {
+		for _, r := range locks {
+			t.Run(r.name, func(t *testing.T) {
+				br.Waiters = append(br.Waiters, measureWaiters(t, r, cfg))
+			})
+		}
+	})
+	br.Targets = checkTargets(br, cfg)
+	return br
+}
+
+// ---- output ----
+
+func ratio(a, b float64) string {
+	if b == 0 || a == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+func find[T any](xs []T, f func(T) bool) (T, bool) {
+	i := slices.IndexFunc(xs, f)
+	if i < 0 {
+		var zero T
+		return zero, false
+	}
+	return xs[i], true
+}
+
+func printBackend(w io.Writer, br *backendReport, cfg config) {
+	fmt.Fprintf(w, "\n=== %s (%s, %d members) ===\n", br.Backend, br.ServerVersion, br.Members)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	ref := func(role role) func(uncontendedResult) bool {
+		return func(u uncontendedResult) bool { return u.Role == role }
+	}
+
+	fmt.Fprintf(w, "\nUncontended acquire+release, 1 client, %d cycles each (%d interleaved rounds):\n", cfg.Rounds*cfg.Cycles, cfg.Rounds)
+	fmt.Fprintln(tw, "recipe\t role\t p50 ms\t p99 ms\t cycles/s\t requests/cycle\t p50 vs ref\t p50 vs floor\t cycles/s vs ref\t")
+	refU, _ := find(br.Uncontended, ref(roleReference))
+	floorU, _ := find(br.Uncontended, ref(roleFloor))
+	for _, u := range br.Uncontended {
+		vsRef, vsFloor, cyc := "", "", ""
+		if u.Role == roleFencelock {
+			vsRef, vsFloor, cyc = ratio(u.Latency.P50, refU.Latency.P50), ratio(u.Latency.P50, floorU.Latency.P50), ratio(u.CyclesPerSec, refU.CyclesPerSec)
+		}
+		fmt.Fprintf(tw, "%s\t %s\t %.2f\t %.2f\t %.0f\t %.1f\t %s\t %s\t %s\t\n", u.Recipe, u.Role, u.Latency.P50, u.Latency.P99, u.CyclesPerSec, u.RequestsPerCycle, vsRef, vsFloor, cyc)
+	}
+	tw.Flush()
+
+	fmt.Fprintf(w, "\nContended handoff, one lock, each client its own connection and session, %.0fs window; requests and watch events counted on every client's connection (herd check):\n", cfg.WindowSec)
+	fmt.Fprintln(tw, "clients\t recipe\t grants/s\t wait p50 ms\t wait p99 ms\t handoff p50 ms\t handoff p99 ms\t requests/grant\t events/grant\t grants/s vs ref\t")
+	for _, c := range br.Contended {
+		vs := ""
+		if c.Role == roleFencelock {
+			if r, ok := find(br.Contended, func(x contendedResult) bool { return x.Role == roleReference && x.Clients == c.Clients }); ok {
+				vs = ratio(c.GrantsPerSec, r.GrantsPerSec)
+			}
+		}
+		fmt.Fprintf(tw, "%d\t %s\t %.0f\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t %.2f\t %s\t\n", c.Clients, c.Recipe, c.GrantsPerSec, c.Wait.P50, c.Wait.P99, c.Handoff.P50, c.Handoff.P99, c.RequestsPerGrant, c.EventsPerGrant, vs)
+	}
+	tw.Flush()
+
+	fmt.Fprintf(w, "\nFailover: holder in a child process killed with SIGKILL, TTL/session timeout %.0fs for every recipe, time from kill to the next grant:\n", cfg.FailoverTTLSec)
+	fmt.Fprintln(tw, "recipe\t trials ms\t median ms\t median vs ref\t")
+	refF, _ := find(br.Failover, func(f failoverResult) bool { return f.Role == roleReference })
+	for _, f := range br.Failover {
+		vs := ""
+		if f.Role == roleFencelock {
+			vs = ratio(f.MedianMs, refF.MedianMs)
+		}
+		var trials []string
+		for _, x := range f.TrialsMs {
+			trials = append(trials, fmt.Sprintf("%.0f", x))
+		}
+		fmt.Fprintf(tw, "%s\t %s\t %.0f\t %s\t\n", f.Recipe, strings.Join(trials, " "), f.MedianMs, vs)
+	}
+	tw.Flush()
+
+	fmt.Fprintf(w, "\n%d leases held through one client (distinct names, %d acquiring at a time): goroutines and live heap of this process:\n", cfg.Leases, cfg.LeaseParallel)
+	fmt.Fprintln(tw, "recipe\t acquire/s\t goroutines at 0 / n/10 / n leases\t goroutines/lease\t heap KiB/lease\t heap/lease vs ref\t")
+	refL, _ := find(br.Leases, func(l leasesResult) bool { return l.Role == roleReference })
+	for _, l := range br.Leases {
+		vs := ""
+		if l.Role == roleFencelock {
+			vs = ratio(l.HeapBytesPerLease, refL.HeapBytesPerLease)
+		}
+		var gs []string
+		for _, p := range l.Points {
+			gs = append(gs, fmt.Sprint(p.Goroutines))
+		}
+		fmt.Fprintf(tw, "%s\t %.0f\t %s\t %.2f\t %.1f\t %s\t\n", l.Recipe, l.AcquirePerSec, strings.Join(gs, " / "), l.GoroutinesPerLease, l.HeapBytesPerLease/1024, vs)
+	}
+	tw.Flush()
+
+	fmt.Fprintf(w, "\n%d waiters on one lock over %d connections, each releasing at once: time to serve them all:\n", cfg.Waiters, cfg.WaiterConns)
+	fmt.Fprintln(tw, "recipe\t queue s\t serve s\t grants/s\t serve vs ref\t")
+	refW, _ := find(br.Waiters, func(x waitersResult) bool { return x.Role == roleReference })
+	for _, x := range br.Waiters {
+		vs := ""
+		if x.Role == roleFencelock {
+			vs = ratio(x.ServeSec, refW.ServeSec)
+		}
+		fmt.Fprintf(tw, "%s\t %.2f\t %.2f\t %.0f\t %s\t\n", x.Recipe, x.QueueSec, x.ServeSec, x.GrantsPerSec, vs)
+	}
+	tw.Flush()
+
+	fmt.Fprintf(w, "\nTargets:\n")
+	for _, tg := range br.Targets {
+		verdict := "met"
+		if !tg.Met {
+			verdict = "MISSED"
+		}
+		fmt.Fprintf(w, "  %-6s  %s: %s\n", verdict, tg.What, tg.Figure)
+	}
+}
+
+// checkTargets compares this run's figures with the issue's targets.
+func checkTargets(br *backendReport, cfg config) []target {
+	var out []target
+	u := func(r role) (uncontendedResult, bool) {
+		return find(br.Uncontended, func(x uncontendedResult) bool { return x.Role == r })
+	}
+	if fl, ok := u(roleFencelock); ok {
+		if ref, ok := u(roleReference); ok {
+			q := fl.Latency.P50 / ref.Latency.P50
+			out = append(out, target{"uncontended p50 within 5% of the reference", fmt.Sprintf("%.2f ms vs %.2f ms = %.2f×", fl.Latency.P50, ref.Latency.P50, q), q <= 1.05})
+		}
+		if fl0, ok := u(roleFloor); ok {
+			q := fl.Latency.P50 / fl0.Latency.P50
+			out = append(out, target{"uncontended p50 within 10% of the floor", fmt.Sprintf("%.2f ms vs %.2f ms = %.2f× (%.1f vs %.1f requests/cycle)", fl.Latency.P50, fl0.Latency.P50, q, fl.RequestsPerCycle, fl0.RequestsPerCycle), q <= 1.10})
+		}
+	}
+	c := func(r role, n int) (contendedResult, bool) {
+		return find(br.Contended, func(x contendedResult) bool { return x.Role == r && x.Clients == n })
+	}
+	for _, n := range []int{2, 32} {
+		fl, ok1 := c(roleFencelock, n)
+		ref, ok2 := c(roleReference, n)
+		if !ok1 || !ok2 {
+			continue
+		}
+		want := 1.0
+		if br.Backend == cluster.Etcd && n == 2 {
+			want = 10
+		}
+		q := fl.GrantsPerSec / ref.GrantsPerSec
+		out = append(out, target{fmt.Sprintf("contended grants/s with %d clients at least %.0f× the reference", n, want), fmt.Sprintf("%.0f vs %.0f = %.2f×", fl.GrantsPerSec, ref.GrantsPerSec, q), q >= want})
+	}
+	if lo, ok := c(roleFencelock, cfg.Clients[0]); ok {
+		if hi, ok := c(roleFencelock, cfg.Clients[len(cfg.Clients)-1]); ok {
+			met := hi.EventsPerGrant <= 2 && hi.RequestsPerGrant <= 1.5*lo.RequestsPerGrant+0.5
+			out = append(out, target{fmt.Sprintf("requests and watch events per release constant from %d to %d clients", lo.Clients, hi.Clients),
+				fmt.Sprintf("requests/grant %.1f → %.1f, events/grant %.2f → %.2f", lo.RequestsPerGrant, hi.RequestsPerGrant, lo.EventsPerGrant, hi.EventsPerGrant), met})
+		}
+	}
+	if l, ok := find(br.Leases, func(x leasesResult) bool { return x.Role == roleFencelock }); ok {
+		first, last := l.Points[1], l.Points[len(l.Points)-1]
+		out = append(out, target{fmt.Sprintf("goroutines do not grow with held leases (%d → %d leases)", first.Leases, last.Leases),
+			fmt.Sprintf("%d → %d goroutines, %.2f per lease", first.Goroutines, last.Goroutines, l.GoroutinesPerLease), l.GoroutinesPerLease < 0.01})
+	}
+	return out
+}
+
+// ---- machine and versions ----
+
+func machineFacts() machine {
+	m := machine{NumCPU: runtime.NumCPU(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, LoadAvgStart: loadAvg()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return m
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
+
+func moduleVersions() map[string]string {
+	v := map[string]string{"go": runtime.Version()}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v
+	}
+	for _, d := range bi.Deps {
+		switch d.Path {
+		case "go.etcd.io/etcd/client/v3", "github.com/go-zookeeper/zk", "google.golang.org/grpc":
+			v[d.Path] = d.Version
+		}
+	}
+	return v
+}
+
+func providerName() string {
+	if p := strings.TrimSpace(os.Getenv("FENCELOCK_PROVIDER")); p != "" {
+		return p
+	}
+	return "process"
+}

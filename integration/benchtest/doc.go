@@ -1,0 +1,46 @@
+// Package benchtest measures fencelock side by side with the lock recipes
+// users would otherwise pick, on the same real 3-member etcd cluster and
+// 3-server ZooKeeper ensemble, in one run:
+//
+//   - on etcd: package etcdlock, etcd's own concurrency.Mutex (the
+//     reference recipe) and a bare Put and Delete (the floor: one write to
+//     acquire, one to release);
+//   - on ZooKeeper: package zklock, go-zookeeper's zk.Lock (the reference)
+//     and a bare create and delete of an ephemeral sequential znode (the
+//     floor).
+//
+// A naive design in which every waiter watches the holder's key (so a
+// release wakes them all) runs next to them as a sanity baseline for the
+// herd check.
+//
+// The run is the test TestBench, which does nothing unless
+// FENCELOCK_BENCH=1:
+//
+//	cd integration && FENCELOCK_BENCH=1 go test -run '^TestBench$' -timeout 60m -v ./benchtest
+//
+// It prints one table per backend, every fencelock figure with its ratio to
+// the reference recipe measured in the same run, and writes the figures as
+// JSON to FENCELOCK_BENCH_OUT (default integration/bench-results.json; a
+// relative path is taken from the integration directory).
+// FENCELOCK_BENCH_QUICK=1 shrinks every measurement for a smoke run, and
+// FENCELOCK_BENCH_BACKENDS=etcd (or zookeeper) runs one backend only.
+//
+// What is measured, per backend:
+//
+//   - uncontended acquire and release by one client: latency percentiles,
+//     cycles per second and requests per cycle, in interleaved rounds so
+//     that a change in the machine's load hits every recipe alike;
+//   - contended handoff with 2, 8 and 32 clients on one lock, each client
+//     with its own connection and session, each looping acquire then
+//     release: grants per second, wait from the acquire call to the grant,
+//     handoff from the start of one release to the next grant, and the
+//     requests and watch events per grant counted on every client's
+//     connection (the herd check);
+//   - failover: the holder runs in a child process (this test binary run
+//     again) that is killed with SIGKILL; the time from the kill to the
+//     grant in this process, with the same TTL or session timeout for
+//     every recipe;
+//   - 10,000 leases held through one client on distinct names: heap and
+//     goroutines per lease;
+//   - 1,000 waiters on one lock: the time to serve them all.
+package benchtest

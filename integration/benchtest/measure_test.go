@@ -1,0 +1,700 @@
+package benchtest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/integration/cluster"
+)
+
+// stats summarizes durations, in milliseconds.
+type stats struct {
+	N    int     `json:"n"`
+	P50  float64 `json:"p50_ms"`
+	P99  float64 `json:"p99_ms"`
+	Mean float64 `json:"mean_ms"`
+	Max  float64 `json:"max_ms"`
+}
+
+func summarize(ds []time.Duration) stats {
+	if len(ds) == 0 {
+		return stats{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	pct := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(s)))) - 1
+		return ms(s[max(i, 0)])
+	}
+	return stats{N: len(s), P50: pct(0.50), P99: pct(0.99), Mean: ms(sum / time.Duration(len(s))), Max: ms(s[len(s)-1])}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+var nameSeq atomic.Int64
+
+// uniqueName returns a lock name no other measurement of this run uses
+// (and no earlier run, should a cluster be reused).
+func uniqueName(what string) string {
+	return fmt.Sprintf("%s-%x-%d", what, time.Now().UnixNano(), nameSeq.Add(1))
+}
+
+// dial opens a connection of r and closes it in t.Cleanup.
+func dial(t testing.TB, r recipe, ctr *counters, ttl time.Duration) conn {
+	t.Helper()
+	c, err := r.dial(ctr, ttl)
+	if err != nil {
+		t.Fatalf("%s: dial() = %v; want nil", r.name, err)
+	}
+	t.Cleanup(func() {
+		if err := c.close(); err != nil {
+			t.Logf("%s: close() = %v", r.name, err)
+		}
+	})
+	return c
+}
+
+func newClient(t testing.TB, r recipe, c conn) client {
+	t.Helper()
+	cl, err := c.client()
+	if err != nil {
+		t.Fatalf("%s: client() = %v; want nil", r.name, err)
+	}
+	return cl
+}
+
+// waitRecords polls r.records until name has want records.
+func waitRecords(t testing.TB, r recipe, name string, want int, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	last, lastErr := -1, error(nil)
+	for {
+		n, err := r.records(ctx, name)
+		if err == nil && n == want {
+			return
+		}
+		last, lastErr = n, err
+		if ctx.Err() != nil {
+			t.Fatalf("%s: %d records on %q after %v (last error %v); want %d", r.name, last, name, timeout, lastErr, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// ---- uncontended ----
+
+type uncontendedResult struct {
+	Recipe           string  `json:"recipe"`
+	Role             role    `json:"role"`
+	Latency          stats   `json:"latency"`
+	CyclesPerSec     float64 `json:"cycles_per_sec"`
+	RequestsPerCycle float64 `json:"requests_per_cycle"`
+}
+
+// measureUncontended runs acquire and release of a free lock by one client
+// per recipe, in rounds that visit the recipes in turn (each round in a
+// rotated order), so that a change in the machine's load hits every
+// recipe alike.
+func measureUncontended(t *testing.T, rs []recipe, cfg config) []uncontendedResult {
+	ctx := context.Background()
+	type state struct {
+		cl   client
+		ctr  *counters
+		name string
+		lat  []time.Duration
+		busy time.Duration
+		reqs int64
+	}
+	st := make([]*state, len(rs))
+	cycle := func(r recipe, s *state) time.Duration {
+		start := time.Now()
+		rel, err := s.cl.acquire(ctx, s.name)
+		if err != nil {
+			t.Fatalf("%s: acquire(%q) = %v; want nil", r.name, s.name, err)
+		}
+		if err := rel(ctx); err != nil {
+			t.Fatalf("%s: release(%q) = %v; want nil", r.name, s.name, err)
+		}
+		return time.Since(start)
+	}
+	for i, r := range rs {
+		s := &state{ctr: &counters{}, name: uniqueName("uncontended")}
+		s.cl = newClient(t, r, dial(t, r, s.ctr, cfg.ttl()))
+		for range cfg.WarmCycles {
+			cycle(r, s)
+		}
+		st[i] = s
+	}
+	for round := range cfg.Rounds {
+		for k := range rs {
+			i := (k + round) % len(rs)
+			r, s := rs[i], st[i]
+			before := s.ctr.snapshot()
+			for range cfg.Cycles {
+				d := cycle(r, s)
+				s.lat = append(s.lat, d)
+				s.busy += d
+			}
+			s.reqs += s.ctr.snapshot().sub(before).requests
+		}
+	}
+	out := make([]uncontendedResult, len(rs))
+	for i, r := range rs {
+		s := st[i]
+		out[i] = uncontendedResult{
+			Recipe:           r.name,
+			Role:             r.role,
+			Latency:          summarize(s.lat),
+			CyclesPerSec:     float64(len(s.lat)) / s.busy.Seconds(),
+			RequestsPerCycle: float64(s.reqs) / float64(len(s.lat)),
+		}
+	}
+	return out
+}
+
+// ---- contended handoff ----
+
+type contendedResult struct {
+	Recipe           string  `json:"recipe"`
+	Role             role    `json:"role"`
+	Clients          int     `json:"clients"`
+	Grants           int     `json:"grants"`
+	WindowSec        float64 `json:"window_sec"`
+	GrantsPerSec     float64 `json:"grants_per_sec"`
+	Wait             stats   `json:"wait"`
+	Handoff          stats   `json:"handoff"`
+	RequestsPerGrant float64 `json:"requests_per_grant"`
+	EventsPerGrant   float64 `json:"watch_events_per_grant"`
+	KeepalivesPerSec float64 `json:"keepalives_per_sec"`
+}
+
+// measureContended has clients clients, each with its own connection and
+// session, loop acquire then release on one lock. Only grants inside the
+// measurement window (after a warm-up) count; the requests and watch
+// events of every client are counted over the same window. After the
+// window each client stops once it has released, so the queue drains.
+func measureContended(t *testing.T, r recipe, clients int, cfg config) contendedResult {
+	ctr := &counters{}
+	name := uniqueName(fmt.Sprintf("contended%d", clients))
+	cls := make([]client, clients)
+	for i := range cls {
+		cls[i] = newClient(t, r, dial(t, r, ctr, cfg.ttl()))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.window()+cfg.warm()+5*time.Minute)
+	defer cancel()
+
+	var (
+		winStart, winEnd atomic.Int64 // UnixNano; the window is [winStart, winEnd)
+		stop             atomic.Bool
+		mu               sync.Mutex
+		holding          bool
+		overlaps         int
+		lastRelease      time.Time
+		waits, handoffs  []time.Duration
+		errOnce          sync.Once
+		firstErr         error
+		wg               sync.WaitGroup
+	)
+	winStart.Store(math.MaxInt64)
+	winEnd.Store(math.MaxInt64)
+	inWindow := func(at time.Time) bool {
+		n := at.UnixNano()
+		return n >= winStart.Load() && n < winEnd.Load()
+	}
+	fail := func(err error) { errOnce.Do(func() { firstErr = err }) }
+	for i, cl := range cls {
+		wg.Go(func() {
+			for !stop.Load() {
+				asked := time.Now()
+				rel, err := cl.acquire(ctx, name)
+				if err != nil {
+					fail(fmt.Errorf("client %d: acquire(%q) = %w; want nil", i, name, err))
+					return
+				}
+				got := time.Now()
+				mu.Lock()
+				if holding {
+					overlaps++
+				}
+				holding = true
+				if inWindow(got) {
+					waits = append(waits, got.Sub(asked))
+					if !lastRelease.IsZero() {
+						handoffs = append(handoffs, got.Sub(lastRelease))
+					}
+				}
+				mu.Unlock()
+				mu.Lock()
+				holding = false
+				lastRelease = time.Now()
+				mu.Unlock()
+				if err := rel(ctx); err != nil {
+					fail(fmt.Errorf("client %d: release(%q) = %w; want nil", i, name, err))
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(cfg.warm()) // the clients' first grants and queueing settle
+	start := time.Now()
+	winStart.Store(start.UnixNano())
+	c0 := ctr.snapshot()
+	time.Sleep(cfg.window())
+	end := time.Now()
+	winEnd.Store(end.UnixNano())
+	c1 := ctr.snapshot()
+	stop.Store(true)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Minute):
+		cancel()
+		<-done
+		t.Fatalf("%s, %d clients: the queue did not drain within 3m after the window", r.name, clients)
+	}
+	if firstErr != nil {
+		t.Fatalf("%s, %d clients: %v", r.name, clients, firstErr)
+	}
+	if overlaps != 0 && r.role != roleFloor {
+		t.Errorf("%s, %d clients: %d grants while another client held the lock; want 0", r.name, clients, overlaps)
+	}
+	d := c1.sub(c0)
+	win := end.Sub(start)
+	res := contendedResult{
+		Recipe:           r.name,
+		Role:             r.role,
+		Clients:          clients,
+		Grants:           len(waits),
+		WindowSec:        win.Seconds(),
+		GrantsPerSec:     float64(len(waits)) / win.Seconds(),
+		Wait:             summarize(waits),
+		Handoff:          summarize(handoffs),
+		KeepalivesPerSec: float64(d.keepalives) / win.Seconds(),
+	}
+	if len(waits) > 0 {
+		res.RequestsPerGrant = float64(d.requests) / float64(len(waits))
+		res.EventsPerGrant = float64(d.events) / float64(len(waits))
+	}
+	return res
+}
+
+// ---- failover ----
+
+type failoverResult struct {
+	Recipe    string    `json:"recipe"`
+	Role      role      `json:"role"`
+	TTLSec    float64   `json:"ttl_sec"`
+	TrialsMs  []float64 `json:"trials_ms"`
+	MedianMs  float64   `json:"median_ms"`
+	MinMs     float64   `json:"min_ms"`
+	MaxMs     float64   `json:"max_ms"`
+	ChildKill string    `json:"child_killed_by"`
+}
+
+// holderEnv carries a holderSpec to the child process that holds the lock
+// in the failover measurement.
+const holderEnv = "FENCELOCK_BENCH_HOLDER"
+
+type holderSpec struct {
+	Kind      cluster.Kind  `json:"kind"`
+	Recipe    string        `json:"recipe"`
+	Endpoints []string      `json:"endpoints"`
+	Name      string        `json:"name"`
+	TTL       time.Duration `json:"ttl"`
+}
+
+func recipesFor(kind cluster.Kind, endpoints []string) []recipe {
+	if kind == cluster.Etcd {
+		return etcdRecipes(endpoints, nil)
+	}
+	return zkRecipes(endpoints, nil)
+}
+
+// runHolder is the child process: it acquires the lock, says "held" on
+// stdout and holds the lock until stdin closes or it is killed.
+func runHolder(specJSON string) int {
+	var spec holderSpec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		fmt.Fprintf(os.Stderr, "holder: %s=%q: %v\n", holderEnv, specJSON, err)
+		return 2
+	}
+	i := slices.IndexFunc(recipesFor(spec.Kind, spec.Endpoints), func(r recipe) bool { return r.name == spec.Recipe })
+	if i < 0 {
+		fmt.Fprintf(os.Stderr, "holder: no recipe %q on %s\n", spec.Recipe, spec.Kind)
+		return 2
+	}
+	r := recipesFor(spec.Kind, spec.Endpoints)[i]
+	c, err := r.dial(nil, spec.TTL)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "holder: dial: %v\n", err)
+		return 1
+	}
+	defer c.close()
+	cl, err := c.client()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "holder: client: %v\n", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rel, err := cl.acquire(ctx, spec.Name)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "holder: acquire: %v\n", err)
+		return 1
+	}
+	fmt.Println("held")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = rel(context.Background())
+	return 0
+}
+
+// measureFailover runs trials in which a child process holds the lock,
+// a client of this process waits for it, and the child is killed with
+// SIGKILL; each trial's figure is the time from the kill to the grant.
+func measureFailover(t *testing.T, kind cluster.Kind, endpoints []string, r recipe, cfg config) failoverResult {
+	ttl := cfg.failoverTTL()
+	res := failoverResult{Recipe: r.name, Role: r.role, TTLSec: ttl.Seconds()}
+	var trials []time.Duration
+	for trial := range cfg.FailoverTrials {
+		name := uniqueName("failover")
+		d, how := failoverTrial(t, kind, endpoints, r, name, ttl)
+		t.Logf("%s: failover trial %d: %v from kill to grant (%s)", r.name, trial+1, d.Round(time.Millisecond), how)
+		trials = append(trials, d)
+		res.TrialsMs = append(res.TrialsMs, ms(d))
+		res.ChildKill = how
+	}
+	s := summarize(trials)
+	res.MedianMs, res.MaxMs = s.P50, s.Max
+	res.MinMs = ms(slices.Min(trials))
+	return res
+}
+
+func failoverTrial(t *testing.T, kind cluster.Kind, endpoints []string, r recipe, name string, ttl time.Duration) (time.Duration, string) {
+	t.Helper()
+	spec, err := json.Marshal(holderSpec{Kind: kind, Recipe: r.name, Endpoints: endpoints, Name: name, TTL: ttl})
+	if err != nil {
+		t.Fatalf("json.Marshal() = %v", err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), holderEnv+"="+string(spec))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatalf("StdinPipe() = %v", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatalf("StdoutPipe() = %v", err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start holder: %v", err)
+	}
+	waited := false
+	t.Cleanup(func() {
+		if !waited {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	held := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() && sc.Text() == "held" {
+			held <- nil
+		} else {
+			held <- fmt.Errorf("holder said %q (%v)", sc.Text(), sc.Err())
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case err := <-held:
+		if err != nil {
+			t.Fatalf("%s: holder process: %v; stderr: %s", r.name, err, stderr.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("%s: holder process did not acquire %q within 1m", r.name, name)
+	}
+
+	cl := newClient(t, r, dial(t, r, nil, ttl))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	type grant struct {
+		rel func(context.Context) error
+		at  time.Time
+		err error
+	}
+	granted := make(chan grant, 1)
+	go func() {
+		rel, err := cl.acquire(ctx, name)
+		granted <- grant{rel, time.Now(), err}
+	}()
+	waitRecords(t, r, name, 2, time.Minute)
+
+	killedAt := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill holder: %v", err)
+	}
+	werr := cmd.Wait()
+	waited = true
+	_ = stdin.Close()
+	var exitErr *exec.ExitError
+	how := fmt.Sprint(werr)
+	if !errors.As(werr, &exitErr) {
+		t.Fatalf("holder Wait() = %v; want it killed by SIGKILL", werr)
+	}
+	if ws, ok := exitErr.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("holder Wait() = %v; want it killed by SIGKILL", werr)
+	}
+	select {
+	case g := <-granted:
+		if g.err != nil {
+			t.Fatalf("%s: acquire(%q) after the kill = %v; want nil", r.name, name, g.err)
+		}
+		if err := g.rel(context.Background()); err != nil {
+			t.Fatalf("%s: release(%q) = %v; want nil", r.name, name, err)
+		}
+		return g.at.Sub(killedAt), how
+	case <-time.After(time.Minute):
+		t.Fatalf("%s: no grant within 1m of killing the holder (TTL %v)", r.name, ttl)
+		return 0, how
+	}
+}
+
+// ---- many leases held by one client ----
+
+type goroutinePoint struct {
+	Leases     int     `json:"leases"`
+	Goroutines int     `json:"goroutines"`
+	HeapBytes  float64 `json:"heap_bytes"`
+}
+
+type leasesResult struct {
+	Recipe             string           `json:"recipe"`
+	Role               role             `json:"role"`
+	Leases             int              `json:"leases"`
+	Parallel           int              `json:"parallel"`
+	AcquirePerSec      float64          `json:"acquire_per_sec"`
+	Points             []goroutinePoint `json:"points"`
+	HeapBytesPerLease  float64          `json:"heap_bytes_per_lease"`
+	GoroutinesPerLease float64          `json:"goroutines_per_lease"`
+}
+
+// measureLeases acquires cfg.Leases locks of distinct names through one
+// client (cfg.LeaseParallel at a time) and records, at a few points on
+// the way, how many goroutines the process runs and how much heap is
+// live.
+func measureLeases(t *testing.T, r recipe, cfg config) leasesResult {
+	n := cfg.Leases
+	c := dial(t, r, nil, cfg.ttl())
+	cl := newClient(t, r, c)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	prefix := uniqueName("leases")
+	rels := make([]func(context.Context) error, n)
+	// Warm up: the first grant starts the session.
+	rel, err := cl.acquire(ctx, prefix+"/warm")
+	if err != nil {
+		t.Fatalf("%s: acquire() = %v; want nil", r.name, err)
+	}
+	if err := rel(ctx); err != nil {
+		t.Fatalf("%s: release() = %v; want nil", r.name, err)
+	}
+	point := func(held int) goroutinePoint {
+		return goroutinePoint{Leases: held, Goroutines: settledGoroutines(), HeapBytes: float64(liveHeap())}
+	}
+	points := []goroutinePoint{point(0)}
+	parallel := func(from, to int, f func(i int) error) {
+		var next atomic.Int64
+		next.Store(int64(from))
+		var wg sync.WaitGroup
+		var errOnce sync.Once
+		var first error
+		for range cfg.LeaseParallel {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= to {
+						return
+					}
+					if err := f(i); err != nil {
+						errOnce.Do(func() { first = err })
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if first != nil {
+			t.Fatalf("%s: %v", r.name, first)
+		}
+	}
+	var busy time.Duration
+	held := 0
+	for _, upTo := range []int{n / 10, n} {
+		start := time.Now()
+		parallel(held, upTo, func(i int) error {
+			rel, err := cl.acquire(ctx, fmt.Sprintf("%s/%d", prefix, i))
+			if err != nil {
+				return fmt.Errorf("acquire(%d) = %w; want nil", i, err)
+			}
+			rels[i] = rel
+			return nil
+		})
+		busy += time.Since(start)
+		held = upTo
+		points = append(points, point(held))
+	}
+	parallel(0, n, func(i int) error { return rels[i](ctx) })
+	first, last := points[1], points[len(points)-1]
+	return leasesResult{
+		Recipe:             r.name,
+		Role:               r.role,
+		Leases:             n,
+		Parallel:           cfg.LeaseParallel,
+		AcquirePerSec:      float64(n) / busy.Seconds(),
+		Points:             points,
+		HeapBytesPerLease:  (last.HeapBytes - points[0].HeapBytes) / float64(n),
+		GoroutinesPerLease: float64(last.Goroutines-first.Goroutines) / float64(last.Leases-first.Leases),
+	}
+}
+
+// settledGoroutines returns the number of goroutines once it has stayed
+// the same for half a second (or after 20s).
+func settledGoroutines() int {
+	deadline := time.Now().Add(20 * time.Second)
+	last, same := runtime.NumGoroutine(), 0
+	for same < 5 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		n := runtime.NumGoroutine()
+		if n == last {
+			same++
+		} else {
+			last, same = n, 0
+		}
+	}
+	return last
+}
+
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// ---- many waiters on one lock ----
+
+type waitersResult struct {
+	Recipe       string  `json:"recipe"`
+	Role         role    `json:"role"`
+	Waiters      int     `json:"waiters"`
+	Conns        int     `json:"connections"`
+	QueueSec     float64 `json:"queue_sec"`
+	ServeSec     float64 `json:"serve_sec"`
+	GrantsPerSec float64 `json:"grants_per_sec"`
+}
+
+// measureWaiters queues cfg.Waiters waiters on one held lock, spread over
+// cfg.WaiterConns connections, then releases it and measures the time
+// until every waiter has been granted the lock (each releases at once).
+func measureWaiters(t *testing.T, r recipe, cfg config) waitersResult {
+	n := cfg.Waiters
+	conns := make([]conn, cfg.WaiterConns)
+	for i := range conns {
+		conns[i] = dial(t, r, nil, cfg.ttl())
+	}
+	name := uniqueName("waiters")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	holder := newClient(t, r, conns[0])
+	release, err := holder.acquire(ctx, name)
+	if err != nil {
+		t.Fatalf("%s: acquire(%q) = %v; want nil", r.name, name, err)
+	}
+	var (
+		mu       sync.Mutex
+		holding  bool
+		overlaps int
+		lastAt   time.Time
+		served   int
+		errOnce  sync.Once
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	fail := func(err error) { errOnce.Do(func() { firstErr = err }) }
+	queueStart := time.Now()
+	for i := range n {
+		wg.Go(func() {
+			cl, err := conns[i%len(conns)].client()
+			if err != nil {
+				fail(fmt.Errorf("waiter %d: client() = %w", i, err))
+				return
+			}
+			rel, err := cl.acquire(ctx, name)
+			if err != nil {
+				fail(fmt.Errorf("waiter %d: acquire(%q) = %w; want nil", i, name, err))
+				return
+			}
+			mu.Lock()
+			if holding {
+				overlaps++
+			}
+			holding = true
+			served++
+			lastAt = time.Now()
+			mu.Unlock()
+			mu.Lock()
+			holding = false
+			mu.Unlock()
+			if err := rel(ctx); err != nil {
+				fail(fmt.Errorf("waiter %d: release(%q) = %w; want nil", i, name, err))
+			}
+		})
+	}
+	waitRecords(t, r, name, n+1, 10*time.Minute)
+	queued := time.Since(queueStart)
+	start := time.Now()
+	if err := release(ctx); err != nil {
+		t.Fatalf("%s: release(%q) = %v; want nil", r.name, name, err)
+	}
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatalf("%s: %v", r.name, firstErr)
+	}
+	if served != n || overlaps != 0 {
+		t.Fatalf("%s: %d waiters served, %d overlapping grants; want %d and 0", r.name, served, overlaps, n)
+	}
+	serve := lastAt.Sub(start)
+	return waitersResult{
+		Recipe:       r.name,
+		Role:         r.role,
+		Waiters:      n,
+		Conns:        len(conns),
+		QueueSec:     queued.Seconds(),
+		ServeSec:     serve.Seconds(),
+		GrantsPerSec: float64(n) / serve.Seconds(),
+	}
+}

@@ -1,0 +1,371 @@
+package faulttest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/fencelock/fencelock/etcdlock"
+	"github.com/fencelock/fencelock/fencing/httpfence"
+	"github.com/fencelock/fencelock/integration/cluster"
+	"github.com/fencelock/fencelock/internal/leakcheck"
+	"github.com/fencelock/fencelock/lock"
+	"github.com/fencelock/fencelock/zklock"
+)
+
+// clientEnv carries a client process's configuration, as JSON. Its presence
+// is what makes the test binary run as a client.
+const clientEnv = "FENCELOCK_FAULT_CLIENT"
+
+// clientHeader names the client in register requests, so that the
+// register's log and hooks can tell clients apart.
+const clientHeader = "Fault-Client"
+
+// clientConfig is what a client process needs to know.
+type clientConfig struct {
+	ID        int           `json:"id"`
+	Backend   cluster.Kind  `json:"backend"`
+	Endpoints []string      `json:"endpoints"`
+	Namespace string        `json:"namespace"` // etcd prefix or ZooKeeper root
+	Lock      string        `json:"lock"`
+	TTL       time.Duration `json:"ttl"` // etcd TTL or ZooKeeper session timeout
+	Margin    time.Duration `json:"margin"`
+	// AcquireTimeout bounds one Acquire; ReleaseTimeout one Release.
+	AcquireTimeout time.Duration `json:"acquire_timeout"`
+	ReleaseTimeout time.Duration `json:"release_timeout"`
+	Register       string        `json:"register"` // the register's URL
+	LogPath        string        `json:"log_path"`
+	Start          int64         `json:"start"`   // the shared zero of the clock
+	OpBase         int64         `json:"op_base"` // ids are OpBase+1, OpBase+2, ...
+	RMWs           int           `json:"rmws"`    // read-modify-writes per grant
+	// Think is the pause between the read and the write of one
+	// read-modify-write; Hold the time the lease is kept after them.
+	Think time.Duration `json:"think"`
+	Hold  time.Duration `json:"hold"`
+}
+
+// event is one line of a client's log. T is nanoseconds of the system-wide
+// monotonic clock since the run's start, shared by every process.
+//
+// Kinds: "start", "exit"; "acq" then "acq-ok" or "acq-err"; "done" when the
+// lease's Done channel closed; "read" then "read-ok", "read-stale" or
+// "read-err"; "write" then "write-ok", "write-stale", "write-err" (refused,
+// not applied) or "write-unknown"; "rel" then "rel-ok" or "rel-err".
+type event struct {
+	T      int64  `json:"t"`
+	Client int    `json:"c"`
+	Kind   string `json:"k"`
+	Token  uint64 `json:"tok,omitempty"`
+	Op     int64  `json:"op,omitempty"`
+	// Version, N and Sum describe the register: the version read (or, for
+	// a write, the version it was based on), its size and its hash.
+	Version int    `json:"v,omitempty"`
+	N       int    `json:"n,omitempty"`
+	Sum     uint64 `json:"sum,omitempty"`
+	Class   string `json:"class,omitempty"` // of an error: lost, released, closed, timeout, canceled, other
+	Err     string `json:"err,omitempty"`
+}
+
+// monoNow reads CLOCK_MONOTONIC, which, unlike the monotonic reading in
+// time.Time, is the same clock in every process of the machine, so events
+// of different processes can be ordered.
+func monoNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(fmt.Sprintf("clock_gettime: %v", err)) // cannot fail on Linux
+	}
+	return ts.Nano()
+}
+
+// classify names the kind of an error for the log.
+func classify(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, lock.ErrLost):
+		return "lost"
+	case errors.Is(err, lock.ErrReleased):
+		return "released"
+	case errors.Is(err, lock.ErrClosed):
+		return "closed"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	}
+	return "other"
+}
+
+// eventLog appends events to the client's log file, one write per line,
+// so that a line is either wholly there or absent when the process is
+// killed.
+type eventLog struct {
+	mu    sync.Mutex
+	f     *os.File
+	id    int
+	start int64
+}
+
+func (l *eventLog) log(e event) {
+	e.T = monoNow() - l.start
+	e.Client = l.id
+	b, err := json.Marshal(e)
+	if err != nil {
+		panic(err) // plain struct: cannot fail
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, err := l.f.Write(append(b, '\n')); err != nil {
+		fmt.Fprintf(os.Stderr, "client %d: log: %v\n", l.id, err)
+	}
+}
+
+// clientMain is the body of a client process. It runs until its standard
+// input is closed, then releases what it holds, closes its Locker, checks
+// that no goroutine is left and returns the exit status.
+func clientMain() int {
+	var cfg clientConfig
+	if err := json.Unmarshal([]byte(os.Getenv(clientEnv)), &cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "client: %s: %v\n", clientEnv, err)
+		return 2
+	}
+	f, err := os.OpenFile(cfg.LogPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "client %d: %v\n", cfg.ID, err)
+		return 2
+	}
+	defer f.Close()
+	lg := &eventLog{f: f, id: cfg.ID, start: cfg.Start}
+	lg.log(event{Kind: "start"})
+
+	ctx, stop := context.WithCancel(context.Background())
+	stdinDone := make(chan struct{})
+	go func() {
+		defer close(stdinDone)
+		io.Copy(io.Discard, os.Stdin)
+		stop()
+	}()
+
+	code := 0
+	if err := runClient(ctx, cfg, lg); err != nil {
+		fmt.Fprintf(os.Stderr, "client %d: %v\n", cfg.ID, err)
+		code = 1
+	}
+	<-stdinDone
+	stop()
+	lg.log(event{Kind: "exit"})
+	if leaked := leakcheck.Wait(5 * time.Second); leaked != "" {
+		fmt.Fprintf(os.Stderr, "client %d: goroutines still running at exit:\n\n%s\n", cfg.ID, leaked)
+		code = 3
+	}
+	return code
+}
+
+// openLocker opens the client's Locker and returns it with the function
+// that closes it and everything under it.
+func openLocker(ctx context.Context, cfg clientConfig) (lock.Locker, func(), error) {
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	identity := fmt.Sprintf("client-%d", cfg.ID)
+	switch cfg.Backend {
+	case cluster.Etcd:
+		cli, err := clientv3.New(clientv3.Config{
+			Endpoints:            cfg.Endpoints,
+			DialTimeout:          2 * time.Second,
+			DialKeepAliveTime:    cfg.TTL / 2,
+			DialKeepAliveTimeout: cfg.TTL / 2,
+			Logger:               zap.NewNop(),
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		l, err := etcdlock.New(cli,
+			etcdlock.WithPrefix(cfg.Namespace),
+			etcdlock.WithTTL(cfg.TTL),
+			etcdlock.WithLossMargin(cfg.Margin),
+			etcdlock.WithIdentity(identity),
+			etcdlock.WithLogger(logger))
+		if err != nil {
+			cli.Close()
+			return nil, nil, err
+		}
+		return l, func() { l.Close(); cli.Close() }, nil
+	case cluster.ZooKeeper:
+		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		l, err := zklock.Dial(dctx, cfg.Endpoints,
+			zklock.WithRoot(cfg.Namespace),
+			zklock.WithSessionTimeout(cfg.TTL),
+			zklock.WithLossMargin(cfg.Margin),
+			zklock.WithIdentity(identity),
+			zklock.WithLogger(logger))
+		if err != nil {
+			return nil, nil, err
+		}
+		return l, func() { l.Close() }, nil
+	}
+	return nil, nil, fmt.Errorf("unknown backend %q", cfg.Backend)
+}
+
+// runClient is the workload loop: acquire, read-modify-write the register
+// cfg.RMWs times, hold, release; until ctx ends.
+func runClient(ctx context.Context, cfg clientConfig, lg *eventLog) error {
+	locker, closeLocker, err := openLocker(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("open locker: %w", err)
+	}
+	defer closeLocker()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	w := &worker{cfg: cfg, lg: lg, base: base}
+	var seq int64
+	for ctx.Err() == nil {
+		lg.log(event{Kind: "acq"})
+		actx, cancel := context.WithTimeout(ctx, cfg.AcquireTimeout)
+		lease, err := locker.Acquire(actx, cfg.Lock)
+		cancel()
+		if err != nil {
+			lg.log(event{Kind: "acq-err", Class: classify(err), Err: err.Error()})
+			// Do not spin while the cluster is unreachable.
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		tok := uint64(lease.Token())
+		lg.log(event{Kind: "acq-ok", Token: tok})
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			<-lease.Done()
+			err := lease.Err()
+			lg.log(event{Kind: "done", Token: tok, Class: classify(err), Err: err.Error()})
+		}()
+		for range cfg.RMWs {
+			// The last check before a write: a real program would stop
+			// here once the lease has ended. A pause after this point is
+			// the case only the resource's check can handle.
+			if lease.Err() != nil || ctx.Err() != nil {
+				break
+			}
+			seq++
+			w.readModifyWrite(lease, cfg.OpBase+seq)
+		}
+		select {
+		case <-time.After(cfg.Hold):
+		case <-lease.Done():
+		case <-ctx.Done():
+		}
+		lg.log(event{Kind: "rel", Token: tok})
+		rctx, cancel := context.WithTimeout(context.Background(), cfg.ReleaseTimeout)
+		err = lease.Release(rctx)
+		cancel()
+		if err != nil {
+			lg.log(event{Kind: "rel-err", Token: tok, Class: classify(err), Err: err.Error()})
+		} else {
+			lg.log(event{Kind: "rel-ok", Token: tok})
+		}
+		<-watched
+	}
+	return nil
+}
+
+// worker sends the register requests of one client.
+type worker struct {
+	cfg  clientConfig
+	lg   *eventLog
+	base *http.Transport
+}
+
+// registerState is the register's answer to a read or a write.
+type registerState struct {
+	Version int    `json:"v"`
+	N       int    `json:"n"`
+	Sum     uint64 `json:"sum"`
+}
+
+// requestTimeout bounds one register request. The register is never
+// faulted, so only a frozen or dying client sees it expire.
+const requestTimeout = 20 * time.Second
+
+// readModifyWrite reads the register, waits cfg.Think, and writes "what was
+// read, plus op" with the lease's token. The read goes through
+// httpfence.Transport; the write deliberately does not, because the
+// transport's own check that the lease is still held would hide the window
+// (a pause between that check and the write) that the resource's check
+// exists for.
+func (w *worker) readModifyWrite(lease lock.Lease, op int64) {
+	tok := uint64(lease.Token())
+	w.lg.log(event{Kind: "read", Token: tok, Op: op})
+	rc := &http.Client{Transport: &httpfence.Transport{Lease: lease, Base: w.base}, Timeout: requestTimeout}
+	req, _ := http.NewRequest(http.MethodGet, w.cfg.Register, nil)
+	req.Header.Set(clientHeader, strconv.Itoa(w.cfg.ID))
+	st, status, err := do(rc, req)
+	switch {
+	case err != nil:
+		w.lg.log(event{Kind: "read-err", Token: tok, Op: op, Class: classify(err), Err: err.Error()})
+		return
+	case status == http.StatusConflict:
+		w.lg.log(event{Kind: "read-stale", Token: tok, Op: op})
+		return
+	case status != http.StatusOK:
+		w.lg.log(event{Kind: "read-err", Token: tok, Op: op, Class: "other", Err: fmt.Sprintf("status %d", status)})
+		return
+	}
+	w.lg.log(event{Kind: "read-ok", Token: tok, Op: op, Version: st.Version, N: st.N, Sum: st.Sum})
+
+	<-time.After(w.cfg.Think)
+
+	q := url.Values{"base": {strconv.Itoa(st.Version)}, "op": {strconv.FormatInt(op, 10)}}
+	req, _ = http.NewRequest(http.MethodPost, w.cfg.Register+"?"+q.Encode(), nil)
+	req.Header.Set(clientHeader, strconv.Itoa(w.cfg.ID))
+	req.Header.Set(httpfence.Header, lease.Token().String())
+	w.lg.log(event{Kind: "write", Token: tok, Op: op, Version: st.Version, N: st.N, Sum: st.Sum})
+	wc := &http.Client{Transport: w.base, Timeout: requestTimeout}
+	nst, status, err := do(wc, req)
+	switch {
+	case err != nil:
+		// Sent, perhaps applied: the outcome is unknown.
+		w.lg.log(event{Kind: "write-unknown", Token: tok, Op: op, Class: classify(err), Err: err.Error()})
+	case status == http.StatusOK:
+		w.lg.log(event{Kind: "write-ok", Token: tok, Op: op, Version: nst.Version, N: nst.N, Sum: nst.Sum})
+	case status == http.StatusConflict:
+		w.lg.log(event{Kind: "write-stale", Token: tok, Op: op})
+	default:
+		w.lg.log(event{Kind: "write-err", Token: tok, Op: op, Err: fmt.Sprintf("status %d", status)})
+	}
+}
+
+// do sends req and decodes a 200 answer.
+func do(c *http.Client, req *http.Request) (registerState, int, error) {
+	var st registerState
+	resp, err := c.Do(req)
+	if err != nil {
+		return st, 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return st, 0, err
+	}
+	if resp.StatusCode == http.StatusOK {
+		if err := json.NewDecoder(bytes.NewReader(body)).Decode(&st); err != nil {
+			return st, 0, err
+		}
+	}
+	return st, resp.StatusCode, nil
+}

@@ -1,0 +1,214 @@
+package faulttest
+
+import (
+	"encoding/json"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/fencing/httpfence"
+)
+
+// registerResource is the fencing resource of the register.
+const registerResource = "register"
+
+// regNode is one version of the register's set: its parent version plus
+// one element. Versions form a tree, so that a write "the set of version
+// base, plus op" costs O(1) whatever the set's size, and a write based on
+// an old version really does drop what was added since.
+type regNode struct {
+	parent int
+	elem   int64
+	n      int
+	sum    uint64
+}
+
+// serverEvent is one request the register answered, in the order it
+// handled them (accepted requests in the order they were applied).
+type serverEvent struct {
+	T      int64 // since the run's start, on the shared monotonic clock
+	Client int
+	Write  bool
+	Token  uint64
+	Status int // 200 accepted, 409 stale, 400 bad token
+	Op     int64
+	Base   int // a write's base version
+	Cur    int // the current version when a write was applied
+	V      int // the version after the request
+}
+
+// register is the fenced register: a set of op ids served over HTTP on
+// 127.0.0.1. GET returns the current version, size and hash; POST
+// ?base=V&op=X replaces the set by "the set of version V, plus X". With
+// fencing on, httpfence.Handler runs both inside the Guard's critical
+// section, so the token check and the read or write are one step; with
+// fencing off (the control run) any token is accepted.
+type register struct {
+	start  int64
+	fenced bool
+
+	mu    sync.Mutex
+	nodes []regNode
+	cur   int
+	log   []serverEvent
+	hooks map[int]func(serverEvent) bool
+	hookN int
+
+	srv *httptest.Server
+}
+
+// newRegister starts a register; it is closed in t.Cleanup.
+func newRegister(t testing.TB, start int64, fenced bool) *register {
+	t.Helper()
+	r := &register{start: start, fenced: fenced, nodes: []regNode{{}}}
+	inner := http.HandlerFunc(r.serve)
+	var h http.Handler = inner
+	if fenced {
+		var err error
+		h, err = httpfence.Handler(&fencing.Guard{}, func(*http.Request) string { return registerResource }, inner)
+		if err != nil {
+			t.Fatalf("httpfence.Handler() = %v", err)
+		}
+	}
+	r.srv = httptest.NewServer(r.recordRefusals(h))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+// URL returns the register's address.
+func (r *register) URL() string { return r.srv.URL + "/register" }
+
+// statusWriter remembers the status a handler wrote.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+// recordRefusals logs the requests that h refused before they reached
+// serve, which logs the accepted ones itself.
+func (r *register) recordRefusals(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		h.ServeHTTP(sw, req)
+		if sw.status == http.StatusOK {
+			return
+		}
+		tok, _ := httpfence.TokenFromRequest(req)
+		client, _ := strconv.Atoi(req.Header.Get(clientHeader))
+		op, _ := strconv.ParseInt(req.URL.Query().Get("op"), 10, 64)
+		r.mu.Lock()
+		r.log = append(r.log, serverEvent{
+			T: monoNow() - r.start, Client: client, Write: req.Method == http.MethodPost,
+			Token: uint64(tok), Status: sw.status, Op: op, V: r.cur,
+		})
+		r.mu.Unlock()
+	})
+}
+
+// serve applies an accepted request. With fencing on it runs inside the
+// Guard's critical section.
+func (r *register) serve(w http.ResponseWriter, req *http.Request) {
+	tok, err := httpfence.TokenFromRequest(req)
+	if err != nil {
+		httpfence.WriteError(w, err)
+		return
+	}
+	client, _ := strconv.Atoi(req.Header.Get(clientHeader))
+	e := serverEvent{Client: client, Token: uint64(tok), Status: http.StatusOK}
+	switch req.Method {
+	case http.MethodGet:
+	case http.MethodPost:
+		base, err1 := strconv.Atoi(req.URL.Query().Get("base"))
+		op, err2 := strconv.ParseInt(req.URL.Query().Get("op"), 10, 64)
+		if err1 != nil || err2 != nil || op <= 0 {
+			http.Error(w, "bad base or op", http.StatusBadRequest)
+			return
+		}
+		e.Write, e.Base, e.Op = true, base, op
+	default:
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+
+	r.mu.Lock()
+	if e.Write {
+		if e.Base < 0 || e.Base >= len(r.nodes) {
+			r.mu.Unlock()
+			http.Error(w, "unknown base version", http.StatusBadRequest)
+			return
+		}
+		b := r.nodes[e.Base]
+		r.nodes = append(r.nodes, regNode{parent: e.Base, elem: e.Op, n: b.n + 1, sum: b.sum + elemHash(e.Op)})
+		e.Cur = r.cur
+		r.cur = len(r.nodes) - 1
+	}
+	e.V = r.cur
+	e.T = monoNow() - r.start
+	st := registerState{Version: r.cur, N: r.nodes[r.cur].n, Sum: r.nodes[r.cur].sum}
+	r.log = append(r.log, e)
+	hooks := maps.Clone(r.hooks)
+	r.mu.Unlock()
+
+	// Hooks run before the answer is sent, still inside the critical
+	// section: a client frozen or killed here is frozen or killed with
+	// its request applied and its answer not yet received.
+	for id, h := range hooks {
+		if h(e) {
+			r.mu.Lock()
+			delete(r.hooks, id)
+			r.mu.Unlock()
+		}
+	}
+
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(st)
+}
+
+// onAccepted installs fn, called with every accepted request (in handling
+// order, before its answer is sent) until it returns true.
+func (r *register) onAccepted(fn func(serverEvent) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.hooks == nil {
+		r.hooks = map[int]func(serverEvent) bool{}
+	}
+	r.hookN++
+	r.hooks[r.hookN] = fn
+}
+
+// events returns a copy of the log.
+func (r *register) events() []serverEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]serverEvent(nil), r.log...)
+}
+
+// state returns the current set's elements, size and hash.
+func (r *register) state() (elems map[int64]bool, n int, sum uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	elems = map[int64]bool{}
+	for v := r.cur; v != 0; v = r.nodes[v].parent {
+		elems[r.nodes[v].elem] = true
+	}
+	return elems, r.nodes[r.cur].n, r.nodes[r.cur].sum
+}
+
+// elemHash spreads an op id over 64 bits (splitmix64's finalizer). The
+// register's hash is the sum of its elements' hashes, so two sets compare
+// equal, with overwhelming probability, when their sizes and sums do.
+func elemHash(x int64) uint64 {
+	z := uint64(x) + 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
