@@ -68,12 +68,12 @@ func (l *Locker) acquireIn(ctx context.Context, s *session, name string, try boo
 	lastTwo := clientv3.OpGet(pfx, clientv3.WithPrefix(),
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))
 
-	var (
-		txn  clientv3.Txn
-		resp *clientv3.TxnResponse
-		err  error
-	)
-	for {
+	// The create is safe to repeat: a retry whose first attempt was
+	// applied finds the record in place (the Else branch) instead of
+	// creating a second one.
+	var resp *clientv3.TxnResponse
+	err := l.do(ctx, s, func(ctx context.Context) error {
+		var txn clientv3.Txn
 		if try {
 			// Create only if name has no record at all; a retry whose
 			// first attempt did create finds its own record first.
@@ -87,22 +87,17 @@ func (l *Locker) acquireIn(ctx context.Context, s *session, name string, try boo
 				Then(put, lastTwo).
 				Else(clientv3.OpGet(key))
 		}
+		var err error
 		resp, err = txn.Commit()
-		if err == nil {
-			break
-		}
+		return err
+	})
+	if err != nil {
 		if isLeaseNotFound(err) {
 			l.dropSession(s, fmt.Errorf("%w: lease %x expired or was revoked", lock.ErrLost, int64(s.id)))
 			return nil, errStaleSession
 		}
-		if !retryable(err) {
-			return nil, err
-		}
-		if werr := l.waitRetry(ctx, s); werr != nil {
-			// The create may have been applied with its reply lost.
-			l.cleanup(key, 0)
-			return nil, errors.Join(werr, err)
-		}
+		// The create may have been applied with its reply lost.
+		return nil, l.abandon(s, key, 0, err)
 	}
 
 	var (
@@ -205,9 +200,29 @@ func (l *Locker) waitDelete(ctx context.Context, s *session, key string, fromRev
 	if checkCreated {
 		opts = append(opts, clientv3.WithCreatedNotify())
 	}
-	wch := l.client.Watch(wctx, key, opts...)
+	// Watch blocks until the server confirms the watch, which a member
+	// that stopped answering never does: create it aside, so that the
+	// wait stays interruptible, and wait for that goroutine on return.
+	ready := make(chan clientv3.WatchChan, 1)
+	go func() { ready <- l.client.Watch(wctx, key, opts...) }()
+	var wch clientv3.WatchChan
+	defer func() {
+		if wch == nil {
+			cancel()
+			<-ready
+		}
+	}()
+	// A watch whose member stopped answering stays silent; re-reading
+	// after a TTL of silence bounds the delay that causes, without
+	// depending on the client's connection pings.
+	silence := time.NewTimer(l.opts.ttl)
+	defer silence.Stop()
 	for {
 		select {
+		case wch = <-ready:
+			continue
+		case <-silence.C:
+			return false, false, nil
 		case <-ctx.Done():
 			return false, false, ctx.Err()
 		case <-l.closing.Done():
@@ -219,6 +234,7 @@ func (l *Locker) waitDelete(ctx context.Context, s *session, key string, fromRev
 				// Re-read and start a new watch.
 				return false, false, nil
 			}
+			silence.Reset(l.opts.ttl)
 			if wr.Created {
 				if wr.Header.Revision > fromRev {
 					return false, true, nil
@@ -238,47 +254,74 @@ func (l *Locker) waitDelete(ctx context.Context, s *session, key string, fromRev
 // (and so that the session lease is alive on the server) and reads the
 // record just before ours. ok is false when our record is gone.
 func (l *Locker) recheck(ctx context.Context, s *session, pfx, key string, myRev int64) (pred *mvccpb.KeyValue, rev int64, ok bool, err error) {
-	for {
-		resp, err := l.client.Txn(ctx).
+	var resp *clientv3.TxnResponse
+	err = l.do(ctx, s, func(ctx context.Context) error {
+		var err error
+		resp, err = l.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", myRev)).
 			Then(clientv3.OpGet(pfx, clientv3.WithPrefix(),
 				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
 				clientv3.WithMaxCreateRev(myRev-1), clientv3.WithLimit(1))).
 			Commit()
+		return err
+	})
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if !resp.Succeeded {
+		return nil, resp.Header.Revision, false, nil
+	}
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		pred = kvs[0]
+	}
+	return pred, resp.Header.Revision, true, nil
+}
+
+// do runs op until it succeeds, giving each attempt at most
+// requestTimeout, and retrying failures that may pass on a second try
+// (see retryable) until ctx is done, the Locker closes or, when s is not
+// nil, the session ends. An attempt that times out is retried at once: the
+// client sends the next one to another member, which matters when the one
+// it used stopped answering without closing the connection. Only ops that
+// are safe to repeat go through do.
+func (l *Locker) do(ctx context.Context, s *session, op func(context.Context) error) error {
+	var sessionDone <-chan struct{}
+	if s != nil {
+		sessionDone = s.done
+	}
+	for {
+		actx, cancel := context.WithTimeout(ctx, l.requestTimeout())
+		err := op(actx)
+		cancel()
 		if err == nil {
-			if !resp.Succeeded {
-				return nil, resp.Header.Revision, false, nil
-			}
-			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-				pred = kvs[0]
-			}
-			return pred, resp.Header.Revision, true, nil
+			return nil
 		}
-		if !retryable(err) {
-			return nil, 0, false, err
+		delay := retryDelay
+		switch {
+		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			delay = 0
+		case !retryable(err):
+			return err
 		}
-		if werr := l.waitRetry(ctx, s); werr != nil {
-			return nil, 0, false, errors.Join(werr, err)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(ctx.Err(), err)
+		case <-l.closing.Done():
+			t.Stop()
+			return lock.ErrClosed
+		case <-sessionDone:
+			t.Stop()
+			return s.lostErr()
 		}
 	}
 }
 
-// waitRetry waits a little before a request is retried, and returns why not
-// to retry: ctx done, Locker closed, or session ended.
-func (l *Locker) waitRetry(ctx context.Context, s *session) error {
-	t := time.NewTimer(retryDelay)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-l.closing.Done():
-		return lock.ErrClosed
-	case <-s.done:
-		return s.lostErr()
-	}
-}
+// requestTimeout bounds one attempt of a request: a third of the TTL, and
+// at least a second.
+func (l *Locker) requestTimeout() time.Duration { return max(l.opts.ttl/3, time.Second) }
 
 // abandon deletes the record of an acquisition that will not be reported
 // and returns err. When the session ended the lease takes the record with
@@ -291,11 +334,32 @@ func (l *Locker) abandon(s *session, key string, rev int64, err error) error {
 }
 
 // cleanup deletes key (guarded by its create revision when rev > 0) with a
-// fresh bounded context, and when that fails keeps retrying in the
-// background until it succeeds, the session lease expires or the Locker
-// closes.
+// fresh bounded context, and when that fails hands it to cleanupLater.
 func (l *Locker) cleanup(key string, rev int64) {
-	del := func(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(l.life, min(l.closeWait(), 2*time.Second))
+	err := l.do(ctx, nil, l.deleteOp(key, rev))
+	cancel()
+	if err != nil {
+		l.opts.logger.Debug("etcdlock: cleanup failed; retrying in the background", "key", key, "err", err)
+		l.cleanupLater(key, rev)
+	}
+}
+
+// cleanupLater keeps trying to delete key in the background until it
+// succeeds, the session lease must have expired (which deletes the key
+// anyway), or the Locker closes.
+func (l *Locker) cleanupLater(key string, rev int64) {
+	l.spawn(func() {
+		ctx, cancel := context.WithTimeout(l.life, l.opts.ttl+l.opts.lossMargin)
+		defer cancel()
+		if err := l.do(ctx, nil, l.deleteOp(key, rev)); err != nil && l.life.Err() == nil {
+			l.opts.logger.Warn("etcdlock: gave up deleting a record; the session lease's expiry will remove it", "key", key, "err", err)
+		}
+	})
+}
+
+func (l *Locker) deleteOp(key string, rev int64) func(context.Context) error {
+	return func(ctx context.Context) error {
 		var err error
 		if rev > 0 {
 			_, err = l.client.Txn(ctx).
@@ -306,29 +370,6 @@ func (l *Locker) cleanup(key string, rev int64) {
 		}
 		return err
 	}
-	ctx, cancel := context.WithTimeout(l.life, min(l.closeWait(), 2*time.Second))
-	err := del(ctx)
-	cancel()
-	if err == nil {
-		return
-	}
-	l.opts.logger.Debug("etcdlock: cleanup failed; retrying in the background", "key", key, "err", err)
-	l.spawn(func() {
-		ctx, cancel := context.WithTimeout(l.life, l.opts.ttl+l.opts.lossMargin)
-		defer cancel()
-		for ctx.Err() == nil {
-			if err := del(ctx); err == nil {
-				return
-			}
-			t := time.NewTimer(100 * time.Millisecond)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-			}
-		}
-		l.opts.logger.Warn("etcdlock: gave up deleting a record; the session lease's expiry will remove it", "key", key)
-	})
 }
 
 // grant turns an acquisition confirmed at readRev into a held lease and

@@ -20,6 +20,15 @@
 // creates the record and reads the owner) and one to release (a delete
 // guarded by the record's create revision).
 //
+// Requests that are safe to repeat (the create, which is idempotent per
+// acquisition; reads; the guarded delete) get at most a third of the TTL
+// (and at least a second) per attempt and are retried, so a member that
+// stops answering without closing its connections delays a call instead of
+// blocking it: the client sends the retry to another member. Keepalives
+// are sent the same way, with half a keepalive interval per attempt. A
+// waiter whose watch stays silent for a TTL re-reads its predecessor once,
+// so a watch stuck on such a member delays it by about a TTL at most.
+//
 // A Locker outlives its sessions: when a session is lost, the leases
 // granted through it end with [lock.ErrLost] and the next call starts a new
 // session.

@@ -133,7 +133,7 @@ func (le *Lease) Release(ctx context.Context) error {
 	switch {
 	case err != nil:
 		le.finish(fmt.Errorf("%w (delete of the record not confirmed: %w)", lock.ErrReleased, err))
-		le.l.cleanup(le.key, le.rev)
+		le.l.cleanupLater(le.key, le.rev)
 		return fmt.Errorf("etcdlock: release %q: %w", le.name, err)
 	case !deleted:
 		le.finish(fmt.Errorf("%w: record %q was already gone", lock.ErrLost, le.key))
@@ -148,24 +148,19 @@ func (le *Lease) Release(ctx context.Context) error {
 // a request that failed without an answer (a member going away) is retried
 // until ctx is done.
 func (le *Lease) deleteRecord(ctx context.Context) (bool, error) {
-	for retried := false; ; retried = true {
+	var deleted, failed bool
+	err := le.l.do(ctx, nil, func(ctx context.Context) error {
 		resp, err := le.l.client.Txn(ctx).If(le.IsHeld()).Then(clientv3.OpDelete(le.key)).Commit()
-		if err == nil {
-			// After a request with no answer, a record already gone
-			// was most likely deleted by that request.
-			return resp.Succeeded || retried, nil
+		if err != nil {
+			failed = true
+			return err
 		}
-		if !retryable(err) {
-			return false, err
-		}
-		t := time.NewTimer(retryDelay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return false, errors.Join(ctx.Err(), err)
-		}
-	}
+		// After a request with no answer, a record already gone was
+		// most likely deleted by that request.
+		deleted = resp.Succeeded || failed
+		return nil
+	})
+	return deleted, err
 }
 
 // watchRecord ends the lease with lock.ErrLost when its record is deleted

@@ -47,6 +47,13 @@ var (
 // until Close returns. A nil client or a bad option is an error wrapping
 // [lock.ErrInvalidConfig].
 //
+// Configure client with DialKeepAliveTime and DialKeepAliveTimeout (for
+// instance 5s and 2s): without gRPC pings, a watch on a member that stops
+// answering without closing its connection (a frozen process, a dropped
+// network path) stays silent, and a waiter on it is served only when the
+// member answers again. Keepalives and requests do not depend on this:
+// they time out and retry on another member.
+//
 // New does no I/O: the session lease is granted by the first Acquire or
 // TryAcquire.
 func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
@@ -240,7 +247,12 @@ func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
 	}
 	cctx, cancel := l.withClosing(ctx)
 	defer cancel()
-	resp, err := l.client.Get(cctx, l.namePrefix(name), clientv3.WithFirstCreate()...)
+	var resp *clientv3.GetResponse
+	err := l.do(cctx, nil, func(ctx context.Context) error {
+		var err error
+		resp, err = l.client.Get(ctx, l.namePrefix(name), clientv3.WithFirstCreate()...)
+		return err
+	})
 	if err != nil {
 		if ctx.Err() == nil && l.closing.Err() != nil {
 			err = lock.ErrClosed

@@ -31,7 +31,14 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, 
 		return nil, nil, fmt.Errorf("etcdlock: observe %q: %w", name, lock.ErrClosed)
 	}
 	pfx := l.namePrefix(name)
-	first, err := l.client.Get(ctx, pfx, clientv3.WithFirstCreate()...)
+	cctx, ccancel := l.withClosing(ctx)
+	defer ccancel()
+	var first *clientv3.GetResponse
+	err := l.do(cctx, nil, func(ctx context.Context) error {
+		var err error
+		first, err = l.client.Get(ctx, pfx, clientv3.WithFirstCreate()...)
+		return err
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("etcdlock: observe %q: %w", name, err)
 	}
@@ -41,7 +48,10 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, 
 		endErr error
 	)
 	wctx, cancel := context.WithCancel(l.life)
+	// The watch itself must end with ctx too: creating it can block.
+	stop := context.AfterFunc(ctx, cancel)
 	ok := l.spawn(func() {
+		defer stop()
 		defer cancel()
 		err := l.observe(ctx, wctx, pfx, first, ch)
 		mu.Lock()
@@ -50,6 +60,7 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, 
 		close(ch)
 	})
 	if !ok {
+		stop()
 		cancel()
 		return nil, nil, fmt.Errorf("etcdlock: observe %q: %w", name, lock.ErrClosed)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -23,7 +24,9 @@ type driver struct{}
 // query keys map to [WithTTL], [WithIdentity] and [WithLossMargin]. Any
 // other query key, or a bad value, is an error wrapping
 // [lock.ErrInvalidConfig]. The Locker owns the client it creates and closes
-// it in Close. No request is sent before the first call that needs one.
+// it in Close. The client pings its connections (every 5s, 2s timeout) so
+// that a member that stops answering is left behind. No request is sent
+// before the first call that needs one.
 func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	hosts, err := lock.URLHosts(u)
 	if err != nil {
@@ -61,7 +64,14 @@ func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
-	client, err := clientv3.New(clientv3.Config{Endpoints: hosts})
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints: hosts,
+		// Pings find a member that stopped answering without closing
+		// its connections, so that watches move to another member.
+		// 5s is the server's default minimum ping interval.
+		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: open %q: %w: %w", u.Redacted(), lock.ErrInvalidConfig, err)
 	}

@@ -126,7 +126,10 @@ func (s *session) run() {
 	ttl, margin := l.opts.ttl, l.opts.lossMargin
 	interval := ttl / 3
 	retry := min(interval/4, 250*time.Millisecond)
+	attempt := interval / 2
 
+	// Not WithRequireLeader: KeepAliveOnce retries "unavailable" answers
+	// at once, and a member without a leader would make that a busy loop.
 	rpcCtx, cancelRPC := context.WithCancel(l.life)
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
@@ -152,7 +155,14 @@ func (s *session) run() {
 			return
 		case <-sendTimer.C:
 			sent := time.Now()
-			ctx, cancel := context.WithDeadline(rpcCtx, deadline)
+			// Each attempt gets half an interval: a member that stopped
+			// answering holds a keepalive until the attempt gives up, and
+			// the retry's new stream goes to the next member.
+			until := sent.Add(attempt)
+			if deadline.Before(until) {
+				until = deadline
+			}
+			ctx, cancel := context.WithDeadline(rpcCtx, until)
 			inflight.Add(1)
 			go func() {
 				defer inflight.Done()
@@ -181,7 +191,14 @@ func (s *session) run() {
 				if rpcCtx.Err() == nil && time.Now().Before(deadline) {
 					l.opts.logger.Debug("etcdlock: keepalive failed", "lease", fmt.Sprintf("%x", int64(s.id)), "err", r.err)
 				}
-				sendTimer.Reset(retry)
+				if !time.Now().Before(deadline) {
+					continue // the loss timer fires now
+				}
+				if errors.Is(r.err, context.DeadlineExceeded) {
+					sendTimer.Reset(0) // the attempt timed out: try the next member now
+				} else {
+					sendTimer.Reset(retry)
+				}
 			}
 		}
 	}

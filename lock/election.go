@@ -63,7 +63,9 @@ type ElectionConfig struct {
 	// They are not ordered with OnStarted and OnStopped: the backend's
 	// watch and this candidate's own grant travel on different paths. When
 	// the watch fails it is restarted with backoff; changes that happened
-	// in the gap are not reported, but the leader it resumes with is.
+	// in the gap are not reported, but the leader it resumes with is. A
+	// backend may also miss a term shorter than about one round trip; see
+	// its Observe.
 	//
 	// It requires the Locker to implement [Observer]; NewElection fails
 	// otherwise. Default: nothing is called and nothing is watched.
@@ -130,8 +132,9 @@ type ElectionConfig struct {
 // writes safe. Likewise Leader and OnNewLeader report what the backend said
 // a moment ago, not what is true now.
 //
-// The methods of Election are safe for concurrent use, but Run must not be
-// called again until the previous call has returned.
+// The methods of Election are safe for concurrent use. Run may be called
+// again after it has returned; a Run while another is running returns an
+// error at once.
 type Election struct {
 	l       Locker
 	name    string
@@ -442,6 +445,8 @@ func (e *Election) Leader(ctx context.Context) (Holder, error) {
 // backed by the backend's watch, and returns an error wrapping
 // [ErrInvalidConfig] if the Locker does not implement [Observer]. The
 // channel is closed at the end and the returned function then tells why.
+// It reports what the backend's watch saw: see the backend's Observe for
+// terms too short to be seen.
 func (e *Election) Observe(ctx context.Context) (<-chan Holder, func() error, error) {
 	if e.obs == nil {
 		return nil, nil, fmt.Errorf("lock: election %q: observe: %w: %T does not implement lock.Observer", e.name, ErrInvalidConfig, e.l)

@@ -67,7 +67,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		b = &etcdBackend{endpoints: []string{srv.Addr()}, ttl: orDefault(*ttl, embeddedTTL), embedded: true}
 	}
 
-	fmt.Fprintf(stdout, "Lock server: %s. Lease TTL: %v.\n", b.describe(), b.leaseTTL())
+	fmt.Fprintf(stdout, "Lock server: %s. %s: %v.\n", b.describe(), b.ttlName(), b.leaseTTL())
 	fmt.Fprintln(stdout, "Workers A and B both want to write the shared record \"report\", one at a time.")
 
 	id := randomID()
@@ -200,6 +200,9 @@ func (s *store) read(key string) string {
 // backend opens Lockers on one lock service.
 type backend interface {
 	describe() string
+	// ttlName is what the backend calls how long a silent client keeps
+	// its locks.
+	ttlName() string
 	leaseTTL() time.Duration
 	serverAddrs() []string
 	// locker returns a Locker for a worker. Its traffic goes through
@@ -220,6 +223,7 @@ func (b *etcdBackend) describe() string {
 	return "etcd at " + strings.Join(b.endpoints, ",")
 }
 
+func (b *etcdBackend) ttlName() string         { return "Lease TTL" }
 func (b *etcdBackend) leaseTTL() time.Duration { return b.ttl }
 func (b *etcdBackend) serverAddrs() []string   { return b.endpoints }
 
@@ -268,6 +272,7 @@ type zkBackend struct {
 }
 
 func (b *zkBackend) describe() string        { return "ZooKeeper at " + strings.Join(b.servers, ",") }
+func (b *zkBackend) ttlName() string         { return "Session timeout" }
 func (b *zkBackend) leaseTTL() time.Duration { return b.ttl }
 func (b *zkBackend) serverAddrs() []string   { return b.servers }
 

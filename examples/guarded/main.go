@@ -5,11 +5,12 @@
 //	guarded --url etcd://127.0.0.1:2379/myapp
 //	guarded --url zk://127.0.0.1:2181/myapp
 //
-// On etcd the write is a transaction whose condition is
-// [etcdlock.Lease.IsHeld]: the lease's record still exists with its own
-// create revision. On ZooKeeper it is a multi-operation that starts with
-// [zklock.Lease.CheckOp]: the lease's znode still exists with its version.
-// Either way, once the lease has ended the whole write is refused by the
+// On etcd the write is [etcdlock.GuardedTxn]: a transaction whose condition
+// is [etcdlock.Lease.IsHeld], "the lease's record still exists with its own
+// create revision". On ZooKeeper it is [zklock.GuardedMulti]: a multi whose
+// first operation is [zklock.Lease.CheckOp], "the lease's znode still exists
+// with its version". Either way, once the lease has ended the whole write is
+// refused, by the writer itself if it already knows, and otherwise by the
 // server, whatever the writer believes.
 //
 // The program plays it out with two workers: A holds the lock and writes;
@@ -53,9 +54,9 @@ func main() {
 type store interface {
 	// locker returns a Locker for a worker.
 	locker(ctx context.Context, identity string) (lock.Locker, error)
-	// write sets the value if lease still holds its lock, and reports
-	// whether it did.
-	write(ctx context.Context, lease lock.Lease, value string) (bool, error)
+	// write sets the value if lease still holds its lock. When it does
+	// not, the error wraps lock.ErrLost or lock.ErrReleased.
+	write(ctx context.Context, lease lock.Lease, value string) error
 	read(ctx context.Context) (string, error)
 	// expire ends lease's session on the server.
 	expire(ctx context.Context, lease lock.Lease) error
@@ -152,17 +153,18 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 
 // guardedWrite writes value under lease and checks the outcome is want.
 func guardedWrite(ctx context.Context, out io.Writer, s store, who string, lease lock.Lease, value string, want bool) error {
-	ok, err := s.write(ctx, lease, value)
-	if err != nil {
+	err := s.write(ctx, lease, value)
+	refused := errors.Is(err, lock.ErrLost) || errors.Is(err, lock.ErrReleased)
+	switch {
+	case err == nil:
+		fmt.Fprintf(out, "%s (token %d) writes %q: applied\n", who, lease.Token(), value)
+	case refused:
+		fmt.Fprintf(out, "%s (token %d) writes %q: refused: %v\n", who, lease.Token(), value, err)
+	default:
 		return fmt.Errorf("%s's write: %w", who, err)
 	}
-	verdict := "applied"
-	if !ok {
-		verdict = "refused by the server: the lease no longer holds the lock"
-	}
-	fmt.Fprintf(out, "%s (token %d) writes %q: %s\n", who, lease.Token(), value, verdict)
-	if ok != want {
-		return fmt.Errorf("%s's write applied = %v; want %v", who, ok, want)
+	if applied := err == nil; applied != want {
+		return fmt.Errorf("%s's write applied = %v; want %v", who, applied, want)
 	}
 	return nil
 }
@@ -185,15 +187,9 @@ func (s *etcdStore) locker(_ context.Context, identity string) (lock.Locker, err
 	return etcdlock.New(s.client, etcdlock.WithPrefix(s.prefix+"/locks"), etcdlock.WithIdentity(identity), etcdlock.WithTTL(5*time.Second))
 }
 
-func (s *etcdStore) write(ctx context.Context, lease lock.Lease, value string) (bool, error) {
-	resp, err := s.client.Txn(ctx).
-		If(lease.(*etcdlock.Lease).IsHeld()).
-		Then(clientv3.OpPut(s.key, value)).
-		Commit()
-	if err != nil {
-		return false, err
-	}
-	return resp.Succeeded, nil
+func (s *etcdStore) write(ctx context.Context, lease lock.Lease, value string) error {
+	_, err := etcdlock.GuardedTxn(ctx, s.client, lease, clientv3.OpPut(s.key, value))
+	return err
 }
 
 func (s *etcdStore) read(ctx context.Context) (string, error) {
@@ -263,18 +259,9 @@ func (s *zkStore) locker(ctx context.Context, identity string) (lock.Locker, err
 	return zklock.Dial(ctx, s.servers, zklock.WithRoot(s.root+"/locks"), zklock.WithIdentity(identity), zklock.WithSessionTimeout(5*time.Second))
 }
 
-func (s *zkStore) write(_ context.Context, lease lock.Lease, value string) (bool, error) {
-	res, err := s.conn.Multi(
-		lease.(*zklock.Lease).CheckOp(),
-		&zk.SetDataRequest{Path: s.path, Data: []byte(value), Version: -1},
-	)
-	// A failed check fails the whole multi; the server reports it both as
-	// the request's error and per operation.
-	refused := func(err error) bool { return errors.Is(err, zk.ErrNoNode) || errors.Is(err, zk.ErrBadVersion) }
-	if len(res) > 0 && refused(res[0].Error) || refused(err) {
-		return false, nil
-	}
-	return err == nil, err
+func (s *zkStore) write(ctx context.Context, lease lock.Lease, value string) error {
+	_, err := zklock.GuardedMulti(ctx, s.conn, lease, &zk.SetDataRequest{Path: s.path, Data: []byte(value), Version: -1})
+	return err
 }
 
 func (s *zkStore) read(context.Context) (string, error) {

@@ -177,7 +177,7 @@ func runBackend(t *testing.T, kind cluster.Kind, cfg config) *backendReport {
 			t.Fatalf("Status(%s) = %v", c.Endpoints()[0], err)
 		}
 		br.ServerVersion = "etcd " + st.Version
-		rs = etcdRecipes(c.Endpoints(), admin)
+		rs = etcdRecipes(admin)
 	case cluster.ZooKeeper:
 		admin, err := zkConnect(c.Endpoints(), cfg.ttl(), nil)
 		if err != nil {
@@ -189,7 +189,7 @@ func runBackend(t *testing.T, kind cluster.Kind, cfg config) *backendReport {
 			t.Fatalf("srvr: %v", err)
 		}
 		br.ServerVersion = strings.TrimSpace(strings.SplitN(srvr, "\n", 2)[0])
-		rs = zkRecipes(c.Endpoints(), admin)
+		rs = zkRecipes(admin)
 	default:
 		t.Fatalf("unknown backend %q; want %q or %q", kind, cluster.Etcd, cluster.ZooKeeper)
 	}
@@ -203,15 +203,22 @@ func runBackend(t *testing.T, kind cluster.Kind, cfg config) *backendReport {
 		return out
 	}
 	locks := byRole(roleFencelock, roleReference)
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatalf("Leader() = %v", err)
+	}
+	at := placement{all: c.Endpoints(), follower: []string{c.Endpoints()[(leader+1)%len(c.Members)]}}
 
 	t.Run("uncontended", func(t *testing.T) {
-		br.Uncontended = measureUncontended(t, byRole(roleFencelock, roleReference, roleFloor), cfg)
+		skipUnlessSelected(t, "uncontended")
+		br.Uncontended = measureUncontended(t, byRole(roleFencelock, roleReference, roleFloor), at, cfg)
 	})
 	t.Run("contended", func(t *testing.T) {
+		skipUnlessSelected(t, "contended")
 		for _, n := range cfg.Clients {
 			for _, r := range byRole(roleFencelock, roleReference, roleNaive) {
 				t.Run(fmt.Sprintf("%s/%d", r.name, n), func(t *testing.T) {
-					res := measureContended(t, r, n, cfg)
+					res := measureContended(t, r, n, at, cfg)
 					t.Logf("%d grants/s, %.1f requests and %.1f watch events per grant", int(res.GrantsPerSec), res.RequestsPerGrant, res.EventsPerGrant)
 					br.Contended = append(br.Contended, res)
 				})
@@ -219,23 +226,26 @@ func runBackend(t *testing.T, kind cluster.Kind, cfg config) *backendReport {
 		}
 	})
 	t.Run("failover", func(t *testing.T) {
+		skipUnlessSelected(t, "failover")
 		for _, r := range locks {
 			t.Run(r.name, func(t *testing.T) {
-				br.Failover = append(br.Failover, measureFailover(t, kind, c.Endpoints(), r, cfg))
+				br.Failover = append(br.Failover, measureFailover(t, kind, at, r, cfg))
 			})
 		}
 	})
 	t.Run("leases", func(t *testing.T) {
+		skipUnlessSelected(t, "leases")
 		for _, r := range locks {
 			t.Run(r.name, func(t *testing.T) {
-				br.Leases = append(br.Leases, measureLeases(t, r, cfg))
+				br.Leases = append(br.Leases, measureLeases(t, r, at, cfg))
 			})
 		}
 	})
 	t.Run("waiters", func(t *testing.T) {
+		skipUnlessSelected(t, "waiters")
 		for _, r := range locks {
 			t.Run(r.name, func(t *testing.T) {
-				br.Waiters = append(br.Waiters, measureWaiters(t, r, cfg))
+				br.Waiters = append(br.Waiters, measureWaiters(t, r, at, cfg))
 			})
 		}
 	})
@@ -268,7 +278,7 @@ func printBackend(w io.Writer, br *backendReport, cfg config) {
 		return func(u uncontendedResult) bool { return u.Role == role }
 	}
 
-	fmt.Fprintf(w, "\nUncontended acquire+release, 1 client, %d cycles each (%d interleaved rounds):\n", cfg.Rounds*cfg.Cycles, cfg.Rounds)
+	fmt.Fprintf(w, "\nUncontended acquire+release, 1 client connected to a follower, %d cycles each (%d interleaved rounds):\n", cfg.Rounds*cfg.Cycles, cfg.Rounds)
 	fmt.Fprintln(tw, "recipe\t role\t p50 ms\t p99 ms\t cycles/s\t requests/cycle\t p50 vs ref\t p50 vs floor\t cycles/s vs ref\t")
 	refU, _ := find(br.Uncontended, ref(roleReference))
 	floorU, _ := find(br.Uncontended, ref(roleFloor))
@@ -432,6 +442,22 @@ func moduleVersions() map[string]string {
 		}
 	}
 	return v
+}
+
+// skipUnlessSelected skips the measurement what unless
+// FENCELOCK_BENCH_ONLY is empty or lists it (comma-separated).
+func skipUnlessSelected(t *testing.T, what string) {
+	t.Helper()
+	only := os.Getenv("FENCELOCK_BENCH_ONLY")
+	if only == "" {
+		return
+	}
+	for _, w := range strings.Split(only, ",") {
+		if strings.TrimSpace(w) == what {
+			return
+		}
+	}
+	t.Skipf("FENCELOCK_BENCH_ONLY=%s", only)
 }
 
 func providerName() string {

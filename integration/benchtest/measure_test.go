@@ -58,10 +58,24 @@ func uniqueName(what string) string {
 	return fmt.Sprintf("%s-%x-%d", what, time.Now().UnixNano(), nameSeq.Add(1))
 }
 
-// dial opens a connection of r and closes it in t.Cleanup.
-func dial(t testing.TB, r recipe, ctr *counters, ttl time.Duration) conn {
+// placement says which members a measurement's connections go to. A
+// ZooKeeper client sends its writes through the one server it is connected
+// to, and a write through a follower takes one hop more than through the
+// leader, so recipes are compared on the same servers: single-client
+// measurements on one follower, many clients spread over the members in
+// the same order for every recipe.
+type placement struct {
+	all      []string // every member
+	follower []string // one follower
+}
+
+// spread returns the member that the i-th client of a measurement uses.
+func (p placement) spread(i int) []string { return []string{p.all[i%len(p.all)]} }
+
+// dial opens a connection of r to endpoints and closes it in t.Cleanup.
+func dial(t testing.TB, r recipe, endpoints []string, ctr *counters, ttl time.Duration) conn {
 	t.Helper()
-	c, err := r.dial(ctr, ttl)
+	c, err := r.dial(endpoints, ctr, ttl)
 	if err != nil {
 		t.Fatalf("%s: dial() = %v; want nil", r.name, err)
 	}
@@ -115,7 +129,7 @@ type uncontendedResult struct {
 // per recipe, in rounds that visit the recipes in turn (each round in a
 // rotated order), so that a change in the machine's load hits every
 // recipe alike.
-func measureUncontended(t *testing.T, rs []recipe, cfg config) []uncontendedResult {
+func measureUncontended(t *testing.T, rs []recipe, at placement, cfg config) []uncontendedResult {
 	ctx := context.Background()
 	type state struct {
 		cl   client
@@ -139,7 +153,7 @@ func measureUncontended(t *testing.T, rs []recipe, cfg config) []uncontendedResu
 	}
 	for i, r := range rs {
 		s := &state{ctr: &counters{}, name: uniqueName("uncontended")}
-		s.cl = newClient(t, r, dial(t, r, s.ctr, cfg.ttl()))
+		s.cl = newClient(t, r, dial(t, r, at.follower, s.ctr, cfg.ttl()))
 		for range cfg.WarmCycles {
 			cycle(r, s)
 		}
@@ -193,12 +207,12 @@ type contendedResult struct {
 // measurement window (after a warm-up) count; the requests and watch
 // events of every client are counted over the same window. After the
 // window each client stops once it has released, so the queue drains.
-func measureContended(t *testing.T, r recipe, clients int, cfg config) contendedResult {
+func measureContended(t *testing.T, r recipe, clients int, at placement, cfg config) contendedResult {
 	ctr := &counters{}
 	name := uniqueName(fmt.Sprintf("contended%d", clients))
 	cls := make([]client, clients)
 	for i := range cls {
-		cls[i] = newClient(t, r, dial(t, r, ctr, cfg.ttl()))
+		cls[i] = newClient(t, r, dial(t, r, at.spread(i), ctr, cfg.ttl()))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.window()+cfg.warm()+5*time.Minute)
 	defer cancel()
@@ -324,11 +338,11 @@ type holderSpec struct {
 	TTL       time.Duration `json:"ttl"`
 }
 
-func recipesFor(kind cluster.Kind, endpoints []string) []recipe {
+func recipesFor(kind cluster.Kind) []recipe {
 	if kind == cluster.Etcd {
-		return etcdRecipes(endpoints, nil)
+		return etcdRecipes(nil)
 	}
-	return zkRecipes(endpoints, nil)
+	return zkRecipes(nil)
 }
 
 // runHolder is the child process: it acquires the lock, says "held" on
@@ -339,13 +353,14 @@ func runHolder(specJSON string) int {
 		fmt.Fprintf(os.Stderr, "holder: %s=%q: %v\n", holderEnv, specJSON, err)
 		return 2
 	}
-	i := slices.IndexFunc(recipesFor(spec.Kind, spec.Endpoints), func(r recipe) bool { return r.name == spec.Recipe })
+	rs := recipesFor(spec.Kind)
+	i := slices.IndexFunc(rs, func(r recipe) bool { return r.name == spec.Recipe })
 	if i < 0 {
 		fmt.Fprintf(os.Stderr, "holder: no recipe %q on %s\n", spec.Recipe, spec.Kind)
 		return 2
 	}
-	r := recipesFor(spec.Kind, spec.Endpoints)[i]
-	c, err := r.dial(nil, spec.TTL)
+	r := rs[i]
+	c, err := r.dial(spec.Endpoints, nil, spec.TTL)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "holder: dial: %v\n", err)
 		return 1
@@ -372,13 +387,13 @@ func runHolder(specJSON string) int {
 // measureFailover runs trials in which a child process holds the lock,
 // a client of this process waits for it, and the child is killed with
 // SIGKILL; each trial's figure is the time from the kill to the grant.
-func measureFailover(t *testing.T, kind cluster.Kind, endpoints []string, r recipe, cfg config) failoverResult {
+func measureFailover(t *testing.T, kind cluster.Kind, at placement, r recipe, cfg config) failoverResult {
 	ttl := cfg.failoverTTL()
 	res := failoverResult{Recipe: r.name, Role: r.role, TTLSec: ttl.Seconds()}
 	var trials []time.Duration
 	for trial := range cfg.FailoverTrials {
 		name := uniqueName("failover")
-		d, how := failoverTrial(t, kind, endpoints, r, name, ttl)
+		d, how := failoverTrial(t, kind, at.all, r, name, ttl)
 		t.Logf("%s: failover trial %d: %v from kill to grant (%s)", r.name, trial+1, d.Round(time.Millisecond), how)
 		trials = append(trials, d)
 		res.TrialsMs = append(res.TrialsMs, ms(d))
@@ -437,7 +452,7 @@ func failoverTrial(t *testing.T, kind cluster.Kind, endpoints []string, r recipe
 		t.Fatalf("%s: holder process did not acquire %q within 1m", r.name, name)
 	}
 
-	cl := newClient(t, r, dial(t, r, nil, ttl))
+	cl := newClient(t, r, dial(t, r, endpoints, nil, ttl))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	type grant struct {
@@ -505,9 +520,9 @@ type leasesResult struct {
 // client (cfg.LeaseParallel at a time) and records, at a few points on
 // the way, how many goroutines the process runs and how much heap is
 // live.
-func measureLeases(t *testing.T, r recipe, cfg config) leasesResult {
+func measureLeases(t *testing.T, r recipe, at placement, cfg config) leasesResult {
 	n := cfg.Leases
-	c := dial(t, r, nil, cfg.ttl())
+	c := dial(t, r, at.follower, nil, cfg.ttl())
 	cl := newClient(t, r, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -620,11 +635,11 @@ type waitersResult struct {
 // measureWaiters queues cfg.Waiters waiters on one held lock, spread over
 // cfg.WaiterConns connections, then releases it and measures the time
 // until every waiter has been granted the lock (each releases at once).
-func measureWaiters(t *testing.T, r recipe, cfg config) waitersResult {
+func measureWaiters(t *testing.T, r recipe, at placement, cfg config) waitersResult {
 	n := cfg.Waiters
 	conns := make([]conn, cfg.WaiterConns)
 	for i := range conns {
-		conns[i] = dial(t, r, nil, cfg.ttl())
+		conns[i] = dial(t, r, at.spread(i), nil, cfg.ttl())
 	}
 	name := uniqueName("waiters")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)

@@ -32,9 +32,9 @@ const (
 type recipe struct {
 	name string
 	role role
-	// dial opens one connection with its own session; ctr, when not nil,
-	// counts its traffic; ttl is the session TTL or timeout.
-	dial func(ctr *counters, ttl time.Duration) (conn, error)
+	// dial opens one connection to endpoints with its own session; ctr,
+	// when not nil, counts its traffic; ttl is the session TTL or timeout.
+	dial func(endpoints []string, ctr *counters, ttl time.Duration) (conn, error)
 	// records counts the records queued on name, the holder's included.
 	// It is nil for recipes whose waiters write nothing.
 	records func(ctx context.Context, name string) (int, error)
@@ -81,7 +81,7 @@ func (c lockerClient) acquire(ctx context.Context, name string) (func(context.Co
 
 // etcdRecipes returns the etcd recipes. admin serves their records
 // functions; it may be nil when those are not called.
-func etcdRecipes(endpoints []string, admin *clientv3.Client) []recipe {
+func etcdRecipes(admin *clientv3.Client) []recipe {
 	countPrefix := func(pfx func(name string) (string, error)) func(ctx context.Context, name string) (int, error) {
 		return func(ctx context.Context, name string) (int, error) {
 			p, err := pfx(name)
@@ -108,7 +108,7 @@ func etcdRecipes(endpoints []string, admin *clientv3.Client) []recipe {
 		{
 			name: "etcdlock",
 			role: roleFencelock,
-			dial: func(ctr *counters, ttl time.Duration) (conn, error) {
+			dial: func(endpoints []string, ctr *counters, ttl time.Duration) (conn, error) {
 				cli, err := etcdClient(endpoints, ctr)
 				if err != nil {
 					return nil, err
@@ -125,7 +125,7 @@ func etcdRecipes(endpoints []string, admin *clientv3.Client) []recipe {
 		{
 			name: "concurrency.Mutex",
 			role: roleReference,
-			dial: func(ctr *counters, ttl time.Duration) (conn, error) {
+			dial: func(endpoints []string, ctr *counters, ttl time.Duration) (conn, error) {
 				cli, err := etcdClient(endpoints, ctr)
 				if err != nil {
 					return nil, err
@@ -137,7 +137,7 @@ func etcdRecipes(endpoints []string, admin *clientv3.Client) []recipe {
 		{
 			name: "put+delete",
 			role: roleFloor,
-			dial: func(ctr *counters, ttl time.Duration) (conn, error) {
+			dial: func(endpoints []string, ctr *counters, ttl time.Duration) (conn, error) {
 				cli, err := etcdClient(endpoints, ctr)
 				if err != nil {
 					return nil, err
@@ -148,7 +148,7 @@ func etcdRecipes(endpoints []string, admin *clientv3.Client) []recipe {
 		{
 			name: "watch-the-holder",
 			role: roleNaive,
-			dial: func(ctr *counters, ttl time.Duration) (conn, error) {
+			dial: func(endpoints []string, ctr *counters, ttl time.Duration) (conn, error) {
 				cli, err := etcdClient(endpoints, ctr)
 				if err != nil {
 					return nil, err
@@ -288,7 +288,7 @@ var zkACL = zk.WorldACL(zk.PermAll)
 
 // zkRecipes returns the ZooKeeper recipes. admin serves their records
 // functions; it may be nil when those are not called.
-func zkRecipes(servers []string, admin *zk.Conn) []recipe {
+func zkRecipes(admin *zk.Conn) []recipe {
 	countChildren := func(root string) func(ctx context.Context, name string) (int, error) {
 		return func(ctx context.Context, name string) (int, error) {
 			kids, _, err := admin.Children(root + "/" + name)
@@ -302,10 +302,10 @@ func zkRecipes(servers []string, admin *zk.Conn) []recipe {
 		{
 			name: "zklock",
 			role: roleFencelock,
-			dial: func(ctr *counters, ttl time.Duration) (conn, error) {
+			dial: func(endpoints []string, ctr *counters, ttl time.Duration) (conn, error) {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
-				l, err := zklock.Dial(ctx, servers, zklock.WithRoot(fencelockRoot), zklock.WithSessionTimeout(ttl), zklock.WithDialer(zkDialer(ctr)))
+				l, err := zklock.Dial(ctx, endpoints, zklock.WithRoot(fencelockRoot), zklock.WithSessionTimeout(ttl), zklock.WithDialer(zkDialer(ctr)))
 				if err != nil {
 					return nil, err
 				}
@@ -316,8 +316,8 @@ func zkRecipes(servers []string, admin *zk.Conn) []recipe {
 		{
 			name: "zk.Lock",
 			role: roleReference,
-			dial: func(ctr *counters, ttl time.Duration) (conn, error) {
-				c, err := zkConnect(servers, ttl, ctr)
+			dial: func(endpoints []string, ctr *counters, ttl time.Duration) (conn, error) {
+				c, err := zkConnect(endpoints, ttl, ctr)
 				if err != nil {
 					return nil, err
 				}
@@ -328,8 +328,8 @@ func zkRecipes(servers []string, admin *zk.Conn) []recipe {
 		{
 			name: "create+delete",
 			role: roleFloor,
-			dial: func(ctr *counters, ttl time.Duration) (conn, error) {
-				c, err := zkConnect(servers, ttl, ctr)
+			dial: func(endpoints []string, ctr *counters, ttl time.Duration) (conn, error) {
+				c, err := zkConnect(endpoints, ttl, ctr)
 				if err != nil {
 					return nil, err
 				}
@@ -339,8 +339,8 @@ func zkRecipes(servers []string, admin *zk.Conn) []recipe {
 		{
 			name: "watch-the-holder",
 			role: roleNaive,
-			dial: func(ctr *counters, ttl time.Duration) (conn, error) {
-				c, err := zkConnect(servers, ttl, ctr)
+			dial: func(endpoints []string, ctr *counters, ttl time.Duration) (conn, error) {
+				c, err := zkConnect(endpoints, ttl, ctr)
 				if err != nil {
 					return nil, err
 				}

@@ -28,7 +28,7 @@ type backend struct {
 	deleteRecords func(t testing.TB, name string) int
 }
 
-// The session TTL is short so that a lost lease is noticed quickly.
+// prefix is the key prefix (etcd) or root (ZooKeeper) of the tests' locks.
 const prefix = "clitest"
 
 func etcdBackend(t *testing.T) backend {
@@ -41,7 +41,7 @@ func etcdBackend(t *testing.T) backend {
 	t.Cleanup(func() { client.Close() })
 	key := func(name string) string { return prefix + "/" + name + "/#" }
 	return backend{
-		url: "etcd://" + strings.Join(c.Endpoints(), ",") + "/" + prefix + "?ttl=2s",
+		url: "etcd://" + strings.Join(c.Endpoints(), ",") + "/" + prefix + "?ttl=10s",
 		records: func(t testing.TB, name string) int {
 			t.Helper()
 			resp, err := client.Get(ctxTimeout(t, 10*time.Second), key(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -82,7 +82,7 @@ func zkBackend(t *testing.T) backend {
 		return kids
 	}
 	return backend{
-		url: "zk://" + strings.Join(c.Endpoints(), ",") + "/" + prefix + "?session_timeout=2s",
+		url: "zk://" + strings.Join(c.Endpoints(), ",") + "/" + prefix + "?session_timeout=10s",
 		records: func(t testing.TB, name string) int {
 			t.Helper()
 			return len(children(t, name))
@@ -184,6 +184,21 @@ func testExclusion(t *testing.T, b backend) {
 	if code != 75 {
 		t.Errorf("run --wait 300ms while held: status = %d; want 75 (stderr %q)", code, stderr)
 	}
+
+	// A third run, interrupted while it waits, leaves without running
+	// its command and without a record.
+	c := start(t, b.url, "run", "--lock", name, "--", "sh", "-c", "echo ran")
+	eventually(t, 30*time.Second, "C queued behind A and B", func() bool { return b.records(t, name) == 3 })
+	c.cmd.Process.Signal(syscall.SIGINT)
+	if code, stderr := c.wait(30 * time.Second); code != 128+int(syscall.SIGINT) {
+		t.Errorf("run interrupted while waiting: status = %d (stderr %q); want %d", code, stderr, 128+int(syscall.SIGINT))
+	} else {
+		oneLine(t, "run interrupted while waiting", stderr, "interrupted")
+	}
+	if c.stdout.String() != "" {
+		t.Errorf("interrupted run's command ran: stdout %q", c.stdout.String())
+	}
+	eventually(t, 30*time.Second, "C's record removed", func() bool { return b.records(t, name) == 2 })
 
 	if !bp.running() || bp.stdout.String() != "" {
 		t.Fatalf("B while A holds: running %v, stdout %q; want running and silent", bp.running(), bp.stdout.String())

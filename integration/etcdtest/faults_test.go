@@ -241,8 +241,12 @@ func TestReleaseReplyLost(t *testing.T) {
 		proxies.Proxy(i).SetDelay(400 * time.Millisecond)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	start := time.Now()
 	err = le.Release(rctx)
 	cancel()
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Release() with a 100ms deadline returned after %v; want it to leave the retries to the background", d)
+	}
 	if err == nil {
 		t.Fatalf("Release() through a 400ms link with a 100ms deadline = nil; want the deadline error (the reply must be lost)")
 	}
@@ -421,6 +425,130 @@ func TestHolderMemberFrozen(t *testing.T) {
 		t.Fatalf("holder Acquire() after the member resumed = %v", err)
 	}
 	if err := again.Release(ctx); err != nil {
+		t.Errorf("Release() = %v", err)
+	}
+}
+
+// TestFollowerFrozenHolderKeeps freezes a follower for several TTLs while a
+// Locker whose client knows every member holds a lock: keepalives that hit
+// the frozen member time out and are retried on another, so the lease is
+// not lost, and the lock is never granted to the waiting Locker.
+func TestFollowerFrozenHolderKeeps(t *testing.T) {
+	c := startCluster(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	name := uniqueName(t)
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatalf("Leader() = %v", err)
+	}
+	frozen := c.Members[(leader+1)%len(c.Members)]
+	holder := newLocker(t, newClient(t, c.Endpoints()))
+	other := newLocker(t, newClient(t, c.Endpoints()))
+
+	ll, err := holder.Acquire(ctx, name)
+	if err != nil {
+		t.Fatalf("Acquire() = %v", err)
+	}
+	if err := frozen.Stop(); err != nil {
+		t.Fatalf("Stop(%s) = %v", frozen.Name(), err)
+	}
+	t.Cleanup(func() { frozen.Continue() })
+	if frozen.Running() {
+		t.Fatalf("%s still running after Stop", frozen.Name())
+	}
+	// TryAcquire through the other Locker, in a loop, for three TTLs:
+	// it must keep finding the lock held.
+	until := time.Now().Add(3 * testTTL)
+	tries := 0
+	for time.Now().Before(until) {
+		tctx, cancel := context.WithTimeout(ctx, testTTL)
+		l, err := other.TryAcquire(tctx, name)
+		cancel()
+		switch {
+		case err == nil:
+			t.Fatalf("other TryAcquire() = %v after %v; want %v (the holder's lease must survive)", l.Token(), time.Until(until)+3*testTTL, lock.ErrLocked)
+		case errors.Is(err, lock.ErrLocked):
+			tries++
+		default:
+			// A request sent to the frozen member timed out; not a grant.
+		}
+		select {
+		case <-ll.Done():
+			t.Fatalf("holder's lease ended while a follower was frozen: %v", ll.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if tries == 0 {
+		t.Fatalf("no TryAcquire got an answer while %s was frozen", frozen.Name())
+	}
+	if err := frozen.Continue(); err != nil {
+		t.Fatalf("Continue(%s) = %v", frozen.Name(), err)
+	}
+	if err := ll.Release(ctx); err != nil {
+		t.Errorf("Release() = %v", err)
+	}
+}
+
+// TestWaiterWatchOnFrozenMember freezes the member that carries a waiter's
+// watch (the waiter's client knew only that member when it queued, then
+// learned the others): the waiter must still be served soon after the lock
+// is released, through another member, although its watch never answers.
+func TestWaiterWatchOnFrozenMember(t *testing.T) {
+	c := startCluster(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	name := uniqueName(t)
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatalf("Leader() = %v", err)
+	}
+	frozen := c.Members[(leader+1)%len(c.Members)]
+	admin := newClient(t, []string{c.Members[leader].ClientAddr()})
+	holder := newLocker(t, newClient(t, c.Endpoints()))
+	waiterCli := newClient(t, []string{frozen.ClientAddr()})
+	waiter := newLocker(t, waiterCli)
+
+	held, err := holder.Acquire(ctx, name)
+	if err != nil {
+		t.Fatalf("Acquire() = %v", err)
+	}
+	type grant struct {
+		lease lock.Lease
+		err   error
+	}
+	granted := make(chan grant, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, name)
+		granted <- grant{l, err}
+	}()
+	eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, holder, name)) == 2 })
+	waiterCli.SetEndpoints(c.Endpoints()...)
+	if err := frozen.Stop(); err != nil {
+		t.Fatalf("Stop(%s) = %v", frozen.Name(), err)
+	}
+	t.Cleanup(func() { frozen.Continue() })
+	if frozen.Running() {
+		t.Fatalf("%s still running after Stop", frozen.Name())
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatalf("Release() = %v", err)
+	}
+	released := time.Now()
+	g := <-granted
+	if g.err != nil {
+		t.Fatalf("waiter Acquire() = %v; want a lease", g.err)
+	}
+	// Re-reading after a TTL of silence bounds the wait; the client's
+	// pings alone took about 12s here.
+	if d := time.Since(released); d > 5*testTTL {
+		t.Errorf("waiter served %v after the release; want within %v", d, 5*testTTL)
+	}
+	t.Logf("waiter served %v after the release, with its watch's member frozen", time.Since(released))
+	if !frozen.Running() {
+		if err := frozen.Continue(); err != nil {
+			t.Errorf("Continue() = %v", err)
+		}
+	}
+	if err := g.lease.Release(ctx); err != nil {
 		t.Errorf("Release() = %v", err)
 	}
 }

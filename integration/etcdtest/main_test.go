@@ -36,9 +36,11 @@ func startCluster(t testing.TB) *cluster.Cluster {
 func newClient(t testing.TB, endpoints []string) *clientv3.Client {
 	t.Helper()
 	c, err := clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
+		Endpoints:            endpoints,
+		DialTimeout:          5 * time.Second,
+		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+		Logger:               zap.NewNop(),
 	})
 	if err != nil {
 		t.Fatalf("clientv3.New(%v) = %v", endpoints, err)

@@ -29,11 +29,11 @@ type history struct {
 	final   map[int64]bool // the register's set at the end
 	finalN  int
 	finalS  uint64
-	end     int64             // when the history ended
-	frozen  map[int][]window  // when each client was frozen (SIGSTOP)
-	killed  map[int]int64     // when clients were killed
-	healed  int64             // when the last fault ended
-	live    map[int]bool      // clients that kept trying to the end
+	end     int64            // when the history ended
+	frozen  map[int][]window // when each client was frozen (SIGSTOP)
+	killed  map[int]int64    // when clients were killed
+	healed  int64            // when the last fault ended
+	live    map[int]bool     // clients that kept trying to the end
 	fenced  bool
 }
 

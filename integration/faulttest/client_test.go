@@ -186,7 +186,7 @@ func openLocker(ctx context.Context, cfg clientConfig) (lock.Locker, func(), err
 			Endpoints:            cfg.Endpoints,
 			DialTimeout:          2 * time.Second,
 			DialKeepAliveTime:    cfg.TTL / 2,
-			DialKeepAliveTimeout: cfg.TTL / 2,
+			DialKeepAliveTimeout: cfg.TTL,
 			Logger:               zap.NewNop(),
 		})
 		if err != nil {

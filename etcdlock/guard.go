@@ -1,0 +1,229 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/lock"
+)
+
+// This file holds the two ways of fencing data kept in etcd itself:
+//
+//   - GuardedTxn applies writes only while a lease still holds its lock,
+//     by comparing the lease's own record in the same transaction.
+//   - PutFenced writes a key that stores its own highest token, and refuses
+//     a lower one; it needs no lease at all, only the token.
+//
+// GuardedTxn is the stronger check (nothing lands once the record is gone,
+// even from the current grant), PutFenced the more widely usable one (any
+// process that knows a token can write, and a write is judged by its token
+// whenever it arrives).
+
+// GuardedTxn commits ops in one etcd transaction that applies them only
+// while lease holds its lock: its If is [Lease.IsHeld], the comparison
+// "the lease's record still exists with its own create revision". The
+// record is deleted when the lease is released or lost and every later
+// grant is a new record, so once anyone else could hold the lock, the
+// transaction writes nothing, whatever the writer's clock or state says.
+//
+// lease must be a *Lease from this package, reached through a lock.Lease
+// (the value Acquire returned). kv must see the same key space as the
+// Locker's client: usually that very *clientv3.Client. ops may be any
+// operations a transaction accepts, reads included; the response's
+// Responses hold their results in order. No ops makes GuardedTxn a
+// linearizable "is the lease still held" check.
+//
+// A lease that has already ended locally is refused without I/O, with an
+// error wrapping its Err (lock.ErrLost or lock.ErrReleased). When the
+// comparison fails on the server, nothing was written and the error wraps
+// lock.ErrReleased if the lease was released meanwhile and lock.ErrLost
+// otherwise; the local lease may not have noticed yet. A nil kv, a nil
+// lease or a lease of another backend is an error wrapping
+// lock.ErrInvalidConfig. Any other error is etcd's, and when it is a
+// timeout or a lost connection the transaction may or may not have been
+// applied.
+func GuardedTxn(ctx context.Context, kv clientv3.KV, lease lock.Lease, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	if kv == nil {
+		return nil, fmt.Errorf("etcdlock: guarded txn: nil kv: %w", lock.ErrInvalidConfig)
+	}
+	le, err := etcdLease(lease)
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: guarded txn: %w", err)
+	}
+	if err := le.Err(); err != nil {
+		return nil, fmt.Errorf("etcdlock: guarded txn on %q: %w", le.Name(), err)
+	}
+	resp, err := kv.Txn(ctx).If(le.IsHeld()).Then(ops...).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: guarded txn on %q: %w", le.Name(), err)
+	}
+	if !resp.Succeeded {
+		if err := le.Err(); errors.Is(err, lock.ErrReleased) {
+			return resp, fmt.Errorf("etcdlock: guarded txn on %q: nothing written: %w", le.Name(), err)
+		}
+		return resp, fmt.Errorf("etcdlock: guarded txn on %q: nothing written: %w: record %s (revision %d) is gone",
+			le.Name(), lock.ErrLost, le.Key(), le.Revision())
+	}
+	return resp, nil
+}
+
+// etcdLease returns lease as a *Lease, or an error wrapping
+// lock.ErrInvalidConfig.
+func etcdLease(lease lock.Lease) (*Lease, error) {
+	le, ok := lease.(*Lease)
+	switch {
+	case lease == nil:
+		return nil, fmt.Errorf("nil lease: %w", lock.ErrInvalidConfig)
+	case !ok:
+		return nil, fmt.Errorf("lease of type %T is not an etcd lease (*etcdlock.Lease): %w", lease, lock.ErrInvalidConfig)
+	case le == nil:
+		return nil, fmt.Errorf("nil *etcdlock.Lease: %w", lock.ErrInvalidConfig)
+	}
+	return le, nil
+}
+
+// tokenDigits is the width of the token header of a fenced value: enough
+// for every uint64 in decimal.
+const tokenDigits = 20
+
+// encodeFenced returns the stored form of a fenced value: the token in
+// tokenDigits zero-padded decimal digits, a colon, then the value. Fixed
+// width makes byte order equal token order, which is what lets etcd compare
+// tokens in a transaction.
+func encodeFenced(token fencing.Token, value string) string {
+	return fmt.Sprintf("%0*d:%s", tokenDigits, uint64(token), value)
+}
+
+// decodeFenced splits a stored value into its token and value. An empty
+// stored value is token 0 and value "".
+func decodeFenced(stored []byte) (fencing.Token, string, error) {
+	if len(stored) == 0 {
+		return 0, "", nil
+	}
+	if len(stored) <= tokenDigits || stored[tokenDigits] != ':' {
+		return 0, "", fmt.Errorf("stored value has no token header (%d digits and a colon): %w", tokenDigits, fencing.ErrInvalidToken)
+	}
+	for _, c := range stored[:tokenDigits] {
+		if c < '0' || c > '9' {
+			return 0, "", fmt.Errorf("stored value has a malformed token header %q: %w", stored[:tokenDigits], fencing.ErrInvalidToken)
+		}
+	}
+	t, err := strconv.ParseUint(string(stored[:tokenDigits]), 10, 64)
+	if err != nil {
+		return 0, "", fmt.Errorf("stored value has a malformed token header %q: %w", stored[:tokenDigits], fencing.ErrInvalidToken)
+	}
+	return fencing.Token(t), string(stored[tokenDigits+1:]), nil
+}
+
+// PutFenced sets key to value if token is not lower than the highest token
+// the key has accepted, records token as the new highest, and returns the
+// revision of the write (the key's new mod revision). A lower token is
+// rejected with a *fencing.StaleTokenError (Resource is key) and nothing
+// is written. Equal tokens are accepted, so one grant may write
+// many times. A zero token is an error wrapping fencing.ErrInvalidToken,
+// an empty key or a nil kv one wrapping lock.ErrInvalidConfig.
+//
+// The check and the write are one transaction, evaluated by etcd: a
+// missing key, or one with an empty value, counts as token 0; otherwise the
+// stored value must compare below the header of token+1. So of two writers
+// racing with tokens 7 and 8, the write of 7 lands only if it is applied
+// before the write of 8, never after it. The key is fenced by what it
+// stores, not by a lease: the check holds for writers whose lease has
+// long ended and for writers that never held a lease of this Locker. It costs
+// one round trip, also when the write is rejected: the stored token for
+// the error is read in the same transaction.
+//
+// The stored value is the token in 20 zero-padded decimal digits, a colon,
+// then value ("00000000000000000042:hello"); read it with GetFenced. The
+// key must be written only through PutFenced: a value without the header is
+// reported with an error wrapping fencing.ErrInvalidToken (and one that
+// sorts below every header, such as "0", is overwritten).
+//
+// Tokens of this package's leases are etcd revisions; tokens from another
+// source work the same, as long as every writer of the key uses tokens of
+// one source.
+func PutFenced(ctx context.Context, kv clientv3.KV, key, value string, token fencing.Token) (int64, error) {
+	if err := checkFencedArgs(kv, key); err != nil {
+		return 0, fmt.Errorf("etcdlock: put fenced: %w", err)
+	}
+	if token == 0 {
+		return 0, fmt.Errorf("etcdlock: put fenced %q: zero token: %w", key, fencing.ErrInvalidToken)
+	}
+	put := clientv3.OpPut(key, encodeFenced(token, value))
+	// etcd fails every value comparison on a missing key, so a missing key
+	// takes the first branch and an existing one the nested transaction.
+	notLower := clientv3.Compare(clientv3.CreateRevision(key), ">", 0) // the highest token accepts anything stored
+	if token < math.MaxUint64 {
+		notLower = clientv3.Compare(clientv3.Value(key), "<", encodeFenced(token+1, ""))
+	}
+	resp, err := kv.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(put).
+		Else(clientv3.OpTxn([]clientv3.Cmp{notLower}, []clientv3.Op{put}, []clientv3.Op{clientv3.OpGet(key)})).
+		Commit()
+	if err != nil {
+		return 0, fmt.Errorf("etcdlock: put fenced %q: %w", key, err)
+	}
+	// A write transaction's header revision is the revision it wrote at.
+	if resp.Succeeded {
+		return resp.Header.Revision, nil
+	}
+	nested := resp.Responses[0].GetResponseTxn()
+	if nested == nil {
+		return 0, fmt.Errorf("etcdlock: put fenced %q: unexpected transaction response %v", key, resp.Responses)
+	}
+	if nested.Succeeded {
+		return resp.Header.Revision, nil
+	}
+	get := nested.Responses[0].GetResponseRange()
+	if get == nil || len(get.Kvs) == 0 {
+		// Cannot happen: the key existed in the same transaction.
+		return 0, fmt.Errorf("etcdlock: put fenced %q: rejected, but the key is missing", key)
+	}
+	highest, _, err := decodeFenced(get.Kvs[0].Value)
+	if err != nil {
+		return 0, fmt.Errorf("etcdlock: put fenced %q: %w", key, err)
+	}
+	return 0, &fencing.StaleTokenError{Resource: key, Token: token, Highest: highest}
+}
+
+// GetFenced returns the value PutFenced last stored at key and the token it
+// was written with. A missing key returns "", 0 and no error. The read is
+// linearizable. A value that PutFenced did not write returns an error
+// wrapping fencing.ErrInvalidToken.
+//
+// Use it to read the data, never as the check before a write: PutFenced
+// makes that check itself, atomically.
+func GetFenced(ctx context.Context, kv clientv3.KV, key string) (string, fencing.Token, error) {
+	if err := checkFencedArgs(kv, key); err != nil {
+		return "", 0, fmt.Errorf("etcdlock: get fenced: %w", err)
+	}
+	resp, err := kv.Get(ctx, key)
+	if err != nil {
+		return "", 0, fmt.Errorf("etcdlock: get fenced %q: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", 0, nil
+	}
+	token, value, err := decodeFenced(resp.Kvs[0].Value)
+	if err != nil {
+		return "", 0, fmt.Errorf("etcdlock: get fenced %q: %w", key, err)
+	}
+	return value, token, nil
+}
+
+func checkFencedArgs(kv clientv3.KV, key string) error {
+	if kv == nil {
+		return fmt.Errorf("nil kv: %w", lock.ErrInvalidConfig)
+	}
+	if key == "" {
+		return fmt.Errorf("empty key: %w", lock.ErrInvalidConfig)
+	}
+	return nil
+}

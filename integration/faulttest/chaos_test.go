@@ -1,0 +1,133 @@
+package faulttest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/integration/cluster"
+)
+
+// chaosEnabled reports whether TestChaos should run.
+func chaosEnabled() bool { return *chaosFlag || os.Getenv("FENCELOCK_CHAOS") == "1" }
+
+// chaosDuration is how long TestChaos runs per backend:
+// FENCELOCK_CHAOS_DURATION, default 10m.
+func chaosDuration(t *testing.T) time.Duration {
+	t.Helper()
+	s := os.Getenv("FENCELOCK_CHAOS_DURATION")
+	if s == "" {
+		return 10 * time.Minute
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		t.Fatalf("FENCELOCK_CHAOS_DURATION=%q: want a positive duration such as 10m", s)
+	}
+	return d
+}
+
+// chaosSeed is FENCELOCK_CHAOS_SEED, or the time.
+func chaosSeed(t *testing.T) int64 {
+	t.Helper()
+	s := os.Getenv("FENCELOCK_CHAOS_SEED")
+	if s == "" {
+		return time.Now().UnixNano()
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("FENCELOCK_CHAOS_SEED=%q: want an integer", s)
+	}
+	return n
+}
+
+// chaosRun draws a random run configuration and repeat count.
+func chaosRun(rng *rand.Rand) (runConfig, int) {
+	cfg := defaultRun()
+	cfg.clients = 3 + rng.IntN(3)
+	cfg.warmup = 10 + rng.IntN(150)
+	cfg.after = 10 + rng.IntN(40)
+	cfg.rmws = 1 + rng.IntN(4)
+	cfg.think = time.Duration(rng.IntN(30)) * time.Millisecond
+	cfg.hold = time.Duration(rng.IntN(100)) * time.Millisecond
+	cfg.rounds = 1 + rng.IntN(3)
+	cfg.jitter = 1500 * time.Millisecond
+	cfg.seed = rng.Int64()
+	return cfg, 1 + rng.IntN(3)
+}
+
+// TestChaos runs random faults with random timings and workloads, on each
+// backend for FENCELOCK_CHAOS_DURATION, and prints a summary table. Only
+// with FENCELOCK_CHAOS=1 or -chaos ("make chaos"). Set FENCELOCK_CHAOS_SEED
+// to replay a sequence of runs.
+func TestChaos(t *testing.T) {
+	if !chaosEnabled() {
+		t.Skip("chaos runs only with FENCELOCK_CHAOS=1 or -chaos (make chaos)")
+	}
+	dur := chaosDuration(t)
+	seed := chaosSeed(t)
+	t.Logf("chaos: %v per backend, seed %d", dur, seed)
+	totals := map[cluster.Kind]*stats{}
+	perScenario := map[cluster.Kind]map[string]*stats{}
+	for _, kind := range backends {
+		totals[kind] = &stats{}
+		perScenario[kind] = map[string]*stats{}
+		t.Run(string(kind), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(seed), uint64(len(kind))))
+			b := startBackend(t, kind)
+			deadline := time.Now().Add(dur)
+			for i := 0; time.Now().Before(deadline); i++ {
+				sc := scenarios[rng.IntN(len(scenarios))]
+				cfg, repeat := chaosRun(rng)
+				name := fmt.Sprintf("%03d-%s", i, sc.name)
+				t.Run(name, func(t *testing.T) {
+					t.Logf("seed %d, %d clients, %d repeats, config %+v", cfg.seed, cfg.clients, repeat, cfg)
+					o := runScenario(t, b, sc, cfg, repeat)
+					t.Logf("%s", o.stats.line())
+					for _, v := range o.violations {
+						t.Errorf("violation (run seed %d): %s", cfg.seed, v)
+					}
+					if o.faultErr != nil {
+						t.Logf("fault not confirmed: %v", o.faultErr)
+					}
+					totals[kind].add(o.stats)
+					if perScenario[kind][sc.name] == nil {
+						perScenario[kind][sc.name] = &stats{}
+					}
+					perScenario[kind][sc.name].add(o.stats)
+				})
+			}
+		})
+	}
+	table := chaosTable(seed, dur, totals, perScenario)
+	t.Logf("chaos summary:\n%s", table)
+	fmt.Println(table)
+}
+
+// chaosTable formats the summary as a Markdown table.
+func chaosTable(seed int64, dur time.Duration, totals map[cluster.Kind]*stats, per map[cluster.Kind]map[string]*stats) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "chaos run: %v per backend, seed %d\n\n", dur, seed)
+	b.WriteString("| backend | scenario | runs | operations | grants | faults injected | not confirmed | writes accepted | rejected as stale | unknown | failed | leases/waits lost | overlaps (frozen holder) | violations |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	row := func(kind cluster.Kind, name string, s *stats) {
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n",
+			kind, name, s.Runs, s.Ops, s.Grants, s.Faults, s.Missed, s.WritesOK, s.WritesStale, s.WritesUnknown, s.WritesFailed, s.Lost, s.Overlaps, s.Violations)
+	}
+	for _, kind := range backends {
+		s := totals[kind]
+		if s == nil {
+			continue
+		}
+		for _, sc := range scenarios {
+			if ps := per[kind][sc.name]; ps != nil {
+				row(kind, sc.name, ps)
+			}
+		}
+		row(kind, "**all**", s)
+	}
+	return b.String()
+}

@@ -1,0 +1,392 @@
+package faulttest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencelock/fencelock/integration/cluster"
+)
+
+// A fault injects one fault into a running workload, waits until the lock
+// has moved on or the fault has run its course, ends the fault (calling
+// run.faultDone), and returns an error if it cannot confirm that the fault
+// really happened as intended.
+type fault func(r *run) error
+
+// isRead and isWrite select accepted register requests.
+func isRead(e serverEvent) bool  { return !e.Write }
+func isWrite(e serverEvent) bool { return e.Write }
+
+// settle waits a random extra time in chaos runs (0 in the short pass),
+// so that faults end at varied moments.
+func (r *run) settle() {
+	if d := r.jitter(); d > 0 {
+		<-time.After(d)
+	}
+}
+
+// faultPauseHolder freezes the holder right after the register served
+// its read, as a garbage-collection pause between the read and the write
+// would, and thaws it once another client has written with a newer token.
+// Its write must then be refused as stale (with fencing on) or accepted
+// (the control run, which must then fail the checkers).
+func faultPauseHolder(r *run) error {
+	var target *clientProc
+	var ferr error
+	e, err := r.nextAccepted(isRead, func(e serverEvent) {
+		target = r.client(e.Client)
+		ferr = r.freeze(target)
+	})
+	if err != nil {
+		return err
+	}
+	if ferr != nil {
+		return ferr
+	}
+	paused := r.now()
+	err = r.waitHigherWrite(e.Token)
+	if err == nil {
+		r.settle()
+	}
+	if terr := r.thaw(target); terr != nil {
+		return terr
+	}
+	r.faultDone()
+	if err != nil {
+		return err
+	}
+	// The frozen client sends its write once thawed.
+	var res event
+	if !poll(r.timeout(), func() bool {
+		var ok bool
+		res, ok = lastEvent(target, paused, "write-ok", "write-stale", "write-err", "write-unknown")
+		return ok && res.Token == e.Token
+	}) {
+		return fmt.Errorf("client %d (token %d) did not finish its write within %v of being thawed", target.id, e.Token, r.timeout())
+	}
+	want := "write-stale"
+	if !r.cfg.fenced {
+		want = "write-ok"
+	}
+	if res.Kind != want {
+		return fmt.Errorf("client %d frozen between its read and its write (token %d): the write ended %q; want %q", target.id, e.Token, res.Kind, want)
+	}
+	return nil
+}
+
+// faultPauseServer freezes (SIGSTOP) the member the holder is connected to
+// (every client has a single endpoint), until a client on another member
+// has written with a newer token.
+func faultPauseServer(r *run) error {
+	var target *clientProc
+	var m cluster.Member
+	var ferr error
+	e, err := r.nextAccepted(isRead, func(e serverEvent) {
+		target = r.client(e.Client)
+		m = r.b.c.Members[target.member]
+		ferr = m.Stop()
+	})
+	if err != nil {
+		return err
+	}
+	if ferr != nil {
+		return fmt.Errorf("Stop(%s) = %v", m.Name(), ferr)
+	}
+	paused := r.now()
+	running := m.Running()
+	err = r.waitHigherWrite(e.Token)
+	if err == nil {
+		r.settle()
+	}
+	if cerr := m.Continue(); cerr != nil {
+		return fmt.Errorf("Continue(%s) = %v", m.Name(), cerr)
+	}
+	r.faultDone()
+	if err != nil {
+		return err
+	}
+	if running {
+		return fmt.Errorf("%s reported running after Stop", m.Name())
+	}
+	// The holder, cut off from its only server, must have given its lease
+	// (or its wait) up as lost.
+	if !poll(r.timeout(), func() bool {
+		ev, ok := lastEvent(target, paused, "done", "acq-err")
+		return ok && ev.Class == "lost"
+	}) {
+		return fmt.Errorf("client %d, whose server %s was frozen, never reported a lost lease or wait", target.id, m.Name())
+	}
+	return nil
+}
+
+// faultKillLeader kills the leader member, waits for a new leader and for
+// the workload to go on without the old one, and restarts it; several
+// times.
+func faultKillLeader(r *run) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*r.timeout())
+	defer cancel()
+	c := r.b.c
+	for round := range r.rounds() {
+		old, err := c.Leader(ctx)
+		if err != nil {
+			return fmt.Errorf("round %d: Leader() = %v", round, err)
+		}
+		m := c.Members[old]
+		since := r.now()
+		if err := m.Kill(); err != nil {
+			return fmt.Errorf("round %d: Kill(%s) = %v", round, m.Name(), err)
+		}
+		if m.Running() {
+			return fmt.Errorf("round %d: %s still running after Kill", round, m.Name())
+		}
+		err = r.waitWrites(since, 5, 1)
+		var newLeader int
+		if err == nil {
+			newLeader, err = c.Leader(ctx)
+		}
+		if err == nil {
+			r.settle()
+		}
+		if rerr := m.Restart(ctx); rerr != nil {
+			return fmt.Errorf("round %d: Restart(%s) = %v", round, m.Name(), rerr)
+		}
+		if herr := c.WaitHealthy(ctx); herr != nil {
+			return fmt.Errorf("round %d: WaitHealthy() after restarting %s = %v", round, m.Name(), herr)
+		}
+		r.faultDone()
+		if err != nil {
+			return fmt.Errorf("round %d, %s killed: %w", round, m.Name(), err)
+		}
+		if newLeader == old {
+			return fmt.Errorf("round %d: the killed %s is still reported as leader", round, m.Name())
+		}
+		if err := r.waitWrites(r.now(), 5, 1); err != nil {
+			return fmt.Errorf("round %d, after restarting %s: %w", round, m.Name(), err)
+		}
+	}
+	return nil
+}
+
+// faultBlackholeHolder cuts the holder's connections to the cluster
+// (its proxies hold everything) right after the register served its
+// read, until another client has written with a newer token.
+func faultBlackholeHolder(r *run) error {
+	var target *clientProc
+	e, err := r.nextAccepted(isRead, func(e serverEvent) {
+		target = r.client(e.Client)
+		for _, p := range target.proxies {
+			p.Blackhole()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	cut := r.now()
+	err = r.waitHigherWrite(e.Token)
+	if err == nil {
+		r.settle()
+	}
+	var held int64
+	for _, p := range target.proxies {
+		held += p.Stats().HeldWhileBlackholed
+		p.Heal()
+	}
+	r.faultDone()
+	if err != nil {
+		return err
+	}
+	if held == 0 {
+		return fmt.Errorf("client %d's proxies held no bytes while blackholed", target.id)
+	}
+	if !poll(r.timeout(), func() bool {
+		ev, ok := lastEvent(target, cut, "done")
+		return ok && ev.Token == e.Token && ev.Class == "lost"
+	}) {
+		return fmt.Errorf("client %d, partitioned while holding token %d, did not report its lease lost", target.id, e.Token)
+	}
+	return nil
+}
+
+// replyDelay is how long the proxies hold each chunk when a reply is to
+// be lost: the request reaches the server after it, and the reply is
+// still held for as long when the connections are reset.
+const replyDelay = 250 * time.Millisecond
+
+// faultReplyLost delays the holder's traffic, waits for its next request
+// of kind ("acq" or "rel") to reach the server, and resets its
+// connections while the reply is still held: the request took effect, the
+// client never heard.
+func faultReplyLost(kind string) fault {
+	return func(r *run) error {
+		var target *clientProc
+		e, err := r.nextAccepted(isWrite, func(e serverEvent) {
+			target = r.client(e.Client)
+			for _, p := range target.proxies {
+				p.SetDelay(replyDelay)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		_ = e
+		mark := r.now()
+		undelay := func() {
+			for _, p := range target.proxies {
+				p.SetDelay(0)
+			}
+		}
+		var inv event
+		if !poll(r.timeout(), func() bool {
+			var ok bool
+			inv, ok = lastEvent(target, mark, kind)
+			return ok
+		}) {
+			undelay()
+			r.faultDone()
+			return fmt.Errorf("client %d sent no %q request within %v", target.id, kind, r.timeout())
+		}
+		var up0 int64
+		for _, p := range target.proxies {
+			up0 += p.Stats().BytesUp
+		}
+		// The request is delivered replyDelay after it was sent; its
+		// reply, a round trip later, is held for another replyDelay.
+		poll(r.timeout(), func() bool { return r.now() >= inv.T+int64(replyDelay+100*time.Millisecond) })
+		var up1 int64
+		for _, p := range target.proxies {
+			up1 += p.Stats().BytesUp
+		}
+		for _, p := range target.proxies {
+			p.ResetConns()
+		}
+		reset := r.now()
+		undelay()
+		r.faultDone()
+		var resets int
+		for _, p := range target.proxies {
+			resets += p.Stats().Resets
+		}
+		if resets == 0 {
+			return errors.New("no connection was reset")
+		}
+		if up1 <= up0 {
+			return fmt.Errorf("client %d's %q request had not reached the server when its connections were reset", target.id, kind)
+		}
+		if !poll(r.timeout(), func() bool {
+			_, ok := lastEvent(target, reset, kind+"-ok", kind+"-err")
+			return ok
+		}) {
+			return fmt.Errorf("client %d's %q did not finish within %v of its reply being lost", target.id, kind, r.timeout())
+		}
+		if res, ok := lastEvent(target, mark, kind+"-ok", kind+"-err"); ok && res.T < reset {
+			return fmt.Errorf("client %d's %q answered at %v, before the reset at %v: the reply was not lost", target.id, kind, ms(res.T), ms(reset))
+		}
+		return nil
+	}
+}
+
+// faultWaiterExpires cuts a client off while it waits for the lock, until
+// the cluster has expired its session (no record of it is left), then
+// heals: its wait must end with ErrLost, never with a lease from the dead
+// session.
+func faultWaiterExpires(r *run) error {
+	var target *clientProc
+	var inv event
+	// A client whose latest event is a pending "acq" is queued behind the
+	// holder.
+	if !poll(r.timeout(), func() bool {
+		for _, p := range r.all() {
+			evs := p.events()
+			if n := len(evs); n > 0 && evs[n-1].Kind == "acq" && r.now()-evs[n-1].T > int64(5*time.Millisecond) {
+				target, inv = p, evs[n-1]
+				return true
+			}
+		}
+		return false
+	}) {
+		return errors.New("no client was waiting for the lock")
+	}
+	for _, p := range target.proxies {
+		p.Blackhole()
+	}
+	cut := r.now()
+	identity := fmt.Sprintf("client-%d", target.id)
+	gone := poll(r.timeout(), func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		recs, err := r.b.records(ctx, r.ns)
+		if err != nil {
+			return false
+		}
+		for _, rec := range recs {
+			if rec.identity == identity {
+				return false
+			}
+		}
+		return true
+	})
+	if gone {
+		r.settle()
+	}
+	for _, p := range target.proxies {
+		p.Heal()
+	}
+	r.faultDone()
+	if !gone {
+		return fmt.Errorf("client %d's records were still there %v after it was cut off: %s", target.id, r.timeout(), r.recordsText())
+	}
+	var res event
+	if !poll(r.timeout(), func() bool {
+		var ok bool
+		res, ok = lastEvent(target, inv.T, "acq-ok", "acq-err")
+		return ok
+	}) {
+		return fmt.Errorf("client %d's wait did not end within %v", target.id, r.timeout())
+	}
+	if res.T < cut {
+		return fmt.Errorf("client %d's wait ended (%s) before it was cut off: it was not waiting", target.id, res.Kind)
+	}
+	if res.Kind != "acq-err" || res.Class != "lost" {
+		return fmt.Errorf("client %d, cut off while waiting until its session expired: wait ended %s (%s %s); want acq-err wrapping ErrLost",
+			target.id, res.Kind, res.Class, res.Err)
+	}
+	return nil
+}
+
+// faultKillHolder kills (SIGKILL) the holder while the register applies
+// its write, before the answer is sent: the write took effect and its
+// outcome is unknown to the client. The lock must be granted again once
+// the dead session expires; a new client takes the dead one's place.
+func faultKillHolder(r *run) error {
+	var target *clientProc
+	var kerr error
+	e, err := r.nextAccepted(isWrite, func(e serverEvent) {
+		target = r.client(e.Client)
+		kerr = target.kill(r.now())
+	})
+	if err != nil {
+		return err
+	}
+	if kerr != nil {
+		return kerr
+	}
+	select {
+	case <-target.done:
+	case <-time.After(r.timeout()):
+		return fmt.Errorf("client %d still running %v after SIGKILL", target.id, r.timeout())
+	}
+	err = r.waitHigherWrite(e.Token)
+	if _, aerr := r.addClient(); aerr != nil {
+		return aerr
+	}
+	r.faultDone()
+	if err != nil {
+		return err
+	}
+	if !target.signaledKill() {
+		return fmt.Errorf("client %d ended with %v; want killed by SIGKILL", target.id, target.werr)
+	}
+	return nil
+}

@@ -1,0 +1,278 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/lock"
+)
+
+// This file holds the two ways of fencing data kept in ZooKeeper itself:
+//
+//   - GuardedMulti applies operations only while a lease still holds its
+//     lock, with the lease's CheckOp first in the same multi.
+//   - SetFenced writes a znode that stores its own highest token, and
+//     refuses a lower one; it needs no lease at all, only the token.
+//
+// GuardedMulti is the stronger check (nothing lands once the lease's znode
+// is gone, even from the current grant), SetFenced the more widely usable
+// one (any process that knows a token can write, and a write is judged by
+// its token whenever it arrives).
+//
+// go-zookeeper has no contexts: ctx is checked before every request, but a
+// request already sent is waited for; it ends with the connection's own
+// timeouts.
+
+// GuardedMulti runs ops as one ZooKeeper multi that applies them only
+// while lease holds its lock: the lease's [Lease.CheckOp] goes first, and
+// ZooKeeper applies all operations of a multi or none. The lease's znode is
+// deleted when the lease is released or its session ends and is never
+// created again, so once anyone else could hold the lock, the multi writes
+// nothing, whatever the writer's clock or state says.
+//
+// lease must be a *Lease from this package, reached through a lock.Lease
+// (the value Acquire returned). ops are what zk.Conn.Multi accepts
+// (*zk.CreateRequest, *zk.SetDataRequest, *zk.DeleteRequest,
+// *zk.CheckVersionRequest). conn may be any connection to the ensemble: the
+// check is evaluated by the leader in order with every other write, so it
+// need not be the lease's own session (a Locker from Dial does not share
+// its connection). The responses returned are those of ops, in order,
+// without the check's.
+//
+// A lease that has already ended locally is refused without I/O, with an
+// error wrapping its Err (lock.ErrLost or lock.ErrReleased). When the check
+// fails on the server, nothing was written and the error wraps
+// lock.ErrReleased if the lease was released meanwhile and lock.ErrLost
+// otherwise (the znode is gone, or someone else changed its version); the
+// local lease may not have noticed yet. A failure of one of ops is returned
+// as go-zookeeper reports it (errors.Is(err, zk.ErrBadVersion), ...), and
+// nothing was written either. A nil conn, a nil lease or a lease of
+// another backend is an error wrapping lock.ErrInvalidConfig. When the
+// connection fails mid-request the multi may or may not have been applied.
+func GuardedMulti(ctx context.Context, conn *zk.Conn, lease lock.Lease, ops ...any) ([]zk.MultiResponse, error) {
+	if conn == nil {
+		return nil, fmt.Errorf("zklock: guarded multi: nil conn: %w", lock.ErrInvalidConfig)
+	}
+	le, err := zkLease(lease)
+	if err != nil {
+		return nil, fmt.Errorf("zklock: guarded multi: %w", err)
+	}
+	if err := le.Err(); err != nil {
+		return nil, fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), err)
+	}
+	res, err := conn.Multi(append([]any{le.CheckOp()}, ops...)...)
+	if len(res) > 0 {
+		if cerr := res[0].Error; errors.Is(cerr, zk.ErrNoNode) || errors.Is(cerr, zk.ErrBadVersion) {
+			if lerr := le.Err(); errors.Is(lerr, lock.ErrReleased) {
+				return nil, fmt.Errorf("zklock: guarded multi on %q: nothing written: %w", le.Name(), lerr)
+			}
+			return nil, fmt.Errorf("zklock: guarded multi on %q: nothing written: %w: znode %s (version %d): %w",
+				le.Name(), lock.ErrLost, le.Path(), le.Version(), cerr)
+		}
+		res = res[1:]
+	}
+	if err != nil {
+		return res, fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), err)
+	}
+	return res, nil
+}
+
+// zkLease returns lease as a *Lease, or an error wrapping
+// lock.ErrInvalidConfig.
+func zkLease(lease lock.Lease) (*Lease, error) {
+	le, ok := lease.(*Lease)
+	switch {
+	case lease == nil:
+		return nil, fmt.Errorf("nil lease: %w", lock.ErrInvalidConfig)
+	case !ok:
+		return nil, fmt.Errorf("lease of type %T is not a ZooKeeper lease (*zklock.Lease): %w", lease, lock.ErrInvalidConfig)
+	case le == nil:
+		return nil, fmt.Errorf("nil *zklock.Lease: %w", lock.ErrInvalidConfig)
+	}
+	return le, nil
+}
+
+// tokenDigits is the width of the token header of a fenced znode's data:
+// enough for every uint64 in decimal.
+const tokenDigits = 20
+
+// encodeFenced returns the stored form of fenced data: the token in
+// tokenDigits zero-padded decimal digits, a colon, then the data. It is the
+// same format package etcdlock stores, readable by people and tools.
+func encodeFenced(token fencing.Token, data []byte) []byte {
+	b := make([]byte, 0, tokenDigits+1+len(data))
+	b = fmt.Appendf(b, "%0*d:", tokenDigits, uint64(token))
+	return append(b, data...)
+}
+
+// decodeFenced splits stored data into its token and data. Empty stored
+// data is token 0 with no data.
+func decodeFenced(stored []byte) (fencing.Token, []byte, error) {
+	if len(stored) == 0 {
+		return 0, nil, nil
+	}
+	if len(stored) <= tokenDigits || stored[tokenDigits] != ':' {
+		return 0, nil, fmt.Errorf("stored data has no token header (%d digits and a colon): %w", tokenDigits, fencing.ErrInvalidToken)
+	}
+	for _, c := range stored[:tokenDigits] {
+		if c < '0' || c > '9' {
+			return 0, nil, fmt.Errorf("stored data has a malformed token header %q: %w", stored[:tokenDigits], fencing.ErrInvalidToken)
+		}
+	}
+	t, err := strconv.ParseUint(string(stored[:tokenDigits]), 10, 64)
+	if err != nil {
+		return 0, nil, fmt.Errorf("stored data has a malformed token header %q: %w", stored[:tokenDigits], fencing.ErrInvalidToken)
+	}
+	return fencing.Token(t), stored[tokenDigits+1:], nil
+}
+
+// SetFenced sets the data of the znode at path if token is not lower than
+// the highest token the znode has accepted, records token as the new
+// highest, and returns the znode's stat after the write (its Mzxid orders
+// the write among all writes of the ensemble). A lower token is rejected
+// with a *fencing.StaleTokenError (Resource is path) and nothing is
+// written. Equal tokens are accepted, so
+// one grant may write many times. A zero token is an error wrapping
+// fencing.ErrInvalidToken; a nil conn or a malformed path (it must be
+// absolute, not the root, without a trailing slash or empty, "." or ".."
+// segments) one wrapping lock.ErrInvalidConfig.
+//
+// The check and the write are made atomic by the znode's version: SetFenced
+// reads the data and version, compares the stored token, and sets the new
+// data only if the version is still the one it read. If another write came
+// in between, it reads again and compares with that write's token. So of
+// two writers racing with tokens 7 and 8, the write of 7 lands only if it
+// is applied before the write of 8, never after it. The znode is fenced by
+// what it stores, not by a lease: the check holds for writers whose lease
+// has long ended and for writers that hold no lease of this Locker.
+//
+// A missing znode is created (persistent, with zk.WorldACL(zk.PermAll)),
+// atomically with its first data; its parent must exist. To choose the ACL, create the znode yourself with
+// empty data: empty data counts as token 0.
+//
+// The stored data is the token in 20 zero-padded decimal digits, a colon,
+// then data ("00000000000000000042:hello"); read it with GetFenced. The
+// znode must be written only through SetFenced: data without the header is
+// reported with an error wrapping fencing.ErrInvalidToken.
+//
+// Tokens of this package's leases are zxids; tokens from another source
+// work the same, as long as every writer of the znode uses tokens of one
+// source.
+func SetFenced(ctx context.Context, conn *zk.Conn, path string, data []byte, token fencing.Token) (*zk.Stat, error) {
+	if err := checkFencedArgs(conn, path); err != nil {
+		return nil, fmt.Errorf("zklock: set fenced: %w", err)
+	}
+	if token == 0 {
+		return nil, fmt.Errorf("zklock: set fenced %q: zero token: %w", path, fencing.ErrInvalidToken)
+	}
+	stored := encodeFenced(token, data)
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, err)
+		}
+		old, stat, err := conn.Get(path)
+		if errors.Is(err, zk.ErrNoNode) {
+			// Create and set in one multi: a plain create reports no stat.
+			res, err := conn.Multi(
+				&zk.CreateRequest{Path: path, Data: stored, Acl: zk.WorldACL(zk.PermAll)},
+				&zk.SetDataRequest{Path: path, Data: stored, Version: 0},
+			)
+			if errors.Is(err, zk.ErrNodeExists) {
+				continue // created by a concurrent writer: compare with its token
+			}
+			if err != nil {
+				return nil, fmt.Errorf("zklock: set fenced %q: create: %w", path, err)
+			}
+			return res[1].Stat, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, err)
+		}
+		highest, _, err := decodeFenced(old)
+		if err != nil {
+			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, err)
+		}
+		if token < highest {
+			return nil, &fencing.StaleTokenError{Resource: path, Token: token, Highest: highest}
+		}
+		stat, err = conn.Set(path, stored, stat.Version)
+		if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode) {
+			continue // another write came in between: compare again
+		}
+		if err != nil {
+			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, err)
+		}
+		return stat, nil
+	}
+}
+
+// GetFenced returns the data SetFenced last stored at path and the token it
+// was written with. A missing znode returns nil, 0 and no error. Like every
+// ZooKeeper read it is answered by the server conn is on, which may lag the
+// leader (call conn.Sync first for the latest write). Data that SetFenced
+// did not write returns an error wrapping fencing.ErrInvalidToken.
+//
+// Use it to read the data, never as the check before a write: SetFenced
+// makes that check itself, atomically.
+func GetFenced(ctx context.Context, conn *zk.Conn, path string) ([]byte, fencing.Token, error) {
+	if err := checkFencedArgs(conn, path); err != nil {
+		return nil, 0, fmt.Errorf("zklock: get fenced: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, fmt.Errorf("zklock: get fenced %q: %w", path, err)
+	}
+	stored, _, err := conn.Get(path)
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("zklock: get fenced %q: %w", path, err)
+	}
+	token, data, err := decodeFenced(stored)
+	if err != nil {
+		return nil, 0, fmt.Errorf("zklock: get fenced %q: %w", path, err)
+	}
+	return data, token, nil
+}
+
+func checkFencedArgs(conn *zk.Conn, path string) error {
+	if conn == nil {
+		return fmt.Errorf("nil conn: %w", lock.ErrInvalidConfig)
+	}
+	if err := checkZnodePath(path); err != nil {
+		return fmt.Errorf("path %q: %w: %w", path, err, lock.ErrInvalidConfig)
+	}
+	return nil
+}
+
+// checkZnodePath accepts absolute znode paths other than the root, with
+// no empty, "." or ".." segment and no NUL.
+func checkZnodePath(path string) error {
+	if !strings.HasPrefix(path, "/") {
+		return errors.New("not absolute")
+	}
+	if path == "/" {
+		return errors.New("the root znode")
+	}
+	if strings.ContainsRune(path, 0) {
+		return errors.New("contains NUL")
+	}
+	for _, seg := range strings.Split(path[1:], "/") {
+		switch seg {
+		case "":
+			return errors.New("empty segment or trailing slash")
+		case ".", "..":
+			return fmt.Errorf("segment %q", seg)
+		}
+	}
+	return nil
+}
