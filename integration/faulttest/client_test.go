@@ -255,6 +255,7 @@ func runClient(ctx context.Context, cfg clientConfig, lg *eventLog) error {
 			err := lease.Err()
 			lg.log(event{Kind: "done", Token: tok, Class: classify(err), Err: err.Error()})
 		}()
+		hold := cfg.Hold
 		for range cfg.RMWs {
 			// The last check before a write: a real program would stop
 			// here once the lease has ended. A pause after this point is
@@ -263,10 +264,12 @@ func runClient(ctx context.Context, cfg clientConfig, lg *eventLog) error {
 				break
 			}
 			seq++
-			w.readModifyWrite(lease, cfg.OpBase+seq)
+			if h := w.readModifyWrite(lease, cfg.OpBase+seq); h > hold {
+				hold = h
+			}
 		}
 		select {
-		case <-time.After(cfg.Hold):
+		case <-time.After(hold):
 		case <-lease.Done():
 		case <-ctx.Done():
 		}
@@ -296,6 +299,9 @@ type registerState struct {
 	Version int    `json:"v"`
 	N       int    `json:"n"`
 	Sum     uint64 `json:"sum"`
+	// Hold, when set, asks the client to keep its lease this long after
+	// its read-modify-writes (see register.holdLonger).
+	Hold time.Duration `json:"hold,omitempty"`
 }
 
 // requestTimeout bounds one register request. The register is never
@@ -308,7 +314,9 @@ const requestTimeout = 20 * time.Second
 // transport's own check that the lease is still held would hide the window
 // (a pause between that check and the write) that the resource's check
 // exists for.
-func (w *worker) readModifyWrite(lease lock.Lease, op int64) {
+//
+// It returns the hold time the register asked for, if any.
+func (w *worker) readModifyWrite(lease lock.Lease, op int64) time.Duration {
 	tok := uint64(lease.Token())
 	w.lg.log(event{Kind: "read", Token: tok, Op: op})
 	rc := &http.Client{Transport: &httpfence.Transport{Lease: lease, Base: w.base}, Timeout: requestTimeout}
@@ -318,13 +326,13 @@ func (w *worker) readModifyWrite(lease lock.Lease, op int64) {
 	switch {
 	case err != nil:
 		w.lg.log(event{Kind: "read-err", Token: tok, Op: op, Class: classify(err), Err: err.Error()})
-		return
+		return 0
 	case status == http.StatusConflict:
 		w.lg.log(event{Kind: "read-stale", Token: tok, Op: op})
-		return
+		return 0
 	case status != http.StatusOK:
 		w.lg.log(event{Kind: "read-err", Token: tok, Op: op, Class: "other", Err: fmt.Sprintf("status %d", status)})
-		return
+		return 0
 	}
 	w.lg.log(event{Kind: "read-ok", Token: tok, Op: op, Version: st.Version, N: st.N, Sum: st.Sum})
 
@@ -348,6 +356,7 @@ func (w *worker) readModifyWrite(lease lock.Lease, op int64) {
 	default:
 		w.lg.log(event{Kind: "write-err", Token: tok, Op: op, Err: fmt.Sprintf("status %d", status)})
 	}
+	return max(st.Hold, nst.Hold)
 }
 
 // do sends req and decodes a 200 answer.

@@ -76,6 +76,10 @@ func faultPauseHolder(r *run) error {
 	return nil
 }
 
+// longHold is how long a holder targeted by a fault is asked to keep its
+// lease: past the TTL, so that the lease must end by loss, not release.
+func longHold(r *run) time.Duration { return 3 * r.cfg.ttl }
+
 // faultPauseServer freezes (SIGSTOP) the member the holder is connected to
 // (every client has a single endpoint), until a client on another member
 // has written with a newer token.
@@ -85,6 +89,7 @@ func faultPauseServer(r *run) error {
 	var ferr error
 	e, err := r.nextAccepted(isRead, func(e serverEvent) {
 		target = r.client(e.Client)
+		r.reg.holdLonger(e.Client, longHold(r))
 		m = r.b.c.Members[target.member]
 		ferr = m.Stop()
 	})
@@ -176,6 +181,7 @@ func faultBlackholeHolder(r *run) error {
 	var target *clientProc
 	e, err := r.nextAccepted(isRead, func(e serverEvent) {
 		target = r.client(e.Client)
+		r.reg.holdLonger(e.Client, longHold(r))
 		for _, p := range target.proxies {
 			p.Blackhole()
 		}

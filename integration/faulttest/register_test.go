@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/fencing/httpfence"
@@ -57,6 +58,7 @@ type register struct {
 	log   []serverEvent
 	hooks map[int]func(serverEvent) bool
 	hookN int
+	holds map[int]time.Duration // per client, sent with its next answer
 
 	srv *httptest.Server
 }
@@ -157,6 +159,15 @@ func (r *register) serve(w http.ResponseWriter, req *http.Request) {
 	r.log = append(r.log, e)
 	hooks := maps.Clone(r.hooks)
 	r.mu.Unlock()
+	defer func() {
+		// After the hooks, which may have asked for a longer hold.
+		r.mu.Lock()
+		st.Hold = r.holds[e.Client]
+		delete(r.holds, e.Client)
+		r.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(st)
+	}()
 
 	// Hooks run before the answer is sent, still inside the critical
 	// section: a client frozen or killed here is frozen or killed with
@@ -168,9 +179,6 @@ func (r *register) serve(w http.ResponseWriter, req *http.Request) {
 			r.mu.Unlock()
 		}
 	}
-
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(st)
 }
 
 // onAccepted installs fn, called with every accepted request (in handling
@@ -183,6 +191,19 @@ func (r *register) onAccepted(fn func(serverEvent) bool) {
 	}
 	r.hookN++
 	r.hooks[r.hookN] = fn
+}
+
+// holdLonger makes the register's next answer to client ask it to keep
+// its current lease for d before releasing it. Faults that target the
+// holder use it so that the fault hits a lease that is still held, as a
+// holder busy with long work would keep it.
+func (r *register) holdLonger(client int, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.holds == nil {
+		r.holds = map[int]time.Duration{}
+	}
+	r.holds[client] = d
 }
 
 // events returns a copy of the log.
