@@ -27,6 +27,15 @@
 // safe. Send [Lease.Token] with every write and have the resource enforce it,
 // with the helpers in package fencing or the guarded writes of the backends.
 //
+// # Leader election and running while holding
+//
+// [Election] runs a candidate over any Locker: a leadership context cancelled
+// when the lease ends, the lease's token as the term, [Election.Resign] for an
+// immediate handover, [Election.Leader] and [Election.Observe]. [Do] runs a
+// function while holding a lock, with a context cancelled if the lease is
+// lost. Neither can stop code that is already running when a lease is lost:
+// enforce the term (the token) with package fencing.
+//
 // # Names
 //
 // Lock names follow one rule on every backend; see [ValidateName].
