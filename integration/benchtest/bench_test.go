@@ -28,7 +28,8 @@ type config struct {
 	WarmCycles     int     `json:"uncontended_warmup_cycles"`
 	Clients        []int   `json:"contended_clients"`
 	WarmSec        float64 `json:"contended_warmup_sec"`
-	WindowSec      float64 `json:"contended_window_sec"`
+	WindowSec      float64 `json:"contended_window_sec"` // per recipe and client count, in Repeats parts
+	Repeats        int     `json:"contended_repeats"`
 	FailoverTrials int     `json:"failover_trials"`
 	Leases         int     `json:"leases"`
 	LeaseParallel  int     `json:"lease_parallel"`
@@ -49,12 +50,13 @@ func loadConfig() config {
 	c := config{
 		TTLSec:         10,
 		FailoverTTLSec: 2,
-		Rounds:         5,
+		Rounds:         6,
 		Cycles:         200,
-		WarmCycles:     20,
+		WarmCycles:     100,
 		Clients:        []int{2, 8, 32},
 		WarmSec:        1,
-		WindowSec:      5,
+		WindowSec:      6,
+		Repeats:        2,
 		FailoverTrials: 3,
 		Leases:         10000,
 		LeaseParallel:  32,
@@ -66,9 +68,9 @@ func loadConfig() config {
 	}
 	if os.Getenv("FENCELOCK_BENCH_QUICK") == "1" {
 		c.Quick = true
-		c.Rounds, c.Cycles, c.WarmCycles = 2, 30, 5
+		c.Rounds, c.Cycles, c.WarmCycles = 3, 30, 20
 		c.Clients = []int{2, 8}
-		c.WarmSec, c.WindowSec = 0.5, 1.5
+		c.WarmSec, c.WindowSec, c.Repeats = 0.5, 1.5, 1
 		c.FailoverTrials = 1
 		c.Leases, c.Waiters = 500, 100
 	}
@@ -216,13 +218,30 @@ func runBackend(t *testing.T, kind cluster.Kind, cfg config) *backendReport {
 	})
 	t.Run("contended", func(t *testing.T) {
 		skipUnlessSelected(t, "contended")
+		// Each recipe's window is cut into cfg.Repeats parts, run in
+		// alternating order (A B C, C B A, ...), so that a change in the
+		// machine's load does not favour one recipe.
+		rs := byRole(roleFencelock, roleReference, roleNaive)
 		for _, n := range cfg.Clients {
-			for _, r := range byRole(roleFencelock, roleReference, roleNaive) {
-				t.Run(fmt.Sprintf("%s/%d", r.name, n), func(t *testing.T) {
-					res := measureContended(t, r, n, at, cfg)
-					t.Logf("%d grants/s, %.1f requests and %.1f watch events per grant", int(res.GrantsPerSec), res.RequestsPerGrant, res.EventsPerGrant)
+			runs := make([][]contendedRun, len(rs))
+			for rep := range cfg.Repeats {
+				for k := range rs {
+					i := k
+					if rep%2 == 1 {
+						i = len(rs) - 1 - k
+					}
+					r := rs[i]
+					t.Run(fmt.Sprintf("%s/%d", r.name, n), func(t *testing.T) {
+						runs[i] = append(runs[i], measureContended(t, r, n, at, cfg))
+					})
+				}
+			}
+			for i, r := range rs {
+				if len(runs[i]) == cfg.Repeats {
+					res := combine(r, n, runs[i])
+					t.Logf("%s, %d clients: %d grants/s, %.1f requests and %.2f watch events per grant", r.name, n, int(res.GrantsPerSec), res.RequestsPerGrant, res.EventsPerGrant)
 					br.Contended = append(br.Contended, res)
-				})
+				}
 			}
 		}
 	})
@@ -292,7 +311,7 @@ func printBackend(w io.Writer, br *backendReport, cfg config) {
 	}
 	tw.Flush()
 
-	fmt.Fprintf(w, "\nContended handoff, one lock, each client its own connection and session, %.0fs window; requests and watch events counted on every client's connection (herd check):\n", cfg.WindowSec)
+	fmt.Fprintf(w, "\nContended handoff, one lock, each client its own connection and session, %.0fs window per row (%d parts, recipes in alternating order); requests and watch events counted on every client's connection (herd check):\n", cfg.WindowSec, cfg.Repeats)
 	fmt.Fprintln(tw, "clients\t recipe\t grants/s\t wait p50 ms\t wait p99 ms\t handoff p50 ms\t handoff p99 ms\t requests/grant\t events/grant\t grants/s vs ref\t")
 	for _, c := range br.Contended {
 		vs := ""

@@ -204,10 +204,10 @@ type contendedResult struct {
 
 // measureContended has clients clients, each with its own connection and
 // session, loop acquire then release on one lock. Only grants inside the
-// measurement window (after a warm-up) count; the requests and watch
+// measurement window (cfg.WindowSec / cfg.Repeats, after a warm-up) count; the requests and watch
 // events of every client are counted over the same window. After the
 // window each client stops once it has released, so the queue drains.
-func measureContended(t *testing.T, r recipe, clients int, at placement, cfg config) contendedResult {
+func measureContended(t *testing.T, r recipe, clients int, at placement, cfg config) contendedRun {
 	ctr := &counters{}
 	name := uniqueName(fmt.Sprintf("contended%d", clients))
 	cls := make([]client, clients)
@@ -273,7 +273,7 @@ func measureContended(t *testing.T, r recipe, clients int, at placement, cfg con
 	start := time.Now()
 	winStart.Store(start.UnixNano())
 	c0 := ctr.snapshot()
-	time.Sleep(cfg.window())
+	time.Sleep(cfg.window() / time.Duration(cfg.Repeats))
 	end := time.Now()
 	winEnd.Store(end.UnixNano())
 	c1 := ctr.snapshot()
@@ -293,22 +293,44 @@ func measureContended(t *testing.T, r recipe, clients int, at placement, cfg con
 	if overlaps != 0 && r.role != roleFloor {
 		t.Errorf("%s, %d clients: %d grants while another client held the lock; want 0", r.name, clients, overlaps)
 	}
-	d := c1.sub(c0)
-	win := end.Sub(start)
+	return contendedRun{grants: len(waits), window: end.Sub(start), waits: waits, handoffs: handoffs, counts: c1.sub(c0)}
+}
+
+// contendedRun is the raw outcome of one window of measureContended.
+type contendedRun struct {
+	grants          int
+	window          time.Duration
+	waits, handoffs []time.Duration
+	counts          countSnapshot
+}
+
+// combine sums the windows of one recipe and client count.
+func combine(r recipe, clients int, runs []contendedRun) contendedResult {
+	var all contendedRun
+	for _, x := range runs {
+		all.grants += x.grants
+		all.window += x.window
+		all.waits = append(all.waits, x.waits...)
+		all.handoffs = append(all.handoffs, x.handoffs...)
+		all.counts.requests += x.counts.requests
+		all.counts.events += x.counts.events
+		all.counts.keepalives += x.counts.keepalives
+	}
+	win := all.window.Seconds()
 	res := contendedResult{
 		Recipe:           r.name,
 		Role:             r.role,
 		Clients:          clients,
-		Grants:           len(waits),
-		WindowSec:        win.Seconds(),
-		GrantsPerSec:     float64(len(waits)) / win.Seconds(),
-		Wait:             summarize(waits),
-		Handoff:          summarize(handoffs),
-		KeepalivesPerSec: float64(d.keepalives) / win.Seconds(),
+		Grants:           all.grants,
+		WindowSec:        win,
+		GrantsPerSec:     float64(all.grants) / win,
+		Wait:             summarize(all.waits),
+		Handoff:          summarize(all.handoffs),
+		KeepalivesPerSec: float64(all.counts.keepalives) / win,
 	}
-	if len(waits) > 0 {
-		res.RequestsPerGrant = float64(d.requests) / float64(len(waits))
-		res.EventsPerGrant = float64(d.events) / float64(len(waits))
+	if all.grants > 0 {
+		res.RequestsPerGrant = float64(all.counts.requests) / float64(all.grants)
+		res.EventsPerGrant = float64(all.counts.events) / float64(all.grants)
 	}
 	return res
 }

@@ -227,16 +227,14 @@ const replyDelay = 250 * time.Millisecond
 func faultReplyLost(kind string) fault {
 	return func(r *run) error {
 		var target *clientProc
-		e, err := r.nextAccepted(isWrite, func(e serverEvent) {
+		if _, err := r.nextAccepted(isWrite, func(e serverEvent) {
 			target = r.client(e.Client)
 			for _, p := range target.proxies {
 				p.SetDelay(replyDelay)
 			}
-		})
-		if err != nil {
+		}); err != nil {
 			return err
 		}
-		_ = e
 		mark := r.now()
 		undelay := func() {
 			for _, p := range target.proxies {

@@ -68,7 +68,9 @@ func startClient(cfg clientConfig, proxies []*cluster.Proxy, member int) (*clien
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, "-test.run=^TestFaultClientMain$", "-test.timeout=0")
+	// TestMain runs the client before any test; "-test.run=^$" makes sure
+	// that nothing else would run if it did not.
+	cmd := exec.Command(exe, "-test.run=^$", "-test.timeout=0")
 	cmd.Env = append(os.Environ(), clientEnv+"="+string(b))
 	p := &clientProc{id: cfg.ID, cfg: cfg, proxies: proxies, member: member, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
