@@ -10,6 +10,9 @@
 #   make test-examples    tests of the examples module (runs the demo)
 #   make test-process     integration tests against local processes
 #   make test-containers  harness and conformance tests against containers
+#   make test-fault       one short pass of the fault suite
+#   make chaos            long randomized fault runs with a summary table
+#   make bench            side-by-side benchmarks (see BENCHMARKS.md)
 #
 # Every Go module in the repository, as a directory relative to the root.
 # examples/ is a module only once it has a go.mod. Like "go ... ./...",
@@ -22,7 +25,7 @@ CACHE_BIN := integration/.cache/bin
 ETCD_BIN := $(CACHE_BIN)/etcd
 ETCD_SRC := integration/tools/etcd/main.go integration/tools/etcd/go.mod integration/tools/etcd/go.sum
 
-.PHONY: deps images vet demo test test-unit test-examples test-process test-containers
+.PHONY: deps images vet demo test test-unit test-examples test-process test-containers test-fault chaos
 
 deps: $(ETCD_BIN)
 
@@ -67,3 +70,19 @@ test-process: deps
 
 test-containers: deps
 	cd integration && FENCELOCK_PROVIDER=containers $(GO) test -race -timeout 20m -run 'TestHarness|TestContainersProvider|Conformance' ./...
+
+# One short pass of every fault on both backends, the control run and the
+# checker self-test (about 2 minutes on 2 cores). make test runs it too, as
+# part of test-process.
+test-fault: deps
+	cd integration && FENCELOCK_PROVIDER=process $(GO) test -race -count=1 -timeout 20m -run '^TestFault' ./faulttest
+
+# Random faults with random timings, FENCELOCK_CHAOS_DURATION per backend
+# (default 10m); FENCELOCK_CHAOS_SEED=<n> replays a sequence. The full log
+# goes to integration/.cache/chaos.log; the summary table is printed at the
+# end. Without -race, for more operations per minute (make test covers -race).
+chaos: deps
+	@mkdir -p integration/.cache
+	@cd integration && { FENCELOCK_CHAOS=1 $(GO) test -count=1 -timeout 0 -v -run '^TestChaos$$' ./faulttest; \
+		echo $$? > .cache/chaos.status; } | tee .cache/chaos.log | grep --line-buffered -E '^=== RUN +TestChaos/|violation'; \
+		sed -n '/^chaos run:/,/^end of chaos summary/p' .cache/chaos.log; exit $$(cat .cache/chaos.status)

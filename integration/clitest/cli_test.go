@@ -11,9 +11,9 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/fencelock/fencelock/integration/cluster"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 )
 
 // backend is a running cluster as the tests see it: the URL fencelock is
@@ -34,17 +34,13 @@ const prefix = "clitest"
 func etcdBackend(t *testing.T) backend {
 	t.Helper()
 	c := cluster.FromEnv(t).Start(t, cluster.Etcd)
-	client, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatalf("clientv3.New() = %v", err)
-	}
-	t.Cleanup(func() { client.Close() })
+	client := testutil.EtcdClient(t, clientv3.Config{Endpoints: c.Endpoints()})
 	key := func(name string) string { return prefix + "/" + name + "/#" }
 	return backend{
 		url: "etcd://" + strings.Join(c.Endpoints(), ",") + "/" + prefix + "?ttl=10s",
 		records: func(t testing.TB, name string) int {
 			t.Helper()
-			resp, err := client.Get(ctxTimeout(t, 10*time.Second), key(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
+			resp, err := client.Get(testutil.Context(t, 10*time.Second), key(name), clientv3.WithPrefix(), clientv3.WithCountOnly())
 			if err != nil {
 				t.Fatalf("etcd Get(%q) = %v", key(name), err)
 			}
@@ -52,7 +48,7 @@ func etcdBackend(t *testing.T) backend {
 		},
 		deleteRecords: func(t testing.TB, name string) int {
 			t.Helper()
-			resp, err := client.Delete(ctxTimeout(t, 10*time.Second), key(name), clientv3.WithPrefix())
+			resp, err := client.Delete(testutil.Context(t, 10*time.Second), key(name), clientv3.WithPrefix())
 			if err != nil {
 				t.Fatalf("etcd Delete(%q) = %v", key(name), err)
 			}
@@ -64,11 +60,7 @@ func etcdBackend(t *testing.T) backend {
 func zkBackend(t *testing.T) backend {
 	t.Helper()
 	c := cluster.FromEnv(t).Start(t, cluster.ZooKeeper)
-	conn, _, err := zk.Connect(c.Endpoints(), 10*time.Second, zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatalf("zk.Connect() = %v", err)
-	}
-	t.Cleanup(conn.Close)
+	conn := testutil.ZKConn(t, c.Endpoints(), 10*time.Second, nil)
 	parent := func(name string) string { return "/" + prefix + "/" + name }
 	children := func(t testing.TB, name string) []string {
 		t.Helper()
@@ -126,7 +118,7 @@ func testExitStatus(t *testing.T, b backend) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.script, func(t *testing.T) {
-			name := uniqueName(t)
+			name := testutil.UniqueName(t)
 			script := `echo "token=$FENCING_TOKEN lock=$FENCELOCK_LOCK"; ` + tt.script
 			code, stdout, stderr := fencelock(t, b.url, "run", "--lock", name, "--", "sh", "-c", script)
 			if code != tt.want {
@@ -151,7 +143,7 @@ func testExitStatus(t *testing.T, b backend) {
 		})
 	}
 	t.Run("NotFound", func(t *testing.T) {
-		code, _, stderr := fencelock(t, b.url, "run", "--lock", uniqueName(t), "--", "/nonexistent/command")
+		code, _, stderr := fencelock(t, b.url, "run", "--lock", testutil.UniqueName(t), "--", "/nonexistent/command")
 		if code != 127 {
 			t.Errorf("run of a missing command: status = %d; want 127", code)
 		}
@@ -162,14 +154,14 @@ func testExitStatus(t *testing.T, b backend) {
 // testExclusion: a second run waits for the first, --try refuses at once,
 // and holder reports the running holder.
 func testExclusion(t *testing.T, b backend) {
-	name := uniqueName(t)
+	name := testutil.UniqueName(t)
 	// Each command reports its token, then waits for a line on stdin.
 	script := `echo "started $FENCING_TOKEN"; read x; echo "done $FENCING_TOKEN"`
 	a := start(t, b.url, "--identity", "cli-A", "run", "--lock", name, "--", "sh", "-c", script)
 	tokA := parseStarted(t, a.line(30*time.Second))
 
 	bp := start(t, b.url, "run", "--identity", "cli-B", "--lock", name, "--", "sh", "-c", script)
-	eventually(t, 30*time.Second, "B queued behind A", func() bool { return b.records(t, name) == 2 })
+	testutil.Eventually(t, 30*time.Second, "B queued behind A", func() bool { return b.records(t, name) == 2 })
 
 	code, stdout, stderr := fencelock(t, b.url, "holder", name)
 	if want := fmt.Sprintf("token=%d identity=cli-A\n", tokA); code != 0 || stdout != want {
@@ -188,22 +180,22 @@ func testExclusion(t *testing.T, b backend) {
 	// A third run, interrupted while it waits, leaves without running
 	// its command and without a record.
 	c := start(t, b.url, "run", "--lock", name, "--", "sh", "-c", "echo ran")
-	eventually(t, 30*time.Second, "C queued behind A and B", func() bool { return b.records(t, name) == 3 })
-	c.cmd.Process.Signal(syscall.SIGINT)
+	testutil.Eventually(t, 30*time.Second, "C queued behind A and B", func() bool { return b.records(t, name) == 3 })
+	c.Cmd.Process.Signal(syscall.SIGINT)
 	if code, stderr := c.wait(30 * time.Second); code != 128+int(syscall.SIGINT) {
 		t.Errorf("run interrupted while waiting: status = %d (stderr %q); want %d", code, stderr, 128+int(syscall.SIGINT))
 	} else {
 		oneLine(t, "run interrupted while waiting", stderr, "interrupted")
 	}
-	if c.stdout.String() != "" {
-		t.Errorf("interrupted run's command ran: stdout %q", c.stdout.String())
+	if c.Stdout.String() != "" {
+		t.Errorf("interrupted run's command ran: stdout %q", c.Stdout.String())
 	}
-	eventually(t, 30*time.Second, "C's record removed", func() bool { return b.records(t, name) == 2 })
+	testutil.Eventually(t, 30*time.Second, "C's record removed", func() bool { return b.records(t, name) == 2 })
 
-	if !bp.running() || bp.stdout.String() != "" {
-		t.Fatalf("B while A holds: running %v, stdout %q; want running and silent", bp.running(), bp.stdout.String())
+	if !bp.Running() || bp.Stdout.String() != "" {
+		t.Fatalf("B while A holds: running %v, stdout %q; want running and silent", bp.Running(), bp.Stdout.String())
 	}
-	fmt.Fprintln(a.stdin, "go")
+	fmt.Fprintln(a.Stdin, "go")
 	if l := a.line(10 * time.Second); l != fmt.Sprintf("done %d", tokA) {
 		t.Errorf("A said %q; want done %d", l, tokA)
 	}
@@ -214,7 +206,7 @@ func testExclusion(t *testing.T, b backend) {
 	if tokB <= tokA {
 		t.Errorf("B's token = %d; want greater than A's %d", tokB, tokA)
 	}
-	fmt.Fprintln(bp.stdin, "go")
+	fmt.Fprintln(bp.Stdin, "go")
 	if code, stderr := bp.wait(30 * time.Second); code != 0 {
 		t.Errorf("B: status = %d (stderr %q); want 0", code, stderr)
 	}
@@ -244,7 +236,7 @@ func testLostLease(t *testing.T, b backend) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			name := uniqueName(t)
+			name := testutil.UniqueName(t)
 			script := tt.trap + `; echo "started $FENCING_TOKEN"; while :; do sleep 0.1; done`
 			p := start(t, b.url, "run", "--grace", "500ms", "--lock", name, "--", "sh", "-c", script)
 			parseStarted(t, p.line(30*time.Second))
@@ -272,7 +264,7 @@ func testLostLease(t *testing.T, b backend) {
 
 // testLeaderWatch: leader --watch prints the leader and every change.
 func testLeaderWatch(t *testing.T, b backend) {
-	name := uniqueName(t)
+	name := testutil.UniqueName(t)
 	code, _, stderr := fencelock(t, b.url, "leader", name)
 	if code != 3 {
 		t.Errorf("leader of a free election: status = %d; want 3", code)
@@ -293,7 +285,7 @@ func testLeaderWatch(t *testing.T, b backend) {
 	if want := fmt.Sprintf("token=%d identity=leader-A\n", tokA); code != 0 || stdout != want {
 		t.Errorf("leader = %d, %q; want 0, %q", code, stdout, want)
 	}
-	fmt.Fprintln(a.stdin, "go")
+	fmt.Fprintln(a.Stdin, "go")
 	if code, stderr := a.wait(30 * time.Second); code != 0 {
 		t.Fatalf("A: status = %d (stderr %q); want 0", code, stderr)
 	}
@@ -306,10 +298,10 @@ func testLeaderWatch(t *testing.T, b backend) {
 	if m == nil || m[1] != strconv.FormatUint(tokB, 10) || m[2] != "leader-B" {
 		t.Errorf("watch after B took over = %q; want token=%d identity=leader-B", m, tokB)
 	}
-	fmt.Fprintln(bp.stdin, "go")
+	fmt.Fprintln(bp.Stdin, "go")
 	bp.wait(30 * time.Second)
 
-	w.cmd.Process.Signal(syscall.SIGINT)
+	w.Cmd.Process.Signal(syscall.SIGINT)
 	if code, stderr := w.wait(30 * time.Second); code != 0 || stderr != "" {
 		t.Errorf("watch after SIGINT: status = %d, stderr %q; want 0, nothing", code, stderr)
 	}

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/integration/cluster"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -107,11 +108,7 @@ func (e *env) waitRecords(t *testing.T, name string, n int) {
 
 func etcdRecords(t *testing.T, eps []string) func(name string) int {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatalf("clientv3.New(%v) = %v; want nil", eps, err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
+	cli := testutil.EtcdClient(t, clientv3.Config{Endpoints: eps, DialTimeout: 10 * time.Second})
 	return func(name string) int {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

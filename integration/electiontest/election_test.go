@@ -2,7 +2,6 @@ package electiontest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/integration/cluster"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -42,19 +42,6 @@ var nameSeq atomic.Int64
 func uniqueName(t *testing.T) string {
 	t.Helper()
 	return fmt.Sprintf("e%d-%d/%d", os.Getpid(), time.Now().UnixNano(), nameSeq.Add(1))
-}
-
-// recv waits for a value on ch.
-func recv[T any](t *testing.T, ch <-chan T, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(waitTimeout):
-		t.Fatalf("no %s within %v", what, waitTimeout)
-		var zero T
-		return zero
-	}
 }
 
 // event is a callback of an in-process candidate, with the time it ran.
@@ -143,7 +130,7 @@ type proc struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan string // its standard output, line by line
-	stderr *lockedBuffer
+	stderr *testutil.SyncBuffer
 	exited chan struct{} // closed once the process has been reaped
 	state  *os.ProcessState
 }
@@ -153,7 +140,7 @@ func (e *env) spawn(t *testing.T, id, name string) *proc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), candidateEnvURL+"="+e.url(e.c.Endpoints(), id), candidateEnvName+"="+name)
-	p := &proc{id: id, cmd: cmd, lines: make(chan string, 100), stderr: new(lockedBuffer), exited: make(chan struct{})}
+	p := &proc{id: id, cmd: cmd, lines: make(chan string, 100), stderr: new(testutil.SyncBuffer), exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -193,7 +180,7 @@ func (e *env) spawn(t *testing.T, id, name string) *proc {
 func (p *proc) expectStarted(t *testing.T) fencing.Token {
 	t.Helper()
 	for {
-		line := recv(t, p.lines, fmt.Sprintf("output of candidate process %s", p.id))
+		line := testutil.Recv(t, p.lines, waitTimeout, fmt.Sprintf("output of candidate process %s", p.id))
 		rest, ok := strings.CutPrefix(line, "started ")
 		if !ok {
 			t.Logf("candidate process %s: %s", p.id, line)
@@ -214,28 +201,11 @@ func (p *proc) kill(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatalf("kill candidate process %d: %v", p.cmd.Process.Pid, err)
 	}
-	recv(t, p.exited, "exit of the killed candidate process")
+	testutil.Recv(t, p.exited, waitTimeout, "exit of the killed candidate process")
 	ws, ok := p.state.Sys().(syscall.WaitStatus)
 	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("candidate process ended with %v; want killed by SIGKILL", p.state)
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // summary formats the median and maximum of ds.
@@ -330,7 +300,7 @@ func testOneLeaderAtATime(t *testing.T, env *env) {
 		self = cands[i]
 		close(ready)
 	}
-	recv(t, enough, fmt.Sprintf("%d terms", terms))
+	testutil.Recv(t, enough, waitTimeout, fmt.Sprintf("%d terms", terms))
 	for _, c := range cands {
 		if err := c.stop(t); !errors.Is(err, context.Canceled) {
 			t.Errorf("%s: Run() = %v; want an error wrapping context.Canceled", c.id, err)
@@ -359,7 +329,7 @@ func testResignHandover(t *testing.T, env *env) {
 	const runs = 10
 	name := uniqueName(t)
 	a := env.candidate(t, "resign-a", name, nil)
-	first := recv(t, a.started, "OnStarted of resign-a")
+	first := testutil.Recv(t, a.started, waitTimeout, "OnStarted of resign-a")
 	b := env.candidate(t, "resign-b", name, nil)
 	leader, next := a, b
 	term := first.term
@@ -371,7 +341,7 @@ func testResignHandover(t *testing.T, env *env) {
 			t.Fatalf("%s: Resign() = %v; want nil", leader.id, err)
 		}
 		returns = append(returns, time.Since(begin))
-		st := recv(t, next.started, "OnStarted of "+next.id)
+		st := testutil.Recv(t, next.started, waitTimeout, "OnStarted of "+next.id)
 		d := st.at.Sub(begin)
 		handovers = append(handovers, d)
 		if st.term <= term {
@@ -380,7 +350,7 @@ func testResignHandover(t *testing.T, env *env) {
 		if d > handoverBound {
 			t.Errorf("handover from %s to %s took %v; want at most %v", leader.id, next.id, d, handoverBound)
 		}
-		if sp := recv(t, leader.stopped, "OnStopped of "+leader.id); sp.term != term || sp.err != nil {
+		if sp := testutil.Recv(t, leader.stopped, waitTimeout, "OnStopped of "+leader.id); sp.term != term || sp.err != nil {
 			t.Errorf("%s: OnStopped(%v, %v); want OnStopped(%v, nil)", leader.id, sp.term, sp.err, term)
 		}
 		h, err := a.e.Leader(context.Background())
@@ -410,7 +380,7 @@ func testFailoverAfterKill(t *testing.T, env *env) {
 
 		killed := time.Now()
 		child.kill(t)
-		st := recv(t, next.started, "OnStarted after the kill")
+		st := testutil.Recv(t, next.started, waitTimeout, "OnStarted after the kill")
 		d := st.at.Sub(killed)
 		failovers = append(failovers, d)
 		if st.term <= childTerm {
@@ -463,7 +433,7 @@ func testObserveInOrder(t *testing.T, env *env) {
 	newLeaders := make(chan lock.Holder, 100)
 	expectNewLeader := func(want lock.Holder) {
 		t.Helper()
-		if h := recv(t, newLeaders, fmt.Sprintf("OnNewLeader(%+v)", want)); h != want {
+		if h := testutil.Recv(t, newLeaders, waitTimeout, fmt.Sprintf("OnNewLeader(%+v)", want)); h != want {
 			t.Fatalf("OnNewLeader(%+v); want OnNewLeader(%+v)", h, want)
 		}
 	}
@@ -488,7 +458,7 @@ func testObserveInOrder(t *testing.T, env *env) {
 
 	elected := func(c *cand) {
 		t.Helper()
-		st := recv(t, c.started, "OnStarted of "+c.id)
+		st := testutil.Recv(t, c.started, waitTimeout, "OnStarted of "+c.id)
 		leader = lock.Holder{Identity: c.id, Token: st.term}
 		expectObserved(leader)
 		expectNewLeader(leader)
@@ -528,15 +498,15 @@ func testPartitionedLeader(t *testing.T, env *env) {
 		name := uniqueName(t)
 		proxies := cluster.NewProxies(t, env.c)
 		a := env.candidate(t, fmt.Sprintf("cut-%d", i), name, nil, proxies.Endpoints()...)
-		st := recv(t, a.started, "OnStarted of the leader to be cut off")
+		st := testutil.Recv(t, a.started, waitTimeout, "OnStarted of the leader to be cut off")
 		b := env.candidate(t, fmt.Sprintf("other-%d", i), name, nil)
 		env.waitRecords(t, name, 2)
 
 		before := proxies.Stats()
 		cut := time.Now()
 		proxies.Blackhole()
-		lost := recv(t, a.ctxDone, "end of the cut-off leader's context")
-		elected := recv(t, b.started, "OnStarted of the next leader")
+		lost := testutil.Recv(t, a.ctxDone, waitTimeout, "end of the cut-off leader's context")
+		elected := testutil.Recv(t, b.started, waitTimeout, "OnStarted of the next leader")
 		if !errors.Is(lost.err, lock.ErrLost) {
 			t.Errorf("context.Cause(leadership ctx) = %v; want an error wrapping ErrLost", lost.err)
 		}
@@ -547,7 +517,7 @@ func testPartitionedLeader(t *testing.T, env *env) {
 		if elected.term <= st.term {
 			t.Errorf("next term %v; want above %v", elected.term, st.term)
 		}
-		if sp := recv(t, a.stopped, "OnStopped of the cut-off leader"); sp.term != st.term || !errors.Is(sp.err, lock.ErrLost) {
+		if sp := testutil.Recv(t, a.stopped, waitTimeout, "OnStopped of the cut-off leader"); sp.term != st.term || !errors.Is(sp.err, lock.ErrLost) {
 			t.Errorf("OnStopped(%v, %v); want OnStopped(%v, an error wrapping ErrLost)", sp.term, sp.err, st.term)
 		}
 		if after := proxies.Stats(); after.HeldWhileBlackholed <= before.HeldWhileBlackholed {

@@ -6,17 +6,15 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 )
 
 // zkRecords counts the znodes under a lock's parent znode, which holds one
 // child per holder and per waiter.
 func zkRecords(t *testing.T, eps []string) func(name string) int {
 	t.Helper()
-	conn, _, err := zk.Connect(eps, 10*time.Second, zk.WithLogInfo(false), zk.WithLogger(silent{}))
-	if err != nil {
-		t.Fatalf("zk.Connect(%v) = %v; want nil", eps, err)
-	}
-	t.Cleanup(conn.Close)
+	conn := testutil.ZKConn(t, eps, 10*time.Second, nil)
 	return func(name string) int {
 		t.Helper()
 		children, _, err := conn.Children("/" + prefix + "/" + name)
@@ -29,7 +27,3 @@ func zkRecords(t *testing.T, eps []string) func(name string) int {
 		return len(children)
 	}
 }
-
-type silent struct{}
-
-func (silent) Printf(string, ...any) {}

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/fencelock/fencelock/etcdlock"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 )
 
 // BenchmarkUncontended measures one acquire and release of a free lock:
@@ -23,7 +24,7 @@ func BenchmarkUncontended(b *testing.B) {
 
 	b.Run("etcdlock", func(b *testing.B) {
 		l := newLocker(b, cli, etcdlock.WithTTL(10*time.Second))
-		name := uniqueName(b)
+		name := testutil.UniqueName(b)
 		for b.Loop() {
 			le, err := l.Acquire(ctx, name)
 			if err != nil {
@@ -40,7 +41,7 @@ func BenchmarkUncontended(b *testing.B) {
 			b.Fatalf("NewSession() = %v", err)
 		}
 		defer s.Close()
-		m := concurrency.NewMutex(s, "bench-mutex/"+uniqueName(b))
+		m := concurrency.NewMutex(s, "bench-mutex/"+testutil.UniqueName(b))
 		for b.Loop() {
 			if err := m.Lock(ctx); err != nil {
 				b.Fatalf("Lock() = %v", err)
@@ -51,7 +52,7 @@ func BenchmarkUncontended(b *testing.B) {
 		}
 	})
 	b.Run("put+delete", func(b *testing.B) {
-		key := "bench-floor/" + uniqueName(b)
+		key := "bench-floor/" + testutil.UniqueName(b)
 		for b.Loop() {
 			if _, err := cli.Put(ctx, key, "x"); err != nil {
 				b.Fatalf("Put() = %v", err)
@@ -71,7 +72,7 @@ func BenchmarkHandoff(b *testing.B) {
 	ctx := context.Background()
 
 	b.Run("etcdlock", func(b *testing.B) {
-		name := uniqueName(b)
+		name := testutil.UniqueName(b)
 		var lockers [2]*etcdlock.Locker
 		for i := range lockers {
 			lockers[i] = newLocker(b, newClient(b, c.Endpoints()), etcdlock.WithTTL(10*time.Second))
@@ -85,7 +86,7 @@ func BenchmarkHandoff(b *testing.B) {
 		})
 	})
 	b.Run("concurrency.Mutex", func(b *testing.B) {
-		pfx := "bench-mutex/" + uniqueName(b)
+		pfx := "bench-mutex/" + testutil.UniqueName(b)
 		var mutexes [2]*concurrency.Mutex
 		for i := range mutexes {
 			s, err := concurrency.NewSession(newClient(b, c.Endpoints()), concurrency.WithTTL(10))

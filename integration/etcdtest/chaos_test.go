@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/etcdlock"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -20,8 +21,8 @@ import (
 // can hold the lock. The lock must keep being granted throughout.
 func TestChaosNoOverlap(t *testing.T) {
 	c := startCluster(t)
-	ctx := ctxTimeout(t, 90*time.Second)
-	name := uniqueName(t)
+	ctx := testutil.Context(t, 90*time.Second)
+	name := testutil.UniqueName(t)
 	var lockers []*etcdlock.Locker
 	for i := range 3 {
 		lockers = append(lockers, newLocker(t, newClient(t, c.Endpoints()), etcdlock.WithIdentity(fmt.Sprintf("chaos-%d", i))))
@@ -87,7 +88,7 @@ func TestChaosNoOverlap(t *testing.T) {
 		mu.Lock()
 		before := grants
 		mu.Unlock()
-		eventually(t, 20*time.Second, "grants after "+what, func() bool {
+		testutil.Eventually(t, 20*time.Second, "grants after "+what, func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return grants > before

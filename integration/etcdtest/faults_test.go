@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencelock/fencelock/etcdlock"
 	"github.com/fencelock/fencelock/integration/cluster"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -21,8 +22,8 @@ import (
 // lock twice, and both waiters are served, in order, once it is released.
 func TestLeaderKilled(t *testing.T) {
 	c := startCluster(t)
-	ctx := ctxTimeout(t, 60*time.Second)
-	name := uniqueName(t)
+	ctx := testutil.Context(t, 60*time.Second)
+	name := testutil.UniqueName(t)
 	// A TTL well above an election, so that the sessions survive it.
 	const ttl = 5 * time.Second
 	var lockers []*etcdlock.Locker
@@ -65,7 +66,7 @@ func TestLeaderKilled(t *testing.T) {
 				t.Errorf("lk-%d Release() = %v", i, err)
 			}
 		}()
-		eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, lockers[0], name)) == i+1 })
+		testutil.Eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, lockers[0], name)) == i+1 })
 	}
 
 	old, err := c.Leader(ctx)
@@ -78,7 +79,7 @@ func TestLeaderKilled(t *testing.T) {
 	if c.Members[old].Running() {
 		t.Fatalf("%s still running after Kill", c.Members[old].Name())
 	}
-	eventually(t, 15*time.Second, "new leader elected", func() bool {
+	testutil.Eventually(t, 15*time.Second, "new leader elected", func() bool {
 		lctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		i, err := c.Leader(lctx)
@@ -113,7 +114,7 @@ func TestLeaderKilled(t *testing.T) {
 	if !slices.Equal(order, []int{1, 2}) {
 		t.Errorf("grant order %v; want [1 2]", order)
 	}
-	eventually(t, 10*time.Second, "records gone", func() bool { return len(records(t, admin, lockers[0], name)) == 0 })
+	testutil.Eventually(t, 10*time.Second, "records gone", func() bool { return len(records(t, admin, lockers[0], name)) == 0 })
 }
 
 // TestPartitionLossBeforeNextGrant partitions the holder's client from the
@@ -127,8 +128,8 @@ func TestPartitionLossBeforeNextGrant(t *testing.T) {
 	const runs = 5
 	var margins []time.Duration
 	for run := range runs {
-		ctx := ctxTimeout(t, 30*time.Second)
-		name := uniqueName(t)
+		ctx := testutil.Context(t, 30*time.Second)
+		name := testutil.UniqueName(t)
 		proxies := cluster.NewProxies(t, c)
 		holder := newLocker(t, newClient(t, proxies.Endpoints()))
 		other := newLocker(t, newClient(t, c.Endpoints()))
@@ -155,7 +156,7 @@ func TestPartitionLossBeforeNextGrant(t *testing.T) {
 			l, err := other.Acquire(ctx, name)
 			granted <- grant{time.Now(), l, err}
 		}()
-		eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, other, name)) == 2 })
+		testutil.Eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, other, name)) == 2 })
 
 		proxies.Blackhole()
 		cut := time.Now()
@@ -215,8 +216,8 @@ func TestPartitionLossBeforeNextGrant(t *testing.T) {
 func TestReleaseReplyLost(t *testing.T) {
 	c := startCluster(t)
 	admin := newClient(t, c.Endpoints())
-	ctx := ctxTimeout(t, 30*time.Second)
-	name := uniqueName(t)
+	ctx := testutil.Context(t, 30*time.Second)
+	name := testutil.UniqueName(t)
 	proxies := cluster.NewProxies(t, c)
 	holder := newLocker(t, newClient(t, proxies.Endpoints()), etcdlock.WithTTL(5*time.Second))
 	other := newLocker(t, newClient(t, c.Endpoints()))
@@ -235,7 +236,7 @@ func TestReleaseReplyLost(t *testing.T) {
 		l, err := other.Acquire(ctx, name)
 		granted <- grant{l, err}
 	}()
-	eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, other, name)) == 2 })
+	testutil.Eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, other, name)) == 2 })
 
 	for i := range proxies.Len() {
 		proxies.Proxy(i).SetDelay(400 * time.Millisecond)
@@ -292,8 +293,8 @@ func TestReleaseReplyLost(t *testing.T) {
 func TestCancelledWaitWhilePartitioned(t *testing.T) {
 	c := startCluster(t)
 	admin := newClient(t, c.Endpoints())
-	ctx := ctxTimeout(t, 30*time.Second)
-	name := uniqueName(t)
+	ctx := testutil.Context(t, 30*time.Second)
+	name := testutil.UniqueName(t)
 	holder := newLocker(t, newClient(t, c.Endpoints()))
 	proxies := cluster.NewProxies(t, c)
 	waiter := newLocker(t, newClient(t, proxies.Endpoints()), etcdlock.WithTTL(10*time.Second))
@@ -309,7 +310,7 @@ func TestCancelledWaitWhilePartitioned(t *testing.T) {
 		_, err := waiter.Acquire(wctx, name)
 		res <- err
 	}()
-	eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, holder, name)) == 2 })
+	testutil.Eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, holder, name)) == 2 })
 	session, ok := waiter.SessionLeaseID()
 	if !ok {
 		t.Fatalf("waiter SessionLeaseID() = _, false")
@@ -335,7 +336,7 @@ func TestCancelledWaitWhilePartitioned(t *testing.T) {
 	}
 
 	proxies.Heal()
-	eventually(t, 5*time.Second, "waiter's record deleted after heal", func() bool { return len(records(t, admin, holder, name)) == 1 })
+	testutil.Eventually(t, 5*time.Second, "waiter's record deleted after heal", func() bool { return len(records(t, admin, holder, name)) == 1 })
 	if id, ok := waiter.SessionLeaseID(); !ok || id != session {
 		t.Errorf("waiter session after heal = %x, %v; want the same live session %x", int64(id), ok, int64(session))
 	}
@@ -351,8 +352,8 @@ func TestCancelledWaitWhilePartitioned(t *testing.T) {
 // Locker acquires again with a new session.
 func TestHolderMemberFrozen(t *testing.T) {
 	c := startCluster(t)
-	ctx := ctxTimeout(t, 60*time.Second)
-	name := uniqueName(t)
+	ctx := testutil.Context(t, 60*time.Second)
+	name := testutil.UniqueName(t)
 	leader, err := c.Leader(ctx)
 	if err != nil {
 		t.Fatalf("Leader() = %v", err)
@@ -387,7 +388,7 @@ func TestHolderMemberFrozen(t *testing.T) {
 		l, err := other.Acquire(ctx, name)
 		granted <- grant{time.Now(), l, err}
 	}()
-	eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, other, name)) == 2 })
+	testutil.Eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, other, name)) == 2 })
 
 	if err := c.Members[frozen].Stop(); err != nil {
 		t.Fatalf("Stop(%s) = %v", c.Members[frozen].Name(), err)
@@ -435,8 +436,8 @@ func TestHolderMemberFrozen(t *testing.T) {
 // not lost, and the lock is never granted to the waiting Locker.
 func TestFollowerFrozenHolderKeeps(t *testing.T) {
 	c := startCluster(t)
-	ctx := ctxTimeout(t, 60*time.Second)
-	name := uniqueName(t)
+	ctx := testutil.Context(t, 60*time.Second)
+	name := testutil.UniqueName(t)
 	leader, err := c.Leader(ctx)
 	if err != nil {
 		t.Fatalf("Leader() = %v", err)
@@ -495,8 +496,8 @@ func TestFollowerFrozenHolderKeeps(t *testing.T) {
 // is released, through another member, although its watch never answers.
 func TestWaiterWatchOnFrozenMember(t *testing.T) {
 	c := startCluster(t)
-	ctx := ctxTimeout(t, 60*time.Second)
-	name := uniqueName(t)
+	ctx := testutil.Context(t, 60*time.Second)
+	name := testutil.UniqueName(t)
 	leader, err := c.Leader(ctx)
 	if err != nil {
 		t.Fatalf("Leader() = %v", err)
@@ -520,7 +521,7 @@ func TestWaiterWatchOnFrozenMember(t *testing.T) {
 		l, err := waiter.Acquire(ctx, name)
 		granted <- grant{l, err}
 	}()
-	eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, holder, name)) == 2 })
+	testutil.Eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, holder, name)) == 2 })
 	waiterCli.SetEndpoints(c.Endpoints()...)
 	if err := frozen.Stop(); err != nil {
 		t.Fatalf("Stop(%s) = %v", frozen.Name(), err)

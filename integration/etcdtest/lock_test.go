@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencelock/fencelock/etcdlock"
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -20,8 +21,8 @@ func TestKeyLayout(t *testing.T) {
 	c := startCluster(t)
 	cli := newClient(t, c.Endpoints())
 	l := newLocker(t, cli, etcdlock.WithPrefix("layout"))
-	ctx := ctxTimeout(t, 30*time.Second)
-	base := uniqueName(t)
+	ctx := testutil.Context(t, 30*time.Second)
+	base := testutil.UniqueName(t)
 
 	ab, err := l.Acquire(ctx, base+"/a/b")
 	if err != nil {
@@ -54,8 +55,8 @@ func TestLeaseExtras(t *testing.T) {
 	c := startCluster(t)
 	cli := newClient(t, c.Endpoints())
 	l := newLocker(t, cli, etcdlock.WithIdentity("extras-1"))
-	ctx := ctxTimeout(t, 30*time.Second)
-	name := uniqueName(t)
+	ctx := testutil.Context(t, 30*time.Second)
+	name := testutil.UniqueName(t)
 
 	ll, err := l.Acquire(ctx, name)
 	if err != nil {
@@ -94,8 +95,8 @@ func TestGuardedWrite(t *testing.T) {
 	admin := newClient(t, c.Endpoints())
 	l1 := newLocker(t, newClient(t, c.Endpoints()))
 	l2 := newLocker(t, newClient(t, c.Endpoints()))
-	ctx := ctxTimeout(t, 30*time.Second)
-	name := uniqueName(t)
+	ctx := testutil.Context(t, 30*time.Second)
+	name := testutil.UniqueName(t)
 	data := "data/" + name
 
 	ll, err := l1.Acquire(ctx, name)
@@ -158,8 +159,8 @@ func TestRecordDeletedBySomeoneElse(t *testing.T) {
 	c := startCluster(t)
 	admin := newClient(t, c.Endpoints())
 	l := newLocker(t, newClient(t, c.Endpoints()))
-	ctx := ctxTimeout(t, 30*time.Second)
-	name := uniqueName(t)
+	ctx := testutil.Context(t, 30*time.Second)
+	name := testutil.UniqueName(t)
 
 	ll, err := l.Acquire(ctx, name)
 	if err != nil {
@@ -200,8 +201,8 @@ func TestWaiterSessionExpired(t *testing.T) {
 	l1 := newLocker(t, newClient(t, c.Endpoints()))
 	l2cli := newClient(t, c.Endpoints())
 	l2 := newLocker(t, l2cli)
-	ctx := ctxTimeout(t, 30*time.Second)
-	name := uniqueName(t)
+	ctx := testutil.Context(t, 30*time.Second)
+	name := testutil.UniqueName(t)
 
 	held, err := l1.Acquire(ctx, name)
 	if err != nil {
@@ -216,7 +217,7 @@ func TestWaiterSessionExpired(t *testing.T) {
 		l, err := l2.Acquire(ctx, name)
 		res <- result{l, err}
 	}()
-	eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, l1, name)) == 2 })
+	testutil.Eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, l1, name)) == 2 })
 	id, ok := l2.SessionLeaseID()
 	if !ok {
 		t.Fatalf("waiter SessionLeaseID() = _, false")
@@ -252,10 +253,10 @@ func TestWaiterSessionExpired(t *testing.T) {
 func TestCloseLeavesNoKeys(t *testing.T) {
 	c := startCluster(t)
 	admin := newClient(t, c.Endpoints())
-	prefix := "close-" + uniqueName(t)[len(t.Name())+1:]
+	prefix := "close-" + testutil.UniqueName(t)[len(t.Name())+1:]
 	l1 := newLocker(t, newClient(t, c.Endpoints()), etcdlock.WithPrefix(prefix))
 	l2 := newLocker(t, newClient(t, c.Endpoints()), etcdlock.WithPrefix(prefix))
-	ctx := ctxTimeout(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 
 	a, err := l1.Acquire(ctx, "a")
 	if err != nil {
@@ -274,7 +275,7 @@ func TestCloseLeavesNoKeys(t *testing.T) {
 		_, err := l1.Acquire(ctx, "d")
 		waitErr <- err
 	}()
-	eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, l2, "d")) == 2 })
+	testutil.Eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, l2, "d")) == 2 })
 
 	if err := l1.Close(); err != nil {
 		t.Fatalf("Close() = %v", err)
@@ -316,8 +317,8 @@ func TestObserve(t *testing.T) {
 	c := startCluster(t)
 	l1 := newLocker(t, newClient(t, c.Endpoints()), etcdlock.WithIdentity("obs-1"))
 	l2 := newLocker(t, newClient(t, c.Endpoints()), etcdlock.WithIdentity("obs-2"))
-	ctx := ctxTimeout(t, 30*time.Second)
-	name := uniqueName(t)
+	ctx := testutil.Context(t, 30*time.Second)
+	name := testutil.UniqueName(t)
 
 	octx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -356,7 +357,7 @@ func TestObserve(t *testing.T) {
 		}
 		got <- b
 	}()
-	eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, c2(t, c), l1, name)) == 2 })
+	testutil.Eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, c2(t, c), l1, name)) == 2 })
 	if err := a.Release(ctx); err != nil {
 		t.Fatalf("Release() = %v", err)
 	}
@@ -392,7 +393,7 @@ func c2(t *testing.T, c interface{ Endpoints() []string }) *clientv3.Client {
 // client it owns.
 func TestOpen(t *testing.T) {
 	c := startCluster(t)
-	ctx := ctxTimeout(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	eps := c.Endpoints()
 	url := "etcd://" + eps[0] + "," + eps[1] + "," + eps[2] + "/opened?ttl=2s&identity=url-1"
 	l, err := lock.Open(ctx, url)
@@ -400,7 +401,7 @@ func TestOpen(t *testing.T) {
 		t.Fatalf("Open(%q) = %v", url, err)
 	}
 	t.Cleanup(func() { l.Close() })
-	name := uniqueName(t)
+	name := testutil.UniqueName(t)
 	ll, err := l.Acquire(ctx, name)
 	if err != nil {
 		t.Fatalf("Acquire() = %v", err)

@@ -6,17 +6,14 @@ package etcdtest
 
 import (
 	"context"
-	"fmt"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/fencelock/fencelock/etcdlock"
 	"github.com/fencelock/fencelock/integration/cluster"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/internal/leakcheck"
 )
 
@@ -35,18 +32,12 @@ func startCluster(t testing.TB) *cluster.Cluster {
 // newClient returns a client of endpoints, closed in t.Cleanup.
 func newClient(t testing.TB, endpoints []string) *clientv3.Client {
 	t.Helper()
-	c, err := clientv3.New(clientv3.Config{
+	return testutil.EtcdClient(t, clientv3.Config{
 		Endpoints:            endpoints,
 		DialTimeout:          5 * time.Second,
 		DialKeepAliveTime:    5 * time.Second,
 		DialKeepAliveTimeout: 2 * time.Second,
-		Logger:               zap.NewNop(),
 	})
-	if err != nil {
-		t.Fatalf("clientv3.New(%v) = %v", endpoints, err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
 }
 
 // newLocker returns a Locker on client with a short TTL (unless opts set
@@ -60,13 +51,6 @@ func newLocker(t testing.TB, client *clientv3.Client, opts ...etcdlock.Option) *
 	}
 	t.Cleanup(func() { l.Close() })
 	return l
-}
-
-var nameSeq atomic.Int64
-
-// uniqueName returns a lock name no other test uses.
-func uniqueName(t testing.TB) string {
-	return fmt.Sprintf("%s/%d-%d", strings.NewReplacer("/", "-", " ", "_", "#", "_").Replace(t.Name()), time.Now().UnixNano(), nameSeq.Add(1))
 }
 
 // records lists the keys under the record prefix of name.
@@ -87,23 +71,4 @@ func records(t testing.TB, client *clientv3.Client, l *etcdlock.Locker, name str
 		keys[i] = string(kv.Key)
 	}
 	return keys
-}
-
-// eventually polls cond every 10ms until it holds or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %v", what, timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func ctxTimeout(t testing.TB, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
 }

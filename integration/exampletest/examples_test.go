@@ -14,6 +14,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/fencelock/fencelock/integration/cluster"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/integration/postgres"
 )
 
@@ -85,7 +86,7 @@ var (
 // killed with SIGKILL, the other takes over, and every period from the
 // first to the last ran exactly once.
 func testCron(t *testing.T, b backend) {
-	job := unique(t)
+	job := testutil.UniqueName(t)
 	dsn := "sqlite:" + filepath.Join(t.TempDir(), "cron.db")
 	args := func(id string) []string {
 		return []string{"--url", b.url, "--db", dsn, "--job", job, "--every", "300ms", "--catch-up", "1000", "--id", id}
@@ -96,8 +97,8 @@ func testCron(t *testing.T, b backend) {
 	for i := 0; i < 3; i++ {
 		a.expect(30*time.Second, cronRan)
 	}
-	if strings.Contains(bp.stdout.String(), "scheduler") {
-		t.Fatalf("B became scheduler while A ran:\n%s", bp.stdout.String())
+	if strings.Contains(bp.Stdout.String(), "scheduler") {
+		t.Fatalf("B became scheduler while A ran:\n%s", bp.Stdout.String())
 	}
 
 	a.signal(syscall.SIGKILL)
@@ -182,7 +183,7 @@ func testInventory(t *testing.T, b backend) {
 	} else {
 		dsn = "sqlite:" + filepath.Join(t.TempDir(), "inventory.db")
 	}
-	sku := unique(t)
+	sku := testutil.UniqueName(t)
 	args := func(id string, take int) []string {
 		return []string{"--url", b.url, "--db", dsn, "--sku", sku, "--stock", "10", "--take", strconv.Itoa(take), "--id", id}
 	}
@@ -207,12 +208,12 @@ func testInventory(t *testing.T, b backend) {
 	t.Logf("B updated the stock %v after A was frozen", time.Since(frozen).Round(time.Millisecond))
 
 	a.signal(syscall.SIGCONT)
-	fmt.Fprintln(a.stdin, "")
+	fmt.Fprintln(a.Stdin, "")
 	if code := a.wait(30 * time.Second); code != 3 {
 		t.Errorf("A after resuming: status = %d; want 3 (write refused)", code)
 	}
-	if want := fmt.Sprintf("fencing: stale token %d", tokA); !strings.Contains(a.stderr.String(), want) {
-		t.Errorf("A's stderr = %q; want it to contain %q", a.stderr.String(), want)
+	if want := fmt.Sprintf("fencing: stale token %d", tokA); !strings.Contains(a.Stderr.String(), want) {
+		t.Errorf("A's stderr = %q; want it to contain %q", a.Stderr.String(), want)
 	}
 
 	code, stdout, _ = runProgram(t, time.Minute, "inventory", args("C", 0)...)
@@ -230,7 +231,7 @@ var (
 // testLeader: A leads; B and C follow; A resigns on SIGTERM and B is
 // elected; B is killed and C is elected once B's session expires.
 func testLeader(t *testing.T, b backend) {
-	election := "examples/" + unique(t)
+	election := "examples/" + testutil.UniqueName(t)
 	args := func(id string) []string {
 		return []string{"--url", b.url, "--election", election, "--tick", "200ms", "--id", id}
 	}
@@ -245,8 +246,8 @@ func testLeader(t *testing.T, b backend) {
 	if code := a.wait(30 * time.Second); code != 0 {
 		t.Errorf("A after SIGTERM: status = %d; want 0", code)
 	}
-	if !strings.Contains(a.stdout.String(), fmt.Sprintf("A: stepped down (term %d)\n", term1)) {
-		t.Errorf("A did not report stepping down:\n%s", a.stdout.String())
+	if !strings.Contains(a.Stdout.String(), fmt.Sprintf("A: stepped down (term %d)\n", term1)) {
+		t.Errorf("A did not report stepping down:\n%s", a.Stdout.String())
 	}
 	term2 := atoi(t, bp.expect(30*time.Second, leaderLeading)[2])
 	if term2 <= term1 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -62,7 +63,9 @@ func chaosRun(rng *rand.Rand) (runConfig, int) {
 // TestChaos runs random faults with random timings and workloads, on each
 // backend for FENCELOCK_CHAOS_DURATION, and prints a summary table. Only
 // with FENCELOCK_CHAOS=1 or -chaos ("make chaos"). Set FENCELOCK_CHAOS_SEED
-// to replay a sequence of runs.
+// to replay a sequence of runs, FENCELOCK_CHAOS_SCENARIOS (a regular
+// expression) to draw only some faults, FENCELOCK_CHAOS_BACKENDS
+// ("etcd,zookeeper") to pick backends.
 func TestChaos(t *testing.T) {
 	if !chaosEnabled() {
 		t.Skip("chaos runs only with FENCELOCK_CHAOS=1 or -chaos (make chaos)")
@@ -70,9 +73,32 @@ func TestChaos(t *testing.T) {
 	dur := chaosDuration(t)
 	seed := chaosSeed(t)
 	t.Logf("chaos: %v per backend, seed %d", dur, seed)
+	pool := scenarios
+	if pat := os.Getenv("FENCELOCK_CHAOS_SCENARIOS"); pat != "" {
+		re, err := regexp.Compile(pat)
+		if err != nil {
+			t.Fatalf("FENCELOCK_CHAOS_SCENARIOS=%q: %v", pat, err)
+		}
+		pool = nil
+		for _, sc := range scenarios {
+			if re.MatchString(sc.name) {
+				pool = append(pool, sc)
+			}
+		}
+		if len(pool) == 0 {
+			t.Fatalf("FENCELOCK_CHAOS_SCENARIOS=%q matches no scenario", pat)
+		}
+	}
+	kinds := backends
+	if k := os.Getenv("FENCELOCK_CHAOS_BACKENDS"); k != "" {
+		kinds = nil
+		for _, name := range strings.Split(k, ",") {
+			kinds = append(kinds, cluster.Kind(strings.TrimSpace(name)))
+		}
+	}
 	totals := map[cluster.Kind]*stats{}
 	perScenario := map[cluster.Kind]map[string]*stats{}
-	for _, kind := range backends {
+	for _, kind := range kinds {
 		totals[kind] = &stats{}
 		perScenario[kind] = map[string]*stats{}
 		t.Run(string(kind), func(t *testing.T) {
@@ -80,7 +106,7 @@ func TestChaos(t *testing.T) {
 			b := startBackend(t, kind)
 			deadline := time.Now().Add(dur)
 			for i := 0; time.Now().Before(deadline); i++ {
-				sc := scenarios[rng.IntN(len(scenarios))]
+				sc := pool[rng.IntN(len(pool))]
 				cfg, repeat := chaosRun(rng)
 				name := fmt.Sprintf("%03d-%s", i, sc.name)
 				t.Run(name, func(t *testing.T) {
@@ -129,5 +155,6 @@ func chaosTable(seed int64, dur time.Duration, totals map[cluster.Kind]*stats, p
 		}
 		row(kind, "**all**", s)
 	}
+	b.WriteString("\nend of chaos summary\n")
 	return b.String()
 }

@@ -64,7 +64,7 @@ func startBackend(t *testing.T, kind cluster.Kind) *backend {
 
 // record is a lock record found under a run's namespace.
 type record struct {
-	key, identity string
+	key, identity, detail string
 }
 
 // records lists the lock records under namespace: etcd keys, or ZooKeeper
@@ -79,7 +79,8 @@ func (b *backend) records(ctx context.Context, namespace string) ([]record, erro
 			return nil, err
 		}
 		for _, kv := range resp.Kvs {
-			out = append(out, record{key: string(kv.Key), identity: string(kv.Value)})
+			out = append(out, record{key: string(kv.Key), identity: string(kv.Value),
+				detail: fmt.Sprintf("create revision %d, mod revision %d, version %d", kv.CreateRevision, kv.ModRevision, kv.Version)})
 		}
 	case cluster.ZooKeeper:
 		var walk func(p string) error
@@ -95,7 +96,8 @@ func (b *backend) records(ctx context.Context, namespace string) ([]record, erro
 				return err
 			}
 			if st.EphemeralOwner != 0 {
-				out = append(out, record{key: p, identity: string(data)})
+				out = append(out, record{key: p, identity: string(data),
+					detail: fmt.Sprintf("czxid %d, session %#x", st.Czxid, st.EphemeralOwner)})
 			}
 			kids, _, err := b.zk.Children(p)
 			if errors.Is(err, zk.ErrNoNode) {
@@ -411,7 +413,7 @@ func (r *run) recordsText() string {
 	}
 	var parts []string
 	for _, rec := range recs {
-		parts = append(parts, rec.key+" ("+rec.identity+")")
+		parts = append(parts, rec.key+" ("+rec.identity+"; "+rec.detail+")")
 	}
 	return fmt.Sprintf("%d records: %s", len(recs), strings.Join(parts, ", "))
 }
@@ -487,7 +489,7 @@ func (r *run) finish() (stats, []string) {
 	if !ok {
 		var keys []string
 		for _, rec := range left {
-			keys = append(keys, rec.key+" ("+rec.identity+")")
+			keys = append(keys, rec.key+" ("+rec.identity+"; "+rec.detail+")")
 		}
 		r.violation("%d lock records left %v after every client ended: %s", len(left), 3*r.cfg.ttl+10*time.Second, strings.Join(keys, ", "))
 	}
@@ -518,7 +520,31 @@ func (r *run) finish() (stats, []string) {
 		}
 		t.Logf("run %s: %d violations; client tails:\n%s", r.name, len(bad), b.String())
 	}
+	if len(bad) > 0 && r.cfg.fenced {
+		t.Logf("run %s: full logs kept in %s", r.name, r.keepLogs())
+	}
 	return st, bad
+}
+
+// keepLogs copies the clients' logs, their output and the register's log
+// out of the test's temporary directory, for a failed run to be studied.
+func (r *run) keepLogs() string {
+	dir, err := os.MkdirTemp("", "faulttest-"+strings.NewReplacer("/", "-").Replace(r.name)+"-")
+	if err != nil {
+		return "(not kept: " + err.Error() + ")"
+	}
+	for _, p := range r.all() {
+		if b, err := os.ReadFile(p.cfg.LogPath); err == nil {
+			os.WriteFile(filepath.Join(dir, filepath.Base(p.cfg.LogPath)), b, 0o644)
+		}
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("client-%d.out", p.id)), []byte(p.out.String()), 0o644)
+	}
+	var b strings.Builder
+	for _, e := range r.reg.events() {
+		fmt.Fprintf(&b, "%+v\n", e)
+	}
+	os.WriteFile(filepath.Join(dir, "register.log"), []byte(b.String()), 0o644)
+	return dir
 }
 
 // sortedIDs returns the ids of clients in order.

@@ -6,19 +6,17 @@ package fencingtest
 import (
 	"database/sql"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite"
 
 	"github.com/fencelock/fencelock/fencing/sqlfence"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/integration/postgres"
-	"github.com/fencelock/fencelock/internal/leakcheck"
 )
 
 // One PostgreSQL server serves every test of the binary; tests keep apart
@@ -30,20 +28,15 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if pgServer != nil {
+	testutil.Main(m, func() error {
+		if pgServer == nil {
+			return nil
+		}
 		if err := pgServer.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "postgres: stop: %v\n", err)
-			code = 1
+			return fmt.Errorf("postgres: stop: %w", err)
 		}
-	}
-	if code == 0 {
-		if leaked := leakcheck.Wait(5 * time.Second); leaked != "" {
-			fmt.Fprintf(os.Stderr, "leakcheck: goroutines still running after the tests:\n\n%s\n", leaked)
-			code = 1
-		}
-	}
-	os.Exit(code)
+		return nil
+	})
 }
 
 // backend is a database the SQL helper is tested on.

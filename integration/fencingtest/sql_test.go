@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/fencing/sqlfence"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock/locktest"
 )
 
@@ -374,8 +375,7 @@ func TestSQLStaleWaitsForOpenWrite(t *testing.T) {
 // a statement on the fixture's token table.
 func waitForLockWait(t *testing.T, f *fixture) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testutil.Eventually(t, 30*time.Second, "a statement on "+f.store.Table()+" waiting for a lock", func() bool {
 		var n int
 		err := f.db.QueryRowContext(t.Context(),
 			"SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND position($1 in query) > 0",
@@ -383,14 +383,8 @@ func waitForLockWait(t *testing.T, f *fixture) {
 		if err != nil {
 			t.Fatalf("pg_stat_activity: %v", err)
 		}
-		if n > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no statement on %s waited for a lock within 30s", f.store.Table())
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not ordering
-	}
+		return n > 0
+	})
 }
 
 // TestSQLConcurrent runs writers with tokens from a shared grant counter on

@@ -10,27 +10,17 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/fencelock/fencelock/etcdlock"
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/integration/cluster"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock"
 )
 
 // etcdTTL is the session TTL of the test Lockers. Sessions here end by
 // revocation, never by waiting, so it only needs to be valid.
 const etcdTTL = 2 * time.Second
-
-func newEtcdClient(t *testing.T, endpoints []string) *clientv3.Client {
-	t.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatalf("clientv3.New(%v) = %v", endpoints, err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
 
 func newEtcdLocker(t *testing.T, client *clientv3.Client, identity string) *etcdlock.Locker {
 	t.Helper()
@@ -70,10 +60,10 @@ func TestGuardEtcd(t *testing.T) {
 }
 
 func testEtcdGuardedHeld(t *testing.T, c *cluster.Cluster) {
-	cli := newEtcdClient(t, c.Endpoints())
+	cli := testutil.EtcdClient(t, clientv3.Config{Endpoints: c.Endpoints()})
 	l := newEtcdLocker(t, cli, "holder")
-	ctx := ctxTimeout(t, 30*time.Second)
-	name := uniqueName(t)
+	ctx := testutil.Context(t, 30*time.Second)
+	name := testutil.UniqueName(t)
 	key := "guardtest/data/" + name
 
 	lease, err := l.Acquire(ctx, name)
@@ -116,10 +106,10 @@ func testEtcdGuardedAfterEnd(t *testing.T, c *cluster.Cluster) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cli := newEtcdClient(t, c.Endpoints())
+			cli := testutil.EtcdClient(t, clientv3.Config{Endpoints: c.Endpoints()})
 			l := newEtcdLocker(t, cli, "holder")
-			ctx := ctxTimeout(t, 30*time.Second)
-			name := uniqueName(t)
+			ctx := testutil.Context(t, 30*time.Second)
+			name := testutil.UniqueName(t)
 			key := "guardtest/data/" + name
 			lease, err := l.Acquire(ctx, name)
 			if err != nil {
@@ -132,7 +122,7 @@ func testEtcdGuardedAfterEnd(t *testing.T, c *cluster.Cluster) {
 			if _, err := etcdlock.GuardedTxn(ctx, cli, lease, clientv3.OpPut(key, "late")); !errors.Is(err, tt.want) {
 				t.Errorf("GuardedTxn() after the lease ended = %v; want an error wrapping %v", err, tt.want)
 			}
-			recv(t, lease.Done(), 10*time.Second, "lease.Done()")
+			testutil.Recv(t, lease.Done(), 10*time.Second, "lease.Done()")
 			if _, err := etcdlock.GuardedTxn(ctx, cli, lease, clientv3.OpPut(key, "later")); !errors.Is(err, tt.want) {
 				t.Errorf("GuardedTxn() after Done = %v; want an error wrapping %v", err, tt.want)
 			}
@@ -215,13 +205,13 @@ var etcdWriters = []etcdWriter{
 func testEtcdPausedHolder(t *testing.T, c *cluster.Cluster) {
 	for _, w := range etcdWriters {
 		t.Run(w.name, func(t *testing.T) {
-			cli := newEtcdClient(t, c.Endpoints())
+			cli := testutil.EtcdClient(t, clientv3.Config{Endpoints: c.Endpoints()})
 			proxies := cluster.NewProxies(t, c)
-			cliA := newEtcdClient(t, proxies.Endpoints()) // A's writes go through the proxies
+			cliA := testutil.EtcdClient(t, clientv3.Config{Endpoints: proxies.Endpoints()}) // A's writes go through the proxies
 			la := newEtcdLocker(t, cli, "A")
 			lb := newEtcdLocker(t, cli, "B")
-			ctx := ctxTimeout(t, 60*time.Second)
-			name := uniqueName(t)
+			ctx := testutil.Context(t, 60*time.Second)
+			name := testutil.UniqueName(t)
 			key := "guardtest/data/" + name
 
 			a, err := la.Acquire(ctx, name)
@@ -237,7 +227,7 @@ func testEtcdPausedHolder(t *testing.T, c *cluster.Cluster) {
 			held := proxies.Stats().HeldWhileBlackholed
 			late := make(chan error, 1)
 			go func() { late <- w.write(ctx, cliA, a, key, "late by A") }()
-			waitFor(t, 10*time.Second, "A's write held in the proxy", func() bool {
+			testutil.Eventually(t, 10*time.Second, "A's write held in the proxy", func() bool {
 				return proxies.Stats().HeldWhileBlackholed > held
 			})
 
@@ -261,7 +251,7 @@ func testEtcdPausedHolder(t *testing.T, c *cluster.Cluster) {
 			}
 
 			proxies.Heal()
-			w.checkLate(t, recv(t, late, 20*time.Second, "A's late write"), a, b, key)
+			w.checkLate(t, testutil.Recv(t, late, 20*time.Second, "A's late write"), a, b, key)
 			want := "B"
 			if w.lateLands {
 				want = "late by A"
@@ -280,9 +270,9 @@ func testEtcdPausedHolder(t *testing.T, c *cluster.Cluster) {
 // differ in length, where a byte-wise comparison without padding would go
 // wrong, up to the largest token.
 func testEtcdFencedOrder(t *testing.T, c *cluster.Cluster) {
-	cli := newEtcdClient(t, c.Endpoints())
-	ctx := ctxTimeout(t, 30*time.Second)
-	key := "guardtest/data/" + uniqueName(t)
+	cli := testutil.EtcdClient(t, clientv3.Config{Endpoints: c.Endpoints()})
+	ctx := testutil.Context(t, 30*time.Second)
+	key := "guardtest/data/" + testutil.UniqueName(t)
 
 	if v, tok, err := etcdlock.GetFenced(ctx, cli, key); v != "" || tok != 0 || err != nil {
 		t.Errorf("GetFenced(missing key) = %q, %d, %v; want \"\", 0, nil", v, tok, err)
@@ -345,10 +335,10 @@ func testEtcdFencedOrder(t *testing.T, c *cluster.Cluster) {
 // testEtcdConcurrent has writers with the tokens of several real grants
 // write one key at once, and checks the key's own history.
 func testEtcdConcurrent(t *testing.T, c *cluster.Cluster) {
-	cli := newEtcdClient(t, c.Endpoints())
+	cli := testutil.EtcdClient(t, clientv3.Config{Endpoints: c.Endpoints()})
 	l := newEtcdLocker(t, cli, "writers")
-	ctx := ctxTimeout(t, 60*time.Second)
-	name := uniqueName(t)
+	ctx := testutil.Context(t, 60*time.Second)
+	name := testutil.UniqueName(t)
 	key := "guardtest/data/" + name
 
 	const writers, writes = 6, 15

@@ -14,62 +14,17 @@ package guardtest
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/leakcheck"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }
-
-var seq atomic.Int64
-
-// uniqueName returns a lock name, key or znode segment no other test uses.
-func uniqueName(t testing.TB) string {
-	t.Helper()
-	r := strings.NewReplacer("/", "-", " ", "_", "#", "_")
-	return fmt.Sprintf("%s-%d-%d", r.Replace(t.Name()), time.Now().UnixNano()%1e9, seq.Add(1))
-}
-
-// ctxTimeout returns a context cancelled after d or at the end of the test.
-func ctxTimeout(t testing.TB, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// waitFor polls cond every 10ms until it holds or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(10 * time.Millisecond) // polling with a deadline, not ordering
-	}
-}
-
-// recv waits for one value from ch, failing the test after timeout.
-func recv[T any](t testing.TB, ch <-chan T, timeout time.Duration, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(timeout):
-		t.Fatalf("%s: nothing within %v", what, timeout)
-		panic("unreachable")
-	}
-}
 
 // accepted is one write a resource accepted: its token and its position in
 // the resource's own order of writes (an etcd revision, a ZooKeeper

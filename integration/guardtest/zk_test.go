@@ -16,6 +16,7 @@ import (
 
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/integration/cluster"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock"
 	"github.com/fencelock/fencelock/zklock"
 )
@@ -24,26 +25,6 @@ import (
 // that a partitioned holder's session expires within seconds. The test
 // ensembles run with tickTime 200ms, so the server accepts it.
 const zkSessionTimeout = 2 * time.Second
-
-type quietLogger struct{}
-
-func (quietLogger) Printf(string, ...any) {}
-
-// newZKConn returns a plain go-zookeeper connection with a live session,
-// closed in t.Cleanup. A nil dialer means net.DialTimeout.
-func newZKConn(t *testing.T, servers []string, timeout time.Duration, dialer zk.Dialer) *zk.Conn {
-	t.Helper()
-	if dialer == nil {
-		dialer = net.DialTimeout
-	}
-	conn, _, err := zk.Connect(servers, timeout, zk.WithLogger(quietLogger{}), zk.WithLogInfo(false), zk.WithDialer(dialer))
-	if err != nil {
-		t.Fatalf("zk.Connect(%v) = %v", servers, err)
-	}
-	t.Cleanup(conn.Close)
-	waitFor(t, 30*time.Second, "a ZooKeeper session", func() bool { return conn.State() == zk.StateHasSession })
-	return conn
-}
 
 func newZKLocker(t *testing.T, servers []string, root, identity string) *zklock.Locker {
 	t.Helper()
@@ -60,7 +41,7 @@ func newZKLocker(t *testing.T, servers []string, root, identity string) *zklock.
 // zkRoot creates a fresh persistent znode for the test's data and locks.
 func zkRoot(t *testing.T, conn *zk.Conn) string {
 	t.Helper()
-	root := "/guardtest-" + uniqueName(t)
+	root := "/guardtest-" + testutil.UniqueName(t)
 	if _, err := conn.Create(root, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatalf("Create(%s) = %v", root, err)
 	}
@@ -132,10 +113,10 @@ func TestGuardZooKeeper(t *testing.T) {
 }
 
 func testZKGuardedHeld(t *testing.T, c *cluster.Cluster) {
-	conn := newZKConn(t, c.Endpoints(), 10*time.Second, nil)
+	conn := testutil.ZKConn(t, c.Endpoints(), 10*time.Second, nil)
 	root := zkRoot(t, conn)
 	l := newZKLocker(t, c.Endpoints(), root+"/locks", "holder")
-	ctx := ctxTimeout(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	data := root + "/data"
 	if _, err := conn.Create(data, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
 		t.Fatalf("Create(%s) = %v", data, err)
@@ -196,10 +177,10 @@ func testZKGuardedAfterEnd(t *testing.T, c *cluster.Cluster) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			conn := newZKConn(t, c.Endpoints(), 10*time.Second, nil)
+			conn := testutil.ZKConn(t, c.Endpoints(), 10*time.Second, nil)
 			root := zkRoot(t, conn)
 			l := newZKLocker(t, c.Endpoints(), root+"/locks", "holder")
-			ctx := ctxTimeout(t, 30*time.Second)
+			ctx := testutil.Context(t, 30*time.Second)
 			data := root + "/data"
 			lease, err := l.Acquire(ctx, "config")
 			if err != nil {
@@ -211,7 +192,7 @@ func testZKGuardedAfterEnd(t *testing.T, c *cluster.Cluster) {
 			if _, err := zklock.GuardedMulti(ctx, conn, lease, create); !errors.Is(err, tt.want) {
 				t.Errorf("GuardedMulti() after the lease ended = %v; want an error wrapping %v", err, tt.want)
 			}
-			recv(t, lease.Done(), 10*time.Second, "lease.Done()")
+			testutil.Recv(t, lease.Done(), 10*time.Second, "lease.Done()")
 			if _, err := zklock.GuardedMulti(ctx, conn, lease, create); !errors.Is(err, tt.want) {
 				t.Errorf("GuardedMulti() after Done = %v; want an error wrapping %v", err, tt.want)
 			}
@@ -299,7 +280,7 @@ var zkWriters = []zkWriter{
 func testZKPausedHolder(t *testing.T, c *cluster.Cluster) {
 	for _, w := range zkWriters {
 		t.Run(w.name, func(t *testing.T) {
-			conn := newZKConn(t, c.Endpoints(), 10*time.Second, nil)
+			conn := testutil.ZKConn(t, c.Endpoints(), 10*time.Second, nil)
 			root := zkRoot(t, conn)
 			data := root + "/data"
 			if _, err := conn.Create(data, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
@@ -311,8 +292,8 @@ func testZKPausedHolder(t *testing.T, c *cluster.Cluster) {
 			g := newGate(t)
 			// A long session, so that the held request does not time the
 			// connection out.
-			connA := newZKConn(t, c.Endpoints(), 30*time.Second, g.dialer())
-			ctx := ctxTimeout(t, 60*time.Second)
+			connA := testutil.ZKConn(t, c.Endpoints(), 30*time.Second, g.dialer())
+			ctx := testutil.Context(t, 60*time.Second)
 
 			a, err := la.Acquire(ctx, "config")
 			if err != nil {
@@ -325,13 +306,13 @@ func testZKPausedHolder(t *testing.T, c *cluster.Cluster) {
 			g.armed.Store(true)
 			late := make(chan error, 1)
 			go func() { late <- w.write(ctx, connA, a, data, "late by A") }()
-			recv(t, g.held, 10*time.Second, "A's write held")
+			testutil.Recv(t, g.held, 10*time.Second, "A's write held")
 
 			// A is partitioned; the server expires its session.
 			proxies.Blackhole()
 			t.Cleanup(proxies.Heal)
 			aPath := a.(*zklock.Lease).Path()
-			waitFor(t, 15*time.Second, "A's session expired (its znode gone)", func() bool {
+			testutil.Eventually(t, 15*time.Second, "A's session expired (its znode gone)", func() bool {
 				ok, _, err := conn.Exists(aPath)
 				return err == nil && !ok
 			})
@@ -358,7 +339,7 @@ func testZKPausedHolder(t *testing.T, c *cluster.Cluster) {
 			}
 
 			g.open()
-			w.checkLate(t, recv(t, late, 20*time.Second, "A's late write"), a, b, data)
+			w.checkLate(t, testutil.Recv(t, late, 20*time.Second, "A's late write"), a, b, data)
 			want := "B"
 			if w.lateLands {
 				want = "late by A"
@@ -377,9 +358,9 @@ func testZKPausedHolder(t *testing.T, c *cluster.Cluster) {
 // testZKFencedOrder drives one znode through tokens of different decimal
 // lengths, up to the largest token.
 func testZKFencedOrder(t *testing.T, c *cluster.Cluster) {
-	conn := newZKConn(t, c.Endpoints(), 10*time.Second, nil)
+	conn := testutil.ZKConn(t, c.Endpoints(), 10*time.Second, nil)
 	root := zkRoot(t, conn)
-	ctx := ctxTimeout(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	path := root + "/data"
 
 	if b, tok, err := zklock.GetFenced(ctx, conn, path); b != nil || tok != 0 || err != nil {
@@ -447,13 +428,13 @@ func testZKFencedOrder(t *testing.T, c *cluster.Cluster) {
 // missing znode so that the creation races too.
 func testZKConcurrent(t *testing.T, c *cluster.Cluster) {
 	conns := []*zk.Conn{
-		newZKConn(t, c.Endpoints(), 10*time.Second, nil),
-		newZKConn(t, c.Endpoints(), 10*time.Second, nil),
-		newZKConn(t, c.Endpoints(), 10*time.Second, nil),
+		testutil.ZKConn(t, c.Endpoints(), 10*time.Second, nil),
+		testutil.ZKConn(t, c.Endpoints(), 10*time.Second, nil),
+		testutil.ZKConn(t, c.Endpoints(), 10*time.Second, nil),
 	}
 	root := zkRoot(t, conns[0])
 	l := newZKLocker(t, c.Endpoints(), root+"/locks", "writers")
-	ctx := ctxTimeout(t, 60*time.Second)
+	ctx := testutil.Context(t, 60*time.Second)
 	path := root + "/data"
 
 	const writers, writes = 6, 15

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/zklock"
 )
 
@@ -31,15 +32,7 @@ func BenchmarkZK(b *testing.B) {
 	}
 	conn := func(b *testing.B) *zk.Conn {
 		b.Helper()
-		conn, _, err := zk.Connect(servers, 10*time.Second, zk.WithLogger(quietLogger{}), zk.WithLogInfo(false))
-		if err != nil {
-			b.Fatalf("zk.Connect() = %v", err)
-		}
-		b.Cleanup(conn.Close)
-		for conn.State() != zk.StateHasSession {
-			time.Sleep(5 * time.Millisecond)
-		}
-		return conn
+		return testutil.ZKConn(b, servers, 10*time.Second, nil)
 	}
 	acl := zk.WorldACL(zk.PermAll)
 

@@ -13,6 +13,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/integration/cluster"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock"
 	"github.com/fencelock/fencelock/zklock"
 )
@@ -41,16 +42,10 @@ func TestZK(t *testing.T) {
 	}
 }
 
-func testCtx(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
+// lockName returns a lock name, under "zktest/", no other test uses.
 func lockName(t *testing.T) string {
 	t.Helper()
-	return "zktest/" + strings.ReplaceAll(t.Name(), "/", "_") + "-" + randHex(3)
+	return "zktest/" + testutil.UniqueName(t)
 }
 
 func mustAcquire(t *testing.T, ctx context.Context, l lock.Locker, name string) *zklock.Lease {
@@ -84,7 +79,7 @@ func goAcquire(ctx context.Context, l lock.Locker, name string) <-chan acquired 
 func waitRecords(t *testing.T, h *harness, name string, n int, what string) []string {
 	t.Helper()
 	var got []string
-	waitFor(t, 10*time.Second, what, func() bool {
+	testutil.Eventually(t, 10*time.Second, what, func() bool {
 		got = h.Records(t, name)
 		return len(got) == n
 	})
@@ -102,7 +97,7 @@ func testPartitionLossBeforeGrant(t *testing.T, c *cluster.Cluster, h *harness) 
 	waiter := h.dial(t, zklock.WithIdentity("waiter"))
 	var margins []time.Duration
 	for trial := range trials {
-		ctx := testCtx(t, 30*time.Second)
+		ctx := testutil.Context(t, 30*time.Second)
 		name := lockName(t)
 		le := mustAcquire(t, ctx, holder, name)
 		got := goAcquire(ctx, waiter, name)
@@ -169,7 +164,7 @@ func testPartitionLossBeforeGrant(t *testing.T, c *cluster.Cluster, h *harness) 
 // checks that the lease ends at once, the server removed its znode, and the
 // Locker continues on a new session.
 func testSessionExpiredByServer(t *testing.T, c *cluster.Cluster, h *harness) {
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	name := lockName(t)
 	l := h.dial(t)
 	le := mustAcquire(t, ctx, l, name)
@@ -263,7 +258,7 @@ func testDropAfterCreate(t *testing.T, c *cluster.Cluster, h *harness) {
 		{"request lost", dropBefore},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ctx := testCtx(t, 30*time.Second)
+			ctx := testutil.Context(t, 30*time.Second)
 			name := lockName(t)
 			d := &dropper{}
 			l := h.dial(t, zklock.WithDialer(d.dial))
@@ -297,7 +292,7 @@ func testDropAfterCreate(t *testing.T, c *cluster.Cluster, h *harness) {
 // testParentRecreated deletes a lock's parent between grants: the sequence
 // numbers start over, the tokens keep rising.
 func testParentRecreated(t *testing.T, c *cluster.Cluster, h *harness) {
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	name := lockName(t)
 	l := h.dial(t)
 	parent := h.root + "/" + name
@@ -335,7 +330,7 @@ func testParentRecreated(t *testing.T, c *cluster.Cluster, h *harness) {
 // the lease's CheckOp applies while the lease holds and fails after it is
 // lost.
 func testCheckOpAfterLoss(t *testing.T, c *cluster.Cluster, h *harness) {
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	name := lockName(t)
 	l := h.dial(t)
 	target := h.root + "-data-" + randHex(3)
@@ -368,7 +363,7 @@ func testCheckOpAfterLoss(t *testing.T, c *cluster.Cluster, h *harness) {
 // of a two-segment name) are containers, which the server removes once
 // empty.
 func testCloseLeavesNoZnodes(t *testing.T, c *cluster.Cluster, h *harness) {
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	held, wanted := lockName(t)+"/a", lockName(t)
 	l := h.dial(t)
 	other := h.dial(t)
@@ -415,9 +410,9 @@ func testCloseLeavesNoZnodes(t *testing.T, c *cluster.Cluster, h *harness) {
 // testBorrowedConnection uses New on a caller's connection: Close deletes
 // the Locker's znodes and leaves the connection open.
 func testBorrowedConnection(t *testing.T, c *cluster.Cluster, h *harness) {
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	name := lockName(t)
-	conn, events, err := zk.Connect(h.servers, sessionTimeout, zk.WithLogger(quietLogger{}), zk.WithLogInfo(false))
+	conn, events, err := zk.Connect(h.servers, sessionTimeout, zk.WithLogger(testutil.QuietLogger{}), zk.WithLogInfo(false))
 	if err != nil {
 		t.Fatalf("zk.Connect() = %v", err)
 	}
@@ -448,7 +443,7 @@ func testBorrowedConnection(t *testing.T, c *cluster.Cluster, h *harness) {
 // testObserveThroughExpiry observes a lock whose holder's session expires
 // while another Locker waits.
 func testObserveThroughExpiry(t *testing.T, c *cluster.Cluster, h *harness) {
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	name := lockName(t)
 	w := h.dial(t)
 	a := h.dial(t, zklock.WithIdentity("a"))
@@ -497,7 +492,7 @@ func testObserveThroughExpiry(t *testing.T, c *cluster.Cluster, h *harness) {
 
 // testOpenURL opens a Locker through lock.Open and the "zk" scheme.
 func testOpenURL(t *testing.T, c *cluster.Cluster, h *harness) {
-	ctx := testCtx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	name := lockName(t)
 	l, err := lock.Open(ctx, "zk://"+strings.Join(h.servers, ",")+h.root+"/?session_timeout=2s&identity=from-url")
 	if err != nil {

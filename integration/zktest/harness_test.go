@@ -18,6 +18,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/integration/cluster"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock"
 	"github.com/fencelock/fencelock/zklock"
 )
@@ -184,27 +185,10 @@ type admin struct {
 	conn *zk.Conn
 }
 
-type quietLogger struct{}
-
-func (quietLogger) Printf(string, ...any) {}
-
+// newAdmin returns an admin connection to servers with a live session.
 func newAdmin(t *testing.T, servers []string) *admin {
 	t.Helper()
-	conn, _, err := zk.Connect(servers, 10*time.Second, zk.WithLogger(quietLogger{}), zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatalf("zk.Connect(%v) = %v", servers, err)
-	}
-	t.Cleanup(conn.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for conn.State() != zk.StateHasSession {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("admin connection to %v: no session within 30s (state %v)", servers, conn.State())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	return &admin{conn: conn}
+	return &admin{conn: testutil.ZKConn(t, servers, 10*time.Second, nil)}
 }
 
 // records returns the lock znodes of name under root.
@@ -224,18 +208,6 @@ func (a *admin) records(t *testing.T, root, name string) []string {
 		}
 	}
 	return out
-}
-
-// waitFor polls cond every 10ms until it holds or timeout passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(10 * time.Millisecond) // polling with a deadline, not ordering
-	}
 }
 
 // harness implements locktest.Harness, SessionExpirer and RecordLister on

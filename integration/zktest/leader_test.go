@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/zklock"
 )
 
@@ -15,7 +16,7 @@ import (
 func TestZKLeaderKilled(t *testing.T) {
 	c := startEnsemble(t)
 	h := newHarness(t, c.Endpoints())
-	ctx := testCtx(t, 60*time.Second)
+	ctx := testutil.Context(t, 60*time.Second)
 	// Long enough to outlast an election (about 1.5s with tickTime 200ms).
 	const timeout = 8 * time.Second
 	a := h.dial(t, zklock.WithSessionTimeout(timeout), zklock.WithIdentity("a"))
@@ -45,7 +46,7 @@ func TestZKLeaderKilled(t *testing.T) {
 	})
 	killed := time.Now()
 	// Wait for a new leader among the others.
-	waitFor(t, 30*time.Second, "a new leader", func() bool {
+	testutil.Eventually(t, 30*time.Second, "a new leader", func() bool {
 		lctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		i, err := c.Leader(lctx)
