@@ -25,7 +25,7 @@ CACHE_BIN := integration/.cache/bin
 ETCD_BIN := $(CACHE_BIN)/etcd
 ETCD_SRC := integration/tools/etcd/main.go integration/tools/etcd/go.mod integration/tools/etcd/go.sum
 
-.PHONY: deps images vet demo test test-unit test-examples test-process test-containers test-fault chaos
+.PHONY: deps images vet demo test test-unit test-examples test-process test-containers test-fault chaos bench
 
 deps: $(ETCD_BIN)
 
@@ -86,3 +86,10 @@ chaos: deps
 	@cd integration && { FENCELOCK_CHAOS=1 $(GO) test -count=1 -timeout 0 -v -run '^TestChaos$$' ./faulttest; \
 		echo $$? > .cache/chaos.status; } | tee .cache/chaos.log | grep --line-buffered -E '^=== RUN +TestChaos/|violation'; \
 		sed -n '/^chaos run:/,/^end of chaos summary/p' .cache/chaos.log; exit $$(cat .cache/chaos.status)
+
+# Side-by-side benchmarks on real clusters (fencelock, the reference recipe
+# and the floor in one run; tables and JSON, see BENCHMARKS.md), then the Go
+# benchmarks of the hot paths that need no cluster.
+bench: deps
+	cd integration && FENCELOCK_BENCH=1 $(GO) test -run '^TestBench$$' -timeout 60m -v ./benchtest
+	$(GO) test -run '^$$' -bench . -benchmem ./lock/... ./fencing/...

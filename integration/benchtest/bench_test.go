@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -138,12 +137,24 @@ func TestBench(t *testing.T) {
 	}
 	for _, kind := range kinds {
 		t.Run(string(kind), func(t *testing.T) {
-			br := runBackend(t, kind, cfg)
-			rep.Backends = append(rep.Backends, br)
-			printBackend(os.Stdout, br, cfg)
+			rep.Backends = append(rep.Backends, runBackend(t, kind, cfg))
 		})
 	}
 	rep.Machine.LoadAvgEnd = loadAvg()
+	// The tables are printed once every subtest is over, so that the
+	// test's own output does not cut through them.
+	var tables strings.Builder
+	fmt.Fprintf(&tables, "fencelock side-by-side benchmarks, %s\n%s, %d CPUs, load average %s at start, %s at end; %s\n",
+		rep.Started.Format(time.RFC3339), rep.Machine.CPU, rep.Machine.NumCPU, rep.Machine.LoadAvgStart, rep.Machine.LoadAvgEnd, formatVersions(rep.Versions))
+	for _, br := range rep.Backends {
+		printBackend(&tables, br, cfg)
+	}
+	fmt.Print("\n", tables.String())
+	if t.Failed() || len(rep.Backends) == 0 {
+		// Keep the results of the last complete run.
+		t.Logf("results not written: the run failed or measured nothing")
+		return
+	}
 	out := os.Getenv("FENCELOCK_BENCH_OUT")
 	if out == "" {
 		out = "bench-results.json"
@@ -158,8 +169,12 @@ func TestBench(t *testing.T) {
 	if err := os.WriteFile(out, append(b, '\n'), 0o644); err != nil {
 		t.Fatalf("write %s: %v", out, err)
 	}
+	txt := strings.TrimSuffix(out, ".json") + ".txt"
+	if err := os.WriteFile(txt, []byte(tables.String()), 0o644); err != nil {
+		t.Fatalf("write %s: %v", txt, err)
+	}
 	abs, _ := filepath.Abs(out)
-	fmt.Printf("\nresults written to %s\n", abs)
+	fmt.Printf("\nresults written to %s and %s\n", abs, filepath.Base(txt))
 }
 
 func runBackend(t *testing.T, kind cluster.Kind, cfg config) *backendReport {
@@ -299,7 +314,7 @@ func printBackend(w io.Writer, br *backendReport, cfg config) {
 	}
 
 	fmt.Fprintf(w, "\nUncontended acquire+release, 1 client connected to a follower, %d cycles each (%d interleaved rounds):\n", cfg.Rounds*cfg.Cycles, cfg.Rounds)
-	fmt.Fprintln(tw, "recipe\t role\t p50 ms\t p99 ms\t cycles/s\t requests/cycle\t p50 vs ref\t p50 vs floor\t cycles/s vs ref\t")
+	fmt.Fprintln(tw, "recipe\t role\t p50 ms\t p99 ms\t cycles/s\t requests/cycle\t client CPU µs/cycle\t p50 vs ref\t p50 vs floor\t cycles/s vs ref\t")
 	refU, _ := find(br.Uncontended, ref(roleReference))
 	floorU, _ := find(br.Uncontended, ref(roleFloor))
 	for _, u := range br.Uncontended {
@@ -307,12 +322,12 @@ func printBackend(w io.Writer, br *backendReport, cfg config) {
 		if u.Role == roleFencelock {
 			vsRef, vsFloor, cyc = ratio(u.Latency.P50, refU.Latency.P50), ratio(u.Latency.P50, floorU.Latency.P50), ratio(u.CyclesPerSec, refU.CyclesPerSec)
 		}
-		fmt.Fprintf(tw, "%s\t %s\t %.2f\t %.2f\t %.0f\t %.1f\t %s\t %s\t %s\t\n", u.Recipe, u.Role, u.Latency.P50, u.Latency.P99, u.CyclesPerSec, u.RequestsPerCycle, vsRef, vsFloor, cyc)
+		fmt.Fprintf(tw, "%s\t %s\t %.2f\t %.2f\t %.0f\t %.1f\t %.0f\t %s\t %s\t %s\t\n", u.Recipe, u.Role, u.Latency.P50, u.Latency.P99, u.CyclesPerSec, u.RequestsPerCycle, u.ClientCPUUs, vsRef, vsFloor, cyc)
 	}
 	tw.Flush()
 
 	fmt.Fprintf(w, "\nContended handoff, one lock, each client its own connection and session, %.0fs window per row (%d parts, recipes in alternating order); requests and watch events counted on every client's connection (herd check):\n", cfg.WindowSec, cfg.Repeats)
-	fmt.Fprintln(tw, "clients\t recipe\t grants/s\t wait p50 ms\t wait p99 ms\t handoff p50 ms\t handoff p99 ms\t requests/grant\t events/grant\t grants/s vs ref\t")
+	fmt.Fprintln(tw, "clients\t recipe\t grants/s\t wait p50 ms\t wait p99 ms\t handoff p50 ms\t handoff p99 ms\t requests/grant\t events/grant\t client CPU µs/grant\t grants/s vs ref\t")
 	for _, c := range br.Contended {
 		vs := ""
 		if c.Role == roleFencelock {
@@ -320,7 +335,7 @@ func printBackend(w io.Writer, br *backendReport, cfg config) {
 				vs = ratio(c.GrantsPerSec, r.GrantsPerSec)
 			}
 		}
-		fmt.Fprintf(tw, "%d\t %s\t %.0f\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t %.2f\t %s\t\n", c.Clients, c.Recipe, c.GrantsPerSec, c.Wait.P50, c.Wait.P99, c.Handoff.P50, c.Handoff.P99, c.RequestsPerGrant, c.EventsPerGrant, vs)
+		fmt.Fprintf(tw, "%d\t %s\t %.0f\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t %.2f\t %.0f\t %s\t\n", c.Clients, c.Recipe, c.GrantsPerSec, c.Wait.P50, c.Wait.P99, c.Handoff.P50, c.Handoff.P99, c.RequestsPerGrant, c.EventsPerGrant, c.ClientCPUUs, vs)
 	}
 	tw.Flush()
 
@@ -340,8 +355,8 @@ func printBackend(w io.Writer, br *backendReport, cfg config) {
 	}
 	tw.Flush()
 
-	fmt.Fprintf(w, "\n%d leases held through one client (distinct names, %d acquiring at a time): goroutines and live heap of this process:\n", cfg.Leases, cfg.LeaseParallel)
-	fmt.Fprintln(tw, "recipe\t acquire/s\t goroutines at 0 / n/10 / n leases\t goroutines/lease\t heap KiB/lease\t heap/lease vs ref\t")
+	fmt.Fprintf(w, "\n%d leases held through one client (distinct names, %d acquiring at a time): goroutines, live heap and goroutine stacks of this process:\n", cfg.Leases, cfg.LeaseParallel)
+	fmt.Fprintln(tw, "recipe\t acquire/s\t goroutines at 0 / n/10 / n leases\t goroutines/lease\t heap KiB/lease\t stacks KiB/lease\t heap/lease vs ref\t")
 	refL, _ := find(br.Leases, func(l leasesResult) bool { return l.Role == roleReference })
 	for _, l := range br.Leases {
 		vs := ""
@@ -352,7 +367,7 @@ func printBackend(w io.Writer, br *backendReport, cfg config) {
 		for _, p := range l.Points {
 			gs = append(gs, fmt.Sprint(p.Goroutines))
 		}
-		fmt.Fprintf(tw, "%s\t %.0f\t %s\t %.2f\t %.1f\t %s\t\n", l.Recipe, l.AcquirePerSec, strings.Join(gs, " / "), l.GoroutinesPerLease, l.HeapBytesPerLease/1024, vs)
+		fmt.Fprintf(tw, "%s\t %.0f\t %s\t %.2f\t %.1f\t %.1f\t %s\t\n", l.Recipe, l.AcquirePerSec, strings.Join(gs, " / "), l.GoroutinesPerLease, l.HeapBytesPerLease/1024, max(l.StackBytesPerLease, 0)/1024, vs)
 	}
 	tw.Flush()
 
@@ -453,19 +468,39 @@ func loadAvg() string {
 	return strings.Join(f[:min(3, len(f))], " ")
 }
 
+// moduleVersions returns the Go version and the versions of the client
+// libraries this package is built with, as required by the integration
+// module's go.mod (the test runs in integration/benchtest).
 func moduleVersions() map[string]string {
 	v := map[string]string{"go": runtime.Version()}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
+	b, err := os.ReadFile(filepath.Join("..", "go.mod"))
+	if err != nil {
 		return v
 	}
-	for _, d := range bi.Deps {
-		switch d.Path {
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
+		if len(f) < 2 {
+			continue
+		}
+		switch f[0] {
 		case "go.etcd.io/etcd/client/v3", "github.com/go-zookeeper/zk", "google.golang.org/grpc":
-			v[d.Path] = d.Version
+			v[f[0]] = f[1]
 		}
 	}
 	return v
+}
+
+func formatVersions(v map[string]string) string {
+	keys := make([]string, 0, len(v))
+	for k := range v {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, k+" "+v[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // skipUnlessSelected skips the measurement what unless

@@ -21,9 +21,16 @@
 // It prints one table per backend, every fencelock figure with its ratio to
 // the reference recipe measured in the same run, and writes the figures as
 // JSON to FENCELOCK_BENCH_OUT (default integration/bench-results.json; a
-// relative path is taken from the integration directory).
-// FENCELOCK_BENCH_QUICK=1 shrinks every measurement for a smoke run, and
-// FENCELOCK_BENCH_BACKENDS=etcd (or zookeeper) runs one backend only.
+// relative path is taken from the integration directory) and the tables
+// next to it (the same name ending in .txt). FENCELOCK_BENCH_QUICK=1 shrinks
+// every measurement for a smoke run, FENCELOCK_BENCH_BACKENDS=etcd (or
+// zookeeper) runs one backend only, and FENCELOCK_BENCH_ONLY lists the
+// measurements to run (uncontended, contended, failover, leases, waiters).
+//
+// Recipes are compared on the same servers: single-client measurements
+// connect every recipe to the same follower, and the i-th client of a
+// many-client measurement to member i mod 3, since a ZooKeeper write sent
+// through a follower takes one hop more than one sent through the leader.
 //
 // What is measured, per backend:
 //

@@ -48,6 +48,15 @@ func summarize(ds []time.Duration) stats {
 	return stats{N: len(s), P50: pct(0.50), P99: pct(0.99), Mean: ms(sum / time.Duration(len(s))), Max: ms(s[len(s)-1])}
 }
 
+// processCPU returns the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 var nameSeq atomic.Int64
@@ -123,6 +132,7 @@ type uncontendedResult struct {
 	Latency          stats   `json:"latency"`
 	CyclesPerSec     float64 `json:"cycles_per_sec"`
 	RequestsPerCycle float64 `json:"requests_per_cycle"`
+	ClientCPUUs      float64 `json:"client_cpu_us_per_cycle"` // CPU time of this process (all goroutines)
 }
 
 // measureUncontended runs acquire and release of a free lock by one client
@@ -138,6 +148,7 @@ func measureUncontended(t *testing.T, rs []recipe, at placement, cfg config) []u
 		lat  []time.Duration
 		busy time.Duration
 		reqs int64
+		cpu  time.Duration
 	}
 	st := make([]*state, len(rs))
 	cycle := func(r recipe, s *state) time.Duration {
@@ -163,12 +174,13 @@ func measureUncontended(t *testing.T, rs []recipe, at placement, cfg config) []u
 		for k := range rs {
 			i := (k + round) % len(rs)
 			r, s := rs[i], st[i]
-			before := s.ctr.snapshot()
+			before, cpu0 := s.ctr.snapshot(), processCPU()
 			for range cfg.Cycles {
 				d := cycle(r, s)
 				s.lat = append(s.lat, d)
 				s.busy += d
 			}
+			s.cpu += processCPU() - cpu0
 			s.reqs += s.ctr.snapshot().sub(before).requests
 		}
 	}
@@ -181,6 +193,7 @@ func measureUncontended(t *testing.T, rs []recipe, at placement, cfg config) []u
 			Latency:          summarize(s.lat),
 			CyclesPerSec:     float64(len(s.lat)) / s.busy.Seconds(),
 			RequestsPerCycle: float64(s.reqs) / float64(len(s.lat)),
+			ClientCPUUs:      float64(s.cpu/time.Microsecond) / float64(len(s.lat)),
 		}
 	}
 	return out
@@ -200,6 +213,7 @@ type contendedResult struct {
 	RequestsPerGrant float64 `json:"requests_per_grant"`
 	EventsPerGrant   float64 `json:"watch_events_per_grant"`
 	KeepalivesPerSec float64 `json:"keepalives_per_sec"`
+	ClientCPUUs      float64 `json:"client_cpu_us_per_grant"` // CPU time of this process (every client) per grant
 }
 
 // measureContended has clients clients, each with its own connection and
@@ -272,11 +286,11 @@ func measureContended(t *testing.T, r recipe, clients int, at placement, cfg con
 	time.Sleep(cfg.warm()) // the clients' first grants and queueing settle
 	start := time.Now()
 	winStart.Store(start.UnixNano())
-	c0 := ctr.snapshot()
+	c0, cpu0 := ctr.snapshot(), processCPU()
 	time.Sleep(cfg.window() / time.Duration(cfg.Repeats))
 	end := time.Now()
 	winEnd.Store(end.UnixNano())
-	c1 := ctr.snapshot()
+	c1, cpu1 := ctr.snapshot(), processCPU()
 	stop.Store(true)
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
@@ -293,7 +307,7 @@ func measureContended(t *testing.T, r recipe, clients int, at placement, cfg con
 	if overlaps != 0 && r.role != roleFloor {
 		t.Errorf("%s, %d clients: %d grants while another client held the lock; want 0", r.name, clients, overlaps)
 	}
-	return contendedRun{grants: len(waits), window: end.Sub(start), waits: waits, handoffs: handoffs, counts: c1.sub(c0)}
+	return contendedRun{grants: len(waits), window: end.Sub(start), waits: waits, handoffs: handoffs, counts: c1.sub(c0), cpu: cpu1 - cpu0}
 }
 
 // contendedRun is the raw outcome of one window of measureContended.
@@ -302,6 +316,7 @@ type contendedRun struct {
 	window          time.Duration
 	waits, handoffs []time.Duration
 	counts          countSnapshot
+	cpu             time.Duration // CPU time of this process in the window
 }
 
 // combine sums the windows of one recipe and client count.
@@ -315,6 +330,7 @@ func combine(r recipe, clients int, runs []contendedRun) contendedResult {
 		all.counts.requests += x.counts.requests
 		all.counts.events += x.counts.events
 		all.counts.keepalives += x.counts.keepalives
+		all.cpu += x.cpu
 	}
 	win := all.window.Seconds()
 	res := contendedResult{
@@ -331,6 +347,7 @@ func combine(r recipe, clients int, runs []contendedRun) contendedResult {
 	if all.grants > 0 {
 		res.RequestsPerGrant = float64(all.counts.requests) / float64(all.grants)
 		res.EventsPerGrant = float64(all.counts.events) / float64(all.grants)
+		res.ClientCPUUs = float64(all.cpu/time.Microsecond) / float64(all.grants)
 	}
 	return res
 }
@@ -524,7 +541,8 @@ func failoverTrial(t *testing.T, kind cluster.Kind, endpoints []string, r recipe
 type goroutinePoint struct {
 	Leases     int     `json:"leases"`
 	Goroutines int     `json:"goroutines"`
-	HeapBytes  float64 `json:"heap_bytes"`
+	HeapBytes  float64 `json:"heap_bytes"`  // live heap after a GC
+	StackBytes float64 `json:"stack_bytes"` // goroutine stacks in use
 }
 
 type leasesResult struct {
@@ -535,6 +553,7 @@ type leasesResult struct {
 	AcquirePerSec      float64          `json:"acquire_per_sec"`
 	Points             []goroutinePoint `json:"points"`
 	HeapBytesPerLease  float64          `json:"heap_bytes_per_lease"`
+	StackBytesPerLease float64          `json:"stack_bytes_per_lease"`
 	GoroutinesPerLease float64          `json:"goroutines_per_lease"`
 }
 
@@ -559,7 +578,9 @@ func measureLeases(t *testing.T, r recipe, at placement, cfg config) leasesResul
 		t.Fatalf("%s: release() = %v; want nil", r.name, err)
 	}
 	point := func(held int) goroutinePoint {
-		return goroutinePoint{Leases: held, Goroutines: settledGoroutines(), HeapBytes: float64(liveHeap())}
+		g := settledGoroutines()
+		heap, stack := liveMemory()
+		return goroutinePoint{Leases: held, Goroutines: g, HeapBytes: float64(heap), StackBytes: float64(stack)}
 	}
 	points := []goroutinePoint{point(0)}
 	parallel := func(from, to int, f func(i int) error) {
@@ -613,6 +634,7 @@ func measureLeases(t *testing.T, r recipe, at placement, cfg config) leasesResul
 		AcquirePerSec:      float64(n) / busy.Seconds(),
 		Points:             points,
 		HeapBytesPerLease:  (last.HeapBytes - points[0].HeapBytes) / float64(n),
+		StackBytesPerLease: (last.StackBytes - points[0].StackBytes) / float64(n),
 		GoroutinesPerLease: float64(last.Goroutines-first.Goroutines) / float64(last.Leases-first.Leases),
 	}
 }
@@ -634,12 +656,14 @@ func settledGoroutines() int {
 	return last
 }
 
-func liveHeap() uint64 {
+// liveMemory returns the live heap after a collection, and the memory
+// held by goroutine stacks, which the heap figure does not include.
+func liveMemory() (heap, stack uint64) {
 	runtime.GC()
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return m.HeapAlloc
+	return m.HeapAlloc, m.StackInuse
 }
 
 // ---- many waiters on one lock ----
