@@ -131,8 +131,10 @@ func (l *Locker) acquire(ctx context.Context, name string, try bool) (*Lease, er
 		}
 		return fail(err)
 	}
+	l.track(path)
 	le, err := l.queueUp(ctx, ep, name, parent, path, try)
 	if err != nil {
+		l.untrack(path)
 		l.discard(path)
 		return fail(err)
 	}
@@ -280,6 +282,7 @@ func (l *Locker) queueUp(ctx context.Context, ep *epoch, name, parent, path stri
 			// Read the znode's stat (the token) and set a watch on it in
 			// the same round trip as the listing: go-zookeeper pipelines
 			// requests issued concurrently on one connection.
+			l.track(path)
 			fc := start(l, l.children(parent), nil)
 			fe := start(l, l.existsW(path), nil)
 			kids, errC := fc.wait(ctx, l, ep)
@@ -389,18 +392,19 @@ func (l *Locker) grant(ep *epoch, name, path string, czxid int64, version int32,
 		done:    make(chan struct{}),
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	select {
 	case <-ep.done:
+		l.mu.Unlock()
 		return nil, ep.err
 	default:
 	}
 	if l.closed {
+		l.mu.Unlock()
 		return nil, lock.ErrClosed
 	}
 	l.leases[le] = struct{}{}
-	l.wg.Add(1)
-	go le.watch(own)
+	l.mu.Unlock()
+	l.hold(le, own)
 	return le, nil
 }
 

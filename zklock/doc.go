@@ -48,6 +48,16 @@
 // server ends them at once. A shorter disconnection changes nothing: the
 // session, its znodes and its waiters' queue positions survive it.
 //
+// A held lease costs no goroutine: one goroutine of the Locker ends the
+// leases of a session it stops trusting, and the watch events on the
+// leases' znodes, which go-zookeeper also publishes on the connection's
+// event stream, are routed to their leases by path. A lease whose znode
+// someone else deletes ends with [lock.ErrLost] as soon as the event
+// arrives. (A Locker from [New] reads the caller's event channel, from
+// which go-zookeeper drops events when it is full; it also looks at its
+// leases' own watches twice a second, so a dropped deletion is noticed
+// within about half a second.)
+//
 // If the connection comes back in the same session after leases were
 // declared lost, their znodes (still owned by the session) are deleted so
 // the lock is not blocked. The Locker never deletes a znode whose

@@ -21,7 +21,7 @@ type Lease struct {
 	path    string
 	czxid   int64
 	version int32
-	stop    chan struct{} // closed when Release starts; stops the watcher
+	stop    chan struct{} // closed when Release starts: Release ends the lease
 
 	mu        sync.Mutex
 	releasing bool
@@ -93,6 +93,7 @@ func (le *Lease) end(err error) bool {
 	le.l.mu.Lock()
 	delete(le.l.leases, le)
 	le.l.mu.Unlock()
+	le.l.untrack(le.path)
 	if errors.Is(err, lock.ErrLost) {
 		le.l.o.logger.Warn("zklock: lease lost", "name", le.name, "path", le.path, "token", le.czxid, "cause", err)
 	}
@@ -173,59 +174,6 @@ func (l *Locker) deleteOwn(ctx context.Context, ep *epoch, path string, version 
 		version = st.Version
 	}
 	return fmt.Errorf("zklock: znode %s keeps changing", path)
-}
-
-// watch follows the lease's znode and epoch until the lease ends. own is
-// the watch set on the znode when it was granted.
-func (le *Lease) watch(own <-chan zk.Event) {
-	defer le.l.wg.Done()
-	for {
-		select {
-		case <-le.stop:
-			return
-		case <-le.ep.done:
-			if le.stopped() {
-				return
-			}
-			if errors.Is(le.ep.err, lock.ErrClosed) {
-				if le.end(fmt.Errorf("zklock: lease %q: %w: locker closed", le.name, lock.ErrReleased)) {
-					le.l.addCleanup(cleanup{path: le.path})
-				}
-				return
-			}
-			le.lose(le.ep.err)
-			return
-		case ev, ok := <-own:
-			if le.stopped() {
-				return
-			}
-			if !ok {
-				own = nil
-				continue
-			}
-			switch ev.Type {
-			case zk.EventNodeDeleted:
-				le.lose(fmt.Errorf("%w: its znode %s was deleted", lock.ErrLost, le.path))
-				return
-			case zk.EventNotWatching:
-				// The connection dropped the watch: the session expired or
-				// the connection closed. The epoch ends too.
-				own = nil
-			default:
-				// Data changed: the znode is still there; watch again.
-				r, err := do(context.Background(), le.l, le.ep, le.l.existsW(le.path))
-				switch {
-				case err == nil && !r.ok:
-					le.lose(fmt.Errorf("%w: its znode %s was deleted", lock.ErrLost, le.path))
-					return
-				case err == nil:
-					own = r.watch
-				default:
-					own = nil
-				}
-			}
-		}
-	}
 }
 
 // stopped reports whether Release has taken over.

@@ -28,6 +28,7 @@ type Locker struct {
 	data  []byte          // identity, stored in every lock znode
 	kick  chan struct{}   // wakes the state goroutine
 	jkick chan struct{}   // wakes the janitor
+	lkick chan struct{}   // wakes the lease loop
 	close chan struct{}   // closed by Close
 	once  sync.Once
 	bg    context.Context // cancelled by Close
@@ -35,8 +36,13 @@ type Locker struct {
 	calls sync.WaitGroup // public calls in progress
 	wg    sync.WaitGroup // the Locker's goroutines
 
-	expired   atomic.Int64 // StateExpired events seen
-	needHeard atomic.Bool  // a reply from the server may make a session usable again
+	expired    atomic.Int64 // StateExpired events seen
+	needHeard  atomic.Bool  // a reply from the server may make a session usable again
+	epochEnded atomic.Bool  // an epoch ended; the lease loop has not ended its leases yet
+
+	wmu     sync.Mutex
+	watched map[string]*watchEntry // the znodes of acquisitions and held leases, by path
+	pending []nodeEvent            // events for held leases, for the lease loop
 
 	mu       sync.Mutex
 	closed   bool
@@ -98,9 +104,11 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Locker, error
 	conn, _, err := zk.Connect(servers, o.sessionTimeout,
 		zk.WithDialer(l.lv.wrap(dialer)),
 		// The callback, unlike the event channel, never drops an event. It
-		// runs on go-zookeeper's goroutines, so it only counts and wakes.
+		// runs on go-zookeeper's goroutines, so it only counts, routes and
+		// wakes.
 		zk.WithEventCallback(func(ev zk.Event) {
 			if ev.Type != zk.EventSession {
+				l.route(ev)
 				return
 			}
 			if ev.State == zk.StateExpired {
@@ -132,7 +140,9 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Locker, error
 // drops events when nobody reads the channel, so New must be called right
 // after zk.Connect, and the Locker also compares conn.State and
 // conn.SessionID with what it last saw, so that a session change is never
-// missed even if its event was dropped.
+// missed even if its event was dropped. The watch events on the channel
+// tell held leases that their znodes were deleted; one that was dropped is
+// caught within about half a second by looking at the watch itself.
 //
 // go-zookeeper does not reveal the negotiated session timeout, so New needs
 // it: give [WithSessionTimeout] the value passed to zk.Connect (it must lie
@@ -178,16 +188,19 @@ func newLocker(o *options) *Locker {
 		data:    []byte(o.identity),
 		kick:    make(chan struct{}, 1),
 		jkick:   make(chan struct{}, 1),
+		lkick:   make(chan struct{}, 1),
 		close:   make(chan struct{}),
 		changed: make(chan struct{}),
 		leases:  make(map[*Lease]struct{}),
+		watched: make(map[string]*watchEntry),
 	}
 }
 
 func (l *Locker) start() {
-	l.wg.Add(2)
+	l.wg.Add(3)
 	go l.stateLoop()
 	go l.janitorLoop()
+	go l.leaseLoop()
 }
 
 // Identity returns the identity stored in the Locker's lock znodes.
@@ -294,6 +307,8 @@ func (l *Locker) endEpochLocked(err error) {
 	l.cur = nil
 	ep.err = err
 	close(ep.done)
+	l.epochEnded.Store(true)
+	l.kickLeases()
 	if !errors.Is(err, lock.ErrClosed) {
 		l.o.logger.Warn("zklock: session no longer trusted; its leases are lost", "session", fmt.Sprintf("0x%x", ep.id), "cause", err)
 	}
@@ -321,6 +336,8 @@ func (l *Locker) stateLoop() {
 				l.mu.Unlock()
 			} else if ev.Type == zk.EventSession && ev.State == zk.StateExpired {
 				l.expired.Add(1)
+			} else if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeDataChanged {
+				l.route(ev)
 			}
 		}
 		next := l.reconcile(time.Now())

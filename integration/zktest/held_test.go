@@ -1,0 +1,188 @@
+package zktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/integration/internal/testutil"
+	"github.com/fencelock/fencelock/lock"
+	"github.com/fencelock/fencelock/zklock"
+)
+
+// TestZKHeldLeasesGoroutines holds many leases on one Locker and checks
+// that they cost no goroutine each, and that a held lease whose znode
+// someone else deletes still ends, alone and promptly, with lock.ErrLost.
+func TestZKHeldLeasesGoroutines(t *testing.T) {
+	const (
+		few       = 10
+		many      = 1000
+		maxGrowth = 50
+	)
+	c := startEnsemble(t)
+	h := newHarness(t, c.Endpoints())
+	tests := []struct {
+		name   string
+		locker func(t *testing.T) *zklock.Locker
+	}{
+		{"Dial", func(t *testing.T) *zklock.Locker { return h.dial(t) }},
+		{"New", func(t *testing.T) *zklock.Locker { return borrowed(t, h, false) }},
+		// go-zookeeper drops events from the channel of zk.Connect when it
+		// is full; here it loses every watch event, and the Locker must
+		// still notice the deletions (through the watches' own channels).
+		{"NewWatchEventsDropped", func(t *testing.T) *zklock.Locker { return borrowed(t, h, true) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := testutil.Context(t, 2*time.Minute)
+			l := tt.locker(t)
+			base := lockName(t)
+			leases := make([]*zklock.Lease, many)
+			acquireRange(t, ctx, l, base, leases, 0, few)
+			atFew := settledGoroutines()
+			acquireRange(t, ctx, l, base, leases, few, many)
+			atMany, deadline := runtime.NumGoroutine(), time.Now().Add(10*time.Second)
+			for atMany-atFew >= maxGrowth && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond) // polling with a deadline
+				atMany = runtime.NumGoroutine()
+			}
+			if atMany-atFew >= maxGrowth {
+				t.Fatalf("runtime.NumGoroutine() = %d with %d leases held, %d with %d; want fewer than %d more", atMany, many, atFew, few, maxGrowth)
+			}
+			t.Logf("goroutines: %d with %d leases held, %d with %d", atFew, few, atMany, many)
+
+			// Someone else deletes one lease's znode; and sets the data of
+			// another (which spends its watch) before deleting it.
+			plain, changed := leases[many/2], leases[many/2+1]
+			if _, err := h.admin.conn.Set(changed.Path(), []byte("meddled"), -1); err != nil {
+				t.Fatalf("Set(%s) = %v", changed.Path(), err)
+			}
+			for _, le := range []*zklock.Lease{plain, changed} {
+				start := time.Now()
+				if err := h.admin.conn.Delete(le.Path(), -1); err != nil {
+					t.Fatalf("Delete(%s) = %v", le.Path(), err)
+				}
+				testutil.Recv(t, le.Done(), 2*time.Second, "Done of the lease whose znode was deleted")
+				if err := le.Err(); !errors.Is(err, lock.ErrLost) {
+					t.Errorf("Err() after its znode was deleted = %v; want an error wrapping %v", err, lock.ErrLost)
+				}
+				t.Logf("lease %s ended %v after its znode was deleted", le.Name(), time.Since(start))
+			}
+			for i, le := range leases {
+				if le == plain || le == changed {
+					continue
+				}
+				if err := le.Err(); err != nil {
+					t.Fatalf("lease %d: Err() = %v; want nil (only other leases' znodes were deleted)", i, err)
+				}
+			}
+
+			// Release the rest: each release's own deletion must not end
+			// anything else.
+			var wg sync.WaitGroup
+			errs := make(chan error, many)
+			for w := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := w; i < many; i += 16 {
+						le := leases[i]
+						if le == plain || le == changed {
+							continue
+						}
+						if err := le.Release(ctx); err != nil {
+							errs <- fmt.Errorf("Release(%s) = %v; want nil", le.Name(), err)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// acquireRange acquires base-i for i in [from, to) on l, 16 at a time,
+// into leases[i].
+func acquireRange(t *testing.T, ctx context.Context, l lock.Locker, base string, leases []*zklock.Lease, from, to int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, to-from)
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := from + w; i < to; i += 16 {
+				name := fmt.Sprintf("%s-%d", base, i)
+				le, err := l.Acquire(ctx, name)
+				if err != nil {
+					errs <- fmt.Errorf("Acquire(%q) = %v; want nil", name, err)
+					continue
+				}
+				leases[i] = le.(*zklock.Lease)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// settledGoroutines returns the number of goroutines once it has stayed
+// the same for a few readings (at most about a second).
+func settledGoroutines() int {
+	n, same := runtime.NumGoroutine(), 0
+	for range 100 {
+		time.Sleep(10 * time.Millisecond) // polling, not ordering
+		m := runtime.NumGoroutine()
+		if m == n {
+			if same++; same == 5 {
+				break
+			}
+			continue
+		}
+		n, same = m, 0
+	}
+	return n
+}
+
+// borrowed returns a Locker from zklock.New on a connection of its own.
+// With dropWatchEvents, the Locker gets only the session events of the
+// connection's event channel.
+func borrowed(t *testing.T, h *harness, dropWatchEvents bool) *zklock.Locker {
+	t.Helper()
+	conn, events, err := zk.Connect(h.servers, sessionTimeout, zk.WithLogger(testutil.QuietLogger{}), zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatalf("zk.Connect() = %v", err)
+	}
+	t.Cleanup(conn.Close)
+	if dropWatchEvents {
+		sessionOnly := make(chan zk.Event, 6)
+		go func(all <-chan zk.Event) {
+			defer close(sessionOnly)
+			for ev := range all {
+				if ev.Type == zk.EventSession {
+					sessionOnly <- ev
+				}
+			}
+		}(events)
+		events = sessionOnly
+	}
+	l, err := zklock.New(conn, events, zklock.WithRoot(h.root), zklock.WithSessionTimeout(sessionTimeout))
+	if err != nil {
+		t.Fatalf("zklock.New() = %v", err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
