@@ -70,34 +70,63 @@ func (l *Locker) acquireIn(ctx context.Context, s *session, name string, try boo
 
 	// The create is safe to repeat: a retry whose first attempt was
 	// applied finds the record in place (the Else branch) instead of
-	// creating a second one.
-	var resp *clientv3.TxnResponse
+	// creating a second one. An attempt that failed without an answer may
+	// still be applied at any later time, even after the acquisition has
+	// ended and its record was deleted: the guard comparison makes such a
+	// late attempt fail once the acquisition's end has written the guard
+	// (see endOp). ambiguous records that such an attempt exists.
+	var (
+		resp      *clientv3.TxnResponse
+		ambiguous bool
+	)
 	err := l.do(ctx, s, func(ctx context.Context) error {
-		var txn clientv3.Txn
-		if try {
-			// Create only if name has no record at all; a retry whose
-			// first attempt did create finds its own record first.
-			txn = l.client.Txn(ctx).
-				If(clientv3.Compare(clientv3.CreateRevision(pfx).WithPrefix(), "=", 0)).
-				Then(put).
-				Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...))
-		} else {
-			txn = l.client.Txn(ctx).
-				If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-				Then(put, lastTwo).
-				Else(clientv3.OpGet(key))
+		for {
+			was := s.guardRev.Load()
+			guard := clientv3.Compare(clientv3.ModRevision(s.guardKey), "=", was)
+			var txn clientv3.Txn
+			if try {
+				// Create only if name has no record at all; a retry whose
+				// first attempt did create finds its own record first.
+				txn = l.client.Txn(ctx).
+					If(clientv3.Compare(clientv3.CreateRevision(pfx).WithPrefix(), "=", 0), guard).
+					Then(put).
+					Else(clientv3.OpGet(pfx, clientv3.WithFirstCreate()...), clientv3.OpGet(s.guardKey))
+			} else {
+				txn = l.client.Txn(ctx).
+					If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0), guard).
+					Then(put, lastTwo).
+					Else(clientv3.OpGet(key), clientv3.OpGet(s.guardKey))
+			}
+			var err error
+			resp, err = txn.Commit()
+			if err != nil {
+				ambiguous = true
+				l.opts.logger.Debug("etcdlock: create attempt failed", "key", key, "err", err)
+				return err
+			}
+			if resp.Succeeded || len(resp.Responses[0].GetResponseRange().Kvs) > 0 {
+				return nil
+			}
+			// No record blocks the create, so the guard did: it was
+			// written since we last read it. Compare with its new value.
+			now := int64(0)
+			if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+				now = kvs[0].ModRevision
+			}
+			if now == was {
+				return fmt.Errorf("create of %q refused with the guard unchanged at revision %d", key, was)
+			}
+			s.noteGuard(was, now)
 		}
-		var err error
-		resp, err = txn.Commit()
-		return err
 	})
 	if err != nil {
 		if isLeaseNotFound(err) {
 			l.dropSession(s, fmt.Errorf("%w: lease %x expired or was revoked", lock.ErrLost, int64(s.id)))
 			return nil, errStaleSession
 		}
-		// The create may have been applied with its reply lost.
-		return nil, l.abandon(s, key, 0, err)
+		// The create may have been applied with its reply lost, or be
+		// applied later.
+		return nil, l.abandon(s, key, 0, true, err)
 	}
 
 	var (
@@ -111,6 +140,10 @@ func (l *Locker) acquireIn(ctx context.Context, s *session, name string, try boo
 	case try:
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 || string(kvs[0].Key) != key {
+			if ambiguous {
+				// An earlier attempt may still create the record.
+				return nil, l.abandon(s, key, 0, true, lock.ErrLocked)
+			}
 			return nil, lock.ErrLocked
 		}
 		myRev = kvs[0].CreateRevision
@@ -131,7 +164,7 @@ func (l *Locker) acquireIn(ctx context.Context, s *session, name string, try boo
 	}
 	readRev := resp.Header.Revision
 
-	le := &Lease{l: l, s: s, name: name, key: key, rev: myRev, done: make(chan struct{})}
+	le := &Lease{l: l, s: s, name: name, key: key, rev: myRev, ambiguous: ambiguous, done: make(chan struct{})}
 	if needRecheck {
 		var ok bool
 		pred, readRev, ok, err = l.recheck(ctx, s, pfx, key, myRev)
@@ -139,16 +172,16 @@ func (l *Locker) acquireIn(ctx context.Context, s *session, name string, try boo
 			err = fmt.Errorf("%w: record %q was deleted", lock.ErrLost, key)
 		}
 		if err != nil {
-			return nil, l.abandon(s, key, myRev, err)
+			return nil, l.abandon(s, key, myRev, ambiguous, err)
 		}
 	}
 	if pred != nil {
 		if readRev, err = l.wait(ctx, s, pfx, key, myRev, pred, readRev); err != nil {
-			return nil, l.abandon(s, key, myRev, err)
+			return nil, l.abandon(s, key, myRev, ambiguous, err)
 		}
 	}
 	if err := l.grant(le, readRev); err != nil {
-		return nil, l.abandon(s, key, myRev, err)
+		return nil, l.abandon(s, key, myRev, ambiguous, err)
 	}
 	return le, nil
 }
@@ -324,41 +357,59 @@ func (l *Locker) do(ctx context.Context, s *session, op func(context.Context) er
 func (l *Locker) requestTimeout() time.Duration { return max(l.opts.ttl/3, time.Second) }
 
 // abandon deletes the record of an acquisition that will not be reported
-// and returns err. When the session ended the lease takes the record with
-// it, so nothing is sent.
-func (l *Locker) abandon(s *session, key string, rev int64, err error) error {
+// and returns err. ambiguous says a create attempt failed without an
+// answer, so that the record may exist, or appear later. When the session
+// ended the lease takes the record with it (and makes any later create
+// fail), so nothing is sent.
+func (l *Locker) abandon(s *session, key string, rev int64, ambiguous bool, err error) error {
 	if !s.ended() && !errors.Is(err, lock.ErrClosed) {
-		l.cleanup(key, rev)
+		l.cleanup(s, key, rev, ambiguous)
 	}
 	return err
 }
 
-// cleanup deletes key (guarded by its create revision when rev > 0) with a
-// fresh bounded context, and when that fails hands it to cleanupLater.
-func (l *Locker) cleanup(key string, rev int64) {
+// cleanup runs cleanupOp with a fresh bounded context, and when that fails
+// hands it to cleanupLater.
+func (l *Locker) cleanup(s *session, key string, rev int64, ambiguous bool) {
 	ctx, cancel := context.WithTimeout(l.life, min(l.closeWait(), 2*time.Second))
-	err := l.do(ctx, nil, l.deleteOp(key, rev))
+	err := l.do(ctx, nil, l.cleanupOp(s, key, rev, ambiguous))
 	cancel()
 	if err != nil {
 		l.opts.logger.Debug("etcdlock: cleanup failed; retrying in the background", "key", key, "err", err)
-		l.cleanupLater(key, rev)
+		l.cleanupLater(s, key, rev, ambiguous)
 	}
 }
 
-// cleanupLater keeps trying to delete key in the background until it
-// succeeds, the session lease must have expired (which deletes the key
-// anyway), or the Locker closes.
-func (l *Locker) cleanupLater(key string, rev int64) {
+// cleanupLater keeps trying cleanupOp in the background for a TTL plus the
+// loss margin, or until the Locker closes. If it still has not succeeded
+// and the session is alive, the record could block the lock for as long
+// as the session lives, so cleanupLater ends the session and revokes its
+// lease: the server deletes the record when the lease goes, at the latest
+// a TTL later.
+func (l *Locker) cleanupLater(s *session, key string, rev int64, ambiguous bool) {
 	l.spawn(func() {
 		ctx, cancel := context.WithTimeout(l.life, l.opts.ttl+l.opts.lossMargin)
 		defer cancel()
-		if err := l.do(ctx, nil, l.deleteOp(key, rev)); err != nil && l.life.Err() == nil {
-			l.opts.logger.Warn("etcdlock: gave up deleting a record; the session lease's expiry will remove it", "key", key, "err", err)
+		err := l.do(ctx, nil, l.cleanupOp(s, key, rev, ambiguous))
+		if err == nil || l.life.Err() != nil || s.ended() {
+			return
 		}
+		l.opts.logger.Warn("etcdlock: gave up deleting a record; ending the session so that its lease takes the record", "key", key, "err", err)
+		l.dropSession(s, fmt.Errorf("%w: record %q could not be deleted within %v: %w", lock.ErrLost, key, l.opts.ttl+l.opts.lossMargin, err))
+		s.revokeLost()
 	})
 }
 
-func (l *Locker) deleteOp(key string, rev int64) func(context.Context) error {
+// cleanupOp deletes an acquisition's record. Record keys are unique per
+// acquisition, so whatever is found under key belongs to it.
+//
+// When ambiguous is false every create attempt was answered, so no attempt
+// can be applied later; the delete is guarded by the record's create
+// revision rev when it is known (rev > 0). Otherwise cleanupOp is endOp.
+func (l *Locker) cleanupOp(s *session, key string, rev int64, ambiguous bool) func(context.Context) error {
+	if ambiguous {
+		return func(ctx context.Context) error { return l.endOp(ctx, s, key) }
+	}
 	return func(ctx context.Context) error {
 		var err error
 		if rev > 0 {
@@ -370,6 +421,27 @@ func (l *Locker) deleteOp(key string, rev int64) func(context.Context) error {
 		}
 		return err
 	}
+}
+
+// endOp ends an acquisition with an ambiguous create: in one transaction
+// it deletes key, whatever record is there, and writes the session's guard.
+// Every create attempt of the acquisition was sent before and compares the
+// guard's mod revision with an older value, so none of them can be applied
+// after this transaction, and none applied before it survives it. A session
+// lease that is gone took the record, and makes any create fail: that
+// counts as done.
+func (l *Locker) endOp(ctx context.Context, s *session, key string) error {
+	resp, err := l.client.Txn(ctx).
+		Then(clientv3.OpDelete(key), clientv3.OpPut(s.guardKey, "", clientv3.WithLease(s.id))).
+		Commit()
+	switch {
+	case isLeaseNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	s.raiseGuard(resp.Header.Revision)
+	return nil
 }
 
 // grant turns an acquisition confirmed at readRev into a held lease and

@@ -8,7 +8,9 @@
 //
 //	<prefix><name>/#<session lease ID>-<sequence>
 //
-// attached to the session lease and holding the Locker's identity. The
+// (both numbers in hexadecimal, the lease ID in 16 digits; the sequence
+// counts the session's acquisitions) attached to the session lease and
+// holding the Locker's identity. The
 // record with the lowest create revision under "<prefix><name>/#" holds the
 // lock; the others wait in create-revision order, each watching only the
 // record just before its own. A waiter whose predecessor goes re-reads
@@ -33,6 +35,56 @@
 // granted through it end with [lock.ErrLost] and the next call starts a new
 // session.
 //
+// # Late creates
+//
+// A create attempt that gets no answer in time (its member froze, its
+// connection dropped) is retried, but the first attempt may still be
+// applied at any later time: etcd can hold a proposal until a frozen leader
+// resumes, long after the acquisition was granted through the retry and
+// released. Its "create if the key does not exist" holds again once the
+// record was deleted, so, left alone, it would re-create the record under a
+// session that is still kept alive: a record that belongs to no
+// acquisition, first in the queue, blocking the lock for as long as the
+// Locker lives.
+//
+// Every session therefore has a guard, the key
+//
+//	<prefix>#guard/<session lease ID, 16 hexadecimal digits>
+//
+// attached to the session lease ('#' cannot appear in a lock name, so no
+// lock's records range over it). Every create also compares the guard's mod
+// revision with a value the Locker read from the server before sending it
+// (0, no key, until the guard is first written). When an acquisition ends
+// after one of its create attempts failed without an answer, the
+// transaction that deletes its record (the release, or the cleanup of a
+// failed, cancelled or lost acquisition) also writes the guard. That
+// transaction is sent after every attempt of the acquisition, so it moves
+// the guard's mod revision past every value those attempts compare with:
+// none of them can be applied after it, and one applied before it is
+// deleted by it. An acquisition whose create attempts were all answered
+// has no attempt left to arrive late; its release stays the guarded delete
+// alone. So the uncontended path is still one round trip each way, the
+// guard is written only after a fault, and a create finds it moved (and
+// pays one more round trip) only right after such an acquisition of the
+// same Locker ended. A periodic sweep of the keys attached to the session
+// lease would also remove such records, but only after they had blocked
+// the lock for a sweep period, and at the cost of a listing every period.
+//
+// The bound: a record of an acquisition that has ended (Release returned,
+// Acquire returned an error, or the lease was lost while its session
+// lives) is gone, and can no longer come back, as soon as that deleting
+// transaction is applied, which is at once when the cluster answers. When it
+// is not confirmed, it is retried in the background for the TTL plus the
+// loss margin (after the at most 2s a failed Acquire waits for it itself);
+// if it still fails while the session is alive, the Locker ends the session
+// (its leases end with [lock.ErrLost]) and revokes the session lease, whose
+// expiry, at most a TTL later, removes the record and makes every later
+// create attempt fail. So such a record blocks its lock for at most
+// 2s + 2×TTL + the loss margin after its acquisition ended (24s with the
+// defaults). A session that ends for any other reason (Close, loss) takes
+// its records with its lease in the same way. The guard must not be
+// written or deleted by anyone else.
+//
 // # What is guaranteed
 //
 //   - At most one lease of a name is held at a time, according to the etcd
@@ -47,7 +99,9 @@
 //     or the record is deleted by someone else.
 //   - A release deletes only its own record. A cancelled or failed Acquire,
 //     a lost lease and Close leave no record behind once the cluster is
-//     reachable (at the latest, the session lease's expiry removes them).
+//     reachable (at the latest, the session lease's expiry removes them),
+//     and a create attempt applied late never brings an ended
+//     acquisition's record back after that (see Late creates).
 //   - Tokens rise with every grant of a name and are never zero.
 //
 // # What is not
@@ -57,7 +111,14 @@
 // have the resource enforce it (package fencing), or make writes to etcd
 // itself conditional with [Lease.IsHeld]. The local loss deadline assumes
 // the local clock does not run slower than the etcd leader's by more than
-// the loss margin over one TTL.
+// the loss margin over one TTL. It also assumes that only the current leader
+// expires leases: a leader whose process stalled (stopped, or stuck on its
+// disk) for longer than a TTL can, when it resumes and before it notices it
+// was replaced, revoke leases that its successor kept alive (etcd issues
+// 12528 and 15247; the check etcd added for them is skipped when the member
+// looks active, as it does at once after a pause). A lease then ends on the
+// server before its local deadline, and only fencing keeps its holder's
+// late writes out.
 //
 // # Opening by URL
 //

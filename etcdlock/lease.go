@@ -41,6 +41,10 @@ type Lease struct {
 	key       string
 	rev       int64
 	stopWatch context.CancelFunc
+	// ambiguous: a create attempt of this acquisition failed without an
+	// answer and may still be applied, so the lease's end must write the
+	// session's guard (endOp).
+	ambiguous bool
 
 	done chan struct{}
 
@@ -101,16 +105,29 @@ func (le *Lease) finish(cause error) bool {
 	return true
 }
 
+// lose ends the lease with cause, a deletion of its record by someone else
+// while the session lives. A late create attempt of an ambiguous lease could
+// bring the record back, to block the lock for as long as the session
+// lives: its end is written in the background.
+func (le *Lease) lose(cause error) {
+	if le.finish(cause) && le.ambiguous && !le.s.ended() {
+		le.l.cleanupLater(le.s, le.key, 0, true)
+	}
+}
+
 // Release ends the lease and deletes its record, guarded by the record's
 // create revision, so a stale or retried release never deletes a record of
 // a later grant.
 //
 // The lease ends locally (Done closes with [lock.ErrReleased]) even when
 // the delete cannot be confirmed before ctx is done; Release then returns
-// the error and the guarded delete is retried in the background until it
-// succeeds or the session lease expires. Releasing again returns an error
-// wrapping [lock.ErrReleased]; releasing a lost lease deletes what is left
-// of its record and returns an error wrapping [lock.ErrLost].
+// ctx's error as soon as ctx is done, and the delete is retried in the
+// background until it succeeds, the session ends, or a TTL plus the loss
+// margin has passed, after which the Locker ends the session so that the
+// lease's expiry removes the record (see "Late creates" in the package
+// documentation for the bound). Releasing again returns an error wrapping
+// [lock.ErrReleased]; releasing a lost lease deletes what is left of its
+// record and returns an error wrapping [lock.ErrLost].
 func (le *Lease) Release(ctx context.Context) error {
 	le.mu.Lock()
 	if err := le.err; err != nil {
@@ -133,7 +150,7 @@ func (le *Lease) Release(ctx context.Context) error {
 	switch {
 	case err != nil:
 		le.finish(fmt.Errorf("%w (delete of the record not confirmed: %w)", lock.ErrReleased, err))
-		le.l.cleanupLater(le.key, le.rev)
+		le.l.cleanupLater(le.s, le.key, le.rev, le.ambiguous)
 		return fmt.Errorf("etcdlock: release %q: %w", le.name, err)
 	case !deleted:
 		le.finish(fmt.Errorf("%w: record %q was already gone", lock.ErrLost, le.key))
@@ -147,13 +164,33 @@ func (le *Lease) Release(ctx context.Context) error {
 // revision, and reports whether it did. The guard makes a retry safe, so
 // a request that failed without an answer (a member going away) is retried
 // until ctx is done.
+//
+// For a lease with an ambiguous create, the same transaction writes the
+// session's guard and deletes whatever is under the key (see endOp), so
+// that no late create attempt can bring the record back after the release.
+// The uncontended release stays one round trip either way.
 func (le *Lease) deleteRecord(ctx context.Context) (bool, error) {
 	var deleted, failed bool
 	err := le.l.do(ctx, nil, func(ctx context.Context) error {
-		resp, err := le.l.client.Txn(ctx).If(le.IsHeld()).Then(clientv3.OpDelete(le.key)).Commit()
+		txn := le.l.client.Txn(ctx).If(le.IsHeld())
+		if le.ambiguous {
+			end := []clientv3.Op{clientv3.OpDelete(le.key), clientv3.OpPut(le.s.guardKey, "", clientv3.WithLease(le.s.id))}
+			txn = txn.Then(end...).Else(end...)
+		} else {
+			txn = txn.Then(clientv3.OpDelete(le.key))
+		}
+		resp, err := txn.Commit()
+		if le.ambiguous && isLeaseNotFound(err) {
+			// The session lease, and so the record, is gone.
+			deleted = failed
+			return nil
+		}
 		if err != nil {
 			failed = true
 			return err
+		}
+		if le.ambiguous {
+			le.s.raiseGuard(resp.Header.Revision)
 		}
 		// After a request with no answer, a record already gone was
 		// most likely deleted by that request.
@@ -194,7 +231,7 @@ func (le *Lease) watchRecord(ctx context.Context, fromRev int64) {
 				releasing := le.releasing
 				le.mu.Unlock()
 				if !releasing {
-					le.finish(fmt.Errorf("%w: record %q was deleted at revision %d", lock.ErrLost, le.key, ev.Kv.ModRevision))
+					le.lose(fmt.Errorf("%w: record %q was deleted at revision %d", lock.ErrLost, le.key, ev.Kv.ModRevision))
 				}
 				return
 			}
@@ -209,7 +246,7 @@ func (le *Lease) watchRecord(ctx context.Context, fromRev int64) {
 					releasing := le.releasing
 					le.mu.Unlock()
 					if !releasing {
-						le.finish(fmt.Errorf("%w: record %q is gone", lock.ErrLost, le.key))
+						le.lose(fmt.Errorf("%w: record %q is gone", lock.ErrLost, le.key))
 					}
 					return
 				}

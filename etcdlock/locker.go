@@ -210,7 +210,9 @@ func (l *Locker) closeWait() time.Duration { return min(l.opts.ttl, maxCloseWait
 // cancelled Acquire deletes its record (with a fresh context of at most
 // 2s); if the cluster cannot be reached then, the deletion is retried in
 // the background, and the session lease's expiry removes the record at the
-// latest.
+// latest. A create attempt that was left without an answer and is applied
+// later cannot bring the record back (see "Late creates" in the package
+// documentation).
 //
 // Errors wrap [lock.ErrInvalidName], [lock.ErrClosed], [lock.ErrLost] (the
 // session ended while waiting; the next call starts a new one) or ctx's
@@ -226,7 +228,9 @@ func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
 // TryAcquire is Acquire without waiting: when another lease holds name it
 // returns an error wrapping [lock.ErrLocked]. It creates its record only if
 // name has no record at all, in one transaction, so a refused TryAcquire
-// writes nothing.
+// writes nothing (unless one of its attempts went unanswered: it then ends
+// the acquisition like a failed Acquire, see "Late creates" in the package
+// documentation).
 func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
 	le, err := l.acquire(ctx, name, true)
 	if err != nil {

@@ -98,8 +98,8 @@ func WithIdentity(identity string) Option {
 }
 
 // WithLogger sets the logger for background events: keepalive failures,
-// session loss, failed cleanups (default: slog.Default()). It must not be
-// nil.
+// session loss, failed cleanups, and (at debug level) create attempts that
+// failed without an answer (default: slog.Default()). It must not be nil.
 func WithLogger(logger *slog.Logger) Option {
 	return func(o *options) {
 		if logger == nil {

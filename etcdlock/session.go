@@ -29,6 +29,13 @@ type session struct {
 	id  clientv3.LeaseID
 	seq atomic.Uint64 // per-acquisition suffix of record keys
 
+	// guardKey is the session's guard: every create compares its mod
+	// revision, and ending an acquisition whose create was ambiguous
+	// writes it (see doc.go, "Late creates"). guardRev is the guard's mod
+	// revision as last seen (0: never written, the key does not exist).
+	guardKey string
+	guardRev atomic.Int64
+
 	done    chan struct{} // closed by end
 	endOnce sync.Once
 	err     error // why the session ended; set before done is closed
@@ -43,6 +50,7 @@ func newSession(l *Locker, id clientv3.LeaseID, grantSent time.Time) *session {
 	return &session{
 		l:        l,
 		id:       id,
+		guardKey: fmt.Sprintf("%s#guard/%016x", l.opts.prefix, int64(id)),
 		done:     make(chan struct{}),
 		deadline: grantSent.Add(l.opts.ttl - l.opts.lossMargin),
 		leases:   make(map[*Lease]struct{}),
@@ -100,6 +108,25 @@ func (s *session) remove(le *Lease) {
 	defer s.mu.Unlock()
 	if s.leases != nil {
 		delete(s.leases, le)
+	}
+}
+
+// noteGuard replaces was, a guard revision that a create found stale, with
+// rev, the revision the server reported in the same answer. Only values
+// read from the server are stored, so a create always compares the guard
+// with a revision it really had; a value gone stale meanwhile costs one
+// more attempt, nothing else.
+func (s *session) noteGuard(was, rev int64) {
+	s.guardRev.CompareAndSwap(was, rev)
+}
+
+// raiseGuard records a write of the guard at rev by this session.
+func (s *session) raiseGuard(rev int64) {
+	for {
+		cur := s.guardRev.Load()
+		if rev <= cur || s.guardRev.CompareAndSwap(cur, rev) {
+			return
+		}
 	}
 }
 
