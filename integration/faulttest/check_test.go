@@ -31,10 +31,15 @@ type history struct {
 	finalS  uint64
 	end     int64            // when the history ended
 	frozen  map[int][]window // when each client was frozen (SIGSTOP)
-	killed  map[int]int64    // when clients were killed
-	healed  int64            // when the last fault ended
-	live    map[int]bool     // clients that kept trying to the end
-	fenced  bool
+	// when a server was frozen; a leader frozen and resumed may revoke
+	// leases its successor kept alive (etcd issues 12528 and 15247), so
+	// the client's belief can outlast its lease through no fault of the
+	// client
+	serverFrozen []window
+	killed       map[int]int64 // when clients were killed
+	healed       int64         // when the last fault ended
+	live         map[int]bool  // clients that kept trying to the end
+	fenced       bool
 }
 
 // stats counts what a run did; summed over runs for the chaos table.
@@ -50,7 +55,7 @@ type stats struct {
 	WritesUnknown int
 	WritesFailed  int // refused for another reason, or never sent
 	ReadsStale    int
-	Overlaps      int // belief overlaps explained by a frozen holder
+	Overlaps      int // belief overlaps explained by a frozen holder or server, and fenced
 	Violations    int
 	Elapsed       time.Duration
 }
@@ -240,6 +245,16 @@ func (h *history) frozenDuring(client int, w window) bool {
 	return false
 }
 
+// serverFrozenDuring reports whether a server was frozen at some time in w.
+func (h *history) serverFrozenDuring(w window) bool {
+	for _, f := range h.serverFrozen {
+		if f.from < w.to && w.from < f.to {
+			return true
+		}
+	}
+	return false
+}
+
 // check runs every checker over h and returns the run's counts and the
 // violations found, each a sentence saying what broke.
 func (h *history) check() (stats, []string) {
@@ -332,9 +347,10 @@ func (h *history) check() (stats, []string) {
 		}
 	}
 
-	// 4. Belief spans overlap only where the older holder was frozen, and
-	// then none of its requests was accepted after the newer holder's
-	// first.
+	// 4. Belief spans overlap only where the older holder or a server was
+	// frozen, and then none of the older holder's requests was accepted
+	// after the newer holder's first: fencing rejected the stale one. An
+	// overlap with nothing frozen means Done fired too late.
 	bs := h.beliefs()
 	firstAccepted := map[uint64]int64{}
 	lastAccepted := map[uint64]int64{}
@@ -352,7 +368,7 @@ func (h *history) check() (stats, []string) {
 			if b.token == a.token || b.from >= a.to || a.from >= b.to {
 				continue
 			}
-			if h.frozenDuring(a.client, window{a.from, a.to}) {
+			if w := (window{a.from, a.to}); h.frozenDuring(a.client, w) || h.serverFrozenDuring(w) {
 				st.Overlaps++
 				if f, ok := firstAccepted[b.token]; ok && lastAccepted[a.token] > f {
 					bad = append(bad, fmt.Sprintf("client %d (token %d) had a request accepted at %v, after client %d (token %d) had one accepted at %v",
@@ -360,7 +376,7 @@ func (h *history) check() (stats, []string) {
 				}
 				continue
 			}
-			bad = append(bad, fmt.Sprintf("client %d believed it held the lock (token %d) from %v to %v, but client %d was granted it (token %d) at %v, and client %d was never frozen",
+			bad = append(bad, fmt.Sprintf("client %d believed it held the lock (token %d) from %v to %v, but client %d was granted it (token %d) at %v, and neither client %d nor a server was frozen",
 				a.client, a.token, ms(a.from), ms(a.to), b.client, b.token, ms(b.from), a.client))
 		}
 	}

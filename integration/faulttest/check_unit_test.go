@@ -91,7 +91,24 @@ func TestFaultCheckers(t *testing.T) {
 			clients: map[int][]event{1: grant(1, 5, 0, 20), 2: grant(2, 6, 10, 30)},
 			end:     40,
 		},
-		want: []string{"was never frozen"},
+		want: []string{"nor a server was frozen"},
+	}, {
+		name: "beliefs overlap, a server frozen and the stale holder fenced",
+		h: history{
+			clients:      map[int][]event{1: grant(1, 5, 0, 20), 2: grant(2, 6, 10, 30)},
+			serverFrozen: []window{{from: 2, to: 15}},
+			server:       []serverEvent{accepted(5, false, 1, 0, 0), accepted(6, false, 11, 0, 0)},
+			end:          40,
+		},
+	}, {
+		name: "beliefs overlap, a server frozen, stale request accepted after the newer holder's",
+		h: history{
+			clients:      map[int][]event{1: grant(1, 5, 0, 20), 2: grant(2, 6, 10, 30)},
+			serverFrozen: []window{{from: 2, to: 15}},
+			server:       []serverEvent{accepted(6, false, 11, 0, 0), accepted(5, false, 16, 0, 0)},
+			end:          40,
+		},
+		want: []string{"accepted token 5", "had a request accepted at"},
 	}, {
 		name: "beliefs overlap, holder frozen and fenced",
 		h: history{

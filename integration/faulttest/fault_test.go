@@ -149,6 +149,6 @@ func TestFaultControl(t *testing.T) {
 
 // line summarizes a run's counts.
 func (s stats) line() string {
-	return fmt.Sprintf("ops=%d grants=%d lost=%d faults=%d writes: ok=%d stale=%d unknown=%d failed=%d overlaps(frozen)=%d violations=%d in %v",
+	return fmt.Sprintf("ops=%d grants=%d lost=%d faults=%d writes: ok=%d stale=%d unknown=%d failed=%d overlaps(frozen,fenced)=%d violations=%d in %v",
 		s.Ops, s.Grants, s.Lost, s.Faults, s.WritesOK, s.WritesStale, s.WritesUnknown, s.WritesFailed, s.Overlaps, s.Violations, s.Elapsed.Round(time.Millisecond))
 }

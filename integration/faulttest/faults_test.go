@@ -105,7 +105,14 @@ func faultPauseServer(r *run) error {
 	if err == nil {
 		r.settle()
 	}
-	if cerr := m.Continue(); cerr != nil {
+	cerr := m.Continue()
+	// The resumed member acts on what it believed before the pause for a
+	// moment (a former etcd leader may revoke leases), so the window the
+	// checker allows for that reaches one TTL past the resume.
+	r.mu.Lock()
+	r.serverFrozen = append(r.serverFrozen, window{from: paused, to: r.now() + int64(r.cfg.ttl)})
+	r.mu.Unlock()
+	if cerr != nil {
 		return fmt.Errorf("Continue(%s) = %v", m.Name(), cerr)
 	}
 	r.faultDone()

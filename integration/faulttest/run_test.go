@@ -162,10 +162,12 @@ type run struct {
 	rng     *rand.Rand
 	clients []*clientProc
 	frozen  map[int][]window
-	healed  int64
-	faults  int
-	missed  []string
-	bad     []string // violations found while running
+	// serverFrozen are the windows in which a server was frozen.
+	serverFrozen []window
+	healed       int64
+	faults       int
+	missed       []string
+	bad          []string // violations found while running
 }
 
 var runSeq atomic.Int64
@@ -496,7 +498,7 @@ func (r *run) finish() (stats, []string) {
 
 	h := &history{
 		name: r.name, clients: map[int][]event{}, server: r.reg.events(),
-		end: r.now(), frozen: r.frozen, killed: map[int]int64{}, healed: healed,
+		end: r.now(), frozen: r.frozen, serverFrozen: r.serverFrozen, killed: map[int]int64{}, healed: healed,
 		live: live, fenced: r.cfg.fenced,
 	}
 	h.final, h.finalN, h.finalS = r.reg.state()
