@@ -445,19 +445,13 @@ func (l *Locker) endOp(ctx context.Context, s *session, key string) error {
 }
 
 // grant turns an acquisition confirmed at readRev into a held lease and
-// starts the watch on its record.
+// registers the watch on its record with the session's watcher.
 func (l *Locker) grant(le *Lease, readRev int64) error {
 	s := le.s
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.life))
-	le.stopWatch = cancel
+	le.stopWatch = s.watch.add(le, readRev)
 	if err := s.add(le); err != nil {
-		cancel()
+		le.stopWatch()
 		return err
-	}
-	if !l.spawn(func() { le.watchRecord(wctx, readRev) }) {
-		cancel()
-		s.remove(le)
-		return lock.ErrClosed
 	}
 	return nil
 }

@@ -22,6 +22,16 @@
 // creates the record and reads the owner) and one to release (a delete
 // guarded by the record's create revision).
 //
+// A held lease watches its own record, from 50ms after the grant (a lease
+// released sooner costs no watch) and from the grant's revision (so no
+// deletion is missed). The watches of all leases of a session share one
+// watch stream, read by one goroutine: a held lease costs no goroutine of
+// its own, and its release cancels its watch on the server. When the stream
+// fails it is opened again, with backoff, and every watch is created again
+// from its lease's grant; a watch the server cancels (its revisions were
+// compacted) is replaced after one read of the record, which ends the lease
+// with [lock.ErrLost] if the record is gone.
+//
 // Requests that are safe to repeat (the create, which is idempotent per
 // acquisition; reads; the guarded delete) get at most a third of the TTL
 // (and at least a second) per attempt and are retried, so a member that

@@ -40,7 +40,7 @@ type Lease struct {
 	name      string
 	key       string
 	rev       int64
-	stopWatch context.CancelFunc
+	stopWatch func() // stops the watch on the record
 	// ambiguous: a create attempt of this acquisition failed without an
 	// answer and may still be applied, so the lease's end must write the
 	// session's guard (endOp).
@@ -200,65 +200,13 @@ func (le *Lease) deleteRecord(ctx context.Context) (bool, error) {
 	return deleted, err
 }
 
-// watchRecord ends the lease with lock.ErrLost when its record is deleted
-// by anyone but Release. fromRev is a revision at which the record was
-// known to exist. It returns when ctx (cancelled by finish) is done.
-//
-// The watch starts recordWatchDelay after the grant: a lease released
-// sooner never costs a watch, which keeps short critical sections at one
-// round trip each way. Starting from fromRev, the late watch still sees
-// every deletion since the grant.
-func (le *Lease) watchRecord(ctx context.Context, fromRev int64) {
-	l := le.l
-	t := time.NewTimer(recordWatchDelay)
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		t.Stop()
-		return
-	}
-	for ctx.Err() == nil {
-		wch := l.client.Watch(ctx, le.key, clientv3.WithRev(fromRev+1), clientv3.WithFilterPut())
-		for wr := range wch {
-			if wr.Canceled || wr.Err() != nil {
-				break
-			}
-			for _, ev := range wr.Events {
-				if ev.Type != clientv3.EventTypeDelete || string(ev.Kv.Key) != le.key {
-					continue
-				}
-				le.mu.Lock()
-				releasing := le.releasing
-				le.mu.Unlock()
-				if !releasing {
-					le.lose(fmt.Errorf("%w: record %q was deleted at revision %d", lock.ErrLost, le.key, ev.Kv.ModRevision))
-				}
-				return
-			}
-		}
-		// The watch failed (compaction, client trouble): re-read the
-		// record and watch again from that read.
-		for ctx.Err() == nil {
-			resp, err := l.client.Get(ctx, le.key)
-			if err == nil {
-				if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != le.rev {
-					le.mu.Lock()
-					releasing := le.releasing
-					le.mu.Unlock()
-					if !releasing {
-						le.lose(fmt.Errorf("%w: record %q is gone", lock.ErrLost, le.key))
-					}
-					return
-				}
-				fromRev = resp.Header.Revision
-				break
-			}
-			t := time.NewTimer(100 * time.Millisecond)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-			}
-		}
+// recordDeleted ends the lease with cause, which says its record is gone,
+// unless Release is deleting it.
+func (le *Lease) recordDeleted(cause error) {
+	le.mu.Lock()
+	releasing := le.releasing
+	le.mu.Unlock()
+	if !releasing {
+		le.lose(cause)
 	}
 }

@@ -145,15 +145,17 @@ func (l *Locker) session(ctx context.Context) (*session, error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
+		s.watch.cancel()
 		rctx, cancel := context.WithTimeout(context.Background(), l.closeWait())
 		_, _ = l.client.Revoke(rctx, resp.ID)
 		cancel()
 		return nil, lock.ErrClosed
 	}
 	l.sess = s
-	l.wg.Add(1)
+	l.wg.Add(2)
 	l.mu.Unlock()
 	go s.run()
+	go s.watch.run()
 	l.opts.logger.Debug("etcdlock: session started", "lease", fmt.Sprintf("%x", int64(resp.ID)), "ttl", l.opts.ttl)
 	return s, nil
 }

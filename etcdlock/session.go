@@ -41,13 +41,15 @@ type session struct {
 	err     error // why the session ended; set before done is closed
 	lost    bool  // ended by loss rather than by Close
 
+	watch *recordWatcher // the watches on the records of its leases
+
 	mu       sync.Mutex
 	deadline time.Time // local loss deadline
 	leases   map[*Lease]struct{}
 }
 
 func newSession(l *Locker, id clientv3.LeaseID, grantSent time.Time) *session {
-	return &session{
+	s := &session{
 		l:        l,
 		id:       id,
 		guardKey: fmt.Sprintf("%s#guard/%016x", l.opts.prefix, int64(id)),
@@ -55,6 +57,8 @@ func newSession(l *Locker, id clientv3.LeaseID, grantSent time.Time) *session {
 		deadline: grantSent.Add(l.opts.ttl - l.opts.lossMargin),
 		leases:   make(map[*Lease]struct{}),
 	}
+	s.watch = newRecordWatcher(s)
+	return s
 }
 
 // ended reports whether the session is over.
@@ -79,6 +83,7 @@ func (s *session) end(cause error, lost bool) {
 		s.leases = nil
 		s.mu.Unlock()
 		close(s.done)
+		s.watch.cancel()
 		for le := range leases {
 			le.finish(cause)
 		}

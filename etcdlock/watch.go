@@ -1,0 +1,358 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/lock"
+)
+
+// recordWatcher watches the records of every lease held through one session
+// on a single watch stream, so that a held lease costs one entry in a map
+// and one watch on the server, and no goroutine.
+//
+// One goroutine (run) owns the stream: it opens it when the first watch is
+// armed, sends creates and cancels, and when the stream fails it opens a new
+// one, with backoff, and creates every live watch on it again from the
+// revision its lease was granted at (or last re-read at), so that no deletion
+// is missed. Another goroutine per stream only receives, and queues what it
+// receives without ever blocking on run, so that a slow sender can never
+// stall the stream's reader. Watch IDs are chosen by the watcher (etcd 3.4
+// and later accept them in the create request), unique within the session,
+// and routed to their lease.
+//
+// A watch the server cancels (its start revision was compacted) is replaced
+// after one read of the record: gone, the lease is lost; still there, the
+// watch starts again from that read.
+type recordWatcher struct {
+	s *session
+
+	// ctx bounds the stream: cancelled when the session ends or the
+	// Locker closes.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	wake chan struct{} // capacity 1: something to do for run
+
+	mu      sync.Mutex
+	nextID  int64
+	entries map[int64]*recordWatch // live watches by ID
+	creates []*recordWatch         // armed, not yet sent on the current stream
+	cancels []int64                // IDs to cancel on the current stream
+	resps   []recvd                // received, not yet handled
+}
+
+// recordWatch is the watch on one lease's record.
+type recordWatch struct {
+	le      *Lease
+	id      int64
+	fromRev int64 // the record existed at this revision: watch from the next one
+	arm     *time.Timer
+	armed   bool // the create is queued or sent
+	gen     int  // stream generation it was last sent on (0: none)
+	stopped bool
+}
+
+// recvd is one answer from the stream of generation gen, or its failure.
+type recvd struct {
+	gen  int
+	resp *pb.WatchResponse
+	err  error
+}
+
+func newRecordWatcher(s *session) *recordWatcher {
+	w := &recordWatcher{s: s, wake: make(chan struct{}, 1), entries: make(map[int64]*recordWatch)}
+	w.ctx, w.cancel = context.WithCancel(s.l.life)
+	return w
+}
+
+func (w *recordWatcher) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// add registers the watch of le's record, known to exist at fromRev, armed
+// recordWatchDelay later, and returns the function that stops it.
+func (w *recordWatcher) add(le *Lease, fromRev int64) func() {
+	w.mu.Lock()
+	w.nextID++
+	rw := &recordWatch{le: le, id: w.nextID, fromRev: fromRev}
+	w.entries[rw.id] = rw
+	rw.arm = time.AfterFunc(recordWatchDelay, func() { w.arm(rw) })
+	w.mu.Unlock()
+	return func() { w.stop(rw) }
+}
+
+func (w *recordWatcher) arm(rw *recordWatch) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rw.stopped || rw.armed {
+		return
+	}
+	rw.armed = true
+	w.creates = append(w.creates, rw)
+	w.signal()
+}
+
+func (w *recordWatcher) stop(rw *recordWatch) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rw.stopped {
+		return
+	}
+	rw.stopped = true
+	rw.arm.Stop()
+	delete(w.entries, rw.id)
+	if rw.gen != 0 {
+		w.cancels = append(w.cancels, rw.id)
+		w.signal()
+	}
+}
+
+// rewatch creates rw's watch again from fromRev, after a read found its
+// record there.
+func (w *recordWatcher) rewatch(rw *recordWatch, fromRev int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rw.stopped {
+		return
+	}
+	rw.fromRev = fromRev
+	rw.gen = 0
+	w.creates = append(w.creates, rw)
+	w.signal()
+}
+
+// run owns the watch stream until the session ends. It is started with
+// l.wg.Add(1).
+func (w *recordWatcher) run() {
+	l := w.s.l
+	defer l.wg.Done()
+	ctx := w.ctx
+	defer w.cancel()
+
+	var (
+		gen       int
+		stream    pb.Watch_WatchClient
+		cancelStr context.CancelFunc
+		recvWG    sync.WaitGroup
+		backoff   = retryDelay
+		retryAt   <-chan time.Time
+	)
+	closeStream := func() {
+		if cancelStr != nil {
+			cancelStr()
+			recvWG.Wait()
+		}
+		stream, cancelStr = nil, nil
+	}
+	defer closeStream()
+	fail := func(err error) {
+		if err != nil && ctx.Err() == nil && !w.s.ended() {
+			l.opts.logger.Debug("etcdlock: record watch stream failed", "lease", fmt.Sprintf("%x", int64(w.s.id)), "err", err)
+		}
+		closeStream()
+		w.mu.Lock()
+		w.creates = w.creates[:0]
+		w.cancels = w.cancels[:0]
+		w.resps = w.resps[:0]
+		for _, rw := range w.entries {
+			if rw.armed {
+				rw.gen = 0
+				w.creates = append(w.creates, rw)
+			}
+		}
+		w.mu.Unlock()
+		retryAt = time.After(backoff)
+		backoff = min(2*backoff, time.Second)
+	}
+
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		case <-retryAt:
+			retryAt = nil
+		}
+		if retryAt != nil {
+			continue // waiting out the backoff
+		}
+		w.mu.Lock()
+		resps := w.resps
+		w.resps = nil
+		w.mu.Unlock()
+		failed := false
+		for _, r := range resps {
+			if r.gen != gen {
+				continue
+			}
+			if r.err != nil {
+				fail(r.err)
+				failed = true
+				break
+			}
+			if err := w.handle(r.resp, gen); err != nil {
+				fail(err)
+				failed = true
+				break
+			}
+			backoff = retryDelay
+		}
+		if failed {
+			continue
+		}
+		w.mu.Lock()
+		pending := len(w.creates) + len(w.cancels)
+		w.mu.Unlock()
+		if pending == 0 {
+			continue
+		}
+		if stream == nil {
+			// A member cut off from the leader fails the stream rather
+			// than keep it open and silent.
+			sctx, scancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+			wc := pb.NewWatchClient(l.client.ActiveConnection())
+			st, err := wc.Watch(sctx)
+			if err != nil {
+				scancel()
+				fail(err)
+				continue
+			}
+			gen++
+			stream, cancelStr = st, scancel
+			recvWG.Add(1)
+			go w.recv(st, gen, &recvWG)
+			// Watches sent on an earlier stream are gone with it.
+			w.mu.Lock()
+			w.cancels = w.cancels[:0]
+			w.mu.Unlock()
+		}
+		w.mu.Lock()
+		creates, cancels := w.creates, w.cancels
+		w.creates, w.cancels = nil, nil
+		var reqs []*pb.WatchRequest
+		for _, rw := range creates {
+			if rw.stopped || rw.gen == gen {
+				continue
+			}
+			rw.gen = gen
+			reqs = append(reqs, &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
+				Key:           []byte(rw.le.key),
+				StartRevision: rw.fromRev + 1,
+				Filters:       []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT},
+				WatchId:       rw.id,
+			}}})
+		}
+		for _, id := range cancels {
+			reqs = append(reqs, &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{CancelRequest: &pb.WatchCancelRequest{WatchId: id}}})
+		}
+		w.mu.Unlock()
+		for _, req := range reqs {
+			if err := stream.Send(req); err != nil {
+				fail(err)
+				break
+			}
+		}
+	}
+}
+
+// recv reads the stream of generation gen and queues what it reads for run.
+func (w *recordWatcher) recv(st pb.Watch_WatchClient, gen int, wg *sync.WaitGroup) {
+	defer wg.Done()
+	for {
+		resp, err := st.Recv()
+		if err == nil && resp.Canceled && resp.WatchId == clientv3.InvalidWatchID {
+			err = fmt.Errorf("watch create refused: %s", resp.CancelReason)
+		}
+		w.mu.Lock()
+		w.resps = append(w.resps, recvd{gen: gen, resp: resp, err: err})
+		w.mu.Unlock()
+		w.signal()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// handle routes one response of the current stream to its watch.
+func (w *recordWatcher) handle(resp *pb.WatchResponse, gen int) error {
+	w.mu.Lock()
+	rw := w.entries[resp.WatchId]
+	if rw != nil && rw.gen != gen {
+		rw = nil // a re-created watch: this answer is for its old one
+	}
+	if rw != nil && resp.Canceled {
+		// The server keeps the ID of a watch it cancelled taken on its
+		// stream until the client cancels it too: release it, and give
+		// the watch a new one, under which it is created again.
+		w.cancels = append(w.cancels, rw.id)
+		delete(w.entries, rw.id)
+		w.nextID++
+		rw.id = w.nextID
+		w.entries[rw.id] = rw
+		rw.gen = 0
+		w.signal()
+	}
+	w.mu.Unlock()
+	if rw == nil {
+		return nil
+	}
+	for _, ev := range resp.Events {
+		if ev.Type != mvccpb.DELETE || string(ev.Kv.Key) != rw.le.key {
+			continue
+		}
+		rw.le.recordDeleted(fmt.Errorf("%w: record %q was deleted at revision %d", lock.ErrLost, rw.le.key, ev.Kv.ModRevision))
+		return nil
+	}
+	if resp.Canceled {
+		rw.le.l.opts.logger.Debug("etcdlock: record watch cancelled by the server; re-reading the record",
+			"key", rw.le.key, "compact_revision", resp.CompactRevision, "reason", resp.CancelReason)
+		// Compaction (CompactRevision set) or another server-side
+		// cancel: read the record once, aside, and watch again from
+		// that read.
+		rw.le.l.spawn(func() { w.reread(rw) })
+	}
+	return nil
+}
+
+// reread reads rw's record after its watch was cancelled: gone (or a
+// different record), the lease is lost; otherwise the watch is created
+// again from the read.
+func (w *recordWatcher) reread(rw *recordWatch) {
+	le, l := rw.le, rw.le.l
+	var resp *clientv3.GetResponse
+	err := l.do(l.life, w.s, func(ctx context.Context) error {
+		select {
+		case <-le.done:
+			return nil
+		default:
+		}
+		var err error
+		resp, err = l.client.Get(ctx, le.key)
+		return err
+	})
+	if err != nil || resp == nil {
+		if err != nil && !errors.Is(err, lock.ErrClosed) && l.life.Err() == nil && !w.s.ended() {
+			// Not retryable: nothing more can be learned from the
+			// server, and a silent lease would be worse than a lost one.
+			le.recordDeleted(fmt.Errorf("%w: record %q could not be read after its watch was cancelled: %w", lock.ErrLost, le.key, err))
+		}
+		return
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != le.rev {
+		le.recordDeleted(fmt.Errorf("%w: record %q is gone", lock.ErrLost, le.key))
+		return
+	}
+	l.opts.logger.Debug("etcdlock: record watch created again", "key", le.key, "from_revision", resp.Header.Revision+1)
+	w.rewatch(rw, resp.Header.Revision)
+}
