@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/integration/cluster"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 )
 
 // clientProc is one client process and what the test knows about it.
@@ -26,7 +27,7 @@ type clientProc struct {
 
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
-	out   *syncBuffer
+	out   *testutil.SyncBuffer
 	done  chan struct{} // closed once the process has exited
 	werr  error         // cmd.Wait's error, set before done closes
 
@@ -37,24 +38,6 @@ type clientProc struct {
 	stopped  bool  // frozen with SIGSTOP
 	killed   int64 // when it was killed with SIGKILL, 0 if never
 	graceful bool  // asked to stop
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // startClient starts a client process with cfg. The caller must make sure
@@ -72,7 +55,7 @@ func startClient(cfg clientConfig, proxies []*cluster.Proxy, member int) (*clien
 	// that nothing else would run if it did not.
 	cmd := exec.Command(exe, "-test.run=^$", "-test.timeout=0")
 	cmd.Env = append(os.Environ(), clientEnv+"="+string(b))
-	p := &clientProc{id: cfg.ID, cfg: cfg, proxies: proxies, member: member, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &clientProc{id: cfg.ID, cfg: cfg, proxies: proxies, member: member, cmd: cmd, out: &testutil.SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err
