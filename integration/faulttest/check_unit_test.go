@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/fencelock/fencelock/integration/cluster"
 )
 
 // rmw returns the client events of one read-modify-write: read at t
@@ -27,17 +29,39 @@ func grant(client int, tok uint64, t, end int64, body ...[]event) []event {
 	return append(evs, event{T: end, Client: client, Kind: "rel", Token: tok})
 }
 
+// overlapping returns two clients whose beliefs overlap from 10 to 20:
+// client 1 holds token 5 from 0 to 20, client 2 token 6 from 10 to 30.
+func overlapping() map[int][]event {
+	return map[int][]event{1: grant(1, 5, 0, 20), 2: grant(2, 6, 10, 30)}
+}
+
 // TestFaultCheckers feeds the checkers hand-made histories, so that a
-// checker that passes everything cannot go unnoticed.
+// checker that passes everything cannot go unnoticed: each checker has a
+// control history that must fail it, and each boundary of the overlap
+// excuses has a case on either side.
 func TestFaultCheckers(t *testing.T) {
 	h1, h2 := elemHash(101), elemHash(201)
 	accepted := func(tok uint64, write bool, t int64, base, cur int) serverEvent {
 		return serverEvent{T: t, Token: tok, Write: write, Status: http.StatusOK, Base: base, Cur: cur}
 	}
+	// fenced: each holder's read accepted, the older one's before the
+	// newer one's first. stale: the older holder's read accepted after
+	// the newer holder's.
+	fenced := []serverEvent{accepted(5, false, 1, 0, 0), accepted(6, false, 11, 0, 0)}
+	stale := []serverEvent{accepted(6, false, 11, 0, 0), accepted(5, false, 16, 0, 0)}
+	// The overlap starts at 10; these freezes resume before, at, or
+	// after it.
+	leaderResumedAt8 := []serverFreeze{{member: "etcd-1", leader: true, from: 2, to: 8}}
+	leaderResumedAt10 := []serverFreeze{{member: "etcd-1", leader: true, from: 2, to: 10}}
+	leaderResumedAt12 := []serverFreeze{{member: "etcd-1", leader: true, from: 2, to: 12}}
+	followerResumedAt8 := []serverFreeze{{member: "etcd-2", leader: false, from: 2, to: 8}}
+	const ttl = 5 // the excuse reaches from the resume to 5 ns after it
 	tests := []struct {
 		name string
 		h    history
 		want []string // substrings of the violations expected; none if empty
+		// the overlaps counted apart, when no violation is expected
+		frozenClient, excused int
 	}{{
 		name: "two appends in turn",
 		h: history{
@@ -49,7 +73,32 @@ func TestFaultCheckers(t *testing.T) {
 			final:  map[int64]bool{101: true, 201: true}, finalN: 2, finalS: h1 + h2, end: 30,
 		},
 	}, {
-		name: "lost update",
+		name: "control: lost append",
+		h: history{
+			clients: map[int][]event{
+				1: grant(1, 5, 0, 10, rmw(1, 5, 1, 0, 0, 101, "write-ok")),
+				2: grant(2, 6, 11, 20, rmw(2, 6, 12, 1, h1, 201, "write-ok")),
+			},
+			server: []serverEvent{accepted(5, true, 2, 0, 0), accepted(6, true, 13, 1, 1)},
+			// 201's acknowledged append is gone, yet the register's
+			// size and hash say otherwise: only the set is wrong.
+			final: map[int64]bool{101: true}, finalN: 2, finalS: h1 + h2, end: 30,
+		},
+		want: []string{"1 of 2 acknowledged appends are missing from the final set (first: op 201 by client 2)"},
+	}, {
+		name: "control: not linearizable",
+		h: history{
+			clients: map[int][]event{
+				1: grant(1, 5, 0, 10, rmw(1, 5, 1, 0, 0, 101, "write-ok")),
+				// Reads the empty set after 101 was acknowledged.
+				2: grant(2, 6, 11, 20, rmw(2, 6, 12, 0, 0, 201, "write-stale")),
+			},
+			server: []serverEvent{accepted(5, false, 1, 0, 0), accepted(5, true, 2, 0, 0), accepted(6, false, 12, 0, 0)},
+			final:  map[int64]bool{101: true}, finalN: 1, finalS: h1, end: 30,
+		},
+		want: []string{"is not linearizable"},
+	}, {
+		name: "control: lost update",
 		h: history{
 			clients: map[int][]event{
 				1: grant(1, 5, 0, 10, rmw(1, 5, 1, 0, 0, 101, "write-ok")),
@@ -78,7 +127,7 @@ func TestFaultCheckers(t *testing.T) {
 			final: map[int64]bool{201: true}, finalN: 1, finalS: h2, end: 30,
 		},
 	}, {
-		name: "token accepted after a higher one",
+		name: "control: token accepted after a higher one",
 		h: history{
 			clients: map[int][]event{},
 			server:  []serverEvent{accepted(6, false, 1, 0, 0), accepted(5, false, 2, 0, 0)},
@@ -86,48 +135,67 @@ func TestFaultCheckers(t *testing.T) {
 		},
 		want: []string{"accepted token 5"},
 	}, {
-		name: "beliefs overlap, holder never frozen",
-		h: history{
-			clients: map[int][]event{1: grant(1, 5, 0, 20), 2: grant(2, 6, 10, 30)},
-			end:     40,
-		},
-		want: []string{"nor a server was frozen"},
+		name: "control: beliefs overlap, nothing frozen",
+		h:    history{backend: cluster.Etcd, ttl: ttl, clients: overlapping(), server: fenced, end: 40},
+		want: []string{"no known server defect explains it: no server was frozen"},
 	}, {
-		name: "beliefs overlap, a server frozen and the stale holder fenced",
-		h: history{
-			clients:      map[int][]event{1: grant(1, 5, 0, 20), 2: grant(2, 6, 10, 30)},
-			serverFrozen: []window{{from: 2, to: 15}},
-			server:       []serverEvent{accepted(5, false, 1, 0, 0), accepted(6, false, 11, 0, 0)},
-			end:          40,
-		},
+		name: "zookeeper, frozen leader, overlap after the resume, fenced",
+		h:    history{backend: cluster.ZooKeeper, ttl: ttl, clients: overlapping(), serverFreezes: leaderResumedAt8, server: fenced, end: 40},
+		want: []string{"no known zookeeper defect"},
 	}, {
-		name: "beliefs overlap, a server frozen, stale request accepted after the newer holder's",
-		h: history{
-			clients:      map[int][]event{1: grant(1, 5, 0, 20), 2: grant(2, 6, 10, 30)},
-			serverFrozen: []window{{from: 2, to: 15}},
-			server:       []serverEvent{accepted(6, false, 11, 0, 0), accepted(5, false, 16, 0, 0)},
-			end:          40,
-		},
-		want: []string{"accepted token 5", "had a request accepted at"},
+		name: "zookeeper, frozen follower, fenced",
+		h:    history{backend: cluster.ZooKeeper, ttl: ttl, clients: overlapping(), serverFreezes: []serverFreeze{{member: "zk-2", from: 2, to: 8}}, server: fenced, end: 40},
+		want: []string{"no known zookeeper defect"},
 	}, {
-		name: "beliefs overlap, holder frozen and fenced",
-		h: history{
-			clients: map[int][]event{1: grant(1, 5, 0, 20), 2: grant(2, 6, 10, 30)},
-			frozen:  map[int][]window{1: {{from: 2, to: 15}}},
-			server:  []serverEvent{accepted(5, false, 1, 0, 0), accepted(6, false, 11, 0, 0)},
-			end:     40,
-		},
+		name: "etcd, frozen follower, overlap after the resume, fenced",
+		h:    history{backend: cluster.Etcd, ttl: ttl, clients: overlapping(), serverFreezes: followerResumedAt8, server: fenced, end: 40},
+		want: []string{"etcd-2 was frozen as a follower"},
 	}, {
-		name: "beliefs overlap, frozen holder's request accepted after the newer holder's",
-		h: history{
-			clients: map[int][]event{1: grant(1, 5, 0, 20), 2: grant(2, 6, 10, 30)},
-			frozen:  map[int][]window{1: {{from: 2, to: 15}}},
-			server:  []serverEvent{accepted(6, false, 11, 0, 0), accepted(5, false, 16, 0, 0)},
-			end:     40,
-		},
-		want: []string{"accepted token 5", "had a request accepted at"},
+		name: "etcd, frozen leader, overlap starting before the resume",
+		h:    history{backend: cluster.Etcd, ttl: ttl, clients: overlapping(), serverFreezes: leaderResumedAt12, server: fenced, end: 40},
+		want: []string{"began at 0.000s, before former leader etcd-1 was resumed"},
 	}, {
-		name: "client never served after the fault",
+		name: "etcd, frozen leader never resumed",
+		h:    history{backend: cluster.Etcd, ttl: ttl, clients: overlapping(), serverFreezes: []serverFreeze{{member: "etcd-1", leader: true, from: 2, to: never}}, server: fenced, end: 40},
+		want: []string{"never resumed"},
+	}, {
+		name: "etcd, frozen leader, overlap starting more than a TTL after the resume",
+		h:    history{backend: cluster.Etcd, ttl: ttl, clients: overlapping(), serverFreezes: []serverFreeze{{member: "etcd-1", leader: true, from: 1, to: 4}}, server: fenced, end: 40},
+		want: []string{"more than one TTL"},
+	}, {
+		name:    "etcd, frozen leader, overlap starting at the resume, fenced",
+		h:       history{backend: cluster.Etcd, ttl: ttl, clients: overlapping(), serverFreezes: leaderResumedAt10, server: fenced, end: 40},
+		excused: 1,
+	}, {
+		name:    "etcd, frozen leader, overlap starting after the resume, fenced",
+		h:       history{backend: cluster.Etcd, ttl: ttl, clients: overlapping(), serverFreezes: leaderResumedAt8, server: fenced, end: 40},
+		excused: 1,
+	}, {
+		name:    "etcd, frozen follower then frozen leader, overlap after the leader's resume, fenced",
+		h:       history{backend: cluster.Etcd, ttl: ttl, clients: overlapping(), serverFreezes: append(append([]serverFreeze(nil), followerResumedAt8...), leaderResumedAt8...), server: fenced, end: 40},
+		excused: 1,
+	}, {
+		name: "etcd, frozen leader, overlap after the resume, stale request accepted after the newer holder's",
+		h:    history{backend: cluster.Etcd, ttl: ttl, clients: overlapping(), serverFreezes: leaderResumedAt8, server: stale, end: 40},
+		want: []string{"accepted token 5", "the overlap was not fenced"},
+	}, {
+		name:         "holder's client frozen during the overlap, fenced",
+		h:            history{backend: cluster.ZooKeeper, ttl: ttl, clients: overlapping(), frozen: map[int][]window{1: {{from: 2, to: 15}}}, server: fenced, end: 40},
+		frozenClient: 1,
+	}, {
+		name: "holder's client frozen during the overlap, stale request accepted after the newer holder's",
+		h:    history{backend: cluster.Etcd, ttl: ttl, clients: overlapping(), frozen: map[int][]window{1: {{from: 2, to: 15}}}, server: stale, end: 40},
+		want: []string{"accepted token 5", "the overlap was not fenced"},
+	}, {
+		name: "holder's client frozen only before the overlap",
+		h:    history{backend: cluster.Etcd, ttl: ttl, clients: overlapping(), frozen: map[int][]window{1: {{from: 2, to: 8}}}, server: fenced, end: 40},
+		want: []string{"client 1 was not frozen during the overlap"},
+	}, {
+		name: "newer holder's client frozen, not the older one's",
+		h:    history{backend: cluster.Etcd, ttl: ttl, clients: overlapping(), frozen: map[int][]window{2: {{from: 12, to: 15}}}, server: fenced, end: 40},
+		want: []string{"client 1 was not frozen during the overlap"},
+	}, {
+		name: "control: client never served after the fault",
 		h: history{
 			clients: map[int][]event{1: grant(1, 5, 0, 10), 2: grant(2, 6, 11, 20)},
 			live:    map[int]bool{1: true, 2: true},
@@ -140,7 +208,7 @@ func TestFaultCheckers(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.h.name = "unit"
 			tt.h.fenced = false // no visualization files
-			_, bad := tt.h.check()
+			st, bad := tt.h.check()
 			if len(tt.want) == 0 && len(bad) > 0 {
 				t.Fatalf("check() = %q; want no violation", bad)
 			}
@@ -149,6 +217,12 @@ func TestFaultCheckers(t *testing.T) {
 				if !strings.Contains(all, w) {
 					t.Errorf("check() = %q; want a violation containing %q", bad, w)
 				}
+			}
+			if len(tt.want) > 0 {
+				return
+			}
+			if st.FrozenClient != tt.frozenClient || st.Excused != tt.excused {
+				t.Errorf("check() counted %d frozen-client and %d excused overlaps; want %d and %d", st.FrozenClient, st.Excused, tt.frozenClient, tt.excused)
 			}
 		})
 	}

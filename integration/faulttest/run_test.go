@@ -162,12 +162,13 @@ type run struct {
 	rng     *rand.Rand
 	clients []*clientProc
 	frozen  map[int][]window
-	// serverFrozen are the windows in which a server was frozen.
-	serverFrozen []window
-	healed       int64
-	faults       int
-	missed       []string
-	bad          []string // violations found while running
+	// serverFreezes are the servers frozen so far, with whether each
+	// was the leader when frozen.
+	serverFreezes []serverFreeze
+	healed        int64
+	faults        int
+	missed        []string
+	bad           []string // violations found while running
 }
 
 var runSeq atomic.Int64
@@ -497,8 +498,8 @@ func (r *run) finish() (stats, []string) {
 	}
 
 	h := &history{
-		name: r.name, clients: map[int][]event{}, server: r.reg.events(),
-		end: r.now(), frozen: r.frozen, serverFrozen: r.serverFrozen, killed: map[int]int64{}, healed: healed,
+		name: r.name, backend: r.b.kind, ttl: r.cfg.ttl, clients: map[int][]event{}, server: r.reg.events(),
+		end: r.now(), frozen: r.frozen, serverFreezes: r.serverFreezes, killed: map[int]int64{}, healed: healed,
 		live: live, fenced: r.cfg.fenced,
 	}
 	h.final, h.finalN, h.finalS = r.reg.state()
