@@ -82,15 +82,23 @@ func longHold(r *run) time.Duration { return 3 * r.cfg.ttl }
 
 // faultPauseServer freezes (SIGSTOP) the member the holder is connected to
 // (every client has a single endpoint), until a client on another member
-// has written with a newer token.
+// has written with a newer token. Whether that member led the cluster is
+// asked just before the freeze and recorded with it: the checker excuses
+// an overlap after the resume only for a frozen etcd leader.
 func faultPauseServer(r *run) error {
 	var target *clientProc
 	var m cluster.Member
 	var ferr error
+	var freeze serverFreeze
 	e, err := r.nextAccepted(isRead, func(e serverEvent) {
 		target = r.client(e.Client)
 		r.reg.holdLonger(e.Client, longHold(r))
 		m = r.b.c.Members[target.member]
+		// A failed query records "not the leader", which excuses nothing.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		leader, lerr := r.b.c.Leader(ctx)
+		cancel()
+		freeze = serverFreeze{member: m.Name(), leader: lerr == nil && leader == target.member, from: r.now(), to: never}
 		ferr = m.Stop()
 	})
 	if err != nil {
@@ -99,18 +107,28 @@ func faultPauseServer(r *run) error {
 	if ferr != nil {
 		return fmt.Errorf("Stop(%s) = %v", m.Name(), ferr)
 	}
+	r.mu.Lock()
+	r.serverFreezes = append(r.serverFreezes, freeze)
+	idx := len(r.serverFreezes) - 1
+	r.mu.Unlock()
 	paused := r.now()
+	// Confirm the freeze from the kernel, not only from the provider's
+	// own bookkeeping.
 	running := m.Running()
+	var frozenErr error
+	if pid, perr := listenerPID(m.ClientAddr()); perr != nil {
+		frozenErr = fmt.Errorf("finding %s's process: %w", m.Name(), perr)
+	} else {
+		frozenErr = waitFrozen(pid, 5*time.Second)
+	}
 	err = r.waitHigherWrite(e.Token)
 	if err == nil {
 		r.settle()
 	}
+	resumed := r.now()
 	cerr := m.Continue()
-	// The resumed member acts on what it believed before the pause for a
-	// moment (a former etcd leader may revoke leases), so the window the
-	// checker allows for that reaches one TTL past the resume.
 	r.mu.Lock()
-	r.serverFrozen = append(r.serverFrozen, window{from: paused, to: r.now() + int64(r.cfg.ttl)})
+	r.serverFreezes[idx].to = resumed
 	r.mu.Unlock()
 	if cerr != nil {
 		return fmt.Errorf("Continue(%s) = %v", m.Name(), cerr)
@@ -121,6 +139,9 @@ func faultPauseServer(r *run) error {
 	}
 	if running {
 		return fmt.Errorf("%s reported running after Stop", m.Name())
+	}
+	if frozenErr != nil {
+		return fmt.Errorf("%s not frozen after Stop: %w", m.Name(), frozenErr)
 	}
 	// The holder, cut off from its only server, must have given its lease
 	// (or its wait) up as lost.

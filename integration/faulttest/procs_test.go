@@ -81,7 +81,9 @@ func (p *clientProc) exited() bool {
 }
 
 // freeze stops the process with SIGSTOP, as a long garbage-collection
-// pause would.
+// pause would, and returns once the kernel reports it stopped: a signal
+// sent is not yet a process frozen, and a fault that assumed so could
+// pass without having happened.
 func (p *clientProc) freeze() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -89,6 +91,9 @@ func (p *clientProc) freeze() error {
 		return fmt.Errorf("SIGSTOP client %d: %w", p.id, err)
 	}
 	p.stopped = true
+	if err := waitFrozen(p.cmd.Process.Pid, 5*time.Second); err != nil {
+		return fmt.Errorf("SIGSTOP client %d did not take: %w", p.id, err)
+	}
 	return nil
 }
 
