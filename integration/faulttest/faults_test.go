@@ -107,6 +107,7 @@ func faultPauseServer(r *run) error {
 	if ferr != nil {
 		return fmt.Errorf("Stop(%s) = %v", m.Name(), ferr)
 	}
+	r.t.Logf("froze %s (the leader when frozen: %t), which client %d (token %d) depends on", freeze.member, freeze.leader, target.id, e.Token)
 	r.mu.Lock()
 	r.serverFreezes = append(r.serverFreezes, freeze)
 	idx := len(r.serverFreezes) - 1
@@ -245,13 +246,53 @@ func faultBlackholeHolder(r *run) error {
 
 // replyDelay is how long the proxies hold each chunk when a reply is to
 // be lost: the request reaches the server after it, and the reply is
-// still held for as long when the connections are reset.
+// held for as long again, which leaves the test time to see the request's
+// effect on the server and reset the connections before the reply gets
+// through.
 const replyDelay = 250 * time.Millisecond
 
-// faultReplyLost delays the holder's traffic, waits for its next request
-// of kind ("acq" or "rel") to reach the server, and resets its
-// connections while the reply is still held: the request took effect, the
-// client never heard.
+// clientRecords returns the keys of the lock records of client id on the
+// server (the records carry the client's identity).
+func (r *run) clientRecords(id int) (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	recs, err := r.b.records(ctx, r.ns)
+	if err != nil {
+		return nil, err
+	}
+	identity := fmt.Sprintf("client-%d", id)
+	keys := map[string]bool{}
+	for _, rec := range recs {
+		if rec.identity == identity {
+			keys[rec.key] = true
+		}
+	}
+	return keys, nil
+}
+
+// firstEvent returns the client's first event of one of kinds at or after
+// since.
+func firstEvent(p *clientProc, since int64, kinds ...string) (event, bool) {
+	for _, e := range p.events() {
+		if e.T < since {
+			continue
+		}
+		for _, k := range kinds {
+			if e.Kind == k {
+				return e, true
+			}
+		}
+	}
+	return event{}, false
+}
+
+// faultReplyLost delays the holder's traffic and waits for its next
+// request of kind ("acq" or "rel"). Once the server shows the request's
+// effect (for an acquire, a new record of the client's; for a release,
+// the client's record gone) while the client has no answer yet, it resets
+// the client's connections: the request took effect, and the reply, still
+// held by the proxies, is lost. The client's answer must come after the
+// reset.
 func faultReplyLost(kind string) fault {
 	return func(r *run) error {
 		var target *clientProc
@@ -269,33 +310,68 @@ func faultReplyLost(kind string) fault {
 				p.SetDelay(0)
 			}
 		}
+		fail := func(format string, args ...any) error {
+			undelay()
+			r.faultDone()
+			return fmt.Errorf(format, args...)
+		}
 		var inv event
 		if !poll(r.timeout(), func() bool {
 			var ok bool
 			inv, ok = lastEvent(target, mark, kind)
 			return ok
 		}) {
-			undelay()
-			r.faultDone()
-			return fmt.Errorf("client %d sent no %q request within %v", target.id, kind, r.timeout())
+			return fail("client %d sent no %q request within %v", target.id, kind, r.timeout())
 		}
-		var up0 int64
-		for _, p := range target.proxies {
-			up0 += p.Stats().BytesUp
+		// What the client had on the server when it sent the request,
+		// which reaches the server only replyDelay later.
+		before, err := r.clientRecords(target.id)
+		if err != nil {
+			return fail("listing client %d's records: %v", target.id, err)
 		}
-		// The request is delivered replyDelay after it was sent; its
-		// reply, a round trip later, is held for another replyDelay.
-		poll(r.timeout(), func() bool { return r.now() >= inv.T+int64(replyDelay+100*time.Millisecond) })
-		var up1 int64
-		for _, p := range target.proxies {
-			up1 += p.Stats().BytesUp
+		switch {
+		case kind == "acq" && len(before) > 0:
+			return fail("client %d already had records %v when it sent its acquire; cannot tell its effect", target.id, before)
+		case kind == "rel" && len(before) == 0:
+			return fail("client %d had no record on the server when it sent its release", target.id)
 		}
+		// The request's effect on the server, seen while the client
+		// still waits for the answer.
+		var took bool
+		var answeredEarly event
+		poll(r.timeout(), func() bool {
+			if e, ok := firstEvent(target, inv.T, kind+"-ok", kind+"-err"); ok {
+				answeredEarly = e
+				return true
+			}
+			now, err := r.clientRecords(target.id)
+			if err != nil {
+				return false
+			}
+			if kind == "acq" {
+				took = len(now) > 0
+			} else {
+				took = true
+				for k := range before {
+					if now[k] {
+						took = false
+					}
+				}
+			}
+			return took
+		})
 		for _, p := range target.proxies {
 			p.ResetConns()
 		}
 		reset := r.now()
 		undelay()
 		r.faultDone()
+		if answeredEarly.Kind != "" {
+			return fmt.Errorf("client %d's %q was answered (%s at %v) before the server showed its effect: the reply was not held", target.id, kind, answeredEarly.Kind, ms(answeredEarly.T))
+		}
+		if !took {
+			return fmt.Errorf("client %d's %q request showed no effect on the server within %v", target.id, kind, r.timeout())
+		}
 		var resets int
 		for _, p := range target.proxies {
 			resets += p.Stats().Resets
@@ -303,17 +379,16 @@ func faultReplyLost(kind string) fault {
 		if resets == 0 {
 			return errors.New("no connection was reset")
 		}
-		if up1 <= up0 {
-			return fmt.Errorf("client %d's %q request had not reached the server when its connections were reset", target.id, kind)
-		}
+		var res event
 		if !poll(r.timeout(), func() bool {
-			_, ok := lastEvent(target, reset, kind+"-ok", kind+"-err")
+			var ok bool
+			res, ok = firstEvent(target, inv.T, kind+"-ok", kind+"-err")
 			return ok
 		}) {
 			return fmt.Errorf("client %d's %q did not finish within %v of its reply being lost", target.id, kind, r.timeout())
 		}
-		if res, ok := lastEvent(target, mark, kind+"-ok", kind+"-err"); ok && res.T < reset {
-			return fmt.Errorf("client %d's %q answered at %v, before the reset at %v: the reply was not lost", target.id, kind, ms(res.T), ms(reset))
+		if res.T < reset {
+			return fmt.Errorf("client %d's %q answered (%s) at %v, before the reset at %v: the reply was not lost", target.id, kind, res.Kind, ms(res.T), ms(reset))
 		}
 		return nil
 	}
