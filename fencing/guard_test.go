@@ -419,36 +419,51 @@ func FuzzGuard(f *testing.F) {
 			}
 		}
 
-		// Concurrently: writers start in input order; a write whose op has
-		// the hold bit waits inside its critical section until every writer
-		// has started, then the held ones are released in input order.
-		// Per resource, applied tokens never decrease.
+		// Concurrently: writers start in input order (each signals just
+		// before its Apply, and the next starts only then); a write whose
+		// op has the hold bit waits inside its critical section until
+		// every writer has started, then the held ones are released in
+		// input order. Per resource, applied tokens never decrease.
 		g = newGuard()
 		var mu sync.Mutex
 		applied := map[string][]fencing.Token{}
 		release := make([]chan struct{}, len(ops))
+		var started atomic.Int32
+		var early atomic.Int32 // held writes let go before every writer started
 		var wg sync.WaitGroup
 		for i, o := range ops {
 			release[i] = make(chan struct{})
 			if !o.hold {
 				close(release[i])
 			}
+			running := make(chan struct{})
 			wg.Go(func() {
+				started.Add(1)
+				close(running)
 				_ = g.Apply(o.resource, o.token, func() error {
 					mu.Lock()
 					applied[o.resource] = append(applied[o.resource], o.token)
 					mu.Unlock()
 					<-release[i]
+					if o.hold && int(started.Load()) != len(ops) {
+						early.Add(1)
+					}
 					return nil
 				})
 			})
+			<-running
 		}
+		// The barrier: each writer's start was awaited above, so every
+		// writer has started before any held one is let go.
 		for i, o := range ops {
 			if o.hold {
 				close(release[i])
 			}
 		}
 		wg.Wait()
+		if n := early.Load(); n != 0 {
+			t.Fatalf("%d held writes were released before every writer had started; want none", n)
+		}
 		for r, toks := range applied {
 			for i := 1; i < len(toks); i++ {
 				if toks[i] < toks[i-1] {

@@ -8,10 +8,12 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/fencing/httpfence"
@@ -162,21 +164,43 @@ func TestHandlerStatus(t *testing.T) {
 	}
 }
 
+// waitingOnGuard reports whether some goroutine is blocked acquiring a
+// fencing.Guard's per-resource lock inside Apply. The only way to know
+// that a request is queued at the critical section, rather than merely on
+// its way to it, is to look at where its goroutine is parked.
+func waitingOnGuard() bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "[sync.Mutex.Lock") && strings.Contains(g, "fencing.(*Guard).Apply(") {
+			return true
+		}
+	}
+	return false
+}
+
 // TestHandlerRunsInsideCriticalSection holds the handler of a request with
-// token 7 open, sends token 8 meanwhile and lets 7 finish only once 8 has
-// reached the fencing handler, and checks that 8's handler did not start
-// before 7's finished; afterwards 7 is stale.
+// token 7 open inside the Guard's critical section, sends token 8
+// meanwhile, and lets 7 finish only once 8 is parked on the Guard's lock
+// for the same resource (seen in its goroutine's stack, after the fencing
+// handler itself reported 8's arrival by asking for its resource). 8's
+// handler must not have started before 7's finished; afterwards 7 is
+// stale.
 func TestHandlerRunsInsideCriticalSection(t *testing.T) {
 	var (
 		mu    sync.Mutex
 		order []string
 	)
 	entered7, release7 := make(chan struct{}), make(chan struct{})
+	started8 := make(chan struct{})
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok := r.Header.Get(httpfence.Header)
 		mu.Lock()
 		order = append(order, "start "+tok)
 		mu.Unlock()
+		if tok == "8" {
+			close(started8)
+		}
 		if tok == "7" && r.URL.Query().Get("hold") != "" {
 			close(entered7)
 			<-release7
@@ -186,43 +210,68 @@ func TestHandlerRunsInsideCriticalSection(t *testing.T) {
 		mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	})
+	// The fencing handler asks for the resource once it has read the
+	// token, right before it enters the Guard.
 	arrived8 := make(chan struct{})
-	srv, base := newServerWrapped(t, next, func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get(httpfence.Header) == "8" {
-				close(arrived8)
-			}
-			h.ServeHTTP(w, r)
-		})
+	resourceOf := func(r *http.Request) string {
+		if r.Header.Get(httpfence.Header) == "8" {
+			close(arrived8)
+		}
+		return r.URL.Path
+	}
+	h, err := httpfence.Handler(&fencing.Guard{}, resourceOf, next)
+	if err != nil {
+		t.Fatalf("Handler() = %v", err)
+	}
+	srv := httptest.NewServer(h)
+	base := &http.Transport{}
+	t.Cleanup(func() {
+		base.CloseIdleConnections()
+		srv.Close()
 	})
 	c := &http.Client{Transport: base}
+	put := func(url, tok string, done chan<- int) {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, url, nil)
+		req.Header.Set(httpfence.Header, tok)
+		resp, err := c.Do(req)
+		if err != nil {
+			done <- -1
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}
 
 	done7 := make(chan int, 1)
-	go func() {
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, srv.URL+"/r?hold=1", nil)
-		req.Header.Set(httpfence.Header, "7")
-		resp, err := c.Do(req)
-		if err != nil {
-			done7 <- -1
-			return
-		}
-		resp.Body.Close()
-		done7 <- resp.StatusCode
-	}()
+	go put(srv.URL+"/r?hold=1", "7", done7)
 	<-entered7
 	done8 := make(chan int, 1)
-	go func() {
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPut, srv.URL+"/r", nil)
-		req.Header.Set(httpfence.Header, "8")
-		resp, err := c.Do(req)
-		if err != nil {
-			done8 <- -1
-			return
-		}
-		resp.Body.Close()
-		done8 <- resp.StatusCode
-	}()
+	go put(srv.URL+"/r", "8", done8)
 	<-arrived8
+	// 8 is in the fencing handler. It must now wait on the Guard, not
+	// run: poll until its goroutine is parked on the lock, failing if
+	// its handler starts meanwhile.
+	deadline := time.After(10 * time.Second)
+	for parked := false; !parked; {
+		select {
+		case <-started8:
+			close(release7)
+			<-done7
+			<-done8
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("handler order = %s: token 8's handler started while token 7's was still running; want 8 to wait for 7", strings.Join(order, ", "))
+		case <-deadline:
+			close(release7)
+			<-done7
+			<-done8
+			t.Fatal("token 8 never waited on the Guard's lock within 10s")
+		default:
+		}
+		if parked = waitingOnGuard(); !parked {
+			time.Sleep(time.Millisecond)
+		}
+	}
 	close(release7)
 	if s := <-done7; s != http.StatusNoContent {
 		t.Fatalf("token 7 (held): status %d; want 204", s)
@@ -230,7 +279,10 @@ func TestHandlerRunsInsideCriticalSection(t *testing.T) {
 	if s := <-done8; s != http.StatusNoContent {
 		t.Fatalf("token 8: status %d; want 204", s)
 	}
-	if got, want := strings.Join(order, ", "), "start 7, end 7, start 8, end 8"; got != want {
+	mu.Lock()
+	got := strings.Join(order, ", ")
+	mu.Unlock()
+	if want := "start 7, end 7, start 8, end 8"; got != want {
 		t.Errorf("handler order = %s; want %s", got, want)
 	}
 	if status, body := send(t, c, srv.URL+"/r", "7"); status != http.StatusConflict || body.Highest != 8 {
