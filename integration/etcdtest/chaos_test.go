@@ -1,48 +1,106 @@
 package etcdtest
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencelock/fencelock/etcdlock"
+	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock"
 )
 
+// chaosFault is one round of TestChaosNoOverlap.
+type chaosFault int
+
+const (
+	killLeader chaosFault = iota
+	freezeFollower
+	freezeLeader
+)
+
+func (f chaosFault) String() string {
+	return [...]string{"kill leader", "freeze follower", "freeze leader"}[f]
+}
+
 // TestChaosNoOverlap has three Lockers (two goroutines each) contend for
-// one lock while members are killed, restarted, frozen and resumed. Whenever
-// a lease is granted, every other lease still in use must already have
-// ended (Done closed): a lease may be lost, but never while someone else
-// can hold the lock. The lock must keep being granted throughout.
+// one lock while the leader is killed and restarted, a follower is frozen
+// and resumed, and the leader is frozen and resumed. Whenever a lease is
+// granted, every other lease still in use must already have ended (Done
+// closed): a lease may be lost, but never while someone else can hold
+// the lock. The one excuse is etcd's own defect (issues 12528 and 15247):
+// a member frozen while it led may, once resumed, revoke leases its
+// successor kept alive, so an overlap beginning within one TTL of such a
+// resume is counted apart, provided fencing still refused the older token.
+//
+// It also checks that each fault happened (the killed member is down, the
+// frozen one stopped by the kernel, a leader fault moves the leadership),
+// that the lock kept being granted during and after each fault, that no
+// lease is lost while no fault is in effect, that a lost lease reports
+// ErrLost from both Err and Release, and that no record is left at the end.
 func TestChaosNoOverlap(t *testing.T) {
 	c := startCluster(t)
-	ctx := testutil.Context(t, 90*time.Second)
+	ctx := testutil.Context(t, 150*time.Second)
 	name := testutil.UniqueName(t)
+	admin := newClient(t, c.Endpoints())
 	var lockers []*etcdlock.Locker
 	for i := range 3 {
 		lockers = append(lockers, newLocker(t, newClient(t, c.Endpoints()), etcdlock.WithIdentity(fmt.Sprintf("chaos-%d", i))))
 	}
 
+	// The resource: every holder writes with its token through one Guard
+	// right after its grant and again just before its release.
+	var guard fencing.Guard
+	type resume struct {
+		member string
+		at     time.Time
+	}
 	var (
-		mu       sync.Mutex
-		inside   = map[lock.Lease]string{}
-		grants   int
-		losses   int
-		overlaps int
+		mu         sync.Mutex
+		inside     = map[lock.Lease]string{}
+		grants     int
+		losses     int
+		badLoss    []string // lost leases whose Err or Release did not say ErrLost
+		quiet      = true   // no fault in effect, nor within a TTL of one
+		quietLoss  []string
+		leaderRes  []resume // when members frozen as leaders were resumed
+		excused    int
+		applied    []fencing.Token // tokens the Guard accepted, in order
+		staleTries int
+		// leases declared lost while Release was in flight, whose
+		// Release returned no ErrLost
+		lostInRelease int
 	)
+	write := func(le lock.Lease) {
+		err := guard.Apply(name, le.Token(), func() error {
+			mu.Lock()
+			applied = append(applied, le.Token())
+			mu.Unlock()
+			return nil
+		})
+		if errors.Is(err, fencing.ErrStaleToken) {
+			mu.Lock()
+			staleTries++
+			mu.Unlock()
+		}
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, l := range lockers {
 		for g := range 2 {
 			who := fmt.Sprintf("chaos-%d/%d", i, g)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				for {
 					select {
 					case <-stop:
@@ -55,31 +113,67 @@ func TestChaosNoOverlap(t *testing.T) {
 					if err != nil {
 						continue // timeouts and lost waits are expected under faults
 					}
+					now := time.Now()
 					mu.Lock()
 					for other, by := range inside {
 						select {
 						case <-other.Done():
+							continue
 						default:
-							overlaps++
-							t.Errorf("%s granted token %d while %s still holds token %d", who, le.Token(), by, other.Token())
+						}
+						msg := fmt.Sprintf("%s granted token %d while %s still holds token %d", who, le.Token(), by, other.Token())
+						known := false
+						for _, r := range leaderRes {
+							if !now.Before(r.at) && now.Sub(r.at) <= testTTL {
+								known = true
+								msg += fmt.Sprintf(" (%v after former leader %s resumed)", now.Sub(r.at).Round(time.Millisecond), r.member)
+							}
+						}
+						if known {
+							excused++
+							t.Logf("excused by etcd issues 12528/15247: %s", msg)
+						} else {
+							t.Errorf("%s", msg)
 						}
 					}
 					inside[le] = who
 					grants++
 					mu.Unlock()
+					write(le)
 					time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond) // the critical section
+					write(le)
 					mu.Lock()
 					delete(inside, le)
 					mu.Unlock()
+					pre := le.Err() // lost already, before Release was called?
 					rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-					if err := le.Release(rctx); errors.Is(err, lock.ErrLost) {
+					rerr := le.Release(rctx)
+					cancel()
+					lerr := le.Err()
+					if errors.Is(rerr, lock.ErrLost) || errors.Is(lerr, lock.ErrLost) {
 						mu.Lock()
 						losses++
+						// A Release that reports the loss must leave the
+						// lease saying so, and a lease lost before Release
+						// was called must get ErrLost from it. (A loss
+						// declared while Release is in flight may race a
+						// delete that still succeeds; that is counted.)
+						if errors.Is(rerr, lock.ErrLost) && !errors.Is(lerr, lock.ErrLost) {
+							badLoss = append(badLoss, fmt.Sprintf("token %d: Release() = %v, Err() = %v; want Err wrapping ErrLost too", le.Token(), rerr, lerr))
+						}
+						if errors.Is(pre, lock.ErrLost) && !errors.Is(rerr, lock.ErrLost) {
+							badLoss = append(badLoss, fmt.Sprintf("token %d: lost before Release (%v), then Release() = %v; want an error wrapping ErrLost", le.Token(), pre, rerr))
+						}
+						if !errors.Is(rerr, lock.ErrLost) {
+							lostInRelease++
+						}
+						if quiet {
+							quietLoss = append(quietLoss, fmt.Sprintf("%s lost token %d with no fault in effect: %v", who, le.Token(), lerr))
+						}
 						mu.Unlock()
 					}
-					cancel()
 				}
-			}()
+			})
 		}
 	}
 
@@ -91,42 +185,224 @@ func TestChaosNoOverlap(t *testing.T) {
 		testutil.Eventually(t, 20*time.Second, "grants after "+what, func() bool {
 			mu.Lock()
 			defer mu.Unlock()
-			return grants > before
+			return grants >= before+3
 		})
 	}
+	setQuiet := func(q bool) {
+		mu.Lock()
+		quiet = q
+		mu.Unlock()
+	}
 	progress("start")
-	for round := range 4 {
+	faults := []chaosFault{killLeader, freezeFollower, freezeLeader, killLeader, freezeLeader}
+	for round, f := range faults {
 		leader, err := c.Leader(ctx)
 		if err != nil {
-			t.Fatalf("Leader() = %v", err)
+			t.Fatalf("round %d: Leader() = %v", round, err)
 		}
-		if round%2 == 0 {
-			m := c.Members[leader]
+		target := leader
+		if f == freezeFollower {
+			target = (leader + 1 + rand.IntN(2)) % len(c.Members)
+		}
+		m := c.Members[target]
+		setQuiet(false)
+		switch f {
+		case killLeader:
 			if err := m.Kill(); err != nil {
-				t.Fatalf("Kill(%s) = %v", m.Name(), err)
+				t.Fatalf("round %d: Kill(%s) = %v", round, m.Name(), err)
 			}
-			progress("killing leader " + m.Name())
-			if err := m.Restart(ctx); err != nil {
-				t.Fatalf("Restart(%s) = %v", m.Name(), err)
+			if m.Running() {
+				t.Fatalf("round %d: %s still running after Kill", round, m.Name())
 			}
-		} else {
-			m := c.Members[(leader+1+rand.IntN(2))%len(c.Members)]
+		default:
+			pid, perr := listenerPID(m.ClientAddr())
 			if err := m.Stop(); err != nil {
-				t.Fatalf("Stop(%s) = %v", m.Name(), err)
+				t.Fatalf("round %d: Stop(%s) = %v", round, m.Name(), err)
 			}
-			progress("freezing " + m.Name())
+			if m.Running() {
+				t.Fatalf("round %d: %s reported running after Stop", round, m.Name())
+			}
+			if perr != nil {
+				t.Fatalf("round %d: finding %s's process: %v", round, m.Name(), perr)
+			}
+			if err := waitFrozen(pid, 5*time.Second); err != nil {
+				t.Fatalf("round %d: %s not frozen after Stop: %v", round, m.Name(), err)
+			}
+		}
+		progress(fmt.Sprintf("round %d (%v %s)", round, f, m.Name()))
+		if f != freezeFollower {
+			// The others must have elected someone else.
+			now, err := c.Leader(ctx)
+			if err != nil {
+				t.Fatalf("round %d: Leader() with %s down = %v", round, m.Name(), err)
+			}
+			if now == target {
+				t.Fatalf("round %d: %s still reported as leader while down", round, m.Name())
+			}
+		}
+		switch f {
+		case killLeader:
+			if err := m.Restart(ctx); err != nil {
+				t.Fatalf("round %d: Restart(%s) = %v", round, m.Name(), err)
+			}
+		default:
+			at := time.Now()
 			if err := m.Continue(); err != nil {
-				t.Fatalf("Continue(%s) = %v", m.Name(), err)
+				t.Fatalf("round %d: Continue(%s) = %v", round, m.Name(), err)
+			}
+			if f == freezeLeader {
+				mu.Lock()
+				leaderRes = append(leaderRes, resume{member: m.Name(), at: at})
+				mu.Unlock()
 			}
 		}
 		if err := c.WaitHealthy(ctx); err != nil {
-			t.Fatalf("WaitHealthy() = %v", err)
+			t.Fatalf("round %d: WaitHealthy() = %v", round, err)
 		}
-		progress(fmt.Sprintf("round %d", round))
+		progress(fmt.Sprintf("round %d healed", round))
 	}
+	// A quiet phase: the last fault has ended, and a lease granted more
+	// than a TTL (plus an election) later has no reason to be lost.
+	time.Sleep(testTTL + time.Second)
+	setQuiet(true)
+	progress("quiet phase")
+	progress("quiet phase, more")
 	close(stop)
 	wg.Wait()
+
 	mu.Lock()
 	defer mu.Unlock()
-	t.Logf("%d grants, %d leases lost, %d overlaps", grants, losses, overlaps)
+	t.Logf("%d grants, %d leases lost (%d of them during a Release that returned no ErrLost), %d overlaps excused (etcd issues 12528/15247), %d stale writes refused",
+		grants, losses, lostInRelease, excused, staleTries)
+	for _, s := range badLoss {
+		t.Error(s)
+	}
+	for _, s := range quietLoss {
+		t.Error(s)
+	}
+	if losses > grants {
+		t.Errorf("%d leases lost of %d granted; want at most as many as granted", losses, grants)
+	}
+	// Fencing held throughout, overlaps or not: no token was accepted
+	// after a higher one.
+	for i := 1; i < len(applied); i++ {
+		if applied[i] < applied[i-1] {
+			t.Errorf("the Guard applied token %d after %d; want non-decreasing", applied[i], applied[i-1])
+			break
+		}
+	}
+	// Every lease ended: released, or lost and its record expired.
+	testutil.Eventually(t, 3*testTTL+5*time.Second, "no records left", func() bool {
+		return len(records(t, admin, lockers[0], name)) == 0
+	})
+}
+
+// procState returns the state letter of pid from /proc/pid/stat ('T' for
+// stopped).
+func procState(pid int) (byte, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return 0, fmt.Errorf("cannot parse /proc/%d/stat: %q", pid, s)
+	}
+	return s[i+2], nil
+}
+
+// cgroupFrozen reports whether pid's cgroup (v2) is frozen, as docker
+// pause leaves a container's processes.
+func cgroupFrozen(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if rel, ok := strings.CutPrefix(line, "0::"); ok {
+			ev, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", rel, "cgroup.events"))
+			return err == nil && strings.Contains(string(ev), "frozen 1")
+		}
+	}
+	return false
+}
+
+// waitFrozen waits until the kernel reports pid stopped (SIGSTOP) or
+// frozen by its cgroup (docker pause), and says what it saw otherwise.
+func waitFrozen(pid int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := procState(pid)
+		if err != nil {
+			return fmt.Errorf("process %d: %w", pid, err)
+		}
+		if st == 'T' || cgroupFrozen(pid) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("process %d in state %c after %v; want stopped", pid, st, timeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// listenerPID returns the process listening on addr ("127.0.0.1:port"),
+// from the socket's inode in /proc/net/tcp and the processes' open files,
+// so the test can look at a member's process whichever provider started
+// it.
+func listenerPID(addr string) (int, error) {
+	host, portText, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, err
+	}
+	port, err := strconv.ParseUint(portText, 10, 16)
+	if err != nil {
+		return 0, err
+	}
+	ip := net.ParseIP(host).To4()
+	if ip == nil {
+		return 0, fmt.Errorf("%s: not an IPv4 address", addr)
+	}
+	// The kernel prints the address's network-order bytes as a
+	// little-endian word.
+	local := fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], port)
+	f, err := os.Open("/proc/net/tcp")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	inode := ""
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 10 && fields[1] == local && fields[3] == "0A" { // 0A: LISTEN
+			inode = fields[9]
+			break
+		}
+	}
+	if inode == "" {
+		return 0, fmt.Errorf("nothing listens on %s", addr)
+	}
+	want := "socket:[" + inode + "]"
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		fds, err := os.ReadDir(filepath.Join("/proc", p.Name(), "fd"))
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			if l, err := os.Readlink(filepath.Join("/proc", p.Name(), "fd", fd.Name())); err == nil && l == want {
+				return pid, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no process holds the socket listening on %s", addr)
 }
