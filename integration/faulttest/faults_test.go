@@ -360,10 +360,23 @@ func faultReplyLost(kind string) fault {
 			}
 			return took
 		})
+		proxyTotals := func() (active, accepted, resets int) {
+			for _, p := range target.proxies {
+				st := p.Stats()
+				active += st.Active
+				accepted += st.Accepted
+				resets += st.Resets
+			}
+			return active, accepted, resets
+		}
+		active, accepted0, resets0 := proxyTotals()
+		// Taken before the reset: the client may react to it (an error
+		// for the request in flight) before ResetConns returns.
+		reset := r.now()
 		for _, p := range target.proxies {
 			p.ResetConns()
 		}
-		reset := r.now()
+		_, _, resets1 := proxyTotals()
 		undelay()
 		r.faultDone()
 		if answeredEarly.Kind != "" {
@@ -372,12 +385,9 @@ func faultReplyLost(kind string) fault {
 		if !took {
 			return fmt.Errorf("client %d's %q request showed no effect on the server within %v", target.id, kind, r.timeout())
 		}
-		var resets int
-		for _, p := range target.proxies {
-			resets += p.Stats().Resets
-		}
-		if resets == 0 {
-			return errors.New("no connection was reset")
+		// Every connection the reply could travel on was cut.
+		if active == 0 || resets1-resets0 < active {
+			return fmt.Errorf("client %d had %d connections open, %d were reset; want all of them, at least one", target.id, active, resets1-resets0)
 		}
 		var res event
 		if !poll(r.timeout(), func() bool {
@@ -389,6 +399,12 @@ func faultReplyLost(kind string) fault {
 		}
 		if res.T < reset {
 			return fmt.Errorf("client %d's %q answered (%s) at %v, before the reset at %v: the reply was not lost", target.id, kind, res.Kind, ms(res.T), ms(reset))
+		}
+		// With every old connection gone, a success needed a new one (a
+		// retry, or the client's own check of the outcome); an error may
+		// be the reset itself.
+		if _, accepted, _ := proxyTotals(); res.Kind == kind+"-ok" && accepted <= accepted0 {
+			return fmt.Errorf("client %d's %q answered (%s) at %v without a new connection after the reset: the reply was not lost", target.id, kind, res.Kind, ms(res.T))
 		}
 		return nil
 	}
