@@ -331,7 +331,7 @@ func faultReplyLost(kind string) fault {
 		}
 		switch {
 		case kind == "acq" && len(before) > 0:
-			return fail("client %d already had records %v when it sent its acquire; cannot tell its effect", target.id, before)
+			return fail("client %d already had records %v when the test looked, right after it sent its acquire (was the request not delayed?); cannot tell the acquire's effect", target.id, before)
 		case kind == "rel" && len(before) == 0:
 			return fail("client %d had no record on the server when it sent its release", target.id)
 		}
