@@ -75,11 +75,12 @@ type stats struct {
 	// FrozenClient counts belief overlaps where the older holder's client
 	// was frozen (SIGSTOP) during the overlap and fencing refused its
 	// stale requests: the case fencing exists for, since a paused holder
-	// cannot see Done.
+	// cannot see Done. Overlaps are counted per pair of grants, so one
+	// long freeze during which several grants follow counts several.
 	FrozenClient int
-	// Excused counts belief overlaps excused by etcd issues 12528 and
-	// 15247 (a resumed former leader revoking leases its successor kept
-	// alive), each one fenced; see excuse.
+	// Excused counts belief overlaps (per pair of grants) excused by etcd
+	// issues 12528 and 15247 (a resumed former leader revoking leases its
+	// successor kept alive), each one fenced; see serverExcuse.
 	Excused    int
 	Violations int
 	Elapsed    time.Duration
