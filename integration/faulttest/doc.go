@@ -20,8 +20,15 @@
 //   - no acknowledged append is missing from the final set;
 //   - the tokens the register accepted never decrease;
 //   - the intervals in which clients believed they held the lock (from the
-//     grant to Done) overlap only where the older holder was frozen, and
-//     none of its requests was accepted after the newer holder's first;
+//     grant to Done) overlap only where the older holder's client was
+//     frozen during the overlap (a paused process cannot see Done), or, on
+//     etcd only, where the overlap begins within one TTL after the resume
+//     of a member that was the leader when it was frozen (etcd issues 12528
+//     and 15247: a resumed former leader may revoke leases its successor
+//     kept alive); in both cases none of the older holder's requests may
+//     have been accepted after the newer holder's first, and each case is
+//     counted apart. Any other overlap, on ZooKeeper or after a frozen etcd
+//     follower included, is a violation;
 //   - no lock record (etcd key, ZooKeeper ephemeral znode) is left once the
 //     clients are gone;
 //   - every client that kept trying was served again after the fault.
