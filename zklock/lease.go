@@ -90,8 +90,9 @@ func (le *Lease) SessionID() int64 {
 // only proves that the znode existed, which is all a fence needs, since a
 // deleted lease znode is never re-created.
 //
-// For a nil or zero *Lease it returns a check of a path no znode can have
-// (ZooKeeper refuses it), so a Multi that starts with it writes nothing.
+// For a nil or zero *Lease it returns a check of a version no znode has
+// (-2), on a path under the server's reserved /zookeeper that fencelock
+// never creates, so a Multi that starts with it writes nothing.
 func (le *Lease) CheckOp() *zk.CheckVersionRequest {
 	if !le.valid() {
 		return &zk.CheckVersionRequest{Path: "/zookeeper/fencelock: no lease", Version: -2}
