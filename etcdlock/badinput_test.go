@@ -3,6 +3,7 @@ package etcdlock
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -40,6 +41,7 @@ func TestBadInput(t *testing.T) {
 		{"New(WithIdentity(NUL))", lock.ErrInvalidConfig, func() error { _, err := New(client, WithIdentity("a\x00b")); return err }},
 		{"New(WithIdentity(1025 bytes))", lock.ErrInvalidConfig, func() error { _, err := New(client, WithIdentity(strings.Repeat("x", 1025))); return err }},
 		{"New(WithIdentity(bad UTF-8))", lock.ErrInvalidConfig, func() error { _, err := New(client, WithIdentity("\xff")); return err }},
+		{"New(WithLogger(&slog.Logger{}))", lock.ErrInvalidConfig, func() error { _, err := New(client, WithLogger(&slog.Logger{})); return err }},
 		{"New(WithLogger(nil))", lock.ErrInvalidConfig, func() error { _, err := New(client, WithLogger(nil)); return err }},
 		{"lock.Open(nil ctx, etcd://…)", lock.ErrInvalidConfig, func() error { _, err := lock.Open(nilCtx, "etcd://127.0.0.1:1/x"); return err }},
 

@@ -109,11 +109,12 @@ func WithIdentity(identity string) Option {
 
 // WithLogger sets the logger for background events: keepalive failures,
 // session loss, failed cleanups, and (at debug level) create attempts that
-// failed without an answer (default: slog.Default()). It must not be nil.
+// failed without an answer (default: slog.Default()). It must not be nil
+// or a zero slog.Logger (which has no handler).
 func WithLogger(logger *slog.Logger) Option {
 	return func(o *options) {
-		if logger == nil {
-			o.fail("logger: nil")
+		if logger == nil || logger.Handler() == nil {
+			o.fail("logger: nil, or a zero slog.Logger without a handler")
 			return
 		}
 		o.logger = logger

@@ -28,6 +28,9 @@ func TestBadInputGuard(t *testing.T) {
 			t.Errorf("(*Guard)(nil).Len() = %d; want 0", n)
 		}
 	}()
+	if got := (*fencing.StaleTokenError)(nil).Error(); got == "" {
+		t.Errorf("(*StaleTokenError)(nil).Error() = %q; want a message", got)
+	}
 	var zero fencing.Guard
 	for _, tt := range []struct {
 		call string

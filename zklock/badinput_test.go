@@ -3,6 +3,7 @@ package zklock
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,7 @@ func TestBadInput(t *testing.T) {
 		{"Dial(WithIdentity(NUL))", lock.ErrInvalidConfig, func() error { _, err := Dial(ctx, servers, WithIdentity("a\x00b")); return err }},
 		{"Dial(WithIdentity(newline))", lock.ErrInvalidConfig, func() error { _, err := Dial(ctx, servers, WithIdentity("a\nb")); return err }},
 		{"Dial(WithACL(nil))", lock.ErrInvalidConfig, func() error { _, err := Dial(ctx, servers, WithACL(nil)); return err }},
+		{"Dial(WithLogger(&slog.Logger{}))", lock.ErrInvalidConfig, func() error { _, err := Dial(ctx, servers, WithLogger(&slog.Logger{})); return err }},
 		{"Dial(WithLogger(nil))", lock.ErrInvalidConfig, func() error { _, err := Dial(ctx, servers, WithLogger(nil)); return err }},
 		{"Dial(WithDialer(nil))", lock.ErrInvalidConfig, func() error { _, err := Dial(ctx, servers, WithDialer(nil)); return err }},
 		{"Dial(WithSessionTimeout(0))", lock.ErrInvalidConfig, func() error { _, err := Dial(ctx, servers, WithSessionTimeout(0)); return err }},

@@ -123,11 +123,12 @@ func WithACL(acl []zk.ACL) Option {
 
 // WithLogger sets where the Locker and its go-zookeeper connection log
 // (default: nowhere). Connection chatter is logged at debug level, session
-// state changes and lost leases at info and warn.
+// state changes and lost leases at info and warn. It must not be nil or a
+// zero slog.Logger (which has no handler).
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
-		if l == nil {
-			o.bad("nil logger")
+		if l == nil || l.Handler() == nil {
+			o.bad("logger: nil, or a zero slog.Logger without a handler")
 			return
 		}
 		o.logger = l
