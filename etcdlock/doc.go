@@ -95,6 +95,28 @@
 // its records with its lease in the same way. The guard must not be
 // written or deleted by anyone else.
 //
+// # Key layout
+//
+// Everything the Locker writes lives under its prefix ([WithPrefix],
+// default [DefaultPrefix], "fencelock/"). The prefix is used as written
+// plus a trailing slash: "/app/locks" gives keys starting "/app/locks/",
+// as etcd's concurrency package and Kubernetes ("/registry/") lay keys
+// out, and "app/locks" gives keys starting "app/locks/", a different key
+// space. In a URL the path after the host list's slash is the prefix:
+// "etcd://h:2379/app/locks" is "app/locks", "etcd://h:2379//app/locks" is
+// "/app/locks". The keys are:
+//
+//	<prefix><name>/#<lease ID>-<sequence>   one record per acquisition: value = identity,
+//	                                        attached to the session lease
+//	<prefix>#guard/<lease ID>               one per session, written only after a create
+//	                                        went unanswered (see Late creates); attached
+//	                                        to the session lease
+//
+// with the lease ID in 16 hexadecimal digits and the sequence in
+// hexadecimal. Both go when the session lease ends. Nothing else is
+// written: no per-lock key, no key outside the prefix. The keys written by
+// [PutFenced] are the caller's own, wherever the caller puts them.
+//
 // # What is guaranteed
 //
 //   - At most one lease of a name is held at a time, according to the etcd

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/fenced"
+	"github.com/fencelock/fencelock/internal/nilcheck"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -43,14 +44,15 @@ import (
 // error wrapping its Err (lock.ErrLost or lock.ErrReleased). When the
 // comparison fails on the server, nothing was written and the error wraps
 // lock.ErrReleased if the lease was released meanwhile and lock.ErrLost
-// otherwise; the local lease may not have noticed yet. A nil kv, a nil
+// otherwise; the local lease may not have noticed yet. A nil ctx, a nil kv
+// (also a nil *clientv3.Client, or one not made by clientv3.New), a nil
 // lease or a lease of another backend is an error wrapping
 // lock.ErrInvalidConfig. Any other error is etcd's, and when it is a
 // timeout or a lost connection the transaction may or may not have been
 // applied.
 func GuardedTxn(ctx context.Context, kv clientv3.KV, lease lock.Lease, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
-	if kv == nil {
-		return nil, fmt.Errorf("etcdlock: guarded txn: nil kv: %w", lock.ErrInvalidConfig)
+	if err := checkKV(ctx, kv); err != nil {
+		return nil, fmt.Errorf("etcdlock: guarded txn: %w", err)
 	}
 	le, err := etcdLease(lease)
 	if err != nil {
@@ -88,37 +90,12 @@ func etcdLease(lease lock.Lease) (*Lease, error) {
 	return le, nil
 }
 
-// tokenDigits is the width of the token header of a fenced value: enough
-// for every uint64 in decimal.
-const tokenDigits = 20
-
-// encodeFenced returns the stored form of a fenced value: the token in
-// tokenDigits zero-padded decimal digits, a colon, then the value. Fixed
-// width makes byte order equal token order, which is what lets etcd compare
-// tokens in a transaction.
+// encodeFenced returns the stored form of a fenced value (see package
+// internal/fenced, shared with zklock): the token in 20 zero-padded decimal
+// digits, a colon, then the value. Fixed width makes byte order equal token
+// order, which is what lets etcd compare tokens in a transaction.
 func encodeFenced(token fencing.Token, value string) string {
-	return fmt.Sprintf("%0*d:%s", tokenDigits, uint64(token), value)
-}
-
-// decodeFenced splits a stored value into its token and value. An empty
-// stored value is token 0 and value "".
-func decodeFenced(stored []byte) (fencing.Token, string, error) {
-	if len(stored) == 0 {
-		return 0, "", nil
-	}
-	if len(stored) <= tokenDigits || stored[tokenDigits] != ':' {
-		return 0, "", fmt.Errorf("stored value has no token header (%d digits and a colon): %w", tokenDigits, fencing.ErrInvalidToken)
-	}
-	for _, c := range stored[:tokenDigits] {
-		if c < '0' || c > '9' {
-			return 0, "", fmt.Errorf("stored value has a malformed token header %q: %w", stored[:tokenDigits], fencing.ErrInvalidToken)
-		}
-	}
-	t, err := strconv.ParseUint(string(stored[:tokenDigits]), 10, 64)
-	if err != nil {
-		return 0, "", fmt.Errorf("stored value has a malformed token header %q: %w", stored[:tokenDigits], fencing.ErrInvalidToken)
-	}
-	return fencing.Token(t), string(stored[tokenDigits+1:]), nil
+	return string(fenced.Encode(token, []byte(value)))
 }
 
 // PutFenced sets key to value if token is not lower than the highest token
@@ -127,7 +104,7 @@ func decodeFenced(stored []byte) (fencing.Token, string, error) {
 // rejected with a *fencing.StaleTokenError (Resource is key) and nothing
 // is written. Equal tokens are accepted, so one grant may write
 // many times. A zero token is an error wrapping fencing.ErrInvalidToken,
-// an empty key or a nil kv one wrapping lock.ErrInvalidConfig.
+// an empty key, a nil ctx or a nil kv one wrapping lock.ErrInvalidConfig.
 //
 // The check and the write are one transaction, evaluated by etcd: a
 // missing key, or one with an empty value, counts as token 0; otherwise the
@@ -149,7 +126,7 @@ func decodeFenced(stored []byte) (fencing.Token, string, error) {
 // source work the same, as long as every writer of the key uses tokens of
 // one source.
 func PutFenced(ctx context.Context, kv clientv3.KV, key, value string, token fencing.Token) (int64, error) {
-	if err := checkFencedArgs(kv, key); err != nil {
+	if err := checkFencedArgs(ctx, kv, key); err != nil {
 		return 0, fmt.Errorf("etcdlock: put fenced: %w", err)
 	}
 	if token == 0 {
@@ -186,7 +163,7 @@ func PutFenced(ctx context.Context, kv clientv3.KV, key, value string, token fen
 		// Cannot happen: the key existed in the same transaction.
 		return 0, fmt.Errorf("etcdlock: put fenced %q: rejected, but the key is missing", key)
 	}
-	highest, _, err := decodeFenced(get.Kvs[0].Value)
+	highest, _, err := fenced.Decode(get.Kvs[0].Value)
 	if err != nil {
 		return 0, fmt.Errorf("etcdlock: put fenced %q: %w", key, err)
 	}
@@ -201,7 +178,7 @@ func PutFenced(ctx context.Context, kv clientv3.KV, key, value string, token fen
 // Use it to read the data, never as the check before a write: PutFenced
 // makes that check itself, atomically.
 func GetFenced(ctx context.Context, kv clientv3.KV, key string) (string, fencing.Token, error) {
-	if err := checkFencedArgs(kv, key); err != nil {
+	if err := checkFencedArgs(ctx, kv, key); err != nil {
 		return "", 0, fmt.Errorf("etcdlock: get fenced: %w", err)
 	}
 	resp, err := kv.Get(ctx, key)
@@ -211,16 +188,32 @@ func GetFenced(ctx context.Context, kv clientv3.KV, key string) (string, fencing
 	if len(resp.Kvs) == 0 {
 		return "", 0, nil
 	}
-	token, value, err := decodeFenced(resp.Kvs[0].Value)
+	token, value, err := fenced.Decode(resp.Kvs[0].Value)
 	if err != nil {
 		return "", 0, fmt.Errorf("etcdlock: get fenced %q: %w", key, err)
 	}
-	return value, token, nil
+	return string(value), token, nil
 }
 
-func checkFencedArgs(kv clientv3.KV, key string) error {
-	if kv == nil {
+// checkKV refuses a nil ctx and a kv that would panic on first use: nil,
+// a nil pointer in the interface, or a *clientv3.Client without its KV
+// (a zero Client rather than one from clientv3.New).
+func checkKV(ctx context.Context, kv clientv3.KV) error {
+	if ctx == nil {
+		return fmt.Errorf("nil context: %w", lock.ErrInvalidConfig)
+	}
+	if nilcheck.IsNil(kv) {
 		return fmt.Errorf("nil kv: %w", lock.ErrInvalidConfig)
+	}
+	if c, ok := kv.(*clientv3.Client); ok && nilcheck.IsNil(c.KV) {
+		return fmt.Errorf("client not created by clientv3.New (no KV): %w", lock.ErrInvalidConfig)
+	}
+	return nil
+}
+
+func checkFencedArgs(ctx context.Context, kv clientv3.KV, key string) error {
+	if err := checkKV(ctx, kv); err != nil {
+		return err
 	}
 	if key == "" {
 		return fmt.Errorf("empty key: %w", lock.ErrInvalidConfig)

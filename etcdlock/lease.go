@@ -54,19 +54,39 @@ type Lease struct {
 }
 
 // Name returns the lock's name.
-func (le *Lease) Name() string { return le.name }
+func (le *Lease) Name() string {
+	if le == nil {
+		return ""
+	}
+	return le.name
+}
 
 // Token returns the lease's fencing token: the create revision of its
 // record. Revisions rise with every write to the cluster, so the token is
 // greater than that of every earlier grant of this name, and never zero.
-func (le *Lease) Token() fencing.Token { return fencing.Token(le.rev) }
+func (le *Lease) Token() fencing.Token {
+	if le == nil {
+		return 0
+	}
+	return fencing.Token(le.rev)
+}
 
 // Key returns the etcd key of the lease's record.
-func (le *Lease) Key() string { return le.key }
+func (le *Lease) Key() string {
+	if le == nil {
+		return ""
+	}
+	return le.key
+}
 
 // Revision returns the create revision of the lease's record: the same
 // number as [Lease.Token].
-func (le *Lease) Revision() int64 { return le.rev }
+func (le *Lease) Revision() int64 {
+	if le == nil {
+		return 0
+	}
+	return le.rev
+}
 
 // IsHeld returns the comparison "the lease's record still exists with its
 // own create revision". Put it in the If of a [clientv3.Txn] to make the
@@ -74,16 +94,31 @@ func (le *Lease) Revision() int64 { return le.rev }
 // deleted when the lease is released, lost or its session expires, and a
 // new grant is a new record, so the comparison fails from the moment the
 // lock could belong to someone else, whatever the local clock says.
+//
+// For a nil or zero *Lease it returns a comparison that always fails.
 func (le *Lease) IsHeld() clientv3.Cmp {
+	if !le.valid() {
+		return clientv3.Compare(clientv3.CreateRevision("\x00"), "=", -1) // no key has a negative revision
+	}
 	return clientv3.Compare(clientv3.CreateRevision(le.key), "=", le.rev)
 }
 
-// Done returns a channel closed when the lease ends.
-func (le *Lease) Done() <-chan struct{} { return le.done }
+// Done returns a channel closed when the lease ends (already closed for a
+// nil or zero *Lease, which holds nothing).
+func (le *Lease) Done() <-chan struct{} {
+	if !le.valid() {
+		return closedDone
+	}
+	return le.done
+}
 
 // Err returns nil while the lease is held; afterwards an error wrapping
-// [lock.ErrReleased] or [lock.ErrLost], with the cause of a loss.
+// [lock.ErrReleased] or [lock.ErrLost], with the cause of a loss. A nil or
+// zero *Lease reports an error wrapping [lock.ErrInvalidConfig].
 func (le *Lease) Err() error {
+	if !le.valid() {
+		return fmt.Errorf("etcdlock: lease: %w", errNotLease())
+	}
 	le.mu.Lock()
 	defer le.mu.Unlock()
 	return le.err
@@ -127,8 +162,15 @@ func (le *Lease) lose(cause error) {
 // lease's expiry removes the record (see "Late creates" in the package
 // documentation for the bound). Releasing again returns an error wrapping
 // [lock.ErrReleased]; releasing a lost lease deletes what is left of its
-// record and returns an error wrapping [lock.ErrLost].
+// record and returns an error wrapping [lock.ErrLost]. A nil ctx, or a nil
+// or zero *Lease, is an error wrapping [lock.ErrInvalidConfig].
 func (le *Lease) Release(ctx context.Context) error {
+	if !le.valid() {
+		return fmt.Errorf("etcdlock: release: %w", errNotLease())
+	}
+	if ctx == nil {
+		return fmt.Errorf("etcdlock: release %q: %w: nil context", le.name, lock.ErrInvalidConfig)
+	}
 	le.mu.Lock()
 	if err := le.err; err != nil {
 		le.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/nilcheck"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -44,7 +45,8 @@ var (
 
 // New returns a Locker that keeps its locks in etcd through client. The
 // Locker borrows client: Close does not close it, and client must stay open
-// until Close returns. A nil client or a bad option is an error wrapping
+// until Close returns. A nil client (or a zero clientv3.Client, not made by
+// clientv3.New) or a bad option is an error wrapping
 // [lock.ErrInvalidConfig].
 //
 // Configure client with DialKeepAliveTime and DialKeepAliveTimeout (for
@@ -59,6 +61,9 @@ var (
 func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 	if client == nil {
 		return nil, fmt.Errorf("etcdlock: new: %w: nil client", lock.ErrInvalidConfig)
+	}
+	if nilcheck.IsNil(client.KV) || nilcheck.IsNil(client.Lease) || nilcheck.IsNil(client.Watcher) {
+		return nil, fmt.Errorf("etcdlock: new: %w: client not created by clientv3.New", lock.ErrInvalidConfig)
 	}
 	o, err := buildOptions(opts)
 	if err != nil {
@@ -75,13 +80,28 @@ func newLocker(client *clientv3.Client, o *options) *Locker {
 }
 
 // Identity returns the identity stored in the Locker's lock records.
-func (l *Locker) Identity() string { return l.opts.identity }
+func (l *Locker) Identity() string {
+	if l.usable(context.Background()) != nil {
+		return ""
+	}
+	return l.opts.identity
+}
 
 // Prefix returns the key prefix of the Locker's records, ending in "/".
-func (l *Locker) Prefix() string { return l.opts.prefix }
+func (l *Locker) Prefix() string {
+	if l.usable(context.Background()) != nil {
+		return ""
+	}
+	return l.opts.prefix
+}
 
 // TTL returns the TTL of the Locker's session leases.
-func (l *Locker) TTL() time.Duration { return l.opts.ttl }
+func (l *Locker) TTL() time.Duration {
+	if l.usable(context.Background()) != nil {
+		return 0
+	}
+	return l.opts.ttl
+}
 
 // SessionLeaseID returns the ID of the etcd lease behind the Locker's
 // current session, and false when there is no live session (none granted
@@ -90,6 +110,9 @@ func (l *Locker) TTL() time.Duration { return l.opts.ttl }
 // session on the server, which ends every lease granted through it with
 // [lock.ErrLost] and makes the next call start a new session.
 func (l *Locker) SessionLeaseID() (clientv3.LeaseID, bool) {
+	if l.usable(context.Background()) != nil {
+		return 0, false
+	}
 	s, _ := l.currentSession()
 	if s == nil {
 		return 0, false
@@ -101,6 +124,9 @@ func (l *Locker) SessionLeaseID() (clientv3.LeaseID, bool) {
 // the Locker's prefix, name, and "/#". Every record of name is a key with
 // this prefix, and no other lock's record is.
 func (l *Locker) RecordPrefix(name string) (string, error) {
+	if err := l.usable(context.Background()); err != nil {
+		return "", fmt.Errorf("etcdlock: record prefix: %w", err)
+	}
 	if err := lock.ValidateName(name); err != nil {
 		return "", fmt.Errorf("etcdlock: record prefix: %w", err)
 	}
@@ -220,6 +246,9 @@ func (l *Locker) closeWait() time.Duration { return min(l.opts.ttl, maxCloseWait
 // session ended while waiting; the next call starts a new one) or ctx's
 // error.
 func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
+	if err := l.usable(ctx); err != nil {
+		return nil, fmt.Errorf("etcdlock: acquire %q: %w", name, err)
+	}
 	le, err := l.acquire(ctx, name, false)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: acquire %q: %w", name, err)
@@ -234,6 +263,9 @@ func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
 // the acquisition like a failed Acquire, see "Late creates" in the package
 // documentation).
 func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
+	if err := l.usable(ctx); err != nil {
+		return nil, fmt.Errorf("etcdlock: try acquire %q: %w", name, err)
+	}
 	le, err := l.acquire(ctx, name, true)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: try acquire %q: %w", name, err)
@@ -245,6 +277,9 @@ func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error
 // an error wrapping [lock.ErrNotHeld] when name is free. It is one
 // linearizable read.
 func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
+	if err := l.usable(ctx); err != nil {
+		return lock.Holder{}, fmt.Errorf("etcdlock: holder %q: %w", name, err)
+	}
 	if err := lock.ValidateName(name); err != nil {
 		return lock.Holder{}, fmt.Errorf("etcdlock: holder: %w", err)
 	}
@@ -287,6 +322,9 @@ func (l *Locker) isClosed() bool {
 // goroutines, closes the client if the Locker owns it (opened by
 // [lock.Open]), and returns nil when called again.
 func (l *Locker) Close() error {
+	if err := l.usable(context.Background()); err != nil {
+		return fmt.Errorf("etcdlock: close: %w", err)
+	}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()

@@ -24,6 +24,9 @@ import (
 // is skipped. A watch that the server cancels (for instance because the
 // revisions it needs were compacted) ends the observation with an error.
 func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
+	if err := l.usable(ctx); err != nil {
+		return nil, nil, fmt.Errorf("etcdlock: observe %q: %w", name, err)
+	}
 	if err := lock.ValidateName(name); err != nil {
 		return nil, nil, fmt.Errorf("etcdlock: observe: %w", err)
 	}

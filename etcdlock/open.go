@@ -20,14 +20,20 @@ type driver struct{}
 //
 //	etcd://host:port[,host:port...][/prefix]?ttl=10s&identity=name&loss_margin=2s
 //
-// The path is the key prefix ([WithPrefix]; default [DefaultPrefix]); the
-// query keys map to [WithTTL], [WithIdentity] and [WithLossMargin]. Any
-// other query key, or a bad value, is an error wrapping
-// [lock.ErrInvalidConfig]. The Locker owns the client it creates and closes
+// The path after the slash that ends the host list is given to
+// [WithPrefix] as is (default [DefaultPrefix]): "etcd://h:2379/app/locks"
+// keeps its records under "app/locks/…" and "etcd://h:2379//app/locks"
+// (two slashes) under "/app/locks/…". The query keys map to [WithTTL],
+// [WithIdentity] and [WithLossMargin]. Any other query key, a repeated one,
+// user information, a fragment or a bad value is an error wrapping
+// [lock.ErrInvalidConfig] (see [lock.Open]). The Locker owns the client it creates and closes
 // it in Close. The client pings its connections (every 5s, 2s timeout) so
 // that a member that stops answering is left behind. No request is sent
 // before the first call that needs one.
 func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
+	if ctx == nil || u == nil {
+		return nil, fmt.Errorf("etcdlock: open: %w: nil context or URL", lock.ErrInvalidConfig)
+	}
 	hosts, err := lock.URLHosts(u)
 	if err != nil {
 		return nil, err
@@ -73,7 +79,7 @@ func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 		DialKeepAliveTimeout: 2 * time.Second,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: open %q: %w: %w", u.Redacted(), lock.ErrInvalidConfig, err)
+		return nil, fmt.Errorf("etcdlock: open %q: %w: %w", u.String(), lock.ErrInvalidConfig, err)
 	}
 	l := newLocker(client, o)
 	l.ownsClient = true

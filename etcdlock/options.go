@@ -1,14 +1,11 @@
 package etcdlock
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"os"
-	"strings"
 	"time"
 
+	"github.com/fencelock/fencelock/internal/names"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -48,19 +45,30 @@ func (o *options) fail(format string, args ...any) {
 }
 
 // WithPrefix sets the key prefix under which the Locker keeps its records
-// (default [DefaultPrefix]). The prefix must be a valid lock name (see
-// [lock.ValidateName]), optionally followed by a slash; the slash is added
-// when missing. Lockers that should see each other's locks must use the same
-// prefix, and one prefix should not be nested inside another (a prefix "a"
-// with a lock "b/c" and a prefix "a/b" with a lock "c" name the same keys).
+// (default [DefaultPrefix]). It accepts the same paths as zklock.WithRoot,
+// checked by the same rule (see [lock.URLPath]): a valid lock name, with or
+// without a leading and a trailing slash, whose first segment is not
+// "zookeeper".
+//
+// The prefix is used as written, plus a trailing slash when missing: a
+// leading slash stays, as in etcd's own convention. So "/app/locks" and
+// "/app/locks/" put records under "/app/locks/…" (the key space of
+// concurrency.NewMutex(s, "/app/locks/")), while "app/locks" puts them
+// under "app/locks/…": on etcd those are two different key spaces, and
+// Lockers that should see each other's locks must use the same one. One
+// prefix should not be nested inside another (a prefix "a" with a lock
+// "b/c" and a prefix "a/b" with a lock "c" name the same keys).
 func WithPrefix(prefix string) Option {
 	return func(o *options) {
-		p := strings.TrimSuffix(prefix, "/")
-		if err := lock.ValidateName(p); err != nil {
-			o.fail("prefix %q: %w", prefix, err)
+		ns, err := names.ParseNamespace(prefix)
+		if err != nil {
+			o.fail("prefix: %w", err)
 			return
 		}
-		o.prefix = p + "/"
+		o.prefix = ns.Path + "/"
+		if ns.Rooted {
+			o.prefix = "/" + o.prefix
+		}
 	}
 }
 
@@ -86,11 +94,13 @@ func WithTTL(ttl time.Duration) Option {
 }
 
 // WithIdentity sets the identity stored in every lock record and reported by
-// [Locker.Holder] (default "hostname/pid/random"). It must not be empty.
+// [Locker.Holder] (default [lock.DefaultIdentity], "hostname/pid/random").
+// It must follow the rule of [lock.ValidateIdentity], the same on every
+// backend: 1 to 1024 bytes of UTF-8 without control characters.
 func WithIdentity(identity string) Option {
 	return func(o *options) {
-		if identity == "" {
-			o.fail("identity: empty")
+		if err := lock.ValidateIdentity(identity); err != nil {
+			o.errs = append(o.errs, fmt.Errorf("etcdlock: %w", err))
 			return
 		}
 		o.identity = identity
@@ -99,11 +109,12 @@ func WithIdentity(identity string) Option {
 
 // WithLogger sets the logger for background events: keepalive failures,
 // session loss, failed cleanups, and (at debug level) create attempts that
-// failed without an answer (default: slog.Default()). It must not be nil.
+// failed without an answer (default: slog.Default()). It must not be nil
+// or a zero slog.Logger (which has no handler).
 func WithLogger(logger *slog.Logger) Option {
 	return func(o *options) {
-		if logger == nil {
-			o.fail("logger: nil")
+		if logger == nil || logger.Handler() == nil {
+			o.fail("logger: nil, or a zero slog.Logger without a handler")
 			return
 		}
 		o.logger = logger
@@ -149,17 +160,7 @@ func buildOptions(opts []Option) (*options, error) {
 		o.logger = slog.Default()
 	}
 	if o.identity == "" {
-		o.identity = defaultIdentity()
+		o.identity = lock.DefaultIdentity()
 	}
 	return o, nil
-}
-
-func defaultIdentity() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown"
-	}
-	var b [6]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
-	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }

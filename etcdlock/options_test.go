@@ -42,7 +42,6 @@ func TestNewOptions(t *testing.T) {
 		{name: "margin half the ttl", opts: []Option{WithTTL(2 * time.Second), WithLossMargin(time.Second)}, prefix: DefaultPrefix, ttl: 2 * time.Second, lossMargin: time.Second},
 		{name: "empty prefix", opts: []Option{WithPrefix("")}, wantErr: true},
 		{name: "slash prefix", opts: []Option{WithPrefix("/")}, wantErr: true},
-		{name: "leading slash prefix", opts: []Option{WithPrefix("/app")}, wantErr: true},
 		{name: "bad prefix byte", opts: []Option{WithPrefix("a#b")}, wantErr: true},
 		{name: "zero ttl", opts: []Option{WithTTL(0)}, wantErr: true},
 		{name: "negative ttl", opts: []Option{WithTTL(-time.Second)}, wantErr: true},
@@ -220,6 +219,107 @@ func TestOpenURL(t *testing.T) {
 			}
 			if l.client.Ctx().Err() == nil {
 				t.Errorf("client still open after Close; want it closed (the Locker owns it)")
+			}
+		})
+	}
+}
+
+// namespaceForms are the namespaces both backends must treat alike:
+// zklock's options test has the same list.
+var namespaceForms = []struct {
+	in     string
+	prefix string // "" when it must be refused
+}{
+	{"app/locks", "app/locks/"},
+	{"app/locks/", "app/locks/"},
+	{"/app/locks", "/app/locks/"},
+	{"/app/locks/", "/app/locks/"},
+	{"/my-lock/", "/my-lock/"}, // etcd's concurrency.NewMutex(s, "/my-lock/")
+	{"registry", "registry/"},
+	{"/tenant:42/locks", "/tenant:42/locks/"},
+	{"", ""},
+	{"/", ""},
+	{"//", ""},
+	{"//app", ""},
+	{"app//locks", ""},
+	{"app/locks//", ""},
+	{"/app/../locks", ""},
+	{"/./app", ""},
+	{"app locks", ""},
+	{"a#b", ""},
+	{"/zookeeper", ""},
+	{"zookeeper/x", ""},
+	{strings.Repeat("a", 256), ""},
+}
+
+func TestWithPrefixForms(t *testing.T) {
+	client := newTestClient(t)
+	for _, tt := range namespaceForms {
+		t.Run(tt.in, func(t *testing.T) {
+			l, err := New(client, WithPrefix(tt.in))
+			if tt.prefix == "" {
+				if !errors.Is(err, lock.ErrInvalidConfig) || l != nil || !strings.HasPrefix(err.Error(), "etcdlock: ") {
+					t.Errorf("New(WithPrefix(%q)) = %v, %v; want nil and an error wrapping %v", tt.in, l, err, lock.ErrInvalidConfig)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("New(WithPrefix(%q)) = %v; want nil", tt.in, err)
+			}
+			defer l.Close()
+			if got := l.Prefix(); got != tt.prefix {
+				t.Errorf("WithPrefix(%q): Prefix() = %q; want %q", tt.in, got, tt.prefix)
+			}
+			rp, err := l.RecordPrefix("jobs/nightly")
+			if want := tt.prefix + "jobs/nightly/#"; err != nil || rp != want {
+				t.Errorf("RecordPrefix(jobs/nightly) = %q, %v; want %q", rp, err, want)
+			}
+		})
+	}
+}
+
+func TestOpenURLPrefix(t *testing.T) {
+	for _, tt := range []struct{ url, prefix string }{
+		{"etcd://127.0.0.1:1", DefaultPrefix},
+		{"etcd://127.0.0.1:1/", DefaultPrefix},
+		{"etcd://127.0.0.1:1/app/locks", "app/locks/"},
+		{"etcd://127.0.0.1:1/app/locks/", "app/locks/"},
+		{"etcd://127.0.0.1:1//app/locks", "/app/locks/"},
+		{"etcd://127.0.0.1:1//app/locks/", "/app/locks/"},
+	} {
+		t.Run(tt.url, func(t *testing.T) {
+			l, err := lock.Open(context.Background(), tt.url)
+			if err != nil {
+				t.Fatalf("lock.Open(%q) = %v; want nil", tt.url, err)
+			}
+			defer l.Close()
+			if got := l.(*Locker).Prefix(); got != tt.prefix {
+				t.Errorf("lock.Open(%q): Prefix() = %q; want %q", tt.url, got, tt.prefix)
+			}
+		})
+	}
+	for _, raw := range []string{
+		"etcd://127.0.0.1:1///app",
+		"etcd://127.0.0.1:1//",
+		"etcd://127.0.0.1:1/a//b",
+		"etcd://127.0.0.1:1/zookeeper",
+		"etcd://user:pw@127.0.0.1:1/app",
+		"etcd://127.0.0.1:1/app#frag",
+		"etcd://127.0.0.1:1/app#",
+		"etcd://127.0.0.1:1/app?ttl=5s&ttl=6s",
+		"etcd://127.0.0.1:1/app?bogus=1",
+		"etcd://127.0.0.1:1/app?identity=a%00b",
+	} {
+		t.Run(raw, func(t *testing.T) {
+			l, err := lock.Open(context.Background(), raw)
+			if !errors.Is(err, lock.ErrInvalidConfig) || l != nil {
+				if l != nil {
+					l.Close()
+				}
+				t.Fatalf("lock.Open(%q) = %v, %v; want nil and an error wrapping %v", raw, l, err, lock.ErrInvalidConfig)
+			}
+			if strings.Contains(err.Error(), "pw") {
+				t.Errorf("lock.Open(%q) = %q; want no password in it", raw, err)
 			}
 		})
 	}

@@ -23,7 +23,8 @@ const DefaultMaxResources = 1 << 16
 //
 // The zero Guard is ready to use and remembers up to [DefaultMaxResources]
 // resources; [NewGuard] sets another limit. A Guard must not be copied after
-// first use. It is safe for concurrent use.
+// first use. It is safe for concurrent use. A nil *Guard refuses every
+// write with an error wrapping [ErrInvalidConfig].
 //
 // # A failed write still fences
 //
@@ -43,13 +44,29 @@ const DefaultMaxResources = 1 << 16
 // never seen, or evicted — starts at the floor rather than at zero, so
 // forgetting a resource never lets a stale token through.
 //
-// The price is liveness, not safety: after an eviction, a write to an
-// unknown resource whose token is below the floor is rejected even if that
-// resource never saw a higher token. With etcd revisions and ZooKeeper zxids,
-// which rise across all locks of a cluster, this only hits a holder whose
-// grant is older than the evicted grants and whose resource sat idle long
-// enough to be evicted. Size the limit above the number of resources written
-// in such a span, or use one Guard per lock.
+// Safety does not depend on where tokens come from: a resource's own
+// highest token is never forgotten, only merged into the floor, and the
+// floor only rises. Any source of tokens that rise per resource is enforced
+// correctly, even one whose tokens of different resources are unrelated.
+//
+// Liveness does depend on it. After an eviction, a write to an unknown
+// resource whose token is below the floor is rejected even if that
+// resource never saw a higher token. With tokens from one counter for all
+// resources — as package lock promises for all names of one deployment
+// (etcd revisions, ZooKeeper zxids): an acquisition started after any
+// grant gets a higher token — a new grant is always at or above the floor,
+// so only a holder whose grant is older than the evicted tokens, on a
+// resource idle long enough to be evicted, can be refused, and its next
+// grant succeeds. With tokens of independent counters per resource (two
+// lock deployments, hand-made counters), one evicted resource with high
+// tokens would block another resource with low tokens until its counter
+// passes the floor: give each token source a Guard of its own, or size the
+// limit above the number of resources so that nothing is evicted.
+//
+// Keeping a floor per resource after its eviction would need memory for
+// every resource ever seen, which is what the limit is there to bound; a
+// floor per hash bucket would only make the liveness loss rarer, not
+// remove it, and would make it depend on which names collide.
 type Guard struct {
 	mu      sync.Mutex
 	limit   int               // 0 means DefaultMaxResources
@@ -98,8 +115,12 @@ func NewGuard(maxResources int) (*Guard, error) {
 // wait for itself. Keep fn short — it holds up every other writer of the
 // resource.
 //
-// Any string names a resource, including the empty string.
+// Any string names a resource, including the empty string. A nil Guard
+// is an error wrapping [ErrInvalidConfig].
 func (g *Guard) Apply(resource string, token Token, fn func() error) error {
+	if g == nil {
+		return fmt.Errorf("fencing: apply %q: %w: nil guard", resource, ErrInvalidConfig)
+	}
 	if token == 0 {
 		return fmt.Errorf("fencing: apply %q: %w: zero is not a token", resource, ErrInvalidToken)
 	}
@@ -119,8 +140,12 @@ func (g *Guard) Apply(resource string, token Token, fn func() error) error {
 
 // Highest returns the highest token accepted for resource, or, for a
 // resource the Guard does not remember, the floor left by evictions (zero if
-// nothing was evicted). It does not wait for a running Apply.
+// nothing was evicted). It does not wait for a running Apply. A nil Guard
+// has accepted nothing: its Highest is zero.
 func (g *Guard) Highest(resource string) Token {
+	if g == nil {
+		return 0
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if e := g.entries[resource]; e != nil {
@@ -129,8 +154,12 @@ func (g *Guard) Highest(resource string) Token {
 	return g.floor
 }
 
-// Len returns the number of resources the Guard remembers individually.
+// Len returns the number of resources the Guard remembers individually
+// (zero for a nil Guard).
 func (g *Guard) Len() int {
+	if g == nil {
+		return 0
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.entries)

@@ -17,6 +17,19 @@
 // The check and the write must be one atomic step. "Check the token, then
 // write" is itself a race: with tokens 7 and 8 in flight, "check 7 ok, check
 // 8 ok, write 8, write 7" lands the stale write last.
+//
+// # Where tokens come from
+//
+// A resource compares the tokens of one source: one lock deployment (an
+// etcd cluster, a ZooKeeper ensemble). Package lock promises that such a
+// source draws the tokens of all lock names from one counter. [Guard]'s
+// correctness never depends on that: it remembers a bounded number of
+// resources and, when it forgets one, raises a floor to that resource's
+// highest token, which can only make it refuse more. Its liveness does:
+// with tokens from one counter, a new grant is always at or above the
+// floor; with independent counters per resource, a forgotten resource with
+// high tokens can hold back another one with low tokens. See "Bounded
+// memory" on Guard for why it does not keep a floor per resource.
 package fencing
 
 import (
@@ -76,6 +89,9 @@ type StaleTokenError struct {
 
 // Error describes the refused write.
 func (e *StaleTokenError) Error() string {
+	if e == nil {
+		return ErrStaleToken.Error()
+	}
 	return fmt.Sprintf("fencing: stale token %d for %q: highest accepted is %d", e.Token, e.Resource, e.Highest)
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/nilcheck"
 )
 
 // DefaultDoReleaseTimeout bounds the release at the end of [Do] and [TryDo].
@@ -24,9 +26,11 @@ const DefaultDoReleaseTimeout = 10 * time.Second
 // a loss) or with the release's error. A lost lease does not stop code that
 // is already running; fn should send [Lease.Token] with its writes and have
 // the resource enforce it (package fencing).
+//
+// A nil ctx, Locker or fn is an error wrapping [ErrInvalidConfig].
 func Do(ctx context.Context, l Locker, name string, fn func(ctx context.Context, lease Lease) error) error {
-	if l == nil || fn == nil {
-		return fmt.Errorf("lock: do %q: %w: nil Locker or function", name, ErrInvalidConfig)
+	if err := checkDo(ctx, l, fn); err != nil {
+		return fmt.Errorf("lock: do %q: %w", name, err)
 	}
 	lease, err := l.Acquire(ctx, name)
 	if err != nil {
@@ -38,14 +42,26 @@ func Do(ctx context.Context, l Locker, name string, fn func(ctx context.Context,
 // TryDo is [Do] without waiting: if another lease holds the lock it returns
 // an error wrapping [ErrLocked] at once, without calling fn.
 func TryDo(ctx context.Context, l Locker, name string, fn func(ctx context.Context, lease Lease) error) error {
-	if l == nil || fn == nil {
-		return fmt.Errorf("lock: try do %q: %w: nil Locker or function", name, ErrInvalidConfig)
+	if err := checkDo(ctx, l, fn); err != nil {
+		return fmt.Errorf("lock: try do %q: %w", name, err)
 	}
 	lease, err := l.TryAcquire(ctx, name)
 	if err != nil {
 		return err
 	}
 	return hold(ctx, lease, fn)
+}
+
+func checkDo(ctx context.Context, l Locker, fn func(context.Context, Lease) error) error {
+	switch {
+	case ctx == nil:
+		return fmt.Errorf("%w: nil context", ErrInvalidConfig)
+	case nilcheck.IsNil(l):
+		return fmt.Errorf("%w: nil Locker", ErrInvalidConfig)
+	case fn == nil:
+		return fmt.Errorf("%w: nil function", ErrInvalidConfig)
+	}
+	return nil
 }
 
 // hold runs fn under lease and releases it, even if fn panics.
@@ -83,7 +99,21 @@ func finish(ctx context.Context, lease Lease, ferr error) error {
 // stop once the context is no longer needed: it cancels the context and
 // waits for the goroutine that watches the lease. Stopping does not release
 // the lease.
+//
+// A nil parent or lease is a programming error that LeaseContext reports
+// without a panic and without starting a goroutine: the context it returns
+// is already cancelled, with a cause wrapping [ErrInvalidConfig] (see
+// context.Cause), so that code running under it stops at once.
 func LeaseContext(parent context.Context, lease Lease) (ctx context.Context, stop func()) {
+	if parent == nil || nilcheck.IsNil(lease) {
+		what := "nil lease"
+		if parent == nil {
+			what, parent = "nil parent context", context.Background()
+		}
+		ctx, cancel := context.WithCancelCause(parent)
+		cancel(fmt.Errorf("lock: lease context: %w: %s", ErrInvalidConfig, what))
+		return ctx, func() { cancel(context.Canceled) }
+	}
 	ctx, cancel := context.WithCancelCause(parent)
 	done := make(chan struct{})
 	go func() {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/nilcheck"
 )
 
 // Defaults of [ElectionConfig].
@@ -168,7 +169,7 @@ var errResigned = errors.New("lock: election: resigned")
 // through l. name must be a valid lock name ([ValidateName]); the errors for
 // a bad name or configuration wrap [ErrInvalidName] and [ErrInvalidConfig].
 func NewElection(l Locker, name string, cfg ElectionConfig) (*Election, error) {
-	if l == nil {
+	if nilcheck.IsNil(l) {
 		return nil, fmt.Errorf("lock: election %q: %w: nil Locker", name, ErrInvalidConfig)
 	}
 	if err := ValidateName(name); err != nil {
@@ -210,8 +211,26 @@ func NewElection(l Locker, name string, cfg ElectionConfig) (*Election, error) {
 	return e, nil
 }
 
-// Name returns the election's name, which is the name of its lock.
-func (e *Election) Name() string { return e.name }
+// Name returns the election's name, which is the name of its lock ("" for
+// a nil *Election).
+func (e *Election) Name() string {
+	if e == nil {
+		return ""
+	}
+	return e.name
+}
+
+// check refuses a nil or zero *Election (one not made by [NewElection])
+// and a nil ctx with an error wrapping [ErrInvalidConfig].
+func (e *Election) check(ctx context.Context, op string) error {
+	switch {
+	case e == nil || e.l == nil:
+		return fmt.Errorf("lock: election: %s: %w: not created by NewElection", op, ErrInvalidConfig)
+	case ctx == nil:
+		return fmt.Errorf("lock: election %q: %s: %w: nil context", e.name, op, ErrInvalidConfig)
+	}
+	return nil
+}
 
 // Run campaigns until ctx ends, calling the configured callbacks for each
 // term as described on [Election]. It returns an error wrapping ctx's error
@@ -224,6 +243,9 @@ func (e *Election) Name() string { return e.name }
 // the next candidate is elected at once), waits for OnStarted and OnStopped,
 // and stops watching for OnNewLeader.
 func (e *Election) Run(ctx context.Context) error {
+	if err := e.check(ctx, "run"); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	if e.running {
 		e.mu.Unlock()
@@ -410,6 +432,9 @@ func (e *Election) watchLeader(ctx context.Context) {
 // term and returns nil at once, and the lease is released after OnStarted
 // returns. It must not be called from OnStopped.
 func (e *Election) Resign(ctx context.Context) error {
+	if err := e.check(ctx, "resign"); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	t := e.cur
 	e.mu.Unlock()
@@ -436,6 +461,9 @@ func (e *Election) Resign(ctx context.Context) error {
 // [Locker.Holder], it reports what the backend said, which may already have
 // changed.
 func (e *Election) Leader(ctx context.Context) (Holder, error) {
+	if err := e.check(ctx, "leader"); err != nil {
+		return Holder{}, err
+	}
 	return e.l.Holder(ctx, e.name)
 }
 
@@ -448,6 +476,9 @@ func (e *Election) Leader(ctx context.Context) (Holder, error) {
 // It reports what the backend's watch saw: see the backend's Observe for
 // terms too short to be seen.
 func (e *Election) Observe(ctx context.Context) (<-chan Holder, func() error, error) {
+	if err := e.check(ctx, "observe"); err != nil {
+		return nil, nil, err
+	}
 	if e.obs == nil {
 		return nil, nil, fmt.Errorf("lock: election %q: observe: %w: %T does not implement lock.Observer", e.name, ErrInvalidConfig, e.l)
 	}

@@ -18,6 +18,14 @@
 //     long as the local clock does not run slow by more than the configured
 //     margin.
 //   - Tokens rise with every grant and zero is never handed out.
+//   - Tokens of all names come from one counter per deployment (an etcd
+//     cluster, a ZooKeeper ensemble, a locktest.Memory): an acquisition
+//     that starts after a lease of any name was granted, through any
+//     Locker of the deployment, gets a higher token than that lease. (A
+//     token is fixed when the acquisition's record is created, so a waiter
+//     queued earlier on another name may be granted later with a lower
+//     token.) fencing.Guard relies on this to forget idle resources
+//     without refusing new grants; see its "Bounded memory".
 //
 // # What is not
 //
@@ -36,9 +44,22 @@
 // lost. Neither can stop code that is already running when a lease is lost:
 // enforce the term (the token) with package fencing.
 //
-// # Names
+// # Names, namespaces and identities
 //
 // Lock names follow one rule on every backend; see [ValidateName].
+// Namespaces (etcdlock.WithPrefix, zklock.WithRoot, the path of an [Open]
+// URL) are lock names with an optional leading and trailing slash; see
+// [URLPath]. A Locker's identity is 1 to [MaxIdentityLen] bytes of UTF-8
+// without control characters on every backend ([ValidateIdentity]), and
+// defaults to "hostname/pid/random" ([DefaultIdentity]).
+//
+// # Bad input
+//
+// A nil context, Locker, lease or function, an invalid name, identity or
+// namespace, and a malformed URL are errors wrapping [ErrInvalidConfig]
+// or [ErrInvalidName], never panics. The one exception is [Register],
+// which like database/sql.Register panics on a programming error in a
+// backend's init function.
 //
 // # Opening by URL
 //

@@ -1,9 +1,13 @@
 package lock
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/fencelock/fencelock/internal/names"
+)
 
 // MaxNameLen is the longest lock name, in bytes.
-const MaxNameLen = 255
+const MaxNameLen = names.MaxLen
 
 // ValidateName reports whether name is a valid lock name, and if not, returns
 // an error wrapping [ErrInvalidName] that says what is wrong.
@@ -17,38 +21,13 @@ const MaxNameLen = 255
 // Every backend checks names with this function, so a name valid on one
 // backend is valid on all of them, and maps onto an etcd key or a ZooKeeper
 // path without escaping.
+//
+// Namespaces (etcdlock.WithPrefix, zklock.WithRoot, the path of an [Open]
+// URL) follow the same rule, with an optional leading and trailing slash;
+// see [URLPath].
 func ValidateName(name string) error {
-	if len(name) == 0 {
-		return fmt.Errorf("%w: empty", ErrInvalidName)
-	}
-	if len(name) > MaxNameLen {
-		return fmt.Errorf("%w: %d bytes, longer than %d", ErrInvalidName, len(name), MaxNameLen)
-	}
-	start := 0
-	for i := 0; i <= len(name); i++ {
-		if i < len(name) && name[i] != '/' {
-			if !nameByte(name[i]) {
-				return fmt.Errorf("%w: %q: byte %q at offset %d is not one of A-Z a-z 0-9 . _ - :", ErrInvalidName, name, name[i], i)
-			}
-			continue
-		}
-		switch seg := name[start:i]; seg {
-		case "":
-			return fmt.Errorf("%w: %q: empty segment at offset %d", ErrInvalidName, name, start)
-		case ".", "..":
-			return fmt.Errorf("%w: %q: segment %q at offset %d", ErrInvalidName, name, seg, start)
-		}
-		start = i + 1
+	if err := names.Check(name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidName, err)
 	}
 	return nil
-}
-
-func nameByte(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	case c == '.', c == '_', c == '-', c == ':':
-		return true
-	}
-	return false
 }

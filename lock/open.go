@@ -2,12 +2,18 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/names"
+	"github.com/fencelock/fencelock/internal/nilcheck"
 )
 
 // Driver opens Lockers for one URL scheme. Backends register a Driver in
@@ -60,82 +66,143 @@ func Schemes() []string {
 //
 //	import _ "github.com/fencelock/fencelock/etcdlock"
 //
-// A malformed URL, an unknown scheme, and anything the backend does not
-// accept are errors wrapping [ErrInvalidConfig]. ctx bounds the connection
-// attempt only.
+// Open itself refuses, for every backend, a nil ctx, a URL that does not
+// parse, one without a scheme or without "//" after it, an unknown scheme,
+// user information ("user:password@": credentials never travel in the URL)
+// and a fragment ("#..."). The backend then checks the hosts ([URLHosts]),
+// the path ([URLPath]) and the query ([CheckQuery]: unknown and repeated
+// keys are errors). Every such error wraps [ErrInvalidConfig]; none repeats
+// the URL's user information. ctx bounds the connection attempt only.
 func Open(ctx context.Context, rawURL string) (Locker, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("lock: open: %w: nil context", ErrInvalidConfig)
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("lock: open: %w: %w", ErrInvalidConfig, err)
+		// url.Error repeats the whole URL, password included: keep only
+		// what was wrong.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return nil, fmt.Errorf("lock: open: %w: malformed URL: %w", ErrInvalidConfig, err)
 	}
 	if u.Scheme == "" {
-		return nil, fmt.Errorf("lock: open %q: %w: no scheme (want one of %s)", redact(u), ErrInvalidConfig, strings.Join(Schemes(), ", "))
+		return nil, fmt.Errorf("lock: open %q: %w: no scheme (want one of %s)", describe(u), ErrInvalidConfig, strings.Join(Schemes(), ", "))
 	}
 	if u.Opaque != "" {
-		return nil, fmt.Errorf("lock: open %q: %w: want %s://host:port[,host:port...]/path", redact(u), ErrInvalidConfig, u.Scheme)
+		return nil, fmt.Errorf("lock: open %q: %w: want %s://host:port[,host:port...]/path", describe(u), ErrInvalidConfig, u.Scheme)
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("lock: open %q: %w: user information in the URL is not supported", describe(u), ErrInvalidConfig)
+	}
+	if u.Fragment != "" || strings.Contains(rawURL, "#") {
+		return nil, fmt.Errorf("lock: open %q: %w: a fragment (#...) is not supported", describe(u), ErrInvalidConfig)
 	}
 	driversMu.RLock()
 	d, ok := drivers[u.Scheme]
 	driversMu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("lock: open %q: %w: unknown scheme %q (registered: %s; did you import the backend package?)",
-			redact(u), ErrInvalidConfig, u.Scheme, strings.Join(Schemes(), ", "))
+			describe(u), ErrInvalidConfig, u.Scheme, strings.Join(Schemes(), ", "))
 	}
-	return d.Open(ctx, u)
+	l, err := d.Open(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	if nilcheck.IsNil(l) {
+		return nil, fmt.Errorf("lock: open %q: driver for %q returned no Locker and no error", describe(u), u.Scheme)
+	}
+	return l, nil
 }
 
-func redact(u *url.URL) string { return u.Redacted() }
+// describe returns u for an error message, without its user information,
+// so that no password (nor user name) ever appears in an error.
+func describe(u *url.URL) string {
+	if u == nil {
+		return ""
+	}
+	c := *u
+	c.User = nil
+	return c.String()
+}
 
 // URLHosts returns the comma-separated host:port list of a backend URL. An
-// empty list, an empty element, or an element without a port is an error
-// wrapping [ErrInvalidConfig]. It is a helper for drivers.
+// empty list, an empty element, or an element without a port (1 to 65535)
+// is an error wrapping [ErrInvalidConfig]. It is a helper for drivers.
 func URLHosts(u *url.URL) ([]string, error) {
+	if u == nil {
+		return nil, fmt.Errorf("lock: URL hosts: %w: nil URL", ErrInvalidConfig)
+	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("lock: %s URL %q: %w: no host", u.Scheme, redact(u), ErrInvalidConfig)
+		return nil, fmt.Errorf("lock: %s URL %q: %w: no host", u.Scheme, describe(u), ErrInvalidConfig)
 	}
 	hosts := strings.Split(u.Host, ",")
 	for _, h := range hosts {
 		i := strings.LastIndexByte(h, ':')
-		if h == "" || i <= 0 || i == len(h)-1 {
-			return nil, fmt.Errorf("lock: %s URL %q: %w: host %q is not host:port", u.Scheme, redact(u), ErrInvalidConfig, h)
+		if h == "" || i <= 0 || !validPort(h[i+1:]) {
+			return nil, fmt.Errorf("lock: %s URL %q: %w: host %q is not host:port", u.Scheme, describe(u), ErrInvalidConfig, h)
 		}
 	}
 	return hosts, nil
 }
 
-// URLPath returns the namespace path of a backend URL without its leading
-// slash ("" when the URL has none). A path that is not a valid lock name
-// (see [ValidateName]) is an error wrapping [ErrInvalidConfig]. A trailing
-// slash is accepted and dropped.
+func validPort(p string) bool {
+	n, err := strconv.ParseUint(p, 10, 16)
+	return err == nil && n > 0 && p[0] != '+'
+}
+
+// URLPath returns the namespace of a backend URL: its path without the
+// slash that ends the host list, and without a trailing slash ("" when the
+// URL has no path). So "etcd://h:2379/app/locks" gives "app/locks" and
+// "etcd://h:2379//app/locks" gives "/app/locks"; drivers pass it to their
+// namespace option (etcdlock.WithPrefix, zklock.WithRoot), where a leading
+// slash is kept as written on etcd and makes no difference on ZooKeeper.
+//
+// The namespace must be a valid lock name (see [ValidateName]) after an
+// optional leading and trailing slash, and must not start with the segment
+// "zookeeper"; anything else is an error wrapping [ErrInvalidConfig]. Both
+// backends check their namespace options with the same rule.
 func URLPath(u *url.URL) (string, error) {
-	p := strings.TrimSuffix(strings.TrimPrefix(u.Path, "/"), "/")
+	if u == nil {
+		return "", fmt.Errorf("lock: URL path: %w: nil URL", ErrInvalidConfig)
+	}
+	p := strings.TrimPrefix(u.Path, "/")
 	if p == "" {
 		return "", nil
 	}
-	if err := ValidateName(p); err != nil {
-		return "", fmt.Errorf("lock: %s URL %q: %w: path: %w", u.Scheme, redact(u), ErrInvalidConfig, err)
+	ns, err := names.ParseNamespace(p)
+	if err != nil {
+		return "", fmt.Errorf("lock: %s URL %q: %w: path: %w", u.Scheme, describe(u), ErrInvalidConfig, err)
 	}
-	return p, nil
+	if ns.Rooted {
+		return "/" + ns.Path, nil
+	}
+	return ns.Path, nil
 }
 
-// CheckQuery returns an error wrapping [ErrInvalidConfig] if the URL's query
-// has a key not in allowed, or a key given more than once. It is a helper
-// for drivers.
+// CheckQuery returns the URL's query, or an error wrapping
+// [ErrInvalidConfig] if the query does not parse, has a key not in
+// allowed, or has a key given more than once. It is a helper for drivers.
 func CheckQuery(u *url.URL, allowed ...string) (url.Values, error) {
+	if u == nil {
+		return nil, fmt.Errorf("lock: URL query: %w: nil URL", ErrInvalidConfig)
+	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
-		return nil, fmt.Errorf("lock: %s URL %q: %w: query: %w", u.Scheme, redact(u), ErrInvalidConfig, err)
+		return nil, fmt.Errorf("lock: %s URL %q: %w: query: %w", u.Scheme, describe(u), ErrInvalidConfig, err)
 	}
-	for k, v := range q {
-		known := false
-		for _, a := range allowed {
-			known = known || a == k
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // report the same key every time
+	for _, k := range keys {
+		if !slices.Contains(allowed, k) {
+			return nil, fmt.Errorf("lock: %s URL %q: %w: unknown query key %q (known: %s)", u.Scheme, describe(u), ErrInvalidConfig, k, strings.Join(allowed, ", "))
 		}
-		if !known {
-			return nil, fmt.Errorf("lock: %s URL %q: %w: unknown query key %q (known: %s)", u.Scheme, redact(u), ErrInvalidConfig, k, strings.Join(allowed, ", "))
-		}
-		if len(v) != 1 {
-			return nil, fmt.Errorf("lock: %s URL %q: %w: query key %q given %d times", u.Scheme, redact(u), ErrInvalidConfig, k, len(v))
+		if n := len(q[k]); n != 1 {
+			return nil, fmt.Errorf("lock: %s URL %q: %w: query key %q given %d times", u.Scheme, describe(u), ErrInvalidConfig, k, n)
 		}
 	}
 	return q, nil
@@ -149,6 +216,9 @@ func URLDuration(q url.Values, key string) (time.Duration, bool, error) {
 	s, ok := q[key]
 	if !ok {
 		return 0, false, nil
+	}
+	if len(s) != 1 {
+		return 0, true, fmt.Errorf("lock: URL query %s: %w: given %d times", key, ErrInvalidConfig, len(s))
 	}
 	d, err := time.ParseDuration(s[0])
 	if err != nil {

@@ -73,6 +73,9 @@ func (l *Locker) parent(name string) string { return l.root + "/" + name }
 // is closed, or the session is lost. It returns a *Lease. See
 // [lock.Locker.Acquire].
 func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
+	if err := l.usable(ctx); err != nil {
+		return nil, fmt.Errorf("zklock: acquire %q: %w", name, err)
+	}
 	le, err := l.acquire(ctx, name, false)
 	if err != nil {
 		return nil, err
@@ -84,6 +87,9 @@ func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
 // [lock.ErrLocked] at once if another lease holds name, after deleting the
 // znode it queued.
 func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
+	if err := l.usable(ctx); err != nil {
+		return nil, fmt.Errorf("zklock: try acquire %q: %w", name, err)
+	}
 	le, err := l.acquire(ctx, name, true)
 	if err != nil {
 		return nil, err

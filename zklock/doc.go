@@ -4,7 +4,11 @@
 // # Layout
 //
 // A Locker keeps its locks under a root znode (default [DefaultRoot]),
-// created with its ancestors as persistent znodes when missing. The lock
+// created with its ancestors as persistent znodes when missing. [WithRoot]
+// accepts the same paths as etcdlock.WithPrefix, with or without leading
+// and trailing slashes ("/app/locks", "app/locks/"); ZooKeeper paths are
+// absolute, so they all name /app/locks, as do the URLs
+// "zk://h:2181/app/locks" and "zk://h:2181//app/locks". The lock
 // called "jobs/nightly" lives in root/jobs/nightly; that znode and
 // root/jobs are container znodes, created on demand, which the server
 // deletes once they are empty, so no per-lock znode is left behind. Each

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/fenced"
+	"github.com/fencelock/fencelock/internal/nilcheck"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -52,12 +54,21 @@ import (
 // otherwise (the znode is gone, or someone else changed its version); the
 // local lease may not have noticed yet. A failure of one of ops is returned
 // as go-zookeeper reports it (errors.Is(err, zk.ErrBadVersion), ...), and
-// nothing was written either. A nil conn, a nil lease or a lease of
-// another backend is an error wrapping lock.ErrInvalidConfig. When the
+// nothing was written either. A nil ctx, a nil conn, a nil operation, a
+// nil lease or a lease of another backend is an error wrapping
+// lock.ErrInvalidConfig. When the
 // connection fails mid-request the multi may or may not have been applied.
 func GuardedMulti(ctx context.Context, conn *zk.Conn, lease lock.Lease, ops ...any) ([]zk.MultiResponse, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("zklock: guarded multi: nil conn: %w", lock.ErrInvalidConfig)
+	}
+	if ctx == nil {
+		return nil, fmt.Errorf("zklock: guarded multi: nil context: %w", lock.ErrInvalidConfig)
+	}
+	for i, op := range ops {
+		if nilcheck.IsNil(op) {
+			return nil, fmt.Errorf("zklock: guarded multi: operation %d is nil: %w", i, lock.ErrInvalidConfig)
+		}
 	}
 	le, err := zkLease(lease)
 	if err != nil {
@@ -101,40 +112,6 @@ func zkLease(lease lock.Lease) (*Lease, error) {
 	return le, nil
 }
 
-// tokenDigits is the width of the token header of a fenced znode's data:
-// enough for every uint64 in decimal.
-const tokenDigits = 20
-
-// encodeFenced returns the stored form of fenced data: the token in
-// tokenDigits zero-padded decimal digits, a colon, then the data. It is the
-// same format package etcdlock stores, readable by people and tools.
-func encodeFenced(token fencing.Token, data []byte) []byte {
-	b := make([]byte, 0, tokenDigits+1+len(data))
-	b = fmt.Appendf(b, "%0*d:", tokenDigits, uint64(token))
-	return append(b, data...)
-}
-
-// decodeFenced splits stored data into its token and data. Empty stored
-// data is token 0 with no data.
-func decodeFenced(stored []byte) (fencing.Token, []byte, error) {
-	if len(stored) == 0 {
-		return 0, nil, nil
-	}
-	if len(stored) <= tokenDigits || stored[tokenDigits] != ':' {
-		return 0, nil, fmt.Errorf("stored data has no token header (%d digits and a colon): %w", tokenDigits, fencing.ErrInvalidToken)
-	}
-	for _, c := range stored[:tokenDigits] {
-		if c < '0' || c > '9' {
-			return 0, nil, fmt.Errorf("stored data has a malformed token header %q: %w", stored[:tokenDigits], fencing.ErrInvalidToken)
-		}
-	}
-	t, err := strconv.ParseUint(string(stored[:tokenDigits]), 10, 64)
-	if err != nil {
-		return 0, nil, fmt.Errorf("stored data has a malformed token header %q: %w", stored[:tokenDigits], fencing.ErrInvalidToken)
-	}
-	return fencing.Token(t), stored[tokenDigits+1:], nil
-}
-
 // SetFenced sets the data of the znode at path if token is not lower than
 // the highest token the znode has accepted, records token as the new
 // highest, and returns the znode's stat after the write (its Mzxid orders
@@ -142,9 +119,10 @@ func decodeFenced(stored []byte) (fencing.Token, []byte, error) {
 // with a *fencing.StaleTokenError (Resource is path) and nothing is
 // written. Equal tokens are accepted, so
 // one grant may write many times. A zero token is an error wrapping
-// fencing.ErrInvalidToken; a nil conn or a malformed path (it must be
+// fencing.ErrInvalidToken; a nil ctx, a nil conn or a malformed path (it must be
 // absolute, not the root, without a trailing slash or empty, "." or ".."
-// segments) one wrapping lock.ErrInvalidConfig.
+// segments, in UTF-8 without the characters ZooKeeper refuses) one
+// wrapping lock.ErrInvalidConfig.
 //
 // The check and the write are made atomic by the znode's version: SetFenced
 // reads the data and version, compares the stored token, and sets the new
@@ -168,13 +146,13 @@ func decodeFenced(stored []byte) (fencing.Token, []byte, error) {
 // work the same, as long as every writer of the znode uses tokens of one
 // source.
 func SetFenced(ctx context.Context, conn *zk.Conn, path string, data []byte, token fencing.Token) (*zk.Stat, error) {
-	if err := checkFencedArgs(conn, path); err != nil {
+	if err := checkFencedArgs(ctx, conn, path); err != nil {
 		return nil, fmt.Errorf("zklock: set fenced: %w", err)
 	}
 	if token == 0 {
 		return nil, fmt.Errorf("zklock: set fenced %q: zero token: %w", path, fencing.ErrInvalidToken)
 	}
-	stored := encodeFenced(token, data)
+	stored := fenced.Encode(token, data)
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, err)
@@ -197,7 +175,7 @@ func SetFenced(ctx context.Context, conn *zk.Conn, path string, data []byte, tok
 		if err != nil {
 			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, err)
 		}
-		highest, _, err := decodeFenced(old)
+		highest, _, err := fenced.Decode(old)
 		if err != nil {
 			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, err)
 		}
@@ -224,7 +202,7 @@ func SetFenced(ctx context.Context, conn *zk.Conn, path string, data []byte, tok
 // Use it to read the data, never as the check before a write: SetFenced
 // makes that check itself, atomically.
 func GetFenced(ctx context.Context, conn *zk.Conn, path string) ([]byte, fencing.Token, error) {
-	if err := checkFencedArgs(conn, path); err != nil {
+	if err := checkFencedArgs(ctx, conn, path); err != nil {
 		return nil, 0, fmt.Errorf("zklock: get fenced: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -237,14 +215,17 @@ func GetFenced(ctx context.Context, conn *zk.Conn, path string) ([]byte, fencing
 	if err != nil {
 		return nil, 0, fmt.Errorf("zklock: get fenced %q: %w", path, err)
 	}
-	token, data, err := decodeFenced(stored)
+	token, data, err := fenced.Decode(stored)
 	if err != nil {
 		return nil, 0, fmt.Errorf("zklock: get fenced %q: %w", path, err)
 	}
 	return data, token, nil
 }
 
-func checkFencedArgs(conn *zk.Conn, path string) error {
+func checkFencedArgs(ctx context.Context, conn *zk.Conn, path string) error {
+	if ctx == nil {
+		return fmt.Errorf("nil context: %w", lock.ErrInvalidConfig)
+	}
 	if conn == nil {
 		return fmt.Errorf("nil conn: %w", lock.ErrInvalidConfig)
 	}
@@ -254,8 +235,12 @@ func checkFencedArgs(conn *zk.Conn, path string) error {
 	return nil
 }
 
-// checkZnodePath accepts absolute znode paths other than the root, with
-// no empty, "." or ".." segment and no NUL.
+// checkZnodePath accepts the paths ZooKeeper's own PathUtils.validatePath
+// accepts, except the root: absolute, no empty, "." or ".." segment, no
+// trailing slash, valid UTF-8 without the characters the server refuses
+// (U+0000–U+001F, U+007F–U+009F, U+D800–U+F8FF, U+FFF0–U+FFFF). Checking
+// here turns what would be a server error, or a request go-zookeeper
+// cannot encode, into an error wrapping lock.ErrInvalidConfig.
 func checkZnodePath(path string) error {
 	if !strings.HasPrefix(path, "/") {
 		return errors.New("not absolute")
@@ -263,8 +248,13 @@ func checkZnodePath(path string) error {
 	if path == "/" {
 		return errors.New("the root znode")
 	}
-	if strings.ContainsRune(path, 0) {
-		return errors.New("contains NUL")
+	if !utf8.ValidString(path) {
+		return errors.New("not valid UTF-8")
+	}
+	for i, r := range path {
+		if r <= 0x1f || 0x7f <= r && r <= 0x9f || 0xd800 <= r && r <= 0xf8ff || 0xfff0 <= r {
+			return fmt.Errorf("character %U at offset %d", r, i)
+		}
 	}
 	for _, seg := range strings.Split(path[1:], "/") {
 		switch seg {

@@ -18,6 +18,9 @@ var _ lock.Observer = (*Locker)(nil)
 // from the server the connection is on, which may lag the leader by a
 // moment.
 func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
+	if err := l.usable(ctx); err != nil {
+		return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, err)
+	}
 	if err := lock.ValidateName(name); err != nil {
 		return lock.Holder{}, fmt.Errorf("zklock: holder: %w", err)
 	}

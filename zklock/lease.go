@@ -32,24 +32,49 @@ type Lease struct {
 var _ lock.Lease = (*Lease)(nil)
 
 // Name returns the lock's name.
-func (le *Lease) Name() string { return le.name }
+func (le *Lease) Name() string {
+	if le == nil {
+		return ""
+	}
+	return le.name
+}
 
 // Token returns the lease's fencing token: the czxid of its znode. Every
 // znode of the ensemble gets a larger zxid than the ones created before it,
 // so tokens rise with every grant, also across a deletion and re-creation of
 // the lock's parent (where sequence numbers start again).
-func (le *Lease) Token() fencing.Token { return fencing.Token(le.czxid) }
+func (le *Lease) Token() fencing.Token {
+	if le == nil {
+		return 0
+	}
+	return fencing.Token(le.czxid)
+}
 
 // Path returns the full path of the lease's znode.
-func (le *Lease) Path() string { return le.path }
+func (le *Lease) Path() string {
+	if le == nil {
+		return ""
+	}
+	return le.path
+}
 
 // Version returns the data version of the lease's znode when it was
 // granted. The Locker never changes the znode's data, so it stays 0 unless
 // someone else sets it.
-func (le *Lease) Version() int32 { return le.version }
+func (le *Lease) Version() int32 {
+	if le == nil {
+		return 0
+	}
+	return le.version
+}
 
 // SessionID returns the id of the session that owns the lease's znode.
-func (le *Lease) SessionID() int64 { return le.ep.id }
+func (le *Lease) SessionID() int64 {
+	if !le.valid() {
+		return 0
+	}
+	return le.ep.id
+}
 
 // CheckOp returns an operation for zk.Conn.Multi that succeeds only while
 // the lease's znode exists with the version it had when granted. Put it
@@ -64,17 +89,35 @@ func (le *Lease) SessionID() int64 { return le.ep.id }
 // Locker from [New], the caller's conn); a Multi on another connection
 // only proves that the znode existed, which is all a fence needs, since a
 // deleted lease znode is never re-created.
+//
+// For a nil or zero *Lease it returns a check of a version no znode has
+// (-2), on a path under the server's reserved /zookeeper that fencelock
+// never creates, so a Multi that starts with it writes nothing.
 func (le *Lease) CheckOp() *zk.CheckVersionRequest {
+	if !le.valid() {
+		return &zk.CheckVersionRequest{Path: "/zookeeper/fencelock: no lease", Version: -2}
+	}
 	return &zk.CheckVersionRequest{Path: le.path, Version: le.version}
 }
 
 // Done returns a channel closed when the lease ends: released, lost, or
 // ended by Close.
-func (le *Lease) Done() <-chan struct{} { return le.done }
+//
+// For a nil or zero *Lease, which holds nothing, it is already closed.
+func (le *Lease) Done() <-chan struct{} {
+	if !le.valid() {
+		return closedDone
+	}
+	return le.done
+}
 
 // Err returns nil while the lease is held; afterwards an error wrapping
 // [lock.ErrReleased] (Release or Close) or [lock.ErrLost] with its cause.
+// A nil or zero *Lease reports an error wrapping [lock.ErrInvalidConfig].
 func (le *Lease) Err() error {
+	if !le.valid() {
+		return fmt.Errorf("zklock: lease: %w", errNotLease())
+	}
 	le.mu.Lock()
 	defer le.mu.Unlock()
 	return le.err
@@ -113,8 +156,15 @@ func (le *Lease) lose(cause error) {
 // [lock.ErrReleased] or [lock.ErrLost]. If ctx ends or the connection fails
 // before the deletion is confirmed, the lease still ends, the znode is
 // deleted once the connection is back in the same session (or vanishes with
-// the session), and Release returns an error saying so.
+// the session), and Release returns an error saying so. A nil ctx, or a
+// nil or zero *Lease, is an error wrapping [lock.ErrInvalidConfig].
 func (le *Lease) Release(ctx context.Context) error {
+	if !le.valid() {
+		return fmt.Errorf("zklock: release: %w", errNotLease())
+	}
+	if ctx == nil {
+		return fmt.Errorf("zklock: release %q: %w: nil context", le.name, lock.ErrInvalidConfig)
+	}
 	le.mu.Lock()
 	if err := le.err; err != nil {
 		le.mu.Unlock()

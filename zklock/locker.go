@@ -204,14 +204,27 @@ func (l *Locker) start() {
 }
 
 // Identity returns the identity stored in the Locker's lock znodes.
-func (l *Locker) Identity() string { return l.o.identity }
+func (l *Locker) Identity() string {
+	if l.usable(context.Background()) != nil {
+		return ""
+	}
+	return l.o.identity
+}
 
 // Root returns the znode under which the Locker's locks live.
-func (l *Locker) Root() string { return l.root }
+func (l *Locker) Root() string {
+	if l == nil {
+		return ""
+	}
+	return l.root
+}
 
 // SessionID returns the id of the session the Locker currently trusts, or 0
 // while it has none.
 func (l *Locker) SessionID() int64 {
+	if l.usable(context.Background()) != nil {
+		return 0
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.cur == nil {
@@ -223,6 +236,9 @@ func (l *Locker) SessionID() int64 {
 // SessionTimeout returns the session timeout the Locker works with: the
 // one the server negotiated (Dial) or the one given (New).
 func (l *Locker) SessionTimeout() time.Duration {
+	if l.usable(context.Background()) != nil {
+		return 0
+	}
 	if l.lv != nil {
 		if t := l.lv.negotiated(); t > 0 {
 			return t
@@ -238,6 +254,9 @@ func (l *Locker) SessionTimeout() time.Duration {
 // znodes at once; one from [New] deletes its znodes itself, waiting at most
 // one session timeout for the connection. Later calls return nil.
 func (l *Locker) Close() error {
+	if err := l.usable(context.Background()); err != nil {
+		return fmt.Errorf("zklock: close: %w", err)
+	}
 	first := false
 	l.once.Do(func() { first = true })
 	if !first {

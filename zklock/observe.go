@@ -31,6 +31,9 @@ import (
 //     version); when other changes in between make it ambiguous, it is not.
 //   - What is reported is in grant order: tokens rise.
 func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
+	if err := l.usable(ctx); err != nil {
+		return nil, nil, fmt.Errorf("zklock: observe %q: %w", name, err)
+	}
 	if err := lock.ValidateName(name); err != nil {
 		return nil, nil, fmt.Errorf("zklock: observe: %w", err)
 	}

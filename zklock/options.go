@@ -1,18 +1,14 @@
 package zklock
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fencelock/internal/names"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -59,22 +55,21 @@ func (o *options) bad(format string, args ...any) {
 }
 
 // WithRoot sets the znode under which locks live (default [DefaultRoot]).
-// root is a path such as "/myapp/locks" or "myapp/locks/", with or without
-// the leading and trailing slash, whose segments follow the lock name rule
-// (see [lock.ValidateName]). A missing root and its missing ancestors are
-// created as persistent znodes with the Locker's ACL on first use.
+// It accepts the same paths as etcdlock.WithPrefix, checked by the same
+// rule (see [lock.URLPath]): a valid lock name, with or without a leading
+// and a trailing slash, whose first segment is not "zookeeper" (reserved
+// by the server). ZooKeeper paths are always absolute, so "/myapp/locks",
+// "myapp/locks" and "myapp/locks/" all name the root /myapp/locks. A
+// missing root and its missing ancestors are created as persistent znodes
+// with the Locker's ACL on first use.
 func WithRoot(root string) Option {
 	return func(o *options) {
-		p := strings.TrimSuffix(strings.TrimPrefix(root, "/"), "/")
-		if err := lock.ValidateName(p); err != nil {
-			o.bad("root %q: %w", root, err)
+		ns, err := names.ParseNamespace(root)
+		if err != nil {
+			o.bad("root: %w", err)
 			return
 		}
-		if p == "zookeeper" || strings.HasPrefix(p, "zookeeper/") {
-			o.bad("root %q: /zookeeper is reserved by the server", root)
-			return
-		}
-		o.root = "/" + p
+		o.root = "/" + ns.Path
 	}
 }
 
@@ -101,12 +96,13 @@ func WithSessionTimeout(d time.Duration) Option {
 }
 
 // WithIdentity sets the identity stored in each lock znode and reported by
-// [Locker.Holder] (default hostname/pid/random). It must be non-empty valid
-// UTF-8 of at most 1024 bytes.
+// [Locker.Holder] (default [lock.DefaultIdentity], "hostname/pid/random").
+// It must follow the rule of [lock.ValidateIdentity], the same on every
+// backend: 1 to 1024 bytes of UTF-8 without control characters.
 func WithIdentity(id string) Option {
 	return func(o *options) {
-		if id == "" || len(id) > 1024 || !utf8.ValidString(id) {
-			o.bad("identity %q: want 1 to 1024 bytes of UTF-8", id)
+		if err := lock.ValidateIdentity(id); err != nil {
+			o.errs = append(o.errs, err)
 			return
 		}
 		o.identity = id
@@ -127,11 +123,12 @@ func WithACL(acl []zk.ACL) Option {
 
 // WithLogger sets where the Locker and its go-zookeeper connection log
 // (default: nowhere). Connection chatter is logged at debug level, session
-// state changes and lost leases at info and warn.
+// state changes and lost leases at info and warn. It must not be nil or a
+// zero slog.Logger (which has no handler).
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
-		if l == nil {
-			o.bad("nil logger")
+		if l == nil || l.Handler() == nil {
+			o.bad("logger: nil, or a zero slog.Logger without a handler")
 			return
 		}
 		o.logger = l
@@ -194,7 +191,7 @@ func buildOptions(opts []Option) (*options, error) {
 		return nil, fmt.Errorf("%w: loss margin %v: must be smaller than the session timeout %v", lock.ErrInvalidConfig, o.lossMargin, o.sessionTimeout)
 	}
 	if o.identity == "" {
-		o.identity = defaultIdentity()
+		o.identity = lock.DefaultIdentity()
 	}
 	if o.logger == nil {
 		o.logger = slog.New(slog.DiscardHandler)
@@ -208,14 +205,4 @@ func (o *options) margin(timeout time.Duration) time.Duration {
 		return min(o.lossMargin, timeout)
 	}
 	return max(timeout/DefaultLossMarginFraction, min(MinDefaultLossMargin, timeout/2))
-}
-
-func defaultIdentity() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "unknown-host"
-	}
-	b := make([]byte, 4)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails
-	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b))
 }

@@ -156,3 +156,73 @@ func TestOpenUnreachableHonoursContext(t *testing.T) {
 		t.Fatalf("lock.Open(unreachable) = %v, %v; want nil and an error wrapping %v", l, err, context.DeadlineExceeded)
 	}
 }
+
+// namespaceForms are the namespaces both backends must treat alike:
+// etcdlock's options test has the same list (there with the etcd prefix).
+var namespaceForms = []struct {
+	in   string
+	root string // "" when it must be refused
+}{
+	{"app/locks", "/app/locks"},
+	{"app/locks/", "/app/locks"},
+	{"/app/locks", "/app/locks"},
+	{"/app/locks/", "/app/locks"},
+	{"/my-lock/", "/my-lock"},
+	{"registry", "/registry"},
+	{"/tenant:42/locks", "/tenant:42/locks"},
+	{"", ""},
+	{"/", ""},
+	{"//", ""},
+	{"//app", ""},
+	{"app//locks", ""},
+	{"app/locks//", ""},
+	{"/app/../locks", ""},
+	{"/./app", ""},
+	{"app locks", ""},
+	{"a#b", ""},
+	{"/zookeeper", ""},
+	{"zookeeper/x", ""},
+	{strings.Repeat("a", 256), ""},
+}
+
+func TestWithRootForms(t *testing.T) {
+	for _, tt := range namespaceForms {
+		t.Run(tt.in, func(t *testing.T) {
+			o, err := buildOptions([]Option{WithRoot(tt.in)})
+			if tt.root == "" {
+				if !errors.Is(err, lock.ErrInvalidConfig) || o != nil {
+					t.Errorf("WithRoot(%q) = %v; want an error wrapping %v", tt.in, err, lock.ErrInvalidConfig)
+				}
+				return
+			}
+			if err != nil || o.root != tt.root {
+				t.Errorf("WithRoot(%q): root %v, %v; want %q", tt.in, o, err, tt.root)
+			}
+		})
+	}
+}
+
+func TestOpenRejectsUnusedURLParts(t *testing.T) {
+	for _, raw := range []string{
+		"zk://user:pw@127.0.0.1:1/root",
+		"zk://user@127.0.0.1:1/root",
+		"zk://127.0.0.1:1/root#frag",
+		"zk://127.0.0.1:1/root#",
+		"zk://127.0.0.1:1///root",
+		"zk://127.0.0.1:1/zookeeper",
+		"zk://127.0.0.1:1/root?identity=a%0Ab",
+	} {
+		t.Run(raw, func(t *testing.T) {
+			l, err := lock.Open(context.Background(), raw)
+			if !errors.Is(err, lock.ErrInvalidConfig) || l != nil {
+				if l != nil {
+					l.Close()
+				}
+				t.Fatalf("lock.Open(%q) = %v, %v; want nil and an error wrapping %v", raw, l, err, lock.ErrInvalidConfig)
+			}
+			if strings.Contains(err.Error(), "pw") {
+				t.Errorf("lock.Open(%q) = %q; want no password in it", raw, err)
+			}
+		})
+	}
+}

@@ -12,17 +12,17 @@ func init() { lock.Register("zk", driver{}) }
 
 // driver opens Lockers for URLs such as
 // "zk://h1:2181,h2:2181/myapp/locks?session_timeout=10s&identity=worker-1".
-// The path is the root (default [DefaultRoot]); the query keys are
+// The path is the root (default [DefaultRoot]), given to [WithRoot]:
+// "zk://h:2181/app/locks" and "zk://h:2181//app/locks" both name the root
+// /app/locks. The query keys are
 // session_timeout and loss_margin (durations, see [WithSessionTimeout] and
 // [WithLossMargin]) and identity (see [WithIdentity]).
 type driver struct{}
 
 func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
-	if u.User != nil {
-		return nil, fmt.Errorf("zklock: open %q: %w: credentials in the URL are not supported", u.Redacted(), lock.ErrInvalidConfig)
-	}
-	if u.Fragment != "" {
-		return nil, fmt.Errorf("zklock: open %q: %w: unexpected fragment", u.Redacted(), lock.ErrInvalidConfig)
+	// lock.Open has refused user information and fragments already.
+	if ctx == nil || u == nil {
+		return nil, fmt.Errorf("zklock: open: %w: nil context or URL", lock.ErrInvalidConfig)
 	}
 	hosts, err := lock.URLHosts(u)
 	if err != nil {

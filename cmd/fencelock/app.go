@@ -72,6 +72,10 @@ type app struct {
 	getenv  func(string) string
 	environ []string         // passed to COMMAND, plus FENCING_TOKEN and FENCELOCK_LOCK
 	signals <-chan os.Signal // SIGINT, SIGTERM, SIGHUP sent to the process
+
+	// openURL opens the backend; nil means lock.Open. Tests replace it to
+	// check argument handling without a backend.
+	openURL func(ctx context.Context, rawURL string) (lock.Locker, error)
 }
 
 // failure is an error with the exit status it causes. A failure without
@@ -214,6 +218,11 @@ func (a *app) open(ctx context.Context, c *common) (lock.Locker, error) {
 	if c.identity != "" {
 		u, err := url.Parse(raw)
 		if err != nil {
+			// url.Error repeats the URL, password included.
+			var uerr *url.Error
+			if errors.As(err, &uerr) {
+				err = uerr.Err
+			}
 			return nil, usageError("bad backend URL: %v", err)
 		}
 		q, err := url.ParseQuery(u.RawQuery)
@@ -237,7 +246,11 @@ func (a *app) open(ctx context.Context, c *common) (lock.Locker, error) {
 	}
 	octx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	l, err := lock.Open(octx, raw)
+	openURL := a.openURL
+	if openURL == nil {
+		openURL = lock.Open
+	}
+	l, err := openURL(octx, raw)
 	if err != nil {
 		if errors.Is(err, lock.ErrInvalidConfig) {
 			return nil, &failure{code: exitUsage, err: err}

@@ -31,6 +31,7 @@ import (
 	"net/http"
 
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/nilcheck"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -43,8 +44,12 @@ var ErrMissingToken = fmt.Errorf("httpfence: missing %s header: %w", Header, fen
 
 // TokenFromRequest returns the token in r's [Header]. A missing header is
 // [ErrMissingToken]; a repeated header, zero, or anything but a decimal
-// number is an error wrapping [fencing.ErrInvalidToken].
+// number is an error wrapping [fencing.ErrInvalidToken]; a nil r is an
+// error wrapping [fencing.ErrInvalidConfig].
 func TokenFromRequest(r *http.Request) (fencing.Token, error) {
+	if r == nil {
+		return 0, fmt.Errorf("httpfence: token from request: %w: nil request", fencing.ErrInvalidConfig)
+	}
 	vals := r.Header.Values(Header)
 	switch len(vals) {
 	case 0:
@@ -74,7 +79,7 @@ type ErrorBody struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// WriteError writes the response for err, which must not be nil:
+// WriteError writes the response for err:
 //
 //   - a [*fencing.StaleTokenError]: 409 Conflict,
 //     {"error":"stale_token","resource":"…","token":7,"highest":8}
@@ -82,11 +87,16 @@ type ErrorBody struct {
 //   - any other error wrapping [fencing.ErrInvalidToken]: 400 Bad Request,
 //     {"error":"invalid_token","detail":"…"}
 //   - anything else: 500 Internal Server Error, {"error":"internal_error"},
-//     without details, which may be private.
+//     without details, which may be private; so is a nil err, which is
+//     a bug in the caller.
 //
+// A nil w writes nothing.
 // Tokens are JSON numbers; etcd revisions and ZooKeeper zxids stay far below
 // 2^53, where JavaScript numbers lose precision.
 func WriteError(w http.ResponseWriter, err error) {
+	if nilcheck.IsNil(w) {
+		return
+	}
 	var (
 		status = http.StatusInternalServerError
 		body   = ErrorBody{Error: "internal_error"}
@@ -121,9 +131,10 @@ func WriteError(w http.ResponseWriter, err error) {
 //
 // The token is recorded once the check passes, whatever next then does (see
 // [fencing.Guard]). A nil g, resourceOf or next is an error wrapping
-// [fencing.ErrInvalidConfig].
+// [fencing.ErrInvalidConfig], and so is a next that is an interface
+// holding a nil pointer or function.
 func Handler(g *fencing.Guard, resourceOf func(*http.Request) string, next http.Handler) (http.Handler, error) {
-	if g == nil || resourceOf == nil || next == nil {
+	if g == nil || resourceOf == nil || nilcheck.IsNil(next) {
 		return nil, fmt.Errorf("httpfence: handler: %w: nil guard, resource function or next handler", fencing.ErrInvalidConfig)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -154,11 +165,19 @@ type Transport struct {
 
 // RoundTrip sends a copy of req carrying the lease's token. If the lease
 // has ended it sends nothing and returns an error wrapping the lease's
-// [lock.Lease.Err] (so [lock.ErrLost] or [lock.ErrReleased]); a nil Lease is
-// an error wrapping [fencing.ErrInvalidConfig]. An [http.Client] wraps
-// these in a *url.Error, which errors.Is sees through.
+// [lock.Lease.Err] (so [lock.ErrLost] or [lock.ErrReleased]). A nil
+// Transport, a nil Lease (also a nil pointer of a lease type, such as a
+// nil *etcdlock.Lease), a nil req or one without a URL is an error wrapping
+// [fencing.ErrInvalidConfig]. An [http.Client] wraps these in a *url.Error,
+// which errors.Is sees through.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if t.Lease == nil {
+	if req == nil || req.URL == nil {
+		if req != nil {
+			closeBody(req)
+		}
+		return nil, fmt.Errorf("httpfence: round trip: %w: nil request or URL", fencing.ErrInvalidConfig)
+	}
+	if t == nil || nilcheck.IsNil(t.Lease) {
 		closeBody(req)
 		return nil, fmt.Errorf("httpfence: %s %s: %w: transport without a lease", req.Method, req.URL.Redacted(), fencing.ErrInvalidConfig)
 	}
@@ -167,9 +186,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("httpfence: %s %s: lease %q has ended: %w", req.Method, req.URL.Redacted(), t.Lease.Name(), err)
 	}
 	out := req.Clone(req.Context())
+	if out.Header == nil {
+		out.Header = make(http.Header)
+	}
 	out.Header.Set(Header, t.Lease.Token().String())
 	base := t.Base
-	if base == nil {
+	if nilcheck.IsNil(base) {
 		base = http.DefaultTransport
 	}
 	return base.RoundTrip(out)

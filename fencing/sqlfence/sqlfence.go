@@ -117,10 +117,13 @@ type Store struct {
 
 // New returns a Store for db, which must hold the token table (see
 // [Store.CreateTable]). A nil db, an unknown dialect or a bad table name is
-// an error wrapping [fencing.ErrInvalidConfig].
+// an error wrapping [fencing.ErrInvalidConfig], and so is a nil option.
 func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
 	o := options{table: DefaultTable}
-	for _, opt := range opts {
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("sqlfence: new: %w: option %d is nil", fencing.ErrInvalidConfig, i)
+		}
 		opt(&o)
 	}
 	if db == nil {
@@ -173,11 +176,32 @@ func validateTable(name string) error {
 	return nil
 }
 
-// Table returns the name of the token table.
-func (s *Store) Table() string { return s.table }
+// Table returns the name of the token table ("" for a nil Store).
+func (s *Store) Table() string {
+	if s == nil {
+		return ""
+	}
+	return s.table
+}
+
+// usable refuses a nil or zero Store (one not made by [New]) and a nil
+// ctx with an error wrapping [fencing.ErrInvalidConfig]: every method
+// that does I/O checks it first.
+func (s *Store) usable(ctx context.Context, op, resource string) error {
+	switch {
+	case s == nil || s.db == nil:
+		return fmt.Errorf("sqlfence: %s %q: %w: store not created by New", op, resource, fencing.ErrInvalidConfig)
+	case ctx == nil:
+		return fmt.Errorf("sqlfence: %s %q: %w: nil context", op, resource, fencing.ErrInvalidConfig)
+	}
+	return nil
+}
 
 // CreateTable creates the token table if it does not exist.
 func (s *Store) CreateTable(ctx context.Context) error {
+	if err := s.usable(ctx, "create table", ""); err != nil {
+		return err
+	}
 	q := "CREATE TABLE IF NOT EXISTS " + s.table +
 		" (resource TEXT PRIMARY KEY, token BIGINT NOT NULL CHECK (token > 0))"
 	if _, err := s.db.ExecContext(ctx, q); err != nil {
@@ -203,6 +227,9 @@ func (s *Store) CreateTable(ctx context.Context) error {
 // error wrapping [fencing.ErrInvalidToken]; a nil fn is an error wrapping
 // [fencing.ErrInvalidConfig].
 func (s *Store) Apply(ctx context.Context, resource string, token fencing.Token, fn func(tx *sql.Tx) error) error {
+	if err := s.usable(ctx, "apply", resource); err != nil {
+		return err
+	}
 	if err := checkToken("apply", resource, token); err != nil {
 		return err
 	}
@@ -241,6 +268,9 @@ func (s *Store) Apply(ctx context.Context, resource string, token fencing.Token,
 // protects, and commit only if it returned nil. The check takes effect only
 // if tx commits. Bad tokens are rejected as by [Store.Apply].
 func (s *Store) Check(ctx context.Context, tx *sql.Tx, resource string, token fencing.Token) error {
+	if err := s.usable(ctx, "check", resource); err != nil {
+		return err
+	}
 	if err := checkToken("check", resource, token); err != nil {
 		return err
 	}
@@ -271,6 +301,9 @@ func (s *Store) Check(ctx context.Context, tx *sql.Tx, resource string, token fe
 // is. It is a plain read: use it for display and monitoring, never as the
 // check before a write.
 func (s *Store) Highest(ctx context.Context, resource string) (fencing.Token, error) {
+	if err := s.usable(ctx, "highest", resource); err != nil {
+		return 0, err
+	}
 	var highest int64
 	err := s.db.QueryRowContext(ctx, s.selectToken, resource).Scan(&highest)
 	switch {

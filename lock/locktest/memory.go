@@ -3,11 +3,8 @@ package locktest
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -59,19 +56,9 @@ type session struct {
 // identity means the default, "hostname/pid/random".
 func (m *Memory) NewLocker(identity string) *MemLocker {
 	if identity == "" {
-		identity = defaultIdentity()
+		identity = lock.DefaultIdentity()
 	}
 	return &MemLocker{m: m, identity: identity, closing: make(chan struct{})}
-}
-
-func defaultIdentity() string {
-	host, err := os.Hostname()
-	if err != nil || host == "" {
-		host = "localhost"
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand documents it)
-	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
 // ExpireSession ends l's current session the way a server-side expiry does:

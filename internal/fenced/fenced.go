@@ -1,0 +1,52 @@
+// Package fenced is the stored form of a fenced value, shared by the
+// guarded writes of package etcdlock (PutFenced, GetFenced) and package
+// zklock (SetFenced, GetFenced): the token in HeaderDigits zero-padded
+// decimal digits, a colon, then the value, as in
+// "00000000000000000042:hello". Fixed width makes byte order equal token
+// order, which lets etcd compare tokens inside a transaction, and keeps the
+// stored data readable by people and tools.
+package fenced
+
+import (
+	"fmt"
+
+	"github.com/fencelock/fencelock/fencing"
+)
+
+// HeaderDigits is the width of the token header: enough for every uint64
+// in decimal.
+const HeaderDigits = 20
+
+// Encode returns the stored form of value written with token.
+func Encode(token fencing.Token, value []byte) []byte {
+	b := make([]byte, HeaderDigits+1, HeaderDigits+1+len(value))
+	v := uint64(token)
+	for i := HeaderDigits - 1; i >= 0; i-- {
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	b[HeaderDigits] = ':'
+	return append(b, value...)
+}
+
+// Decode splits stored into its token and value. Empty stored data is
+// token 0 with no value (a key or znode not yet written with a token).
+// Anything else without a well-formed header is an error wrapping
+// fencing.ErrInvalidToken. The value shares stored's memory.
+func Decode(stored []byte) (fencing.Token, []byte, error) {
+	if len(stored) == 0 {
+		return 0, nil, nil
+	}
+	if len(stored) <= HeaderDigits || stored[HeaderDigits] != ':' {
+		return 0, nil, fmt.Errorf("stored value has no token header (%d digits and a colon): %w", HeaderDigits, fencing.ErrInvalidToken)
+	}
+	var v uint64
+	for _, c := range stored[:HeaderDigits] {
+		d := uint64(c - '0')
+		if c < '0' || c > '9' || v > (1<<64-1-d)/10 {
+			return 0, nil, fmt.Errorf("stored value has a malformed token header %q: %w", stored[:HeaderDigits], fencing.ErrInvalidToken)
+		}
+		v = v*10 + d
+	}
+	return fencing.Token(v), stored[HeaderDigits+1:], nil
+}

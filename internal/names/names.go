@@ -1,0 +1,86 @@
+// Package names holds the rules for lock names and namespaces (etcd key
+// prefixes, ZooKeeper roots), so that every backend and package lock apply
+// one copy of them. Its errors carry no sentinel: callers wrap them with
+// the sentinel of their boundary (lock.ErrInvalidName for a name,
+// lock.ErrInvalidConfig for a namespace).
+package names
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// MaxLen is the longest lock name, and the longest namespace, in bytes.
+const MaxLen = 255
+
+// Check returns nil if name is a valid lock name, and otherwise an error
+// that says what is wrong: 1 to MaxLen bytes, one or more segments
+// separated by '/', each non-empty, made of A-Z a-z 0-9 . _ - : and
+// neither "." nor "..".
+func Check(name string) error {
+	if len(name) == 0 {
+		return errors.New("empty")
+	}
+	if len(name) > MaxLen {
+		return fmt.Errorf("%d bytes, longer than %d", len(name), MaxLen)
+	}
+	start := 0
+	for i := 0; i <= len(name); i++ {
+		if i < len(name) && name[i] != '/' {
+			if !segmentByte(name[i]) {
+				return fmt.Errorf("%q: byte %q at offset %d is not one of A-Z a-z 0-9 . _ - :", name, name[i], i)
+			}
+			continue
+		}
+		switch seg := name[start:i]; seg {
+		case "":
+			return fmt.Errorf("%q: empty segment at offset %d", name, start)
+		case ".", "..":
+			return fmt.Errorf("%q: segment %q at offset %d", name, seg, start)
+		}
+		start = i + 1
+	}
+	return nil
+}
+
+func segmentByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	case c == '.', c == '_', c == '-', c == ':':
+		return true
+	}
+	return false
+}
+
+// Namespace is a checked namespace path.
+type Namespace struct {
+	// Path is the namespace without its leading and trailing slash:
+	// "app/locks" for "/app/locks/".
+	Path string
+	// Rooted reports whether it was given with a leading slash.
+	Rooted bool
+}
+
+// ParseNamespace checks a namespace as a user writes it: a lock name
+// (see Check), optionally preceded by one '/' and optionally followed by
+// one '/'. So "app/locks", "/app/locks", "app/locks/" and "/app/locks/" are
+// accepted; "", "/", "//app", "app//locks" and "app/locks//" are not. The
+// first segment must not be "zookeeper", which ZooKeeper reserves; the rule
+// is the same on every backend so that a namespace valid on one is valid on
+// all.
+func ParseNamespace(ns string) (Namespace, error) {
+	p, rooted := strings.CutPrefix(ns, "/")
+	p = strings.TrimSuffix(p, "/")
+	if p == "" {
+		return Namespace{}, fmt.Errorf("namespace %q: no segment", ns)
+	}
+	if err := Check(p); err != nil {
+		return Namespace{}, fmt.Errorf("namespace %q: %w", ns, err)
+	}
+	if first, _, _ := strings.Cut(p, "/"); first == "zookeeper" {
+		return Namespace{}, fmt.Errorf("namespace %q: /zookeeper is reserved by ZooKeeper", ns)
+	}
+	return Namespace{Path: p, Rooted: rooted}, nil
+}
