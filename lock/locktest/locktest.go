@@ -47,6 +47,8 @@
 package locktest
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,6 +74,22 @@ type SessionExpirer interface {
 	// returned by the same Harness's NewLocker. If l has no session, it
 	// does nothing.
 	ExpireSession(t *testing.T, l lock.Locker)
+}
+
+// SessionStaller is implemented by a [Harness] that can make a Locker's
+// session expire the way it does when the Locker is cut off: the Locker
+// stops hearing from the server, and the server expires the session once
+// its timeout has run out. Unlike [SessionExpirer], whose server-side end
+// of a session is one a Locker cannot see coming, this is the loss a Locker
+// must detect by itself, and report (Done closed, Err wrapping
+// [lock.ErrLost]) before the server can grant its locks to anyone else.
+// The suite checks exactly that ordering.
+type SessionStaller interface {
+	// StallSession cuts l off from the server until the server has
+	// expired l's current session, then lets l reach the server again,
+	// and returns. l was returned by the same Harness's NewLocker and
+	// holds at least one lease.
+	StallSession(t *testing.T, l lock.Locker)
 }
 
 // RecordLister is implemented by a [Harness] that can list the records
@@ -114,6 +132,13 @@ type Options struct {
 	// subsequence of what happened, in order, up to the current holder.
 	// By default every change must be reported.
 	ObserveMaySkip bool
+
+	// RequireOptional makes a missing optional interface ([SessionExpirer],
+	// [SessionStaller], [lock.Observer]) a test failure. By default the
+	// checks that need it are left out and listed with t.Log. A backend's
+	// own conformance test sets it, so that a harness that loses an
+	// interface cannot quietly drop checks.
+	RequireOptional bool
 }
 
 func (o Options) withDefaults() Options {
@@ -144,12 +169,42 @@ func TestLocker(t *testing.T, h Harness) {
 }
 
 // TestLockerWith is [TestLocker] with options.
+//
+// A check that needs an optional interface the backend lacks is not run,
+// and not reported as skipped either: like testing/fstest.TestFS, the suite
+// checks what the backend offers. It logs (t.Log) the checks that did not
+// apply, and with [Options.RequireOptional] a missing interface fails the
+// test instead.
 func TestLockerWith(t *testing.T, h Harness, opts Options) {
 	t.Helper()
 	s := &suite{h: h, o: opts.withDefaults()}
 	s.expirer, _ = h.(SessionExpirer)
+	s.staller, _ = h.(SessionStaller)
 	s.lister, _ = h.(RecordLister)
+	// Whether the backend's Lockers are Observers is a property of the
+	// Locker type: ask one.
+	probe := h.NewLocker(t, identity("probe"))
+	if probe == nil {
+		t.Fatalf("NewLocker() = nil")
+	}
+	_, s.observer = probe.(lock.Observer)
+	if err := probe.Close(); err != nil {
+		t.Errorf("Close() of an unused Locker = %v; want nil", err)
+	}
+	var missing []string
 	for _, st := range s.subtests() {
+		if !s.has(st.needs) {
+			missing = append(missing, fmt.Sprintf("%s (needs %s)", st.name, st.needs))
+			continue
+		}
 		t.Run(st.name, st.fn)
+	}
+	if len(missing) > 0 {
+		msg := "locktest: checks not applicable to this backend: " + strings.Join(missing, ", ")
+		if s.o.RequireOptional {
+			t.Error(msg + "; Options.RequireOptional is set")
+		} else {
+			t.Log(msg)
+		}
 	}
 }

@@ -14,38 +14,75 @@ import (
 
 // suite holds what every subtest needs.
 type suite struct {
-	h       Harness
-	o       Options
-	expirer SessionExpirer // nil if h does not implement it
-	lister  RecordLister   // nil if h does not implement it
+	h        Harness
+	o        Options
+	expirer  SessionExpirer // nil if h does not implement it
+	staller  SessionStaller // nil if h does not implement it
+	lister   RecordLister   // nil if h does not implement it
+	observer bool           // the Lockers implement lock.Observer
 }
 
+// A subtest is one check. needs names the optional interface it depends
+// on ("" for none); it runs only when that interface is present.
 type subtest struct {
-	name string
-	fn   func(t *testing.T)
+	name  string
+	fn    func(t *testing.T)
+	needs string
 }
+
+// Optional interfaces, as named in subtest.needs and in the log line that
+// lists the checks that did not apply.
+const (
+	needsExpirer  = "SessionExpirer (Harness)"
+	needsStaller  = "SessionStaller (Harness)"
+	needsObserver = "lock.Observer (Locker)"
+)
 
 func (s *suite) subtests() []subtest {
 	return []subtest{
-		{"AcquireRelease", s.testAcquireRelease},
-		{"TryAcquire", s.testTryAcquire},
-		{"TokensIncrease", s.testTokensIncrease},
-		{"SameLockerExcludes", s.testSameLockerExcludes},
-		{"MutualExclusion", s.testMutualExclusion},
-		{"FIFO", s.testFIFO},
-		{"CancelWait", s.testCancelWait},
-		{"DeadlineWait", s.testDeadlineWait},
-		{"CancelledContext", s.testCancelledContext},
-		{"Holder", s.testHolder},
-		{"ReleaseTwice", s.testReleaseTwice},
-		{"Close", s.testClose},
-		{"InvalidName", s.testInvalidName},
-		{"LongName", s.testLongName},
-		{"IndependentNames", s.testIndependentNames},
-		{"SessionExpiry", s.testSessionExpiry},
-		{"SessionExpiryWaiter", s.testSessionExpiryWaiter},
-		{"Observe", s.testObserve},
+		{"AcquireRelease", s.testAcquireRelease, ""},
+		{"TryAcquire", s.testTryAcquire, ""},
+		{"TokensIncrease", s.testTokensIncrease, ""},
+		{"SameLockerExcludes", s.testSameLockerExcludes, ""},
+		{"MutualExclusion", s.testMutualExclusion, ""},
+		{"FIFO", s.testFIFO, ""},
+		{"CancelWait", s.testCancelWait, ""},
+		{"DeadlineWait", s.testDeadlineWait, ""},
+		{"CancelledContext", s.testCancelledContext, ""},
+		{"CancelInFlight", s.testCancelInFlight, ""},
+		{"ReleaseCancelledContext", s.testReleaseCancelledContext, ""},
+		{"Holder", s.testHolder, ""},
+		{"DoneBeforeNextGrant", s.testDoneBeforeNextGrant, ""},
+		{"ReleaseTwice", s.testReleaseTwice, ""},
+		{"ReleaseConcurrent", s.testReleaseConcurrent, ""},
+		{"Close", s.testClose, ""},
+		{"CloseConcurrent", s.testCloseConcurrent, ""},
+		{"CloseRace", s.testCloseRace, ""},
+		{"InvalidName", s.testInvalidName, ""},
+		{"LongName", s.testLongName, ""},
+		{"IndependentNames", s.testIndependentNames, ""},
+		{"SessionExpiry", s.testSessionExpiry, needsExpirer},
+		{"SessionExpiryWaiter", s.testSessionExpiryWaiter, needsExpirer},
+		{"ReleaseLostLease", s.testReleaseLostLease, needsExpirer},
+		{"LossDoneBeforeNextGrant", s.testLossDoneBeforeNextGrant, needsStaller},
+		{"Observe", s.testObserve, needsObserver},
+		{"ObserveEndsOnClose", s.testObserveEndsOnClose, needsObserver},
 	}
+}
+
+// has reports whether the optional interface need names is present.
+func (s *suite) has(need string) bool {
+	switch need {
+	case "":
+		return true
+	case needsExpirer:
+		return s.expirer != nil
+	case needsStaller:
+		return s.staller != nil
+	case needsObserver:
+		return s.observer
+	}
+	panic("locktest: unknown optional interface " + need)
 }
 
 // newLocker returns a Locker from the harness that is closed when t ends.

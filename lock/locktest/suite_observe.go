@@ -16,10 +16,7 @@ func (s *suite) testObserve(t *testing.T) {
 	name := lockName(t)
 	idA, idB := identity("a"), identity("b")
 	watcher := s.newLocker(t, identity("w"))
-	o, ok := watcher.(lock.Observer)
-	if !ok {
-		t.Skip("the Locker does not implement lock.Observer")
-	}
+	o := watcher.(lock.Observer) // run only for Observers
 	a := s.newLocker(t, idA)
 	b := s.newLocker(t, idB)
 
@@ -147,4 +144,49 @@ func (s *suite) drainClosed(t *testing.T, ch <-chan lock.Holder, what string) {
 			t.Fatalf("%s: channel not closed within %v", what, s.o.Timeout)
 		}
 	}
+}
+
+// testObserveEndsOnClose checks that closing a Locker ends its
+// observations: by the time Close returns, each channel is closed and the
+// error function reports ErrClosed.
+func (s *suite) testObserveEndsOnClose(t *testing.T) {
+	ctx := s.ctx(t)
+	name := lockName(t)
+	watcher := s.newLocker(t, identity("w"))
+	a := s.newLocker(t, identity("a"))
+	o := watcher.(lock.Observer) // run only for Observers
+
+	le := s.mustAcquire(t, ctx, a, name)
+	type obs struct {
+		ch   <-chan lock.Holder
+		errf func() error
+	}
+	var all []obs
+	for i := range 3 {
+		ch, errf, err := o.Observe(ctx, name)
+		if err != nil {
+			t.Fatalf("Observe(%q) #%d = %v; want nil", name, i+1, err)
+		}
+		all = append(all, obs{ch, errf})
+	}
+	// The first observation is read; the others have a holder pending.
+	select {
+	case <-all[0].ch:
+	case <-time.After(s.o.Timeout):
+		t.Fatalf("no holder observed within %v", s.o.Timeout)
+	}
+	if err := watcher.Close(); err != nil {
+		t.Errorf("Close() = %v; want nil", err)
+	}
+	for i, ob := range all {
+		if !observationEnded(ob.ch) {
+			t.Errorf("observation %d: channel open after Close returned; want it closed", i+1)
+			s.drainClosed(t, ob.ch, fmt.Sprintf("observation %d after Close", i+1))
+		}
+		if err := ob.errf(); !errors.Is(err, lock.ErrClosed) {
+			t.Errorf("observation %d: error after Close = %v; want an error wrapping %v", i+1, err, lock.ErrClosed)
+		}
+	}
+	mustRelease(t, ctx, le)
+	s.noOrphans(t, name, "Release")
 }
