@@ -140,7 +140,7 @@ func (s *suite) testCancelInFlight(t *testing.T) {
 			case 1:
 				runtime.Gosched()
 			case 2:
-				time.Sleep(time.Duration(i*25) * time.Microsecond)
+				time.Sleep(time.Duration(i*i) * 5 * time.Microsecond)
 			}
 			cancel()
 			r := s.await(t, ch, "Acquire cancelled in flight")
