@@ -6,12 +6,24 @@
 // [TestLocker] runs one subtest per rule of the contract against a backend
 // reached through a [Harness]: acquire and release, TryAcquire, rising
 // tokens, mutual exclusion between Lockers and within one Locker, FIFO
-// order, cancelled waits, Holder, ending a lease twice, Close, name
-// validation, and, when the Locker implements [lock.Observer], observation.
-// Like testing/fstest.TestFS it looks for optional interfaces: a Harness
-// that also implements [RecordLister] lets the suite check that no record is
-// left behind and know exactly when a waiter has queued; one that implements
-// [SessionExpirer] enables the session-loss subtests. A backend's test calls
+// order, cancelled waits (before, during and after the create request),
+// Release with a cancelled context, Holder, a released lease's Done closed
+// before the next grant, ending a lease twice and concurrently, Close
+// (repeated, concurrent, and racing Acquire and Release), name validation,
+// and, when the Locker implements [lock.Observer], observation and its end
+// at Close.
+//
+// Like testing/fstest.TestFS it looks for optional interfaces, and runs the
+// checks that need one only when it is present: a Harness that also
+// implements [RecordLister] lets the suite check that no record is left
+// behind and know exactly when a waiter has queued; one that implements
+// [SessionExpirer] enables the session-loss checks (a lost lease's Err and
+// Release, waiters of a lost session, a new session afterwards, and a lost
+// lease's Release leaving a later grant alone); one that implements
+// [SessionStaller] enables the check that a lease lost with its session has
+// ended before anyone else is granted its lock. Checks that did not apply
+// are listed with t.Log rather than skipped; [Options.RequireOptional]
+// makes them failures. A backend's test calls
 //
 //	func TestConformance(t *testing.T) {
 //		locktest.TestLocker(t, myHarness{...})
@@ -21,11 +33,18 @@
 // the suite can run against a shared, long-lived cluster. It orders its
 // steps with channels and, with a RecordLister, by polling the records; only
 // without one does it fall back to a short grace period (see
-// [Options.Settle]).
+// [Options.Settle]). Where the order of two events is the subject (a lease
+// ending before the next grant), the waiter's own goroutine looks at the
+// earlier lease's Done the moment its Acquire returns.
 //
-// What the suite does not check: that a lease is declared lost before the
-// server can grant the lock to someone else when the network fails, that a
-// release wakes one waiter rather than all of them, and anything about
+// Release with a context that is already cancelled may go either way: it
+// may still release (bounded by a timeout of its own) and return nil, or
+// return ctx's error; the suite requires that the lease has ended when it
+// returns and that its record goes, so that another Locker gets the lock.
+//
+// What the suite does not check: the loss deadline under partial failures
+// (a frozen server, a slow network, a clock that drifts), that a release
+// wakes one waiter rather than all of them, and anything about
 // performance. Those need fault injection and the backend's internals; the
 // integration tests of each backend cover them.
 //

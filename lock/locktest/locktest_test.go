@@ -385,24 +385,15 @@ func (f *faulty) Close() error {
 		return err
 	case "close-concurrent-early":
 		// A Close that finds another in progress returns at once. The
-		// first one waits a moment for a second caller, as a Close busy
-		// with the network would.
+		// first one takes a while, as a Close busy with the network would.
 		f.mu.Lock()
 		f.closers++
-		if f.closers > 1 {
-			if f.closers == 2 {
-				close(f.arrived)
-			}
-			f.mu.Unlock()
+		first := f.closers == 1
+		f.mu.Unlock()
+		if !first {
 			return nil
 		}
-		f.arrived = make(chan struct{})
-		arrived := f.arrived
-		f.mu.Unlock()
-		select {
-		case <-arrived:
-		case <-time.After(200 * time.Millisecond):
-		}
+		time.Sleep(200 * time.Millisecond)
 		return f.MemLocker.Close()
 	}
 	return f.MemLocker.Close()
