@@ -154,16 +154,20 @@ func (le *Lease) lose(cause error) {
 // create revision, so a stale or retried release never deletes a record of
 // a later grant.
 //
-// The lease ends locally (Done closes with [lock.ErrReleased]) even when
-// the delete cannot be confirmed before ctx is done; Release then returns
+// The lease ends locally (Done closes with [lock.ErrReleased]) before the
+// delete is sent, so that Done is closed before any waiter can be granted
+// the lock, and even when the delete cannot be confirmed before ctx is
+// done; Release then returns
 // ctx's error as soon as ctx is done, and the delete is retried in the
 // background until it succeeds, the session ends, or a TTL plus the loss
 // margin has passed, after which the Locker ends the session so that the
 // lease's expiry removes the record (see "Late creates" in the package
 // documentation for the bound). Releasing again returns an error wrapping
 // [lock.ErrReleased]; releasing a lost lease deletes what is left of its
-// record and returns an error wrapping [lock.ErrLost]. A nil ctx, or a nil
-// or zero *Lease, is an error wrapping [lock.ErrInvalidConfig].
+// record and returns an error wrapping [lock.ErrLost], as does a Release
+// that finds the record already gone (Err then wraps [lock.ErrReleased]:
+// the lease had not been reported lost before Release ended it). A nil
+// ctx, or a nil or zero *Lease, is an error wrapping [lock.ErrInvalidConfig].
 func (le *Lease) Release(ctx context.Context) error {
 	if !le.valid() {
 		return fmt.Errorf("etcdlock: release: %w", errNotLease())
@@ -188,17 +192,18 @@ func (le *Lease) Release(ctx context.Context) error {
 	le.releasing = true
 	le.mu.Unlock()
 
+	// The lease ends before the delete is sent: the server may grant the
+	// lock to a waiter as soon as it applies the delete, before its answer
+	// comes back, and Done must be closed by then.
+	le.finish(lock.ErrReleased)
 	deleted, err := le.deleteRecord(ctx)
 	switch {
 	case err != nil:
-		le.finish(fmt.Errorf("%w (delete of the record not confirmed: %w)", lock.ErrReleased, err))
 		le.l.cleanupLater(le.s, le.key, le.rev, le.ambiguous)
-		return fmt.Errorf("etcdlock: release %q: %w", le.name, err)
+		return fmt.Errorf("etcdlock: release %q: delete of the record not confirmed (retried in the background): %w", le.name, err)
 	case !deleted:
-		le.finish(fmt.Errorf("%w: record %q was already gone", lock.ErrLost, le.key))
-		return fmt.Errorf("etcdlock: release: %w", le.Err())
+		return fmt.Errorf("etcdlock: release %q (token %d): %w: record %q was already gone", le.name, le.rev, lock.ErrLost, le.key)
 	}
-	le.finish(lock.ErrReleased)
 	return nil
 }
 

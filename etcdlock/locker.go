@@ -30,6 +30,7 @@ type Locker struct {
 	cancelClosing context.CancelFunc
 
 	sessSem chan struct{} // held while a session is being created
+	down    chan struct{} // closed when the first Close has finished
 
 	mu     sync.Mutex
 	closed bool
@@ -73,7 +74,7 @@ func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 }
 
 func newLocker(client *clientv3.Client, o *options) *Locker {
-	l := &Locker{client: client, opts: o, sessSem: make(chan struct{}, 1)}
+	l := &Locker{client: client, opts: o, sessSem: make(chan struct{}, 1), down: make(chan struct{})}
 	l.life, l.cancelLife = context.WithCancel(context.Background())
 	l.closing, l.cancelClosing = context.WithCancel(context.Background())
 	return l
@@ -320,7 +321,9 @@ func (l *Locker) isClosed() bool {
 // 5s, whichever is shorter; if it fails, the records go when the lease
 // expires, and Close returns the error. Close waits for the Locker's
 // goroutines, closes the client if the Locker owns it (opened by
-// [lock.Open]), and returns nil when called again.
+// [lock.Open]), and returns nil when called again. A call made while another
+// is in progress waits for that one to finish, so that whichever Close
+// returns, the Locker is torn down.
 func (l *Locker) Close() error {
 	if err := l.usable(context.Background()); err != nil {
 		return fmt.Errorf("etcdlock: close: %w", err)
@@ -328,8 +331,10 @@ func (l *Locker) Close() error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
+		<-l.down
 		return nil
 	}
+	defer close(l.down)
 	l.closed = true
 	s := l.sess
 	l.sess = nil

@@ -151,9 +151,12 @@ func (le *Lease) lose(cause error) {
 	}
 }
 
-// Release deletes the lease's znode, guarded by its version, and ends the
-// lease. Releasing an ended lease returns an error wrapping
-// [lock.ErrReleased] or [lock.ErrLost]. If ctx ends or the connection fails
+// Release ends the lease and deletes its znode, guarded by its version.
+// The lease ends (Done closes, Err wraps [lock.ErrReleased]) before the
+// delete is sent, so that Done is closed before any waiter can be granted
+// the lock. Releasing an ended lease returns an error wrapping
+// [lock.ErrReleased] or [lock.ErrLost]; so does a Release that finds the
+// znode already gone ([lock.ErrLost]). If ctx ends or the connection fails
 // before the deletion is confirmed, the lease still ends, the znode is
 // deleted once the connection is back in the same session (or vanishes with
 // the session), and Release returns an error saying so. A nil ctx, or a
@@ -183,21 +186,21 @@ func (le *Lease) Release(ctx context.Context) error {
 	close(le.stop)
 	le.mu.Unlock()
 
+	// The lease ends before the delete is sent: the server may grant the
+	// lock to a waiter as soon as it applies the delete, before its answer
+	// comes back, and Done must be closed by then.
+	le.end(fmt.Errorf("zklock: lease %q: %w", le.name, lock.ErrReleased))
 	if err := le.l.enter(); err != nil {
-		le.end(fmt.Errorf("zklock: release %q: %w", le.name, lock.ErrReleased))
-		return nil
+		return nil // Close deletes the znode
 	}
 	defer le.l.leave()
 	err := le.l.deleteOwn(ctx, le.ep, le.path, le.version, le.czxid)
 	switch {
 	case err == nil:
-		le.end(fmt.Errorf("zklock: lease %q: %w", le.name, lock.ErrReleased))
 		return nil
 	case errors.Is(err, zk.ErrNoNode):
-		le.end(fmt.Errorf("zklock: lease %q (token %d): %w: its znode was gone at release", le.name, le.czxid, lock.ErrLost))
-		return fmt.Errorf("zklock: release %q: %w", le.name, le.Err())
+		return fmt.Errorf("zklock: release %q (token %d): %w: its znode was gone at release", le.name, le.czxid, lock.ErrLost)
 	default:
-		le.end(fmt.Errorf("zklock: lease %q: %w", le.name, lock.ErrReleased))
 		le.l.addCleanup(cleanup{path: le.path})
 		return fmt.Errorf("zklock: release %q: znode not deleted yet (it will be once the connection is back, or with the session): %w", le.name, err)
 	}

@@ -30,6 +30,7 @@ type Locker struct {
 	jkick chan struct{}   // wakes the janitor
 	lkick chan struct{}   // wakes the lease loop
 	close chan struct{}   // closed by Close
+	down  chan struct{}   // closed when the first Close has finished
 	once  sync.Once
 	bg    context.Context // cancelled by Close
 	stop  context.CancelFunc
@@ -190,6 +191,7 @@ func newLocker(o *options) *Locker {
 		jkick:   make(chan struct{}, 1),
 		lkick:   make(chan struct{}, 1),
 		close:   make(chan struct{}),
+		down:    make(chan struct{}),
 		changed: make(chan struct{}),
 		leases:  make(map[*Lease]struct{}),
 		watched: make(map[string]*watchEntry),
@@ -252,7 +254,9 @@ func (l *Locker) SessionTimeout() time.Duration {
 // [lock.ErrClosed], and waits for the Locker's goroutines. A Locker from
 // [Dial] then closes its connection, which ends the session and removes its
 // znodes at once; one from [New] deletes its znodes itself, waiting at most
-// one session timeout for the connection. Later calls return nil.
+// one session timeout for the connection. Later calls return nil; one made
+// while another is in progress waits for that one to finish, so that
+// whichever Close returns, the Locker is torn down.
 func (l *Locker) Close() error {
 	if err := l.usable(context.Background()); err != nil {
 		return fmt.Errorf("zklock: close: %w", err)
@@ -260,8 +264,10 @@ func (l *Locker) Close() error {
 	first := false
 	l.once.Do(func() { first = true })
 	if !first {
+		<-l.down
 		return nil
 	}
+	defer close(l.down)
 	l.mu.Lock()
 	l.closed = true
 	if l.cur != nil {

@@ -2,12 +2,16 @@ package etcdtest
 
 import (
 	"context"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
 	"github.com/fencelock/fencelock/etcdlock"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock"
 	"github.com/fencelock/fencelock/lock/locktest"
 )
@@ -18,22 +22,78 @@ type harness struct {
 	endpoints []string
 	admin     *clientv3.Client
 	prefix    string
+
+	mu    sync.Mutex
+	gates map[*etcdlock.Locker]*testutil.Gate
 }
 
 var (
-	_ locktest.Harness        = harness{}
-	_ locktest.SessionExpirer = harness{}
-	_ locktest.RecordLister   = harness{}
+	_ locktest.Harness        = (*harness)(nil)
+	_ locktest.SessionExpirer = (*harness)(nil)
+	_ locktest.SessionStaller = (*harness)(nil)
+	_ locktest.RecordLister   = (*harness)(nil)
 )
 
-func (h harness) NewLocker(t *testing.T, identity string) lock.Locker {
+// NewLocker returns a Locker with a client of its own, which connects
+// through a Gate so that StallSession can cut it off.
+func (h *harness) NewLocker(t *testing.T, identity string) lock.Locker {
 	t.Helper()
-	return newLocker(t, newClient(t, h.endpoints), etcdlock.WithPrefix(h.prefix), etcdlock.WithIdentity(identity))
+	g := new(testutil.Gate)
+	client := testutil.EtcdClient(t, clientv3.Config{
+		Endpoints:            h.endpoints,
+		DialTimeout:          5 * time.Second,
+		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return g.Dial(ctx, "tcp", addr)
+		})},
+	})
+	l := newLocker(t, client, etcdlock.WithPrefix(h.prefix), etcdlock.WithIdentity(identity))
+	h.mu.Lock()
+	h.gates[l] = g
+	h.mu.Unlock()
+	return l
+}
+
+// StallSession cuts the Locker's client off from every member until the
+// cluster has expired its session lease (TimeToLive reports it gone), as
+// it does when a client goes silent, and then lets it reconnect.
+func (h *harness) StallSession(t *testing.T, l lock.Locker) {
+	t.Helper()
+	el := l.(*etcdlock.Locker)
+	h.mu.Lock()
+	g := h.gates[el]
+	h.mu.Unlock()
+	if g == nil {
+		t.Fatalf("StallSession: the Locker was not made by NewLocker")
+	}
+	id, ok := el.SessionLeaseID()
+	if !ok {
+		t.Fatalf("StallSession: the Locker has no session")
+	}
+	g.Cut()
+	defer g.Heal()
+	deadline := time.Now().Add(10 * el.TTL())
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		resp, err := h.admin.TimeToLive(ctx, id)
+		cancel()
+		if err != nil {
+			t.Fatalf("TimeToLive(%x) = %v", int64(id), err)
+		}
+		if resp.TTL == -1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("StallSession: lease %x still alive (TTL %ds) %v after its client was cut off", int64(id), resp.TTL, 10*el.TTL())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // ExpireSession revokes the Locker's session lease with another client, as
 // the server does when the lease expires.
-func (h harness) ExpireSession(t *testing.T, l lock.Locker) {
+func (h *harness) ExpireSession(t *testing.T, l lock.Locker) {
 	t.Helper()
 	id, ok := l.(*etcdlock.Locker).SessionLeaseID()
 	if !ok {
@@ -46,7 +106,7 @@ func (h harness) ExpireSession(t *testing.T, l lock.Locker) {
 	}
 }
 
-func (h harness) Records(t *testing.T, name string) []string {
+func (h *harness) Records(t *testing.T, name string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -64,6 +124,6 @@ func (h harness) Records(t *testing.T, name string) []string {
 
 func TestEtcdConformance(t *testing.T) {
 	c := startCluster(t)
-	h := harness{endpoints: c.Endpoints(), admin: newClient(t, c.Endpoints()), prefix: "conformance"}
-	locktest.TestLocker(t, h)
+	h := &harness{endpoints: c.Endpoints(), admin: newClient(t, c.Endpoints()), prefix: "conformance", gates: map[*etcdlock.Locker]*testutil.Gate{}}
+	locktest.TestLockerWith(t, h, locktest.Options{RequireOptional: true})
 }

@@ -15,5 +15,5 @@ import (
 // checked.
 func TestZKConformance(t *testing.T) {
 	c := startEnsemble(t)
-	locktest.TestLockerWith(t, newHarness(t, c.Endpoints()), locktest.Options{ObserveMaySkip: true})
+	locktest.TestLockerWith(t, newHarness(t, c.Endpoints()), locktest.Options{ObserveMaySkip: true, RequireOptional: true})
 }

@@ -57,9 +57,12 @@ type sessions struct {
 func newSessions() *sessions { return &sessions{creds: map[int64][]byte{}} }
 
 // dialer returns a zk.Dialer whose connections report handshakes to s.
-func (s *sessions) dialer() zk.Dialer {
+func (s *sessions) dialer() zk.Dialer { return s.dialerVia(net.DialTimeout) }
+
+// dialerVia is dialer with connections made by dial.
+func (s *sessions) dialerVia(dial zk.Dialer) zk.Dialer {
 	return func(network, addr string, timeout time.Duration) (net.Conn, error) {
-		c, err := net.DialTimeout(network, addr, timeout)
+		c, err := dial(network, addr, timeout)
 		if err != nil {
 			return nil, err
 		}
@@ -210,18 +213,51 @@ func (a *admin) records(t *testing.T, root, name string) []string {
 	return out
 }
 
-// harness implements locktest.Harness, SessionExpirer and RecordLister on
-// one ensemble.
+// ephemerals counts the znodes under root owned by session id.
+func (a *admin) ephemerals(t *testing.T, root string, id int64) int {
+	t.Helper()
+	kids, _, err := a.conn.Children(root)
+	if errors.Is(err, zk.ErrNoNode) {
+		return 0
+	}
+	if err != nil {
+		t.Fatalf("Children(%s) = %v", root, err)
+	}
+	n := 0
+	for _, k := range kids {
+		p := root + "/" + k
+		ok, st, err := a.conn.Exists(p)
+		if err != nil {
+			t.Fatalf("Exists(%s) = %v", p, err)
+		}
+		if !ok {
+			continue
+		}
+		if st.EphemeralOwner == id {
+			n++
+		}
+		if st.NumChildren > 0 {
+			n += a.ephemerals(t, p, id)
+		}
+	}
+	return n
+}
+
+// harness implements locktest.Harness, SessionExpirer, SessionStaller and
+// RecordLister on one ensemble.
 type harness struct {
 	servers []string
 	root    string
 	admin   *admin
 	sess    *sessions
+
+	mu    sync.Mutex
+	gates map[*zklock.Locker]*testutil.Gate // the Lockers from NewLocker
 }
 
 func newHarness(t *testing.T, servers []string) *harness {
 	t.Helper()
-	return &harness{servers: servers, root: uniqueRoot(t), admin: newAdmin(t, servers), sess: newSessions()}
+	return &harness{servers: servers, root: uniqueRoot(t), admin: newAdmin(t, servers), sess: newSessions(), gates: map[*zklock.Locker]*testutil.Gate{}}
 }
 
 func (h *harness) dial(t *testing.T, opts ...zklock.Option) *zklock.Locker {
@@ -239,7 +275,39 @@ func (h *harness) dial(t *testing.T, opts ...zklock.Option) *zklock.Locker {
 
 func (h *harness) NewLocker(t *testing.T, identity string) lock.Locker {
 	t.Helper()
-	return h.dial(t, zklock.WithIdentity(identity))
+	g := new(testutil.Gate)
+	l := h.dial(t, zklock.WithIdentity(identity), zklock.WithDialer(h.sess.dialerVia(g.ZKDialer())))
+	h.mu.Lock()
+	h.gates[l] = g
+	h.mu.Unlock()
+	return l
+}
+
+// StallSession cuts the Locker off from every server until the server
+// has expired its session, as it does when a client goes silent: the
+// session's ephemeral znodes are gone.
+func (h *harness) StallSession(t *testing.T, l lock.Locker) {
+	t.Helper()
+	zl := l.(*zklock.Locker)
+	h.mu.Lock()
+	g := h.gates[zl]
+	h.mu.Unlock()
+	if g == nil {
+		t.Fatalf("StallSession: the Locker was not made by NewLocker")
+	}
+	id := zl.SessionID()
+	if id == 0 {
+		t.Fatalf("StallSession: the Locker has no session")
+	}
+	g.Cut()
+	defer g.Heal()
+	deadline := time.Now().Add(10 * sessionTimeout)
+	for h.admin.ephemerals(t, h.root, id) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("StallSession: session 0x%x still owns znodes %v after it was cut off", id, 10*sessionTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func (h *harness) ExpireSession(t *testing.T, l lock.Locker) {

@@ -6,12 +6,24 @@
 // [TestLocker] runs one subtest per rule of the contract against a backend
 // reached through a [Harness]: acquire and release, TryAcquire, rising
 // tokens, mutual exclusion between Lockers and within one Locker, FIFO
-// order, cancelled waits, Holder, ending a lease twice, Close, name
-// validation, and, when the Locker implements [lock.Observer], observation.
-// Like testing/fstest.TestFS it looks for optional interfaces: a Harness
-// that also implements [RecordLister] lets the suite check that no record is
-// left behind and know exactly when a waiter has queued; one that implements
-// [SessionExpirer] enables the session-loss subtests. A backend's test calls
+// order, cancelled waits (before, during and after the create request),
+// Release with a cancelled context, Holder, a released lease's Done closed
+// before the next grant, ending a lease twice and concurrently, Close
+// (repeated, concurrent, and racing Acquire and Release), name validation,
+// and, when the Locker implements [lock.Observer], observation and its end
+// at Close.
+//
+// Like testing/fstest.TestFS it looks for optional interfaces, and runs the
+// checks that need one only when it is present: a Harness that also
+// implements [RecordLister] lets the suite check that no record is left
+// behind and know exactly when a waiter has queued; one that implements
+// [SessionExpirer] enables the session-loss checks (a lost lease's Err and
+// Release, waiters of a lost session, a new session afterwards, and a lost
+// lease's Release leaving a later grant alone); one that implements
+// [SessionStaller] enables the check that a lease lost with its session has
+// ended before anyone else is granted its lock. Checks that did not apply
+// are listed with t.Log rather than skipped; [Options.RequireOptional]
+// makes them failures. A backend's test calls
 //
 //	func TestConformance(t *testing.T) {
 //		locktest.TestLocker(t, myHarness{...})
@@ -21,11 +33,18 @@
 // the suite can run against a shared, long-lived cluster. It orders its
 // steps with channels and, with a RecordLister, by polling the records; only
 // without one does it fall back to a short grace period (see
-// [Options.Settle]).
+// [Options.Settle]). Where the order of two events is the subject (a lease
+// ending before the next grant), the waiter's own goroutine looks at the
+// earlier lease's Done the moment its Acquire returns.
 //
-// What the suite does not check: that a lease is declared lost before the
-// server can grant the lock to someone else when the network fails, that a
-// release wakes one waiter rather than all of them, and anything about
+// Release with a context that is already cancelled may go either way: it
+// may still release (bounded by a timeout of its own) and return nil, or
+// return ctx's error; the suite requires that the lease has ended when it
+// returns and that its record goes, so that another Locker gets the lock.
+//
+// What the suite does not check: the loss deadline under partial failures
+// (a frozen server, a slow network, a clock that drifts), that a release
+// wakes one waiter rather than all of them, and anything about
 // performance. Those need fault injection and the backend's internals; the
 // integration tests of each backend cover them.
 //
@@ -47,6 +66,8 @@
 package locktest
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,6 +93,22 @@ type SessionExpirer interface {
 	// returned by the same Harness's NewLocker. If l has no session, it
 	// does nothing.
 	ExpireSession(t *testing.T, l lock.Locker)
+}
+
+// SessionStaller is implemented by a [Harness] that can make a Locker's
+// session expire the way it does when the Locker is cut off: the Locker
+// stops hearing from the server, and the server expires the session once
+// its timeout has run out. Unlike [SessionExpirer], whose server-side end
+// of a session is one a Locker cannot see coming, this is the loss a Locker
+// must detect by itself, and report (Done closed, Err wrapping
+// [lock.ErrLost]) before the server can grant its locks to anyone else.
+// The suite checks exactly that ordering.
+type SessionStaller interface {
+	// StallSession cuts l off from the server until the server has
+	// expired l's current session, then lets l reach the server again,
+	// and returns. l was returned by the same Harness's NewLocker and
+	// holds at least one lease.
+	StallSession(t *testing.T, l lock.Locker)
 }
 
 // RecordLister is implemented by a [Harness] that can list the records
@@ -114,6 +151,13 @@ type Options struct {
 	// subsequence of what happened, in order, up to the current holder.
 	// By default every change must be reported.
 	ObserveMaySkip bool
+
+	// RequireOptional makes a missing optional interface ([SessionExpirer],
+	// [SessionStaller], [lock.Observer]) a test failure. By default the
+	// checks that need it are left out and listed with t.Log. A backend's
+	// own conformance test sets it, so that a harness that loses an
+	// interface cannot quietly drop checks.
+	RequireOptional bool
 }
 
 func (o Options) withDefaults() Options {
@@ -144,12 +188,42 @@ func TestLocker(t *testing.T, h Harness) {
 }
 
 // TestLockerWith is [TestLocker] with options.
+//
+// A check that needs an optional interface the backend lacks is not run,
+// and not reported as skipped either: like testing/fstest.TestFS, the suite
+// checks what the backend offers. It logs (t.Log) the checks that did not
+// apply, and with [Options.RequireOptional] a missing interface fails the
+// test instead.
 func TestLockerWith(t *testing.T, h Harness, opts Options) {
 	t.Helper()
 	s := &suite{h: h, o: opts.withDefaults()}
 	s.expirer, _ = h.(SessionExpirer)
+	s.staller, _ = h.(SessionStaller)
 	s.lister, _ = h.(RecordLister)
+	// Whether the backend's Lockers are Observers is a property of the
+	// Locker type: ask one.
+	probe := h.NewLocker(t, identity("probe"))
+	if probe == nil {
+		t.Fatalf("NewLocker() = nil")
+	}
+	_, s.observer = probe.(lock.Observer)
+	if err := probe.Close(); err != nil {
+		t.Errorf("Close() of an unused Locker = %v; want nil", err)
+	}
+	var missing []string
 	for _, st := range s.subtests() {
+		if !s.has(st.needs) {
+			missing = append(missing, fmt.Sprintf("%s (needs %s)", st.name, st.needs))
+			continue
+		}
 		t.Run(st.name, st.fn)
+	}
+	if len(missing) > 0 {
+		msg := "locktest: checks not applicable to this backend: " + strings.Join(missing, ", ")
+		if s.o.RequireOptional {
+			t.Error(msg + "; Options.RequireOptional is set")
+		} else {
+			t.Log(msg)
+		}
 	}
 }

@@ -50,7 +50,7 @@ const faultEnv = "LOCKTEST_FAULT"
 func TestFaulty(t *testing.T) {
 	fault := os.Getenv(faultEnv)
 	if fault == "" {
-		t.Skip("run by TestSuiteCatchesFaults in a child process")
+		return // run by TestSuiteCatchesFaults in a child process
 	}
 	opts := locktest.Options{Timeout: time.Second}
 	if fault, ok := strings.CutSuffix(fault, "+mayskip"); ok {
@@ -91,6 +91,21 @@ func TestSuiteCatchesFaults(t *testing.T) {
 		{"observe-conflates", "Observe", true, "quick grants: observed"},
 		// What ObserveMaySkip allows: a burst reported as its last state.
 		{"observe-conflates+mayskip", "Observe", false, "PASS"},
+		{"ignore-deadline", "DeadlineWait", true, "Acquire with a deadline did not return"},
+		{"holder-cached", "Holder", true, "Holder("},
+		{"reject-long", "LongName", true, "want a lease"},
+		{"prefix-locks", "IndependentNames", true, "while only other names are held"},
+		{"expiry-reports-released", "SessionExpiry", true, "Err() after session expiry"},
+		{"close-leaves-records", "Close", true, "orphaned records"},
+		{"done-after-grant", "DoneBeforeNextGrant", true, "Done() was still open"},
+		{"done-after-grant", "LossDoneBeforeNextGrant", true, "Done() was still open"},
+		{"release-lost-ends-regrant", "ReleaseLostLease", true, "after Release of a lost lease"},
+		{"release-concurrent-nil", "ReleaseConcurrent", true, "concurrent Release() calls returned nil; want exactly 1"},
+		{"close-concurrent-early", "CloseConcurrent", true, "concurrent Close() calls returned"},
+		{"close-misses-racing-acquire", "CloseRace", true, "still held after Close returned"},
+		{"cancel-drops-late-grant", "CancelInFlight", true, "--- FAIL"},
+		{"release-cancelled-noop", "ReleaseCancelledContext", true, "Done() open after Release returned"},
+		{"observe-outlives-close", "ObserveEndsOnClose", true, "channel open after Close returned"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fault+"/"+tt.subtest, func(t *testing.T) {
@@ -140,7 +155,19 @@ func (h *faultyHarness) NewLocker(t *testing.T, identity string) lock.Locker {
 	}
 	ml := m.NewLocker(identity)
 	t.Cleanup(func() { _ = ml.Close() })
-	return &faulty{MemLocker: ml, m: m, fault: h.fault, held: map[string]lock.Lease{}}
+	f := &faulty{MemLocker: ml, m: m, fault: h.fault, held: map[string]lock.Lease{}, latest: map[string]lock.Lease{}}
+	switch h.fault {
+	case "close-leaves-records", "close-misses-racing-acquire":
+		// A second client of the same identity, never closed by the
+		// Locker's Close (only when the test ends).
+		f.shadow = m.NewLocker(identity)
+		t.Cleanup(func() { _ = f.shadow.Close() })
+	}
+	return f
+}
+
+func (h *faultyHarness) StallSession(t *testing.T, l lock.Locker) {
+	h.ExpireSession(t, l)
 }
 
 func (h *faultyHarness) ExpireSession(t *testing.T, l lock.Locker) {
@@ -167,13 +194,59 @@ type faulty struct {
 	m     *locktest.Memory
 	fault string
 
+	shadow *locktest.MemLocker // close-leaves-records, close-misses-racing-acquire
+
 	mu      sync.Mutex
 	nextTok fencing.Token
-	held    map[string]lock.Lease // reentrant
+	held    map[string]lock.Lease  // reentrant
+	latest  map[string]lock.Lease  // the last lease granted per name
+	seen    map[string]lock.Holder // holder-cached
+	closers int                    // close-concurrent-early: Close calls in progress
+	arrived chan struct{}          // close-concurrent-early: closed when a second Close arrives
 }
 
 func (f *faulty) Acquire(ctx context.Context, name string) (lock.Lease, error) {
 	switch f.fault {
+	case "ignore-deadline":
+		// Honours cancellation but not a deadline.
+		inner, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		stop := context.AfterFunc(ctx, func() {
+			if errors.Is(ctx.Err(), context.Canceled) {
+				cancel()
+			}
+		})
+		defer stop()
+		return f.wrap(f.MemLocker.Acquire(inner, name))
+	case "close-misses-racing-acquire":
+		le, err := f.MemLocker.Acquire(ctx, name)
+		if errors.Is(err, lock.ErrClosed) {
+			return f.wrap(f.shadow.TryAcquire(ctx, name))
+		}
+		return f.wrap(le, err)
+	case "cancel-drops-late-grant":
+		// The grant's reply takes a moment; a call cancelled meanwhile
+		// forgets the record it created.
+		le, err := f.MemLocker.TryAcquire(context.WithoutCancel(ctx), name)
+		if errors.Is(err, lock.ErrLocked) {
+			return f.wrap(f.MemLocker.Acquire(ctx, name))
+		}
+		if err == nil {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+		return f.wrap(le, err)
+	case "prefix-locks":
+		if err := f.prefixHeld(name); err != nil {
+			return nil, err
+		}
+	case "reject-long":
+		if len(name) > 200 {
+			return nil, fmt.Errorf("faulty: %q: %w: longer than 200 bytes", name, lock.ErrInvalidName)
+		}
 	case "ignore-cancel":
 		return f.wrap(f.MemLocker.Acquire(context.WithoutCancel(ctx), name))
 	case "abandon-on-cancel":
@@ -220,8 +293,33 @@ func (f *faulty) Acquire(ctx context.Context, name string) (lock.Lease, error) {
 	return f.wrap(f.MemLocker.Acquire(ctx, name))
 }
 
+// prefixHeld is the prefix-locks fault: a name counts as held when a
+// string prefix of it is, as with a range read by key prefix.
+func (f *faulty) prefixHeld(name string) error {
+	for i := 1; i < len(name); i++ {
+		if len(f.m.Records(name[:i])) > 0 {
+			return fmt.Errorf("faulty: %q: %w", name, lock.ErrLocked)
+		}
+	}
+	return nil
+}
+
 func (f *faulty) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
 	switch f.fault {
+	case "close-misses-racing-acquire":
+		le, err := f.MemLocker.TryAcquire(ctx, name)
+		if errors.Is(err, lock.ErrClosed) {
+			return f.wrap(f.shadow.TryAcquire(ctx, name))
+		}
+		return f.wrap(le, err)
+	case "prefix-locks":
+		if err := f.prefixHeld(name); err != nil {
+			return nil, err
+		}
+	case "reject-long":
+		if len(name) > 200 {
+			return nil, fmt.Errorf("faulty: %q: %w: longer than 200 bytes", name, lock.ErrInvalidName)
+		}
 	case "ignore-cancel":
 		return f.wrap(f.MemLocker.TryAcquire(context.WithoutCancel(ctx), name))
 	case "try-leaves-record":
@@ -243,15 +341,60 @@ func (f *faulty) TryAcquire(ctx context.Context, name string) (lock.Lease, error
 }
 
 func (f *faulty) Holder(ctx context.Context, name string) (lock.Holder, error) {
-	if f.fault == "accept-invalid" {
+	switch f.fault {
+	case "accept-invalid":
 		name = validName(name)
+	case "holder-cached":
+		// Remembers the first holder it saw of each name.
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.seen == nil {
+			f.seen = map[string]lock.Holder{}
+		}
+		if h, ok := f.seen[name]; ok {
+			return h, nil
+		}
+		h, err := f.MemLocker.Holder(ctx, name)
+		if err == nil {
+			f.seen[name] = h
+		}
+		return h, err
 	}
 	return f.MemLocker.Holder(ctx, name)
 }
 
 func (f *faulty) Close() error {
-	if f.fault == "close-noop" {
+	switch f.fault {
+	case "close-noop":
 		return nil
+	case "close-leaves-records":
+		// Ends the leases but puts their records back, as a Close that
+		// forgets to delete them would leave them.
+		f.mu.Lock()
+		var names []string
+		for n, le := range f.latest {
+			if le.Err() == nil {
+				names = append(names, n)
+			}
+		}
+		f.mu.Unlock()
+		err := f.MemLocker.Close()
+		for _, n := range names {
+			_, _ = f.shadow.TryAcquire(context.Background(), n)
+		}
+		return err
+	case "close-concurrent-early":
+		// A Close that finds another in progress returns at once. The
+		// first one takes a while, as a Close busy with the network would.
+		f.mu.Lock()
+		f.closers++
+		first := f.closers == 1
+		f.mu.Unlock()
+		if !first {
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+		return f.MemLocker.Close()
 	}
 	return f.MemLocker.Close()
 }
@@ -263,6 +406,20 @@ func (f *faulty) Observe(ctx context.Context, name string) (<-chan lock.Holder, 
 	}
 	out := make(chan lock.Holder)
 	switch f.fault {
+	case "observe-outlives-close":
+		// Forwards until ctx ends, not when the Locker closes.
+		go func() {
+			defer close(out)
+			for h := range ch {
+				select {
+				case out <- h:
+				case <-ctx.Done():
+					return
+				}
+			}
+			<-ctx.Done()
+		}()
+		return out, errf, nil
 	case "observe-skips-free":
 	case "observe-conflates":
 		// Keeps only the latest holder while the reader is busy, as an
@@ -319,20 +476,29 @@ func (f *faulty) wrap(le lock.Lease, err error) (lock.Lease, error) {
 	if err != nil {
 		return le, err
 	}
-	w := &faultyLease{Lease: le, fault: f.fault, tok: le.Token()}
+	w := &faultyLease{Lease: le, f: f, fault: f.fault, tok: le.Token()}
+	f.mu.Lock()
 	if f.fault == "token-per-locker" {
-		f.mu.Lock()
 		f.nextTok++
 		w.tok = f.nextTok
-		f.mu.Unlock()
 	}
+	f.latest[le.Name()] = w
+	f.mu.Unlock()
 	return w, nil
 }
 
 type faultyLease struct {
 	lock.Lease
+	f     *faulty
 	fault string
 	tok   fencing.Token
+
+	lateOnce sync.Once
+	late     chan struct{} // done-after-grant
+
+	mu        sync.Mutex
+	releasing int           // release-concurrent-nil: calls in progress
+	second    chan struct{} // release-concurrent-nil: closed when a second call arrives
 }
 
 var never = make(chan struct{})
@@ -340,13 +506,80 @@ var never = make(chan struct{})
 func (l *faultyLease) Token() fencing.Token { return l.tok }
 
 func (l *faultyLease) Done() <-chan struct{} {
-	if l.fault == "done-never-closed" {
+	switch l.fault {
+	case "done-never-closed":
 		return never
+	case "done-after-grant":
+		// Closes once the lease has ended and the lock has a new holder
+		// (or after a second), as a Done driven by a slow notification
+		// would.
+		l.lateOnce.Do(func() {
+			l.late = make(chan struct{})
+			go func() {
+				defer close(l.late)
+				<-l.Lease.Done()
+				deadline := time.Now().Add(time.Second)
+				for time.Now().Before(deadline) {
+					recs := l.f.m.Records(l.Name())
+					if len(recs) > 0 && recs[0] != fmt.Sprintf("%s/%d", l.Name(), l.tok) {
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}()
+		})
+		return l.late
 	}
 	return l.Lease.Done()
 }
 
+func (l *faultyLease) Err() error {
+	err := l.Lease.Err()
+	if l.fault == "expiry-reports-released" && errors.Is(err, lock.ErrLost) {
+		return fmt.Errorf("faulty: %w", lock.ErrReleased)
+	}
+	return err
+}
+
 func (l *faultyLease) Release(ctx context.Context) error {
+	switch l.fault {
+	case "release-cancelled-noop":
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	case "release-lost-ends-regrant":
+		// Releasing a lost lease releases the Locker's current lease of
+		// the name: the release is keyed by name, not by grant.
+		if errors.Is(l.Lease.Err(), lock.ErrLost) {
+			l.f.mu.Lock()
+			cur := l.f.latest[l.Name()]
+			l.f.mu.Unlock()
+			if cur != nil && cur != lock.Lease(l) {
+				_ = cur.Release(ctx)
+			}
+		}
+	case "release-concurrent-nil":
+		// A Release that finds another in progress waits for it and
+		// reports success too. The first waits a moment for a second
+		// caller, as a Release busy with the network would.
+		l.mu.Lock()
+		l.releasing++
+		if l.releasing > 1 {
+			if l.releasing == 2 {
+				close(l.second)
+			}
+			l.mu.Unlock()
+			<-l.Lease.Done()
+			return nil
+		}
+		l.second = make(chan struct{})
+		second := l.second
+		l.mu.Unlock()
+		select {
+		case <-second:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 	err := l.Lease.Release(ctx)
 	if l.fault == "release-twice-nil" && errors.Is(err, lock.ErrReleased) {
 		return nil

@@ -58,7 +58,7 @@ func (m *Memory) NewLocker(identity string) *MemLocker {
 	if identity == "" {
 		identity = lock.DefaultIdentity()
 	}
-	return &MemLocker{m: m, identity: identity, closing: make(chan struct{})}
+	return &MemLocker{m: m, identity: identity, closing: make(chan struct{}), down: make(chan struct{})}
 }
 
 // ExpireSession ends l's current session the way a server-side expiry does:
@@ -169,11 +169,13 @@ func (m *Memory) notifyLocked(name string, before lock.Holder) {
 // MemLocker is a [lock.Locker] and [lock.Observer] on a [Memory]. It is safe
 // for concurrent use. Its leases are [lock.Lease]s; Release and Close never
 // block, and Observe runs one goroutine per observation, which ends with the
-// observation's context or with Close.
+// observation's context or with Close. Close returns once every call in
+// progress has returned and every observation has ended.
 type MemLocker struct {
 	m        *Memory
 	identity string
-	closing  chan struct{} // closed by Close
+	closing  chan struct{} // closed by Close when it starts
+	down     chan struct{} // closed by Close when the teardown is over
 	wg       sync.WaitGroup
 
 	// Guarded by m.mu.
@@ -209,6 +211,9 @@ func (l *MemLocker) acquire(ctx context.Context, op, name string, wait bool) (lo
 		m.mu.Unlock()
 		return nil, fmt.Errorf("locktest: %s %q: %w", op, name, lock.ErrClosed)
 	}
+	// Close waits for the calls in progress.
+	l.wg.Add(1)
+	defer l.wg.Done()
 	if err := ctx.Err(); err != nil {
 		m.mu.Unlock()
 		return nil, fmt.Errorf("locktest: %s %q: %w", op, name, err)
@@ -280,14 +285,17 @@ func (l *MemLocker) Holder(ctx context.Context, name string) (lock.Holder, error
 }
 
 // Close implements [lock.Locker]: it releases l's leases (their Err wraps
-// [lock.ErrReleased]), makes waiting Acquire calls return [lock.ErrClosed],
-// ends l's observations and waits for their goroutines. Later calls return
+// [lock.ErrReleased]), makes waiting Acquire calls return [lock.ErrClosed]
+// and waits for them, and ends l's observations and waits for their
+// goroutines. Every call,
+// including concurrent ones, returns once that is done; later calls return
 // nil.
 func (l *MemLocker) Close() error {
 	m := l.m
 	m.mu.Lock()
 	if l.closed {
 		m.mu.Unlock()
+		<-l.down
 		return nil
 	}
 	l.closed = true
@@ -306,6 +314,7 @@ func (l *MemLocker) Close() error {
 	close(l.closing)
 	m.mu.Unlock()
 	l.wg.Wait()
+	close(l.down)
 	return nil
 }
 
@@ -441,7 +450,7 @@ loop:
 }
 
 // MemoryHarness returns a [Harness] whose Lockers are [MemLocker]s on m. It
-// also implements [SessionExpirer] and [RecordLister], so
+// also implements [SessionExpirer], [SessionStaller] and [RecordLister], so
 //
 //	locktest.TestLocker(t, locktest.MemoryHarness(locktest.NewMemory()))
 //
@@ -464,6 +473,14 @@ func (h memHarness) ExpireSession(t *testing.T, l lock.Locker) {
 		t.Fatalf("locktest: ExpireSession of a %T, want a *MemLocker", l)
 	}
 	h.m.ExpireSession(ml)
+}
+
+// StallSession is ExpireSession: a Memory has no network, so a Locker
+// hears of its session's expiry the moment the server expires it, before
+// the server grants the freed locks.
+func (h memHarness) StallSession(t *testing.T, l lock.Locker) {
+	t.Helper()
+	h.ExpireSession(t, l)
 }
 
 func (h memHarness) Records(t *testing.T, name string) []string {

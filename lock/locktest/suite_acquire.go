@@ -1,0 +1,404 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/lock"
+)
+
+func (s *suite) testAcquireRelease(t *testing.T) {
+	ctx := s.ctx(t)
+	name := lockName(t)
+	l := s.newLocker(t, identity("a"))
+
+	le := s.mustAcquire(t, ctx, l, name)
+	checkHeld(t, le, name)
+	s.checkRecords(t, name, 1, "while held")
+	mustRelease(t, ctx, le)
+	checkReleased(t, le)
+	s.noOrphans(t, name, "Release")
+
+	// The lock is free again, with a higher token.
+	le2 := s.mustAcquire(t, ctx, l, name)
+	checkHeld(t, le2, name)
+	if le2.Token() <= le.Token() {
+		t.Errorf("second grant Token() = %d; want > %d (the first grant's)", le2.Token(), le.Token())
+	}
+	mustRelease(t, ctx, le2)
+	s.noOrphans(t, name, "second Release")
+}
+
+func (s *suite) testTryAcquire(t *testing.T) {
+	ctx := s.ctx(t)
+	name := lockName(t)
+	a := s.newLocker(t, identity("a"))
+	b := s.newLocker(t, identity("b"))
+
+	le, err := a.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatalf("TryAcquire(%q) of a free lock = %v; want a lease", name, err)
+	}
+	checkHeld(t, le, name)
+	for _, c := range []struct {
+		who string
+		l   lock.Locker
+	}{{"another Locker", b}, {"the holding Locker", a}} {
+		got, err := c.l.TryAcquire(ctx, name)
+		if !errors.Is(err, lock.ErrLocked) {
+			t.Errorf("TryAcquire(%q) on %s while held = %v, %v; want an error wrapping %v", name, c.who, got, err, lock.ErrLocked)
+		}
+		if got != nil {
+			t.Errorf("TryAcquire(%q) on %s while held returned a lease %v with the error", name, c.who, got)
+		}
+	}
+	s.checkRecords(t, name, 1, "after TryAcquire returned ErrLocked")
+	checkHeld(t, le, name)
+	mustRelease(t, ctx, le)
+
+	le2, err := b.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatalf("TryAcquire(%q) after Release = %v; want a lease", name, err)
+	}
+	if le2.Token() <= le.Token() {
+		t.Errorf("TryAcquire after Release: Token() = %d; want > %d", le2.Token(), le.Token())
+	}
+	mustRelease(t, ctx, le2)
+	s.noOrphans(t, name, "Release")
+}
+
+func (s *suite) testTokensIncrease(t *testing.T) {
+	name := lockName(t)
+	lockers := []lock.Locker{
+		s.newLocker(t, identity("a")),
+		s.newLocker(t, identity("b")),
+		s.newLocker(t, identity("c")),
+	}
+	var prev fencing.Token
+	for i := range s.o.Rounds {
+		ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
+		l := lockers[i%len(lockers)]
+		var le lock.Lease
+		var err error
+		if i%2 == 0 {
+			le, err = l.Acquire(ctx, name)
+		} else {
+			le, err = l.TryAcquire(ctx, name)
+		}
+		if err != nil {
+			cancel()
+			t.Fatalf("round %d: acquire = %v; want a lease", i, err)
+		}
+		if tok := le.Token(); tok <= prev {
+			t.Errorf("round %d: Token() = %d; want > %d (the previous grant's)", i, tok, prev)
+		}
+		prev = le.Token()
+		mustRelease(t, ctx, le)
+		cancel()
+	}
+	s.noOrphans(t, name, "the last Release")
+}
+
+func (s *suite) testSameLockerExcludes(t *testing.T) {
+	ctx := s.ctx(t)
+	name := lockName(t)
+	l := s.newLocker(t, identity("a"))
+
+	first := s.mustAcquire(t, ctx, l, name)
+	ch := goAcquire(ctx, l, name)
+	s.waitRecords(t, name, 2, "second Acquire on the same Locker")
+	notReturned(t, ch, "second Acquire on the same Locker")
+	if _, err := l.TryAcquire(ctx, name); !errors.Is(err, lock.ErrLocked) {
+		t.Errorf("TryAcquire(%q) on the holding Locker = %v; want an error wrapping %v", name, err, lock.ErrLocked)
+	}
+	mustRelease(t, ctx, first)
+	second := s.awaitLease(t, ch, "second Acquire on the same Locker")
+	if second.Token() <= first.Token() {
+		t.Errorf("second lease Token() = %d; want > %d", second.Token(), first.Token())
+	}
+	if err := first.Err(); !errors.Is(err, lock.ErrReleased) {
+		t.Errorf("first lease Err() = %v after its Release; want %v", err, lock.ErrReleased)
+	}
+	checkHeld(t, second, name)
+	mustRelease(t, ctx, second)
+	s.noOrphans(t, name, "Release")
+}
+
+// grant is one critical section of the mutual-exclusion subtest, timed by a
+// logical clock.
+type grant struct {
+	start, end int64
+	token      fencing.Token
+	who        string
+}
+
+func (s *suite) testMutualExclusion(t *testing.T) {
+	name := lockName(t)
+	perG := max(1, s.o.Rounds/s.o.Goroutines)
+	var (
+		inside     atomic.Int32 // goroutines in the critical section
+		attempting atomic.Int32 // goroutines in Acquire
+		active     atomic.Int32 // goroutines not done with their rounds
+		clock      atomic.Int64
+		mu         sync.Mutex
+		grants     []grant
+		wg         sync.WaitGroup
+	)
+	active.Store(int32(s.o.Lockers * s.o.Goroutines))
+	for li := range s.o.Lockers {
+		id := identity(fmt.Sprintf("l%d", li))
+		l := s.newLocker(t, id)
+		for gi := range s.o.Goroutines {
+			who := fmt.Sprintf("locker %d goroutine %d", li, gi)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer active.Add(-1)
+				for r := range perG {
+					ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
+					attempting.Add(1)
+					le, err := l.Acquire(ctx, name)
+					attempting.Add(-1)
+					if err != nil {
+						cancel()
+						t.Errorf("%s round %d: Acquire = %v; want a lease", who, r, err)
+						return
+					}
+					start := clock.Add(1)
+					if n := inside.Add(1); n != 1 {
+						t.Errorf("%s round %d: %d holders in the critical section at once", who, r, n)
+					}
+					// Hold the section until every other goroutine is
+					// trying to acquire (or briefly, if that never
+					// happens), so that a Locker that would let a second
+					// holder in does so while the first is inside.
+					deadline := time.Now().Add(50 * time.Millisecond)
+					for inside.Load() == 1 && attempting.Load() < active.Load()-1 && time.Now().Before(deadline) {
+						runtime.Gosched()
+					}
+					for i := 0; i < 100 && inside.Load() == 1; i++ {
+						runtime.Gosched()
+					}
+					// The backend must agree that this lease holds the
+					// lock; the round trip also widens the window in
+					// which a second holder would be caught.
+					if h, err := l.Holder(ctx, name); err != nil || h.Token != le.Token() {
+						t.Errorf("%s round %d: Holder() inside the critical section = %+v, %v; want token %d", who, r, h, err, le.Token())
+					}
+					inside.Add(-1)
+					end := clock.Add(1)
+					mu.Lock()
+					grants = append(grants, grant{start, end, le.Token(), who})
+					mu.Unlock()
+					if err := le.Release(ctx); err != nil {
+						t.Errorf("%s round %d: Release = %v; want nil", who, r, err)
+					}
+					cancel()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	slices.SortFunc(grants, func(a, b grant) int { return int(a.start - b.start) })
+	for i := 1; i < len(grants); i++ {
+		p, g := grants[i-1], grants[i]
+		if g.start < p.end {
+			t.Errorf("critical sections overlap: %s (token %d) [%d,%d] and %s (token %d) [%d,%d]",
+				p.who, p.token, p.start, p.end, g.who, g.token, g.start, g.end)
+		}
+		if g.token <= p.token {
+			t.Errorf("tokens not increasing in grant order: %s got %d after %s got %d", g.who, g.token, p.who, p.token)
+		}
+	}
+	if want := s.o.Lockers * s.o.Goroutines * perG; len(grants) != want && !t.Failed() {
+		t.Errorf("%d grants; want %d", len(grants), want)
+	}
+	s.noOrphans(t, name, "the last Release")
+}
+
+func (s *suite) testFIFO(t *testing.T) {
+	var wg sync.WaitGroup
+	// Registered first so that it runs last, after Close of the Lockers
+	// has interrupted any waiter still blocked.
+	t.Cleanup(wg.Wait)
+	ctx := s.ctx(t)
+	name := lockName(t)
+	const n = 4
+	lockers := []lock.Locker{
+		s.newLocker(t, identity("a")),
+		s.newLocker(t, identity("b")),
+		s.newLocker(t, identity("c")),
+	}
+	holder := s.mustAcquire(t, ctx, lockers[0], name)
+
+	type granted struct {
+		i     int
+		token fencing.Token
+		err   error
+	}
+	order := make(chan granted, n)
+	for i := range n {
+		// Waiter i uses Locker (i+1)%3, so the queue mixes waiters of
+		// the holder's Locker and of others.
+		l := lockers[(i+1)%len(lockers)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			le, err := l.Acquire(ctx, name)
+			if err != nil {
+				order <- granted{i, 0, err}
+				return
+			}
+			// Report before releasing: the next grant cannot happen
+			// before this send, so the channel holds grant order.
+			order <- granted{i, le.Token(), nil}
+			if err := le.Release(ctx); err != nil {
+				t.Errorf("waiter %d: Release = %v; want nil", i, err)
+			}
+		}()
+		s.waitRecords(t, name, i+2, fmt.Sprintf("waiter %d queued", i))
+	}
+	mustRelease(t, ctx, holder)
+	prev := holder.Token()
+	timer := time.NewTimer(s.o.Timeout)
+	defer timer.Stop()
+	for want := range n {
+		select {
+		case g := <-order:
+			if g.err != nil {
+				t.Fatalf("waiter %d: Acquire = %v; want a lease", g.i, g.err)
+			}
+			if g.i != want {
+				t.Errorf("grant %d went to waiter %d; want waiter %d (arrival order)", want, g.i, want)
+			}
+			if g.token <= prev {
+				t.Errorf("waiter %d: Token() = %d; want > %d", g.i, g.token, prev)
+			}
+			prev = g.token
+		case <-timer.C:
+			t.Fatalf("only %d of %d waiters were granted within %v", want, n, s.o.Timeout)
+		}
+	}
+	wg.Wait()
+	s.noOrphans(t, name, "every waiter released")
+}
+func (s *suite) testHolder(t *testing.T) {
+	ctx := s.ctx(t)
+	name := lockName(t)
+	idA, idB := identity("a"), identity("b")
+	a := s.newLocker(t, idA)
+	b := s.newLocker(t, idB)
+
+	s.notHeld(t, ctx, a, name)
+	le := s.mustAcquire(t, ctx, a, name)
+	want := lock.Holder{Identity: idA, Token: le.Token()}
+	s.holderIs(t, ctx, a, name, want)
+	s.holderIs(t, ctx, b, name, want)
+
+	// A waiter does not change the holder.
+	ch := goAcquire(ctx, b, name)
+	s.waitRecords(t, name, 2, "waiter queued")
+	s.holderIs(t, ctx, b, name, want)
+
+	mustRelease(t, ctx, le)
+	le2 := s.awaitLease(t, ch, "waiter's Acquire")
+	s.holderIs(t, ctx, a, name, lock.Holder{Identity: idB, Token: le2.Token()})
+	mustRelease(t, ctx, le2)
+	s.notHeld(t, ctx, a, name)
+	s.notHeld(t, ctx, b, name)
+	s.noOrphans(t, name, "Release")
+}
+
+// invalidNames are names every backend must refuse.
+var invalidNames = []string{
+	"",
+	"/",
+	"/a",
+	"a/",
+	"a//b",
+	".",
+	"..",
+	"a/./b",
+	"a/../b",
+	"a b",
+	"a\x00b",
+	"a\nb",
+	"a*",
+	"a%2Fb",
+	"ä",
+	strings.Repeat("a", lock.MaxNameLen+1),
+}
+
+func (s *suite) testInvalidName(t *testing.T) {
+	ctx := s.ctx(t)
+	l := s.newLocker(t, identity("a"))
+	o, _ := l.(lock.Observer)
+	for _, name := range invalidNames {
+		if le, err := l.Acquire(ctx, name); !errors.Is(err, lock.ErrInvalidName) || le != nil {
+			t.Errorf("Acquire(%q) = %v, %v; want nil, an error wrapping %v", name, le, err, lock.ErrInvalidName)
+		}
+		if le, err := l.TryAcquire(ctx, name); !errors.Is(err, lock.ErrInvalidName) || le != nil {
+			t.Errorf("TryAcquire(%q) = %v, %v; want nil, an error wrapping %v", name, le, err, lock.ErrInvalidName)
+		}
+		if h, err := l.Holder(ctx, name); !errors.Is(err, lock.ErrInvalidName) {
+			t.Errorf("Holder(%q) = %+v, %v; want an error wrapping %v", name, h, err, lock.ErrInvalidName)
+		}
+		if o != nil {
+			if _, _, err := o.Observe(ctx, name); !errors.Is(err, lock.ErrInvalidName) {
+				t.Errorf("Observe(%q) = %v; want an error wrapping %v", name, err, lock.ErrInvalidName)
+			}
+		}
+	}
+}
+
+func (s *suite) testLongName(t *testing.T) {
+	ctx := s.ctx(t)
+	l := s.newLocker(t, identity("a"))
+	base := lockName(t) + "/"
+	name := base + strings.Repeat("x", lock.MaxNameLen-len(base))
+	le := s.mustAcquire(t, ctx, l, name)
+	checkHeld(t, le, name)
+	mustRelease(t, ctx, le)
+	s.noOrphans(t, name, "Release")
+}
+
+// testIndependentNames checks that names sharing a prefix are distinct
+// locks: a backend that lists records by key prefix must not mix them up.
+func (s *suite) testIndependentNames(t *testing.T) {
+	ctx := s.ctx(t)
+	base := lockName(t)
+	names := []string{base, base + "/child", base + "x", base + "/child/grandchild"}
+	id := identity("a")
+	a := s.newLocker(t, id)
+	leases := make([]lock.Lease, len(names))
+	for i, n := range names {
+		le, err := a.TryAcquire(ctx, n)
+		if err != nil {
+			t.Fatalf("TryAcquire(%q) while only other names are held = %v; want a lease", n, err)
+		}
+		leases[i] = le
+	}
+	for i, n := range names {
+		s.holderIs(t, ctx, a, n, lock.Holder{Identity: id, Token: leases[i].Token()})
+		s.checkRecords(t, n, 1, "each name held once")
+	}
+	// Releasing the parent frees only the parent.
+	mustRelease(t, ctx, leases[0])
+	s.notHeld(t, ctx, a, names[0])
+	for i, n := range names[1:] {
+		s.holderIs(t, ctx, a, n, lock.Holder{Identity: id, Token: leases[i+1].Token()})
+		mustRelease(t, ctx, leases[i+1])
+	}
+	for _, n := range names {
+		s.noOrphans(t, n, "Release")
+	}
+}
