@@ -72,6 +72,7 @@ func TestSuiteCatchesFaults(t *testing.T) {
 	}{
 		{"none", "", false, "PASS"},
 		{"token-per-locker", "TokensIncrease", true, "want >"},
+		{"token-per-name", "TokensAcrossNames", true, "want >"},
 		{"done-never-closed", "AcquireRelease", true, "Done() open after Release returned"},
 		{"reentrant", "SameLockerExcludes", true, "second Acquire on the same Locker"},
 		{"reentrant", "MutualExclusion", true, "--- FAIL"},
@@ -141,8 +142,9 @@ type faultyHarness struct {
 	fault string
 	m     *locktest.Memory
 
-	mu   sync.Mutex
-	mems []*locktest.Memory // split-brain: one Memory per Locker
+	mu     sync.Mutex
+	mems   []*locktest.Memory       // split-brain: one Memory per Locker
+	perTok map[string]fencing.Token // token-per-name: one counter per name
 }
 
 func (h *faultyHarness) NewLocker(t *testing.T, identity string) lock.Locker {
@@ -155,7 +157,7 @@ func (h *faultyHarness) NewLocker(t *testing.T, identity string) lock.Locker {
 	}
 	ml := m.NewLocker(identity)
 	t.Cleanup(func() { _ = ml.Close() })
-	f := &faulty{MemLocker: ml, m: m, fault: h.fault, held: map[string]lock.Lease{}, latest: map[string]lock.Lease{}}
+	f := &faulty{MemLocker: ml, m: m, h: h, fault: h.fault, held: map[string]lock.Lease{}, latest: map[string]lock.Lease{}}
 	switch h.fault {
 	case "close-leaves-records", "close-misses-racing-acquire":
 		// A second client of the same identity, never closed by the
@@ -192,6 +194,7 @@ func (h *faultyHarness) Records(t *testing.T, name string) []string {
 type faulty struct {
 	*locktest.MemLocker
 	m     *locktest.Memory
+	h     *faultyHarness
 	fault string
 
 	shadow *locktest.MemLocker // close-leaves-records, close-misses-racing-acquire
@@ -478,9 +481,20 @@ func (f *faulty) wrap(le lock.Lease, err error) (lock.Lease, error) {
 	}
 	w := &faultyLease{Lease: le, f: f, fault: f.fault, tok: le.Token()}
 	f.mu.Lock()
-	if f.fault == "token-per-locker" {
+	switch f.fault {
+	case "token-per-locker":
 		f.nextTok++
 		w.tok = f.nextTok
+	case "token-per-name":
+		// Rising per name, as a per-name sequence counter would be, but
+		// unrelated across names.
+		f.h.mu.Lock()
+		if f.h.perTok == nil {
+			f.h.perTok = map[string]fencing.Token{}
+		}
+		f.h.perTok[le.Name()]++
+		w.tok = f.h.perTok[le.Name()]
+		f.h.mu.Unlock()
 	}
 	f.latest[le.Name()] = w
 	f.mu.Unlock()

@@ -43,6 +43,7 @@ func (s *suite) subtests() []subtest {
 		{"AcquireRelease", s.testAcquireRelease, ""},
 		{"TryAcquire", s.testTryAcquire, ""},
 		{"TokensIncrease", s.testTokensIncrease, ""},
+		{"TokensAcrossNames", s.testTokensAcrossNames, ""},
 		{"SameLockerExcludes", s.testSameLockerExcludes, ""},
 		{"MutualExclusion", s.testMutualExclusion, ""},
 		{"FIFO", s.testFIFO, ""},

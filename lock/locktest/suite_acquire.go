@@ -108,6 +108,36 @@ func (s *suite) testTokensIncrease(t *testing.T) {
 	s.noOrphans(t, name, "the last Release")
 }
 
+// testTokensAcrossNames checks the promise package lock makes for every
+// backend: tokens of all names come from one counter, so an acquisition
+// that starts after a grant of any name, through any Locker, gets a higher
+// token. fencing.Guard relies on it to keep its memory bounded without
+// refusing valid tokens.
+func (s *suite) testTokensAcrossNames(t *testing.T) {
+	names := []string{lockName(t) + "-a", lockName(t) + "-b", lockName(t) + "-c"}
+	lockers := []lock.Locker{s.newLocker(t, identity("a")), s.newLocker(t, identity("b"))}
+	var prev fencing.Token
+	var prevName string
+	for i := range max(s.o.Rounds, 2*len(names)) {
+		ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
+		name := names[i%len(names)]
+		le, err := lockers[i%len(lockers)].Acquire(ctx, name)
+		if err != nil {
+			cancel()
+			t.Fatalf("round %d: Acquire(%q) = %v; want a lease", i, name, err)
+		}
+		if tok := le.Token(); tok <= prev {
+			t.Errorf("round %d: Acquire(%q).Token() = %d; want > %d (the grant of %q before it)", i, name, tok, prev, prevName)
+		}
+		prev, prevName = le.Token(), name
+		mustRelease(t, ctx, le)
+		cancel()
+	}
+	for _, name := range names {
+		s.noOrphans(t, name, "the last Release")
+	}
+}
+
 func (s *suite) testSameLockerExcludes(t *testing.T) {
 	ctx := s.ctx(t)
 	name := lockName(t)
