@@ -106,7 +106,20 @@
 //     TTL/3 and the lease is declared lost at the send time of the last
 //     acknowledged keepalive plus the TTL minus the loss margin
 //     ([WithLossMargin]), or earlier when the server reports the lease gone
-//     or the record is deleted by someone else.
+//     or the record is deleted by someone else. That send time is a safe
+//     bound even when the client talks to a follower: a follower forwards
+//     each keepalive to the leader and answers only after the leader has
+//     renewed the lease, at its receipt of the request, so no
+//     acknowledged keepalive can be older than the leader's view (unlike a
+//     ZooKeeper follower, which reports what it heard only every half
+//     tick). A new leader renews every lease for at least its full TTL
+//     when it takes over. The margin (a fifth of the TTL by default)
+//     therefore only has to cover timer delay, scheduling pauses and a
+//     local clock slower than the server's. Measured with a 3-member
+//     cluster, TTL 2s, the holder's only member a follower frozen (SIGSTOP)
+//     at 30 offsets within the keepalive period: the holder's Done closed
+//     before the next grant in every trial (integration/etcdtest,
+//     TestFrozenFollower).
 //   - A release deletes only its own record. A cancelled or failed Acquire,
 //     a lost lease and Close leave no record behind once the cluster is
 //     reachable (at the latest, the session lease's expiry removes them),
