@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"regexp"
@@ -78,10 +79,11 @@ func TestFrozenFollower(t *testing.T) {
 	h := &harness{servers: others, root: uniqueRoot(t), admin: newAdmin(t, others), sess: newSessions()}
 	holder := (&harness{servers: []string{proxy.Addr()}, root: h.root, admin: h.admin, sess: h.sess}).dial(t,
 		zklock.WithIdentity("holder"), zklock.WithSessionTimeout(frozenTimeout), zklock.WithDialer(wire.dialer()))
-	// The waiter's own session is longer, so that a loaded machine does
-	// not cost it the lock it is granted; only the holder's timing is
-	// under test.
-	waiter := h.dial(t, zklock.WithIdentity("waiter"), zklock.WithSessionTimeout(3*frozenTimeout))
+	// The waiter's own session is much longer, so that a loaded machine
+	// (or an election, should the one remaining follower fall behind while
+	// the other is frozen) does not cost it the lock it is granted; only
+	// the holder's timing is under test.
+	waiter := h.dial(t, zklock.WithIdentity("waiter"), zklock.WithSessionTimeout(10*frozenTimeout))
 	if got := holder.SessionTimeout(); got != frozenTimeout {
 		t.Fatalf("negotiated session timeout %v; want %v", got, frozenTimeout)
 	}
@@ -90,7 +92,8 @@ func TestFrozenFollower(t *testing.T) {
 
 	pingPeriod := frozenTimeout / 3 // go-zookeeper's idle ping interval
 	var margins []time.Duration
-	failed, redone := 0, 0
+	failed, redone, expiries := 0, 0, 0
+	maxEarly := time.Duration(math.MinInt64)
 	for trial := range trials {
 		offset := time.Duration(trial) * pingPeriod / time.Duration(trials)
 		r := frozenTrial(t, c, h, holder, waiter, wire, member, offset)
@@ -101,6 +104,10 @@ func TestFrozenFollower(t *testing.T) {
 		}
 		if r.lostEarly {
 			t.Fatalf("trial %d: the holder's lease ended before the freeze in 4 tries", trial)
+		}
+		if r.expiryFound {
+			expiries++
+			maxEarly = max(maxEarly, r.early)
 		}
 		if r.failed {
 			failed++
@@ -113,6 +120,10 @@ func TestFrozenFollower(t *testing.T) {
 			r.lastAck.Milliseconds(), r.expiry)
 	}
 	t.Logf("frozen follower: %d trials, %d failures, %d trials run again; Done-to-grant margin %s", trials, failed, redone, marginSummary(margins))
+	if expiries > 0 {
+		t.Logf("the leader's expiry log line was found in %d trials; at its earliest it expired the session %v before the holder's last answered request plus the timeout (the loss margin is %v)",
+			expiries, maxEarly, holder.SessionTimeout()/zklock.DefaultLossMarginFraction)
+	}
 }
 
 // frozenResult is what one trial measured, relative to the freeze.
@@ -121,7 +132,9 @@ type frozenResult struct {
 	lastAck             time.Duration // how long before the freeze the last answered request was sent
 	expiry              string        // the leader's expiry against the holder's last answered request
 	failed              bool
-	lostEarly           bool // the holder's lease ended before the freeze
+	lostEarly           bool          // the holder's lease ended before the freeze
+	early               time.Duration // how much earlier than lastAck + timeout the leader expired the session
+	expiryFound         bool
 }
 
 func frozenTrial(t *testing.T, c *cluster.Cluster, h *harness, holder, waiter *zklock.Locker, wire *wireLog,
@@ -178,8 +191,8 @@ func frozenTrial(t *testing.T, c *cluster.Cluster, h *harness, holder, waiter *z
 		grant:   r.at.Sub(frozenAt),
 		margin:  r.at.Sub(done),
 		lastAck: frozenAt.Sub(lastAck),
-		expiry:  expiryEvidence(c, le.SessionID(), lastAck, holder.SessionTimeout()),
 	}
+	res.expiry, res.early, res.expiryFound = expiryEvidence(c, le.SessionID(), lastAck, holder.SessionTimeout())
 	if !done.Before(r.at) {
 		res.failed = true
 		t.Errorf("holder's Done closed %v after the waiter's grant (freeze %v after a ping): two holders at once; %s",
@@ -237,7 +250,10 @@ var expiryLine = regexp.MustCompile(`(\d\d:\d\d:\d\d\.\d\d\d) .*Expiring session
 // logs and compares it with the send time of the last request the server
 // answered: a server that heard from the client when the client thinks it
 // did expires the session no earlier than that time plus the timeout.
-func expiryEvidence(c *cluster.Cluster, id int64, lastAck time.Time, timeout time.Duration) string {
+//
+// It returns a description, and how much earlier than that bound the
+// server expired the session (negative: later).
+func expiryEvidence(c *cluster.Cluster, id int64, lastAck time.Time, timeout time.Duration) (string, time.Duration, bool) {
 	want := strconv.FormatInt(id, 16)
 	for _, m := range c.Members {
 		for _, sm := range expiryLine.FindAllStringSubmatch(m.Logs(), -1) {
@@ -246,16 +262,16 @@ func expiryEvidence(c *cluster.Cluster, id int64, lastAck time.Time, timeout tim
 			}
 			clock, err := time.ParseInLocation("15:04:05.000", sm[1], time.Local)
 			if err != nil {
-				return fmt.Sprintf("unparsable expiry time %q", sm[1])
+				return fmt.Sprintf("unparsable expiry time %q", sm[1]), 0, false
 			}
 			y, mo, d := lastAck.Date()
 			at := time.Date(y, mo, d, clock.Hour(), clock.Minute(), clock.Second(), clock.Nanosecond(), time.Local)
 			early := lastAck.Add(timeout).Sub(at)
-			return fmt.Sprintf("on %s at %s, %dms after the last answered request was sent (%dms before that time plus the timeout)",
-				m.Name(), sm[1], at.Sub(lastAck).Milliseconds(), early.Milliseconds())
+			return fmt.Sprintf("on %s at %s, %dms after the last answered request was sent, %+dms against that time plus the timeout",
+				m.Name(), sm[1], at.Sub(lastAck).Milliseconds(), -early.Milliseconds()), early, true
 		}
 	}
-	return "(no expiry line found)"
+	return "(no expiry line found)", 0, false
 }
 
 // marginSummary formats the minimum and median of ms.
