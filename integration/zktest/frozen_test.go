@@ -168,6 +168,12 @@ func frozenTrial(t *testing.T, c *cluster.Cluster, h *harness, holder, waiter *z
 	if err := member.Stop(); err != nil {
 		t.Fatalf("Stop(%s) = %v", member.Name(), err)
 	}
+	// Whatever happens below, the member is not left frozen.
+	defer func() {
+		if !member.Running() {
+			_ = member.Continue()
+		}
+	}()
 	if member.Running() {
 		t.Fatalf("%s still running after Stop", member.Name())
 	}
