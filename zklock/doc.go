@@ -58,11 +58,11 @@
 // 30 offsets within the client's ping period, the holder's Done closed
 // before the waiter's grant in every trial (integration/zktest,
 // TestFrozenFollower). The leader's log showed it expiring the session up
-// to 309ms before the holder's last answered request plus T. With the
-// tenth of T this package used to allow, the same test (the holder reading
-// every 100ms) failed in 1 of 40 trials: the leader expired the session
-// 250ms before that bound, and the holder's Done closed 41ms after the
-// waiter's grant.
+// to 600ms before the holder's last answered request plus T (the bound is
+// T/3, 667ms). With the tenth of T this package used to allow, the same
+// test (the holder reading every 100ms) failed in 1 of 40 trials: the
+// leader expired the session 250ms before that time plus T, and the
+// holder's Done closed 41ms after the waiter's grant.
 //
 // A held lease costs no goroutine: one goroutine of the Locker ends the
 // leases of a session it stops trusting, and the watch events on the
