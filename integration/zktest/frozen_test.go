@@ -94,6 +94,7 @@ func TestFrozenFollower(t *testing.T) {
 	var margins []time.Duration
 	failed, redone, expiries := 0, 0, 0
 	maxEarly := time.Duration(math.MinInt64)
+	var beforeExpiry []time.Duration
 	for trial := range trials {
 		offset := time.Duration(trial) * pingPeriod / time.Duration(trials)
 		r := frozenTrial(t, c, h, holder, waiter, wire, member, offset)
@@ -108,6 +109,7 @@ func TestFrozenFollower(t *testing.T) {
 		if r.expiryFound {
 			expiries++
 			maxEarly = max(maxEarly, r.early)
+			beforeExpiry = append(beforeExpiry, r.beforeExpiry)
 		}
 		if r.failed {
 			failed++
@@ -123,6 +125,7 @@ func TestFrozenFollower(t *testing.T) {
 	if expiries > 0 {
 		t.Logf("the leader's expiry log line was found in %d trials; at its earliest it expired the session %v before the holder's last answered request plus the timeout (the loss margin is %v)",
 			expiries, maxEarly, holder.SessionTimeout()/zklock.DefaultLossMarginFraction)
+		t.Logf("the holder's Done closed before the leader's expiry by %s", marginSummary(beforeExpiry))
 	}
 }
 
@@ -135,6 +138,7 @@ type frozenResult struct {
 	lostEarly           bool          // the holder's lease ended before the freeze
 	early               time.Duration // how much earlier than lastAck + timeout the leader expired the session
 	expiryFound         bool
+	beforeExpiry        time.Duration // from the holder's Done to the leader's expiry
 }
 
 func frozenTrial(t *testing.T, c *cluster.Cluster, h *harness, holder, waiter *zklock.Locker, wire *wireLog,
@@ -198,7 +202,18 @@ func frozenTrial(t *testing.T, c *cluster.Cluster, h *harness, holder, waiter *z
 		margin:  r.at.Sub(done),
 		lastAck: frozenAt.Sub(lastAck),
 	}
-	res.expiry, res.early, res.expiryFound = expiryEvidence(c, le.SessionID(), lastAck, holder.SessionTimeout())
+	var expiredAt time.Time
+	res.expiry, expiredAt, res.early, res.expiryFound = expiryEvidence(c, le.SessionID(), lastAck, holder.SessionTimeout())
+	// The server's side of the same promise: the leader logs the expiry
+	// (with the wall clock of this machine, to the millisecond, rounded
+	// down) just before it closes the session and so frees the lock.
+	if res.expiryFound {
+		res.beforeExpiry = expiredAt.Sub(done)
+	}
+	if res.expiryFound && !done.Before(expiredAt) {
+		res.failed = true
+		t.Errorf("holder's Done closed at %s, not before the leader expired its session (%s)", done.Format("15:04:05.000"), res.expiry)
+	}
 	if !done.Before(r.at) {
 		res.failed = true
 		t.Errorf("holder's Done closed %v after the waiter's grant (freeze %v after a ping): two holders at once; %s",
@@ -259,7 +274,7 @@ var expiryLine = regexp.MustCompile(`(\d\d:\d\d:\d\d\.\d\d\d) .*Expiring session
 //
 // It returns a description, and how much earlier than that bound the
 // server expired the session (negative: later).
-func expiryEvidence(c *cluster.Cluster, id int64, lastAck time.Time, timeout time.Duration) (string, time.Duration, bool) {
+func expiryEvidence(c *cluster.Cluster, id int64, lastAck time.Time, timeout time.Duration) (string, time.Time, time.Duration, bool) {
 	want := strconv.FormatInt(id, 16)
 	for _, m := range c.Members {
 		for _, sm := range expiryLine.FindAllStringSubmatch(m.Logs(), -1) {
@@ -268,16 +283,16 @@ func expiryEvidence(c *cluster.Cluster, id int64, lastAck time.Time, timeout tim
 			}
 			clock, err := time.ParseInLocation("15:04:05.000", sm[1], time.Local)
 			if err != nil {
-				return fmt.Sprintf("unparsable expiry time %q", sm[1]), 0, false
+				return fmt.Sprintf("unparsable expiry time %q", sm[1]), time.Time{}, 0, false
 			}
 			y, mo, d := lastAck.Date()
 			at := time.Date(y, mo, d, clock.Hour(), clock.Minute(), clock.Second(), clock.Nanosecond(), time.Local)
 			early := lastAck.Add(timeout).Sub(at)
 			return fmt.Sprintf("on %s at %s, %dms after the last answered request was sent, %+dms against that time plus the timeout",
-				m.Name(), sm[1], at.Sub(lastAck).Milliseconds(), -early.Milliseconds()), early, true
+				m.Name(), sm[1], at.Sub(lastAck).Milliseconds(), -early.Milliseconds()), at, early, true
 		}
 	}
-	return "(no expiry line found)", 0, false
+	return "(no expiry line found)", time.Time{}, 0, false
 }
 
 // marginSummary formats the minimum and median of ms.
