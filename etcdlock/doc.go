@@ -115,11 +115,13 @@
 //     tick). A new leader renews every lease for at least its full TTL
 //     when it takes over. The margin (a fifth of the TTL by default)
 //     therefore only has to cover timer delay, scheduling pauses and a
-//     local clock slower than the server's. Measured with a 3-member
-//     cluster, TTL 2s, the holder's only member a follower frozen (SIGSTOP)
+//     local clock slower than the server's, so it must be longer than the
+//     longest stall of the holder's process. Measured with a 3-member
+//     cluster, TTL 3s, the holder's only member a follower frozen (SIGSTOP)
 //     at 30 offsets within the keepalive period: the holder's Done closed
-//     before the next grant in every trial (integration/etcdtest,
-//     TestFrozenFollower).
+//     before the next grant in every trial, at least 858ms before it
+//     (integration/etcdtest, TestFrozenFollower). At TTL 2s on a heavily
+//     loaded machine the closest trial left 31ms of the 400ms margin.
 //   - A release deletes only its own record. A cancelled or failed Acquire,
 //     a lost lease and Close leave no record behind once the cluster is
 //     reachable (at the latest, the session lease's expiry removes them),
@@ -142,10 +144,10 @@
 // looks active, as it does at once after a pause). A lease then ends on the
 // server before its local deadline, and only fencing keeps its holder's
 // late writes out. Measured with the leader frozen past the TTL
-// (integration/etcdtest, TestFrozenLeader, 30 trials): the frozen
-// holder's Done still closed before the next grant every time, but in 6
-// trials the resumed leader then revoked the new holder's lease, which its
-// successor had kept alive.
+// (integration/etcdtest, TestFrozenLeader, 30 trials per run): the frozen
+// holder's Done still closed before the next grant every time, but in 4 to
+// 6 trials per run the resumed leader then revoked the new holder's lease,
+// which its successor had kept alive.
 //
 // # Opening by URL
 //
