@@ -2,6 +2,7 @@ package zklock
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -29,6 +30,9 @@ type liveness struct {
 	// onHeard, if set, is called (from go-zookeeper's reading goroutine,
 	// so it must not block) each time heard advances.
 	onHeard func()
+	// onTimeout, if set, is called the same way when a handshake brings a
+	// session timeout other than the last one.
+	onTimeout func(time.Duration)
 }
 
 // deadline returns the moment the server may expire the session, less
@@ -121,7 +125,9 @@ func (c *trackedConn) received(body []byte) {
 		if sid == 0 { // the session expired; no new one yet
 			return
 		}
-		c.lv.timeout.Store(int64(timeout))
+		if old := c.lv.timeout.Swap(int64(timeout)); old != int64(timeout) && c.lv.onTimeout != nil {
+			c.lv.onTimeout(timeout)
+		}
 		c.lv.markHeard(sent)
 		return
 	}
@@ -183,4 +189,71 @@ func (f *frames) feed(p []byte, done func(body []byte)) {
 			done(f.body)
 		}
 	}
+}
+
+// The server's side of the deadline. Only the leader expires sessions, and
+// it learns that a client was heard from by a follower only when the
+// follower answers one of its pings (every tickTime/2) with the sessions it
+// touched since the last one. Requests a follower answered after its last
+// answer to the leader are never reported if it then stops. So the
+// leader's last touch can precede the send time that liveness records by
+// up to one report interval plus the longest gap between two requests that
+// reach the follower; see WithLossMargin for how the default margin covers
+// both. keepaliveLoop keeps the second term at a twelfth of the timeout.
+
+// keepaliveLoop sends a cheap read every negotiated timeout /
+// KeepaliveFraction while the connection has a session. The reads go out
+// on schedule whether or not the earlier ones were answered, so that a
+// slow server does not stretch the gap between requests; at most
+// KeepaliveFraction are outstanding.
+func (l *Locker) keepaliveLoop() {
+	defer l.wg.Done()
+	slots := make(chan struct{}, KeepaliveFraction)
+	timer := time.NewTimer(l.keepaliveInterval())
+	defer timer.Stop()
+	for {
+		select {
+		case <-l.close:
+			return
+		case <-timer.C:
+		}
+		timer.Reset(l.keepaliveInterval())
+		if l.conn.State() != zk.StateHasSession {
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			continue // a timeout's worth is outstanding: the server is not answering
+		}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			defer func() { <-slots }()
+			// "/" always exists, and exists needs no permission on it.
+			_, _, _ = l.conn.Exists("/")
+		}()
+	}
+}
+
+func (l *Locker) keepaliveInterval() time.Duration {
+	return max(l.SessionTimeout()/KeepaliveFraction, time.Millisecond)
+}
+
+// negotiatedTimeout reacts to a session timeout from a handshake: a loss
+// margin given to WithLossMargin that does not fit it is clamped, and the
+// Locker says so.
+func (l *Locker) negotiatedTimeout(timeout time.Duration) {
+	if m, why := l.o.clampMargin(timeout); why != "" {
+		l.o.logger.Warn("zklock: loss margin clamped", "margin", l.o.lossMargin, "using", m, "reason", why)
+	}
+}
+
+// checkNegotiated fails Dial when the negotiated session timeout is too
+// short for the loss margin given to WithLossMargin.
+func (l *Locker) checkNegotiated() error {
+	if err := l.o.checkNegotiated(l.lv.negotiated()); err != nil {
+		return fmt.Errorf("zklock: dial: %w", err)
+	}
+	return nil
 }

@@ -97,7 +97,7 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Locker, error
 		if l.needHeard.Load() {
 			l.kickState()
 		}
-	}}
+	}, onTimeout: l.negotiatedTimeout}
 	dialer := o.dialer
 	if dialer == nil {
 		dialer = net.DialTimeout
@@ -125,9 +125,15 @@ func Dial(ctx context.Context, servers []string, opts ...Option) (*Locker, error
 	}
 	l.conn = conn
 	l.start()
+	l.wg.Add(1)
+	go l.keepaliveLoop()
 	if _, err := l.session(ctx); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("zklock: dial %v: no session: %w", servers, err)
+	}
+	if err := l.checkNegotiated(); err != nil {
+		l.Close()
+		return nil, err
 	}
 	return l, nil
 }

@@ -25,12 +25,20 @@ const (
 	DefaultSessionTimeout = 10 * time.Second
 
 	// DefaultLossMarginFraction is the default loss margin as a fraction of
-	// the negotiated session timeout: one tenth, but at least
-	// [MinDefaultLossMargin]. See [WithLossMargin].
-	DefaultLossMarginFraction = 10
+	// the negotiated session timeout: one half. See [WithLossMargin] for
+	// the arithmetic.
+	DefaultLossMarginFraction = 2
 
-	// MinDefaultLossMargin is the floor of the default loss margin.
-	MinDefaultLossMargin = 100 * time.Millisecond
+	// MinLossMarginFraction says how small a loss margin can be and still
+	// keep the promise on a default-configured ensemble: a third of the
+	// negotiated session timeout, the most the leader's view of the session
+	// can lag behind the client's last answered request (see
+	// [WithLossMargin]). A smaller margin is raised to it.
+	MinLossMarginFraction = 3
+
+	// KeepaliveFraction sets how often a Locker from [Dial] sends a request
+	// of its own: every twelfth of the negotiated session timeout.
+	KeepaliveFraction = 12
 )
 
 // Option configures a Locker. Leaving an option out means its documented
@@ -136,18 +144,49 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithLossMargin sets how much earlier than the server could expire the
-// session a disconnected Locker declares its leases lost. The default is a
-// tenth of the negotiated session timeout, at least [MinDefaultLossMargin].
+// session a cut-off Locker declares its leases lost (default: half the
+// negotiated session timeout T, see [DefaultLossMarginFraction]).
 //
-// With [Dial] the Locker knows when the server last heard from it (the send
-// time of the last request the server answered), so a lease ends at that
-// time plus the session timeout minus the margin. The margin covers the
-// difference in clock rates and the delay of the local timer. With [New]
-// the Locker only learns of a disconnection from the connection's events,
-// which go-zookeeper raises up to two thirds of the session timeout after
-// the last reply; a lease then ends one third of the session timeout minus
-// the margin after the event. The margin must be positive and smaller than
-// the session timeout.
+// With [Dial] the Locker knows the send time of the latest request the
+// server answered, and a lease ends at that time plus T minus the margin.
+// The margin has to cover how far the ensemble's leader, which alone
+// expires sessions, can be behind that time. A follower answers its
+// clients' reads and pings by itself and tells the leader which sessions
+// it saw only in its answers to the leader's pings, which come every half
+// tick; what it answered after its last such report never reaches the
+// leader if the follower then stops (freezes, crashes, is cut off). The
+// leader's last touch of the session can therefore precede the client's
+// last answered request by up to one report interval, tickTime/2, plus the
+// longest gap between two requests of the client. The arithmetic:
+//
+//   - a server negotiates at least two ticks (minSessionTimeout defaults
+//     to 2 × tickTime), so tickTime/2 ≤ T/4;
+//   - the Locker sends a request of its own every T/12 (see
+//     [KeepaliveFraction]) instead of relying on go-zookeeper's pings, which
+//     come every T/3;
+//   - so the lag stays below T/4 + T/12 = T/3 ([MinLossMarginFraction]),
+//     and the default margin, T/2, leaves T/6 over that for timer delay,
+//     scheduling pauses and a local clock slower than the server's.
+//
+// (ZooKeeper's Java client gives up on a connection after 2T/3 without a
+// reply, a margin of T/3 in these terms.) The Locker cannot learn the
+// server's tickTime, so it cannot prove a margin below T/3 safe: a smaller
+// one is raised to T/3, with a warning in the log. A margin must also
+// leave the Locker two keepalive intervals to hear from the server, that
+// is at most 5T/6: when the negotiated timeout is too short for the margin,
+// Dial returns an error wrapping [lock.ErrInvalidConfig], and a later
+// session that negotiates a shorter timeout has its margin lowered to 5T/6,
+// with a warning.
+//
+// With [New] the Locker only learns of a disconnection from the
+// connection's events, which go-zookeeper raises two thirds of the session
+// timeout after the last reply; a lease then ends one third of the session
+// timeout minus the margin after the event, which with any margin allowed
+// is at the event itself. That is later than the bound above allows when
+// the server that stops is a follower: prefer Dial.
+//
+// The margin must be positive, and not above five sixths of the session
+// timeout given to [WithSessionTimeout].
 func WithLossMargin(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {
@@ -187,8 +226,8 @@ func buildOptions(opts []Option) (*options, error) {
 	if len(o.errs) > 0 {
 		return nil, errors.Join(o.errs...)
 	}
-	if o.lossMargin != 0 && o.lossMargin >= o.sessionTimeout {
-		return nil, fmt.Errorf("%w: loss margin %v: must be smaller than the session timeout %v", lock.ErrInvalidConfig, o.lossMargin, o.sessionTimeout)
+	if o.lossMargin != 0 && o.lossMargin > maxMargin(o.sessionTimeout) {
+		return nil, fmt.Errorf("%w: loss margin %v: must be at most five sixths of the session timeout %v", lock.ErrInvalidConfig, o.lossMargin, o.sessionTimeout)
 	}
 	if o.identity == "" {
 		o.identity = lock.DefaultIdentity()
@@ -201,8 +240,37 @@ func buildOptions(opts []Option) (*options, error) {
 
 // margin returns the loss margin for a negotiated session timeout.
 func (o *options) margin(timeout time.Duration) time.Duration {
-	if o.lossMargin > 0 {
-		return min(o.lossMargin, timeout)
+	m, _ := o.clampMargin(timeout)
+	return m
+}
+
+// clampMargin returns the loss margin for a negotiated session timeout
+// and, when it is not the one asked for with WithLossMargin, why.
+func (o *options) clampMargin(timeout time.Duration) (time.Duration, string) {
+	if o.lossMargin == 0 {
+		return timeout / DefaultLossMarginFraction, ""
 	}
-	return max(timeout/DefaultLossMarginFraction, min(MinDefaultLossMargin, timeout/2))
+	switch lo, hi := timeout/MinLossMarginFraction, maxMargin(timeout); {
+	case o.lossMargin < lo:
+		return lo, fmt.Sprintf("raised to a third of the session timeout %v, the most the leader's view of the session can lag behind the Locker's", timeout)
+	case o.lossMargin > hi:
+		return hi, fmt.Sprintf("lowered to five sixths of the session timeout %v, so that two keepalives fit before the deadline", timeout)
+	}
+	return o.lossMargin, ""
+}
+
+// checkNegotiated says whether a margin given to WithLossMargin fits the
+// session timeout the server negotiated.
+func (o *options) checkNegotiated(timeout time.Duration) error {
+	if o.lossMargin != 0 && o.lossMargin > maxMargin(timeout) {
+		return fmt.Errorf("%w: negotiated session timeout %v is too short for the loss margin %v: the margin must be at most five sixths of it (%v), so that the Locker can hear from the server before it stops trusting the session",
+			lock.ErrInvalidConfig, timeout, o.lossMargin, maxMargin(timeout))
+	}
+	return nil
+}
+
+// maxMargin is the largest loss margin a session timeout allows: it
+// leaves two keepalive intervals.
+func maxMargin(timeout time.Duration) time.Duration {
+	return timeout - 2*(timeout/KeepaliveFraction)
 }

@@ -93,10 +93,9 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("default identity %q; want hostname/pid/random", o.identity)
 	}
 	for _, tt := range []struct{ timeout, want time.Duration }{
-		{10 * time.Second, time.Second},
-		{2 * time.Second, 200 * time.Millisecond},
-		{500 * time.Millisecond, 100 * time.Millisecond},
-		{100 * time.Millisecond, 50 * time.Millisecond},
+		{10 * time.Second, 5 * time.Second},
+		{2 * time.Second, time.Second},
+		{500 * time.Millisecond, 250 * time.Millisecond},
 	} {
 		if got := o.margin(tt.timeout); got != tt.want {
 			t.Errorf("default margin(%v) = %v; want %v", tt.timeout, got, tt.want)

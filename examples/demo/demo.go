@@ -78,8 +78,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(stdout)
-	fmt.Fprintln(stdout, "A lock alone cannot stop a holder that does not know it lost the lock.")
-	fmt.Fprintln(stdout, "The fencing token lets the resource stop it.")
+	fmt.Fprintln(stdout, "A's lease had ended before B got the lock, and A's write went out anyway:")
+	fmt.Fprintln(stdout, "a lock cannot recall a write already past its check. The fencing token lets the resource stop it.")
 	return nil
 }
 
@@ -120,7 +120,20 @@ func scenario(ctx context.Context, out io.Writer, b backend, fenced bool, name s
 	}
 	tokenA := leaseA.Token()
 	say("A", "acquires the lock: token %d", tokenA)
-	say("A", "prepares its write... and freezes (think: a long GC pause). Its keepalives stop.")
+	// A checks its lease, starts its write and stalls before the write
+	// goes out. A real stall (a GC pause) would freeze A's whole process;
+	// here A's connection to the lock server is cut instead, so that A's
+	// Locker keeps running and we can watch it notice the loss.
+	if leaseA.Err() != nil {
+		return fmt.Errorf("worker A lost its lease at once: %w", leaseA.Err())
+	}
+	say("A", "checks its lease (held), starts its write... and stalls before sending it.")
+	say("", "(A real stall would be a long GC pause; here A's network is cut, so its keepalives stop.)")
+	lostA := make(chan time.Time, 1)
+	go func() {
+		<-leaseA.Done()
+		lostA <- time.Now()
+	}()
 	proxy.Pause()
 	paused := time.Now()
 
@@ -128,15 +141,40 @@ func scenario(ctx context.Context, out io.Writer, b backend, fenced bool, name s
 	if err != nil {
 		return fmt.Errorf("worker B: %w", err)
 	}
+	grantedB := time.Now()
 	tokenB := leaseB.Token()
-	say("B", "acquires the lock: token %d (the server expired A's lease %.1fs into the pause)", tokenB, time.Since(paused).Seconds())
+	var lostAt time.Time // when A's lease ended locally; zero while it has not
+	select {
+	case <-leaseA.Done():
+		lostAt = <-lostA
+		why := "Err wraps lock.ErrLost"
+		if !errors.Is(leaseA.Err(), lock.ErrLost) {
+			why = fmt.Sprintf("Err: %v", leaseA.Err())
+		}
+		say("A", "(its Locker, still running) declared the lease lost %.1fs into the stall, before the grant: Done closed, %s",
+			lostAt.Sub(paused).Seconds(), why)
+	default:
+	}
+	say("B", "acquires the lock: token %d (granted %.1fs into the stall, once the server expired A's lease)", tokenB, grantedB.Sub(paused).Seconds())
 	if err := st.write("report", "B's report", tokenB); err != nil {
 		return fmt.Errorf("worker B's write: %w", err)
 	}
 	say("B", "writes report = %q with token %d: accepted", "B's report", tokenB)
 
 	proxy.Resume()
-	say("A", "wakes up, still sure it holds the lock, and writes report = %q with token %d", "A's stale report", tokenA)
+	if lostAt.IsZero() {
+		select {
+		case <-leaseA.Done():
+			lostAt = <-lostA
+		default:
+		}
+	}
+	if lostAt.IsZero() {
+		say("A", "resumes. Its lease has not even ended locally yet, and its write was already past the check,")
+	} else {
+		say("A", "resumes. Its lease ended %.1fs ago, but its write was already past the check,", time.Since(lostAt).Seconds())
+	}
+	say("", "so it goes out anyway: report = %q with token %d", "A's stale report", tokenA)
 	werr := st.write("report", "A's stale report", tokenA)
 	final := st.read("report")
 	switch {

@@ -35,6 +35,8 @@ func TestDemoEmbedded(t *testing.T) {
 	}
 	checkTokens(t, "fenced run", fenced)
 	checkTokens(t, "unfenced run", unfenced)
+	checkLostFirst(t, "fenced run", fenced)
+	checkLostFirst(t, "unfenced run", unfenced)
 	for _, want := range []string{
 		"REJECTED: fencing: stale token",
 		`result: report = "B's report". B's write is safe.`,
@@ -92,5 +94,18 @@ func TestDemoFlags(t *testing.T) {
 				t.Errorf("run(%q) = %v; want an error containing %q", tt.args, err, tt.want)
 			}
 		})
+	}
+}
+
+// checkLostFirst checks that the story says what happened to A: its
+// Locker declared the lease lost before B was granted the lock, and A's
+// write went out after that.
+func checkLostFirst(t *testing.T, what, out string) {
+	t.Helper()
+	lost := strings.Index(out, "declared the lease lost")
+	granted := strings.Index(out, "B  acquires the lock")
+	resumed := strings.Index(out, "resumes. Its lease ended")
+	if lost < 0 || granted < 0 || resumed < 0 || !(lost < granted && granted < resumed) {
+		t.Errorf("%s: want A's loss, then B's grant, then A's write after its lease ended:\n%s", what, out)
 	}
 }

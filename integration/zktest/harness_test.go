@@ -25,8 +25,10 @@ import (
 
 // sessionTimeout is what test Lockers ask for: short, so that expiry and
 // partition tests take seconds. The test ensembles run with tickTime 200ms,
-// so the server accepts it as is.
-const sessionTimeout = 2 * time.Second
+// so the server accepts it as is. zklock stops trusting a session when no
+// reply has come for half of it, so 4s lets a loaded machine take 2s to
+// answer.
+const sessionTimeout = 4 * time.Second
 
 // startEnsemble starts a 3-server ZooKeeper ensemble for t.
 func startEnsemble(t *testing.T) *cluster.Cluster {
