@@ -22,9 +22,11 @@ import (
 )
 
 // zkSessionTimeout is the session timeout of the test Lockers: short, so
-// that a partitioned holder's session expires within seconds. The test
-// ensembles run with tickTime 200ms, so the server accepts it.
-const zkSessionTimeout = 2 * time.Second
+// that a partitioned holder's session expires within seconds (the test
+// ensembles run with tickTime 200ms, so the server accepts it), yet long
+// enough that zklock's default margin (half of it) leaves a loaded 2-core
+// machine 1.5s without a reply before a healthy lease is given up.
+const zkSessionTimeout = 3 * time.Second
 
 func newZKLocker(t *testing.T, servers []string, root, identity string) *zklock.Locker {
 	t.Helper()
