@@ -23,6 +23,9 @@ import (
 // is read at the revision of that deletion, so no holder between two events
 // is skipped. A watch that the server cancels (for instance because the
 // revisions it needs were compacted) ends the observation with an error.
+// The read of the next holder is retried like [Locker.Holder]'s, each
+// attempt bounded; every request of the observation ends when ctx is done
+// or Close starts, so Close never waits on an unreachable cluster.
 func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, nil, fmt.Errorf("etcdlock: observe %q: %w", name, err)
@@ -50,11 +53,16 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, 
 		mu     sync.Mutex
 		endErr error
 	)
+	// Everything the goroutine sends to the cluster uses wctx, which ends
+	// with ctx and when Close starts, never with ctx alone: Close waits for
+	// the goroutine, so a request that only the caller could end would hold
+	// Close for as long as the cluster does not answer.
 	wctx, cancel := context.WithCancel(l.life)
-	// The watch itself must end with ctx too: creating it can block.
 	stop := context.AfterFunc(ctx, cancel)
+	stopClosing := context.AfterFunc(l.closing, cancel)
 	ok := l.spawn(func() {
 		defer stop()
+		defer stopClosing()
 		defer cancel()
 		err := l.observe(ctx, wctx, pfx, first, ch)
 		mu.Lock()
@@ -64,6 +72,7 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, 
 	})
 	if !ok {
 		stop()
+		stopClosing()
 		cancel()
 		return nil, nil, fmt.Errorf("etcdlock: observe %q: %w", name, lock.ErrClosed)
 	}
@@ -109,13 +118,10 @@ func (l *Locker) observe(ctx, wctx context.Context, pfx string, first *clientv3.
 		case wr, ok = <-wch:
 		}
 		if !ok {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			return lock.ErrClosed
+			return l.observeEnd(ctx, lock.ErrClosed)
 		}
 		if err := wr.Err(); err != nil {
-			return err
+			return l.observeEnd(ctx, err)
 		}
 		if wr.Canceled {
 			return errors.New("watch cancelled by the server")
@@ -127,9 +133,16 @@ func (l *Locker) observe(ctx, wctx context.Context, pfx string, first *clientv3.
 			case ev.Type == clientv3.EventTypePut && curKey == "" && ev.IsCreate():
 				next, nextKey = lock.Holder{Identity: string(ev.Kv.Value), Token: fencing.Token(ev.Kv.CreateRevision)}, string(ev.Kv.Key)
 			case ev.Type == clientv3.EventTypeDelete && string(ev.Kv.Key) == curKey:
-				resp, err := l.client.Get(ctx, pfx, append(clientv3.WithFirstCreate(), clientv3.WithRev(ev.Kv.ModRevision))...)
+				// Each attempt is bounded too (see do), so a member that
+				// stopped answering is left for another.
+				var resp *clientv3.GetResponse
+				err := l.do(wctx, nil, func(actx context.Context) error {
+					var err error
+					resp, err = l.client.Get(actx, pfx, append(clientv3.WithFirstCreate(), clientv3.WithRev(ev.Kv.ModRevision))...)
+					return err
+				})
 				if err != nil {
-					return fmt.Errorf("read the next holder: %w", err)
+					return l.observeEnd(ctx, fmt.Errorf("read the next holder: %w", err))
 				}
 				next, nextKey = holderOf(resp)
 			default:
@@ -144,4 +157,17 @@ func (l *Locker) observe(ctx, wctx context.Context, pfx string, first *clientv3.
 			}
 		}
 	}
+}
+
+// observeEnd returns why an observation ended when a request or the watch
+// failed: ctx's error if ctx is done, lock.ErrClosed if the Locker is
+// closing (wctx ends with both), and err otherwise.
+func (l *Locker) observeEnd(ctx context.Context, err error) error {
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case l.closing.Err() != nil:
+		return lock.ErrClosed
+	}
+	return err
 }

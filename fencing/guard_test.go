@@ -261,6 +261,16 @@ func TestCheckThenWriteControl(t *testing.T) {
 // were applied: per resource, never a token lower than one applied before it,
 // never two writes inside the critical section at once, and every rejection
 // justified by an earlier accepted token.
+//
+// A stale write needs a writer to hold an old grant while a newer one
+// writes first. Left to the scheduler that need not happen: on a busy
+// machine each writer can run its whole loop before the next one starts,
+// every grant is then newer than all earlier writes, and nothing is
+// rejected. So the schedule is built instead: every writer takes its first
+// grant, then waits; a newer grant writes every resource; only then do the
+// writers start, each with its old grant for its first write. That write is
+// stale whatever the order, and the write made with the last grant of all
+// cannot be, so both paths run in every run.
 func TestGuardConcurrent(t *testing.T) {
 	const (
 		writers   = 32
@@ -287,35 +297,59 @@ func TestGuardConcurrent(t *testing.T) {
 			for i := range logs {
 				logs[i] = &log{}
 			}
-			var wg sync.WaitGroup
-			var errs sync.Map
+			apply := func(r int, tok fencing.Token) error {
+				l := logs[r]
+				return g.Apply("res"+strconv.Itoa(r), tok, func() error {
+					if l.inside.Add(1) != 1 {
+						l.overlaps.Add(1)
+					}
+					l.mu.Lock()
+					l.applied = append(l.applied, tok)
+					l.mu.Unlock()
+					l.inside.Add(-1)
+					return nil
+				})
+			}
+			var (
+				wg, ready sync.WaitGroup
+				start     = make(chan struct{})
+				errs      sync.Map
+				rejected  atomic.Int64
+			)
+			ready.Add(writers)
 			for w := range writers {
 				wg.Go(func() {
 					rng := rand.New(rand.NewPCG(uint64(w), 1))
-					var mine fencing.Token
-					for range perWriter {
-						if mine == 0 || rng.IntN(4) == 0 {
+					mine := fencing.Token(grants.Add(1))
+					ready.Done()
+					<-start
+					for i := range perWriter {
+						if i > 0 && rng.IntN(4) == 0 {
 							mine = fencing.Token(grants.Add(1)) // a new grant
 						}
-						r := rng.IntN(resources)
-						l := logs[r]
-						err := g.Apply("res"+strconv.Itoa(r), mine, func() error {
-							if l.inside.Add(1) != 1 {
-								l.overlaps.Add(1)
-							}
-							l.mu.Lock()
-							l.applied = append(l.applied, mine)
-							l.mu.Unlock()
-							l.inside.Add(-1)
-							return nil
-						})
+						err := apply(rng.IntN(resources), mine)
 						var stale *fencing.StaleTokenError
-						if err != nil && (!errors.As(err, &stale) || stale.Highest <= stale.Token || stale.Token != mine) {
+						switch {
+						case err == nil:
+						case errors.As(err, &stale) && stale.Highest > stale.Token && stale.Token == mine:
+							rejected.Add(1)
+						default:
 							errs.Store(w, fmt.Sprintf("Apply(%d) = %v; want nil or stale with Highest > Token", mine, err))
+						}
+						if i == 0 && err == nil {
+							errs.Store(w, fmt.Sprintf("first Apply(%d) = nil after a newer grant wrote every resource; want stale", mine))
 						}
 					}
 				})
 			}
+			ready.Wait()
+			newer := fencing.Token(grants.Add(1))
+			for r := range resources {
+				if err := apply(r, newer); err != nil {
+					t.Fatalf("Apply(res%d, %d) before the writers started = %v; want nil", r, newer, err)
+				}
+			}
+			close(start)
 			wg.Wait()
 			errs.Range(func(k, v any) bool { t.Errorf("writer %v: %v", k, v); return true })
 			accepted := 0
@@ -330,8 +364,12 @@ func TestGuardConcurrent(t *testing.T) {
 				}
 				accepted += len(l.applied)
 			}
-			if accepted == 0 || accepted == writers*perWriter {
-				t.Errorf("accepted %d of %d writes; want some accepted and some rejected", accepted, writers*perWriter)
+			accepted -= resources // the newer grant's own writes
+			if n := int(rejected.Load()); accepted+n != writers*perWriter {
+				t.Errorf("writers: %d accepted + %d rejected; want %d writes in all", accepted, n, writers*perWriter)
+			}
+			if n := int(rejected.Load()); accepted == 0 || n < writers {
+				t.Errorf("writers: %d accepted, %d rejected; want at least 1 accepted and at least %d (every first write) rejected", accepted, n, writers)
 			}
 			if limit > 0 && g.Len() > limit {
 				t.Errorf("Len() = %d after all calls ended; want at most %d", g.Len(), limit)

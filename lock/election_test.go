@@ -234,6 +234,13 @@ func TestElectionOneLeaderAtATime(t *testing.T) {
 		total     int
 	)
 	enough := make(chan struct{})
+	// The first term lasts until every candidate has queued. Otherwise a
+	// candidate that resigns can queue again before a slow one has queued
+	// at all, and terms may rotate among the early starters for all 200
+	// terms. With everyone queued before the first hand-over, the FIFO
+	// queue gives each candidate a term within the first 8, so "every
+	// candidate led" holds by construction, not by scheduling luck.
+	allQueued := make(chan struct{})
 	fail := func(format string, args ...any) {
 		failures = append(failures, fmt.Sprintf(format, args...))
 	}
@@ -257,10 +264,17 @@ func TestElectionOneLeaderAtATime(t *testing.T) {
 				}
 				startedBy[term] = id
 				total++
+				first := total == 1
 				if total == terms {
 					close(enough)
 				}
 				mu.Unlock()
+				if first {
+					select {
+					case <-allQueued:
+					case <-ctx.Done():
+					}
+				}
 				// Called with the leadership context, Resign ends the term
 				// without waiting for this function.
 				if err := c.e.Resign(ctx); err != nil {
@@ -299,6 +313,8 @@ func TestElectionOneLeaderAtATime(t *testing.T) {
 	for _, c := range cands {
 		c.start(t)
 	}
+	waitRecords(t, m, name, candidates)
+	close(allQueued)
 	recv(t, enough, fmt.Sprintf("%d terms", terms))
 	for _, c := range cands {
 		if err := c.stop(t); !errors.Is(err, context.Canceled) {
