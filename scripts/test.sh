@@ -417,11 +417,13 @@ fi
 # --- summary -----------------------------------------------------------------
 
 left_out=()
+not_run=()
 for s in "${all_stages[@]}"; do
-	if ! wants "$s"; then
-		left_out+=(-left-out "stage $s (not among the stages of this target; make test runs every stage)")
-	fi
+	wants "$s" || not_run+=("$s")
 done
+if ((${#not_run[@]})); then
+	left_out+=(-left-out "stages ${not_run[*]}: not part of this target (make test runs every stage)")
+fi
 for p in process containers; do
 	if wants "$p" && ! has "$providers" "$p"; then
 		left_out+=(-left-out "$p provider, stage $p (FENCELOCK_PROVIDERS=$providers)")

@@ -247,7 +247,7 @@ func (s *summary) print(w io.Writer) {
 	}
 	fmt.Fprintf(tw, "all\t\t%6d\t%6d\t%6d\t%7d\t\n", sum.tests, sum.passed, sum.failed, sum.skipped)
 	tw.Flush()
-	fmt.Fprintln(w, "(tests counts leaf tests and subtests, plus parents that failed or skipped on their own)")
+	fmt.Fprintln(w, "(tests: leaf tests and subtests, plus parents that failed or skipped by themselves)")
 
 	if len(s.skips) > 0 {
 		fmt.Fprintln(w, "\nskipped:")
