@@ -124,9 +124,12 @@ wants() {
 	done
 	return 1
 }
-# The provider stages run only when their provider is asked for.
-wants_process() { wants process && has "$providers" process; }
-wants_containers() { wants containers && has "$providers" containers; }
+# The provider stages run only when their provider is asked for. "make
+# deps" alone prepares for every provider asked for.
+deps_only=
+[[ ${stages[*]} == deps ]] && deps_only=1
+wants_process() { { [[ -n $deps_only ]] || wants process; } && has "$providers" process; }
+wants_containers() { { [[ -n $deps_only ]] || wants containers; } && has "$providers" containers; }
 
 # --- deps --------------------------------------------------------------------
 
@@ -177,7 +180,7 @@ needed_packages() {
 	echo "${need[*]}"
 }
 
-subset_hint='or run a subset that does not need them (make test-unit, FENCELOCK_PROVIDERS=process|containers, FENCELOCK_BACKENDS=etcd|zookeeper; see README.md)'
+subset_hint='or run only what this machine can: make test-unit, or FENCELOCK_PROVIDERS=process|containers and FENCELOCK_BACKENDS=etcd|zookeeper (README.md, "Testing")'
 
 # install_packages installs the missing packages, or dies with one message
 # that says what is missing and how to install it.
@@ -272,7 +275,7 @@ start_dockerd() {
 		return
 	fi
 	if [[ $(id -u) != 0 ]]; then
-		die "the Docker engine is not running, and only root can start it: run make test as root, or start it with \"dockerd --bridge=none --iptables=false --ip6tables=false &\", $subset_hint"
+		die "the Docker engine does not answer (docker info failed), and only root can start one: run make test as root, or start it with \"dockerd --bridge=none --iptables=false --ip6tables=false &\" (or give this user access to it), $subset_hint"
 	fi
 	if [[ -n $dry_run ]]; then
 		echo "dry run: would start: dockerd --bridge=none --iptables=false --ip6tables=false"
@@ -305,17 +308,24 @@ start_dockerd() {
 # stage_deps does all the set-up the requested stages need.
 stage_deps() {
 	local t0=$SECONDS t
-	mkdir -p "$cache/bin"
 	install_packages
 	stop_debian_services
 	t=$SECONDS
+	if wants_containers; then
+		start_dockerd
+	fi
+	local t_dockerd=$((SECONDS - t))
+	t=$SECONDS
 	if wants_process || wants_containers; then
-		run make --no-print-directory -s "integration/.cache/bin/etcd"
+		if [[ -n $dry_run ]]; then
+			echo "dry run: would run: make integration/.cache/bin/etcd"
+		else
+			run make --no-print-directory -s "integration/.cache/bin/etcd"
+		fi
 	fi
 	local t_etcd=$((SECONDS - t))
 	t=$SECONDS
 	if wants_containers; then
-		start_dockerd
 		local images=()
 		has "$backends" etcd && images+=(etcd)
 		has "$backends" zookeeper && images+=(zookeeper)
@@ -325,7 +335,7 @@ stage_deps() {
 			run integration/images/build.sh "${images[@]}" >/dev/null
 		fi
 	fi
-	echo "deps: $((SECONDS - t0))s (etcd server ${t_etcd}s, Docker engine and images $((SECONDS - t))s)"
+	echo "deps: $((SECONDS - t0))s (Docker engine ${t_dockerd}s, etcd server ${t_etcd}s, images $((SECONDS - t))s)"
 }
 
 # --- stages ------------------------------------------------------------------
@@ -353,14 +363,9 @@ step_failed() { failed=1; }
 
 say "make test: stages ${stages[*]}; FENCELOCK_BACKENDS=$backends FENCELOCK_PROVIDERS=$providers${FENCELOCK_RUN:+ FENCELOCK_RUN=$FENCELOCK_RUN}${CI:+ CI=$CI}"
 
-mkdir -p "$cache/bin"
-if [[ -z $dry_run ]]; then
-	# The summary tool, a module of its own with no requirements.
-	(cd integration/tools/testsum && go build -o "$testsum" .)
-	rm -rf "$results"
-	mkdir -p "$results"
-fi
-
+# Set-up comes first, so that a machine that cannot run the tests is told
+# so before anything is built.
+deps_seconds=
 if wants deps; then
 	say "deps"
 	t=$SECONDS
@@ -368,7 +373,16 @@ if wants deps; then
 	if [[ -n $dry_run ]]; then
 		exit 0
 	fi
-	record deps $((SECONDS - t)) 0
+	deps_seconds=$((SECONDS - t))
+fi
+
+# The summary tool, a module of its own with no requirements.
+mkdir -p "$cache/bin"
+(cd integration/tools/testsum && go build -o "$testsum" .)
+rm -rf "$results"
+mkdir -p "$results"
+if [[ -n $deps_seconds ]]; then
+	record deps "$deps_seconds" 0
 fi
 
 if wants vet; then
