@@ -207,8 +207,17 @@ func (s *summary) failedSteps() int {
 	return n
 }
 
+func (s *summary) ran() bool {
+	for _, st := range s.stages {
+		if st.steps > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *summary) ok() bool {
-	return len(s.failures) == 0 && len(s.pkgFails) == 0 && s.unrequested() == 0 && s.failedSteps() == 0
+	return s.ran() && len(s.failures) == 0 && len(s.pkgFails) == 0 && s.unrequested() == 0 && s.failedSteps() == 0
 }
 
 func (s *summary) print(w io.Writer) {
@@ -293,6 +302,9 @@ func (s *summary) print(w io.Writer) {
 		return
 	}
 	var why []string
+	if !s.ran() {
+		why = append(why, "nothing ran")
+	}
 	if n := s.failedSteps(); n > 0 {
 		why = append(why, fmt.Sprintf("%d failed step(s)", n))
 	}

@@ -248,6 +248,9 @@ func cmdFuzz(args []string) (int, error) {
 	if *dir == "" {
 		return 2, errors.New("fuzz: need -dir")
 	}
+	if err := os.MkdirAll(*dir, 0o755); err != nil {
+		return 2, err
+	}
 	pkgs := fs.Args()
 	if len(pkgs) == 0 {
 		pkgs = []string{"./..."}
