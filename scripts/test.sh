@@ -26,10 +26,17 @@
 #                        deps prints what it would install and start, and
 #                        runs nothing; FENCELOCK_DEPS_DRY_RUN_MISSING (a
 #                        list of package names) pretends they are missing
+#   FENCELOCK_DOCKERD_ARGS
+#                        more flags for a dockerd started here; with
+#                        DOCKER_HOST=unix://PATH, an engine of one's own
 #
 # A Docker engine started here is stopped, by its PID, before the script
 # exits; one that was already running is left alone.
 set -euo pipefail
+
+# The whole script is one brace group, so that bash reads all of it before
+# running any: editing the file during a run cannot change that run.
+{
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -281,9 +288,20 @@ start_dockerd() {
 		echo "dry run: would start: dockerd --bridge=none --iptables=false --ip6tables=false"
 		return
 	fi
-	local log=$cache/dockerd.log i
-	printf '+ dockerd --bridge=none --iptables=false --ip6tables=false >%s 2>&1 &\n' "$log"
-	dockerd --bridge=none --iptables=false --ip6tables=false >"$log" 2>&1 &
+	local log=$cache/dockerd.log i args=(--bridge=none --iptables=false --ip6tables=false)
+	# An engine of one's own next to another: DOCKER_HOST names its
+	# socket, FENCELOCK_DOCKERD_ARGS its other paths (--data-root,
+	# --exec-root, --pidfile).
+	if [[ ${DOCKER_HOST:-} == unix://* ]]; then
+		args+=(-H "$DOCKER_HOST")
+	fi
+	if [[ -n ${FENCELOCK_DOCKERD_ARGS:-} ]]; then
+		local extra
+		read -r -a extra <<<"$FENCELOCK_DOCKERD_ARGS"
+		args+=("${extra[@]}")
+	fi
+	printf '+ dockerd %s >%s 2>&1 &\n' "${args[*]}" "$log"
+	dockerd "${args[@]}" >"$log" 2>&1 &
 	dockerd_pid=$!
 	echo "$dockerd_pid" >"$cache/dockerd.pid"
 	for ((i = 0; ; i++)); do
@@ -466,3 +484,4 @@ if ((status == 0 && failed != 0)); then
 fi
 echo "results (go test -json): $results"
 exit "$status"
+}
