@@ -135,8 +135,10 @@ wants() {
 # deps" alone prepares for every provider asked for.
 deps_only=
 [[ ${stages[*]} == deps ]] && deps_only=1
-wants_process() { { [[ -n $deps_only ]] || wants process; } && has "$providers" process; }
-wants_containers() { { [[ -n $deps_only ]] || wants containers; } && has "$providers" containers; }
+wants_process() { wants process && has "$providers" process; }
+wants_containers() { wants containers && has "$providers" containers; }
+prepare_process() { { [[ -n $deps_only ]] || wants process; } && has "$providers" process; }
+prepare_containers() { { [[ -n $deps_only ]] || wants containers; } && has "$providers" containers; }
 
 # --- deps --------------------------------------------------------------------
 
@@ -164,7 +166,7 @@ trap 'exit 143' TERM
 # that are not installed, judged by the files the tests use.
 needed_packages() {
 	local need=()
-	if wants_process; then
+	if prepare_process; then
 		if has "$backends" zookeeper && [[ -z ${FENCELOCK_ZK_CLASSPATH:-} ]] && [[ ! -f /usr/share/java/zookeeper.jar ]]; then
 			need+=(zookeeper)
 		fi
@@ -172,7 +174,7 @@ needed_packages() {
 			need+=(postgresql)
 		fi
 	fi
-	if wants_containers; then
+	if prepare_containers; then
 		if ! command -v dockerd >/dev/null && ! docker info >/dev/null 2>&1; then
 			need+=(docker.io)
 		fi
@@ -329,12 +331,12 @@ stage_deps() {
 	install_packages
 	stop_debian_services
 	t=$SECONDS
-	if wants_containers; then
+	if prepare_containers; then
 		start_dockerd
 	fi
 	local t_dockerd=$((SECONDS - t))
 	t=$SECONDS
-	if wants_process || wants_containers; then
+	if prepare_process || prepare_containers; then
 		if [[ -n $dry_run ]]; then
 			echo "dry run: would run: make integration/.cache/bin/etcd"
 		else
@@ -343,7 +345,7 @@ stage_deps() {
 	fi
 	local t_etcd=$((SECONDS - t))
 	t=$SECONDS
-	if wants_containers; then
+	if prepare_containers; then
 		local images=()
 		has "$backends" etcd && images+=(etcd)
 		has "$backends" zookeeper && images+=(zookeeper)
