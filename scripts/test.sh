@@ -224,13 +224,17 @@ install_packages() {
 	local log=$cache/apt.log
 	printf '+ apt-get update -q --error-on=any (log: %s)\n' "$log"
 	if ! apt-get update -q --error-on=any >"$log" 2>&1; then
-		tail -n 5 "$log" >&2
 		die "missing ${missing[*]}, and the Debian package mirror cannot be reached (apt-get update failed, see $log): restore access to the mirror and run \"$cmd\", $subset_hint"
 	fi
 	run apt-get install -y -q "${missing[@]}"
 	if [[ -n $policy_rc_d ]]; then
 		rm -f "$policy_rc_d"
 		policy_rc_d=
+	fi
+	local still
+	still=$(needed_packages)
+	if [[ -n $still ]]; then
+		die "apt-get installed ${missing[*]}, but what the tests need from $still is still not there (see README.md, \"Testing\", for the files each provider uses)"
 	fi
 }
 
