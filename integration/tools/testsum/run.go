@@ -268,21 +268,7 @@ func cmdFuzz(args []string) (int, error) {
 	if err := appendStep(*dir, listStep); err != nil {
 		return 2, err
 	}
-	type target struct{ pkg, name string }
-	var targets, pending []target
-	for _, line := range strings.Split(string(out), "\n") {
-		fields := strings.Fields(line)
-		switch {
-		case len(fields) == 1 && fuzzName.MatchString(fields[0]):
-			pending = append(pending, target{name: fields[0]})
-		case len(fields) >= 2 && fields[0] == "ok":
-			for _, t := range pending {
-				t.pkg = fields[1]
-				targets = append(targets, t)
-			}
-			pending = nil
-		}
-	}
+	targets := parseFuzzList(string(out))
 	fmt.Printf("fuzz: %d targets, %s each\n", len(targets), *fuzztime)
 	code := 0
 	for _, t := range targets {
@@ -300,4 +286,27 @@ func cmdFuzz(args []string) (int, error) {
 		}
 	}
 	return code, nil
+}
+
+// fuzzTarget is one Fuzz function of one package.
+type fuzzTarget struct{ pkg, name string }
+
+// parseFuzzList reads the output of "go test -list ^Fuzz": each package's
+// names, then its "ok  <package> <time>" line.
+func parseFuzzList(out string) []fuzzTarget {
+	var targets, pending []fuzzTarget
+	for _, line := range strings.Split(out, "\n") {
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) == 1 && fuzzName.MatchString(fields[0]):
+			pending = append(pending, fuzzTarget{name: fields[0]})
+		case len(fields) >= 2 && fields[0] == "ok":
+			for _, t := range pending {
+				t.pkg = fields[1]
+				targets = append(targets, t)
+			}
+			pending = nil
+		}
+	}
+	return targets
 }

@@ -248,3 +248,24 @@ func TestFollow(t *testing.T) {
 		t.Errorf("events file kept a line that is not an event")
 	}
 }
+
+func TestParseFuzzList(t *testing.T) {
+	out := "FuzzGuard\nFuzzParse\nok  \tgithub.com/fencelock/fencelock/fencing\t0.01s\n" +
+		"?   \tgithub.com/fencelock/fencelock/cmd\t[no test files]\n" +
+		"ok  \tgithub.com/fencelock/fencelock/lock\t0.02s\n" +
+		"FuzzName\nok  \tgithub.com/fencelock/fencelock/lock/locktest\t0.01s\n"
+	got := parseFuzzList(out)
+	want := []fuzzTarget{
+		{"github.com/fencelock/fencelock/fencing", "FuzzGuard"},
+		{"github.com/fencelock/fencelock/fencing", "FuzzParse"},
+		{"github.com/fencelock/fencelock/lock/locktest", "FuzzName"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("parseFuzzList() = %v; want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("parseFuzzList()[%d] = %v; want %v", i, got[i], want[i])
+		}
+	}
+}
