@@ -43,15 +43,14 @@ cd "$root"
 cache=$root/integration/.cache
 results=$cache/test-results
 testsum=$cache/bin/testsum
-etcd_bin=$cache/bin/etcd
 
 all_stages=(deps vet unit examples process containers fuzz)
 
-# Tests that only run when asked for: they are left out with -skip, and
-# the summary says so.
 # TestFaulty is not a test of its own: TestSuiteCatchesFaults runs it in
 # child processes.
 unit_skip='^TestFaulty$'
+# Tests that only run when asked for are left out with -skip, and the
+# summary says so; TestContainersProvider runs in the containers stage.
 process_skip='^(TestBench|TestChaos|TestContainersProvider)$'
 optin_note='opt-in tests: TestBench (make bench), TestChaos (make chaos)'
 
@@ -59,6 +58,8 @@ optin_note='opt-in tests: TestBench (make bench), TestChaos (make chaos)'
 # does not repeat (the process stage runs them).
 neutral_skip='^(TestBench|TestChaos|TestFaultCheckers|TestProxy.*|TestLastLines|TestBuildOptions|TestReserveLoopbackPorts|TestFromEnv|TestSkipUnlessRequested)$'
 
+# Local images by default, built by integration/images/build.sh; other
+# names (official images, with registry access) are pulled by the tests.
 export FENCELOCK_ETCD_IMAGE=${FENCELOCK_ETCD_IMAGE:-fencelock-etcd:local}
 export FENCELOCK_ZK_IMAGE=${FENCELOCK_ZK_IMAGE:-fencelock-zookeeper:local}
 # Ryuk (the reaper container) cannot be pulled without a registry; the
@@ -351,9 +352,15 @@ stage_deps() {
 	t=$SECONDS
 	if prepare_containers; then
 		local images=()
-		has "$backends" etcd && images+=(etcd)
-		has "$backends" zookeeper && images+=(zookeeper)
-		if [[ -n $dry_run ]]; then
+		if has "$backends" etcd && [[ $FENCELOCK_ETCD_IMAGE == *:local ]]; then
+			images+=(etcd)
+		fi
+		if has "$backends" zookeeper && [[ $FENCELOCK_ZK_IMAGE == *:local ]]; then
+			images+=(zookeeper)
+		fi
+		if ((${#images[@]} == 0)); then
+			echo "images: none to build ($FENCELOCK_ETCD_IMAGE, $FENCELOCK_ZK_IMAGE are pulled)"
+		elif [[ -n $dry_run ]]; then
 			echo "dry run: would run: integration/images/build.sh ${images[*]}"
 		else
 			run integration/images/build.sh "${images[@]}" >/dev/null
