@@ -359,7 +359,7 @@ stage_deps() {
 			images+=(zookeeper)
 		fi
 		if ((${#images[@]} == 0)); then
-			echo "images: none to build ($FENCELOCK_ETCD_IMAGE, $FENCELOCK_ZK_IMAGE are pulled)"
+			echo "images: none to build (images not named :local are pulled by the tests)"
 		elif [[ -n $dry_run ]]; then
 			echo "dry run: would run: integration/images/build.sh ${images[*]}"
 		else
