@@ -1,33 +1,44 @@
 # Build, check and test fencelock.
 #
-#   make deps             build the etcd server used by the process provider
-#   make images           build the local container images (needs dockerd)
+#   make test             everything, against real servers: set-up (deps),
+#                         vet, unit tests, examples, the integration tests on
+#                         the process and the containers provider, a short
+#                         fuzz pass; ends with a summary table
+#   make deps             set-up only: installs missing Debian packages
+#                         (as root), builds the etcd server and the images
 #   make vet              go vet + gofmt in every module
-#   make test             vet, unit tests, process-provider and
-#                         containers-provider integration tests
 #   make demo             the fencing demo on an embedded etcd
-#   make test-unit        unit tests of the library (root module) only
+#   make test-unit        unit tests of the library and the tools only
 #   make test-examples    tests of the examples module (runs the demo)
-#   make test-process     integration tests against local processes
-#   make test-containers  harness and conformance tests against containers
-#   make test-fault       one short pass of the fault suite
+#   make test-process     deps + integration tests against local processes
+#   make test-containers  deps + integration tests against containers
+#   make fuzz             every Fuzz target, FUZZTIME each (default 1m)
+#   make test-fault       one short pass of the fault suite (process provider)
 #   make chaos            long randomized fault runs with a summary table
 #   make bench            side-by-side benchmarks (see BENCHMARKS.md)
+#   make images           build the local container images (needs dockerd)
+#
+# Variables for the test targets (README.md, "Testing"): FENCELOCK_BACKENDS
+# (etcd,zookeeper), FENCELOCK_PROVIDERS (process,containers), FENCELOCK_RUN
+# (a -run pattern for the integration stages, for development), FUZZTIME,
+# CI=true. Every test target runs scripts/test.sh, which reads
+# "go test -json" and fails on any skip that was not asked for.
 #
 # Every Go module in the repository, as a directory relative to the root.
 # examples/ is a module only once it has a go.mod. Like "go ... ./...",
 # the gofmt check skips directories named testdata or starting with . or _
 # (integration/.cache holds build output).
-MODULES := . integration integration/tools/etcd $(if $(wildcard examples/go.mod),examples)
+MODULES := . integration integration/tools/etcd integration/tools/testsum $(if $(wildcard examples/go.mod),examples)
 
 GO ?= go
 CACHE_BIN := integration/.cache/bin
 ETCD_BIN := $(CACHE_BIN)/etcd
 ETCD_SRC := integration/tools/etcd/main.go integration/tools/etcd/go.mod integration/tools/etcd/go.sum
 
-.PHONY: deps images vet demo test test-unit test-examples test-process test-containers test-fault chaos bench
+.PHONY: deps images vet demo test test-unit test-examples test-process test-containers fuzz test-fault chaos bench
 
-deps: $(ETCD_BIN)
+deps:
+	scripts/test.sh deps
 
 # Rebuilt only when the tool's sources or pinned versions change.
 $(ETCD_BIN): $(ETCD_SRC)
@@ -36,7 +47,7 @@ $(ETCD_BIN): $(ETCD_SRC)
 	mv $(CACHE_BIN)/etcd.tmp $(ETCD_BIN)
 	@$(ETCD_BIN) --version | head -1
 
-images: deps
+images: $(ETCD_BIN)
 	integration/images/build.sh
 
 vet:
@@ -53,36 +64,35 @@ vet:
 demo:
 	cd examples && $(GO) run ./demo
 
-test: vet deps
-	$(MAKE) test-unit
-	$(MAKE) test-examples
-	$(MAKE) test-process
-	$(MAKE) test-containers
+test:
+	scripts/test.sh
 
 test-unit:
-	$(GO) test -race ./...
+	scripts/test.sh unit
 
 test-examples:
-	cd examples && $(GO) test -race -count=1 ./...
+	scripts/test.sh examples
 
-# -count=1: results against real servers are never taken from the test cache.
-test-process: deps
-	cd integration && FENCELOCK_PROVIDER=process $(GO) test -race -count=1 -timeout 40m ./...
+test-process:
+	scripts/test.sh deps process
 
-test-containers: deps
-	cd integration && FENCELOCK_PROVIDER=containers $(GO) test -race -count=1 -timeout 20m -run 'TestHarness|TestContainersProvider|Conformance' ./...
+test-containers:
+	scripts/test.sh deps containers
+
+fuzz:
+	FUZZTIME=$${FUZZTIME:-1m} scripts/test.sh fuzz
 
 # One short pass of every fault on both backends, the control run and the
-# checker self-test (about 2 minutes on 2 cores). make test runs it too, as
-# part of test-process.
-test-fault: deps
+# checker self-test (about 2 minutes on 2 cores). make test runs it too, in
+# the process and the containers stages.
+test-fault: $(ETCD_BIN)
 	cd integration && FENCELOCK_PROVIDER=process $(GO) test -race -count=1 -timeout 20m -run '^TestFault' ./faulttest
 
 # Random faults with random timings, FENCELOCK_CHAOS_DURATION per backend
 # (default 10m); FENCELOCK_CHAOS_SEED=<n> replays a sequence. The full log
 # goes to integration/.cache/chaos.log; the summary table is printed at the
 # end. Without -race, for more operations per minute (make test covers -race).
-chaos: deps
+chaos: $(ETCD_BIN)
 	@mkdir -p integration/.cache
 	@cd integration && { FENCELOCK_CHAOS=1 $(GO) test -count=1 -timeout 0 -v -run '^TestChaos$$' ./faulttest; \
 		echo $$? > .cache/chaos.status; } | tee .cache/chaos.log | grep --line-buffered -E '^=== RUN +TestChaos/|violation'; \
@@ -91,6 +101,6 @@ chaos: deps
 # Side-by-side benchmarks on real clusters (fencelock, the reference recipe
 # and the floor in one run; tables and JSON, see BENCHMARKS.md), then the Go
 # benchmarks of the hot paths that need no cluster.
-bench: deps
+bench: $(ETCD_BIN)
 	cd integration && FENCELOCK_BENCH=1 $(GO) test -run '^TestBench$$' -timeout 60m -v ./benchtest
 	$(GO) test -run '^$$' -bench . -benchmem ./lock/... ./fencing/...

@@ -73,6 +73,7 @@ const ctrZKJVMFlags = "-Xmx256m -Xms32m -Xss512k -XX:+UseSerialGC -XX:TieredStop
 
 func (p ctrProvider) Start(t testing.TB, kind Kind, opts ...Option) *Cluster {
 	t.Helper()
+	SkipUnlessRequested(t, kind)
 	o, err := buildOptions(opts)
 	if err != nil {
 		t.Fatalf("cluster: start %s: %v", kind, err)

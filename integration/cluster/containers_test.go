@@ -16,8 +16,8 @@ import (
 // teardown removing every container. The behaviour shared with the process
 // provider is covered by TestHarness.
 func TestContainersProvider(t *testing.T) {
-	if os.Getenv("FENCELOCK_PROVIDER") != "containers" {
-		t.Skip("containers provider not selected; run with FENCELOCK_PROVIDER=containers")
+	if p := os.Getenv("FENCELOCK_PROVIDER"); p != "containers" {
+		t.Skipf("not requested: FENCELOCK_PROVIDER=%s (this test checks the containers provider; run it with FENCELOCK_PROVIDER=containers)", p)
 	}
 	for _, tt := range []struct {
 		kind    Kind
@@ -28,6 +28,7 @@ func TestContainersProvider(t *testing.T) {
 		{ZooKeeper, 3, "QuorumPeer"},
 	} {
 		t.Run(string(tt.kind), func(t *testing.T) {
+			SkipUnlessRequested(t, tt.kind)
 			var ids []string
 			var sub *testing.T
 			t.Run("lifecycle", func(t *testing.T) {

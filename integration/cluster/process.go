@@ -41,6 +41,7 @@ var errPortInUse = errors.New("port already in use")
 
 func (p processProvider) Start(t testing.TB, kind Kind, opts ...Option) *Cluster {
 	t.Helper()
+	SkipUnlessRequested(t, kind)
 	o, err := buildOptions(opts)
 	if err != nil {
 		t.Fatalf("cluster: start %s: %v", kind, err)
