@@ -1,16 +1,10 @@
 package etcdtest
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -215,7 +209,7 @@ func TestChaosNoOverlap(t *testing.T) {
 				t.Fatalf("round %d: %s still running after Kill", round, m.Name())
 			}
 		default:
-			pid, perr := listenerPID(m.ClientAddr())
+			pid, perr := testutil.ListenerPID(m.ClientAddr())
 			if err := m.Stop(); err != nil {
 				t.Fatalf("round %d: Stop(%s) = %v", round, m.Name(), err)
 			}
@@ -225,7 +219,7 @@ func TestChaosNoOverlap(t *testing.T) {
 			if perr != nil {
 				t.Fatalf("round %d: finding %s's process: %v", round, m.Name(), perr)
 			}
-			if err := waitFrozen(pid, 5*time.Second); err != nil {
+			if err := testutil.WaitFrozen(pid, 5*time.Second); err != nil {
 				t.Fatalf("round %d: %s not frozen after Stop: %v", round, m.Name(), err)
 			}
 		}
@@ -295,114 +289,4 @@ func TestChaosNoOverlap(t *testing.T) {
 	testutil.Eventually(t, 3*testTTL+5*time.Second, "no records left", func() bool {
 		return len(records(t, admin, lockers[0], name)) == 0
 	})
-}
-
-// procState returns the state letter of pid from /proc/pid/stat ('T' for
-// stopped).
-func procState(pid int) (byte, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return 0, fmt.Errorf("cannot parse /proc/%d/stat: %q", pid, s)
-	}
-	return s[i+2], nil
-}
-
-// cgroupFrozen reports whether pid's cgroup (v2) is frozen, as docker
-// pause leaves a container's processes.
-func cgroupFrozen(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if rel, ok := strings.CutPrefix(line, "0::"); ok {
-			ev, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", rel, "cgroup.events"))
-			return err == nil && strings.Contains(string(ev), "frozen 1")
-		}
-	}
-	return false
-}
-
-// waitFrozen waits until the kernel reports pid stopped (SIGSTOP) or
-// frozen by its cgroup (docker pause), and says what it saw otherwise.
-func waitFrozen(pid int, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		st, err := procState(pid)
-		if err != nil {
-			return fmt.Errorf("process %d: %w", pid, err)
-		}
-		if st == 'T' || cgroupFrozen(pid) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("process %d in state %c after %v; want stopped", pid, st, timeout)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// listenerPID returns the process listening on addr ("127.0.0.1:port"),
-// from the socket's inode in /proc/net/tcp and the processes' open files,
-// so the test can look at a member's process whichever provider started
-// it.
-func listenerPID(addr string) (int, error) {
-	host, portText, err := net.SplitHostPort(addr)
-	if err != nil {
-		return 0, err
-	}
-	port, err := strconv.ParseUint(portText, 10, 16)
-	if err != nil {
-		return 0, err
-	}
-	ip := net.ParseIP(host).To4()
-	if ip == nil {
-		return 0, fmt.Errorf("%s: not an IPv4 address", addr)
-	}
-	// The kernel prints the address's network-order bytes as a
-	// little-endian word.
-	local := fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], port)
-	f, err := os.Open("/proc/net/tcp")
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	inode := ""
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 10 && fields[1] == local && fields[3] == "0A" { // 0A: LISTEN
-			inode = fields[9]
-			break
-		}
-	}
-	if inode == "" {
-		return 0, fmt.Errorf("nothing listens on %s", addr)
-	}
-	want := "socket:[" + inode + "]"
-	procs, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, err
-	}
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		fds, err := os.ReadDir(filepath.Join("/proc", p.Name(), "fd"))
-		if err != nil {
-			continue
-		}
-		for _, fd := range fds {
-			if l, err := os.Readlink(filepath.Join("/proc", p.Name(), "fd", fd.Name())); err == nil && l == want {
-				return pid, nil
-			}
-		}
-	}
-	return 0, fmt.Errorf("no process holds the socket listening on %s", addr)
 }

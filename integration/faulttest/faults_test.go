@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencelock/fencelock/integration/cluster"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 )
 
 // A fault injects one fault into a running workload, waits until the lock
@@ -117,10 +118,10 @@ func faultPauseServer(r *run) error {
 	// own bookkeeping.
 	running := m.Running()
 	var frozenErr error
-	if pid, perr := listenerPID(m.ClientAddr()); perr != nil {
+	if pid, perr := testutil.ListenerPID(m.ClientAddr()); perr != nil {
 		frozenErr = fmt.Errorf("finding %s's process: %w", m.Name(), perr)
 	} else {
-		frozenErr = waitFrozen(pid, 5*time.Second)
+		frozenErr = testutil.WaitFrozen(pid, 5*time.Second)
 	}
 	err = r.waitHigherWrite(e.Token)
 	if err == nil {

@@ -91,7 +91,7 @@ func (p *clientProc) freeze() error {
 		return fmt.Errorf("SIGSTOP client %d: %w", p.id, err)
 	}
 	p.stopped = true
-	if err := waitFrozen(p.cmd.Process.Pid, 5*time.Second); err != nil {
+	if err := testutil.WaitFrozen(p.cmd.Process.Pid, 5*time.Second); err != nil {
 		return fmt.Errorf("SIGSTOP client %d did not take: %w", p.id, err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package faulttest
+package testutil
 
 import (
 	"bufio"
@@ -12,9 +12,9 @@ import (
 	"time"
 )
 
-// procState returns the state letter of pid from /proc/pid/stat ('R',
+// ProcState returns the state letter of pid from /proc/pid/stat ('R',
 // 'S', 'T' for stopped, ...).
-func procState(pid int) (byte, error) {
+func ProcState(pid int) (byte, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
@@ -28,25 +28,31 @@ func procState(pid int) (byte, error) {
 	return s[i+2], nil
 }
 
-// cgroupFrozen reports whether pid's cgroup (v2) is frozen, as docker
-// pause freezes a container: its processes then sleep in the freezer
-// rather than show the 'T' state of SIGSTOP.
-func cgroupFrozen(pid int) bool {
+// CgroupFrozen reports whether pid's cgroup is frozen, as docker pause
+// freezes a container: its processes then sleep in the freezer (state
+// 'D' or 'S') rather than show the 'T' of SIGSTOP. Both cgroup versions
+// are read: v2's cgroup.events ("frozen 1") and v1's freezer controller
+// (freezer.state "FROZEN").
+func CgroupFrozen(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
 		return false
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		rel, ok := strings.CutPrefix(line, "0::")
-		if !ok {
+		// hierarchy-ID:controller-list:path
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
 			continue
 		}
-		ev, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", rel, "cgroup.events"))
-		if err != nil {
-			return false
-		}
-		for _, l := range strings.Split(string(ev), "\n") {
-			if l == "frozen 1" {
+		switch {
+		case parts[0] == "0" && parts[1] == "":
+			ev, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", parts[2], "cgroup.events"))
+			if err == nil && hasLine(string(ev), "frozen 1") {
+				return true
+			}
+		case hasController(parts[1], "freezer"):
+			st, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/freezer", parts[2], "freezer.state"))
+			if err == nil && strings.TrimSpace(string(st)) == "FROZEN" {
 				return true
 			}
 		}
@@ -54,32 +60,50 @@ func cgroupFrozen(pid int) bool {
 	return false
 }
 
-// waitFrozen waits up to timeout until the kernel reports pid stopped
-// (SIGSTOP: state 'T') or frozen by its cgroup, and says what it saw if
-// neither happened: a freeze is confirmed, never assumed from the signal
-// having been sent.
-func waitFrozen(pid int, timeout time.Duration) error {
+func hasLine(text, want string) bool {
+	for _, l := range strings.Split(text, "\n") {
+		if l == want {
+			return true
+		}
+	}
+	return false
+}
+
+func hasController(list, want string) bool {
+	for _, c := range strings.Split(list, ",") {
+		if c == want {
+			return true
+		}
+	}
+	return false
+}
+
+// WaitFrozen waits up to timeout until the kernel reports pid stopped
+// (SIGSTOP: state 'T') or frozen by its cgroup (docker pause), and says
+// what it saw if neither happened: a freeze is confirmed, never assumed
+// from the signal having been sent.
+func WaitFrozen(pid int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		st, err := procState(pid)
+		st, err := ProcState(pid)
 		if err != nil {
 			return fmt.Errorf("process %d: %w", pid, err)
 		}
-		if st == 'T' || cgroupFrozen(pid) {
+		if st == 'T' || CgroupFrozen(pid) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("process %d in state %c, not stopped, %v after it was frozen", pid, st, timeout)
+			return fmt.Errorf("process %d in state %c, neither stopped nor in a frozen cgroup, %v after it was frozen", pid, st, timeout)
 		}
 		time.Sleep(time.Millisecond)
 	}
 }
 
-// listenerPID returns the process that listens on addr ("127.0.0.1:port"),
+// ListenerPID returns the process that listens on addr ("127.0.0.1:port"),
 // found from the socket's inode in /proc/net/tcp and the processes' open
-// files. It lets the test check a server's state itself, whichever
-// provider started it.
-func listenerPID(addr string) (int, error) {
+// files. It lets a test check a server's state itself, whichever provider
+// started it (a container on the host network shares the host's sockets).
+func ListenerPID(addr string) (int, error) {
 	host, portText, err := net.SplitHostPort(addr)
 	if err != nil {
 		return 0, err
@@ -105,7 +129,7 @@ func listenerPID(addr string) (int, error) {
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
 		// sl local remote st tx:rx tr:when retrnsmt uid timeout inode
-		if len(fields) >= 10 && fields[1] == local && fields[3] == "0A" {
+		if len(fields) >= 10 && fields[1] == local && fields[3] == "0A" { // 0A: LISTEN
 			inode = fields[9]
 			break
 		}
@@ -122,8 +146,7 @@ func listenerPID(addr string) (int, error) {
 		return 0, err
 	}
 	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
 			continue
 		}
 		fds, err := os.ReadDir(filepath.Join("/proc", p.Name(), "fd"))
@@ -132,6 +155,7 @@ func listenerPID(addr string) (int, error) {
 		}
 		for _, fd := range fds {
 			if l, err := os.Readlink(filepath.Join("/proc", p.Name(), "fd", fd.Name())); err == nil && l == want {
+				pid, _ := strconv.Atoi(p.Name())
 				return pid, nil
 			}
 		}
