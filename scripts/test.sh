@@ -54,9 +54,12 @@ unit_skip='^TestFaulty$'
 process_skip='^(TestBench|TestChaos|TestContainersProvider)$'
 optin_note='opt-in tests: TestBench (make bench), TestChaos (make chaos)'
 
-# Provider-neutral tests of package cluster that the containers stage
-# does not repeat (the process stage runs them).
-neutral_skip='^(TestBench|TestChaos|TestFaultCheckers|TestProxy.*|TestLastLines|TestBuildOptions|TestReserveLoopbackPorts|TestFromEnv|TestSkipUnlessRequested)$'
+# Tests the containers stage does not repeat, because the process stage
+# runs them: the provider-neutral tests of package cluster, and the long
+# timing proofs and scale checks (TestFrozen*: 30 frozen-member trials per
+# variant; the held-leases goroutine counts), which measure the library,
+# not the way its servers were started.
+neutral_skip='^(TestBench|TestChaos|TestFaultCheckers|TestProxy.*|TestLastLines|TestBuildOptions|TestReserveLoopbackPorts|TestFromEnv|TestSkipUnlessRequested|TestFrozen.*|TestHeldLeasesGoroutines|TestZKHeldLeasesGoroutines)$'
 
 # Local images by default, built by integration/images/build.sh; other
 # names (official images, with registry access) are pulled by the tests.
