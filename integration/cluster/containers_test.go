@@ -16,7 +16,14 @@ import (
 // teardown removing every container. The behaviour shared with the process
 // provider is covered by TestHarness.
 func TestContainersProvider(t *testing.T) {
-	if p := os.Getenv("FENCELOCK_PROVIDER"); p != "containers" {
+	// Leaving this test out is an explicit choice: another provider named
+	// in FENCELOCK_PROVIDER. Under CI=true an unset variable is a failure,
+	// so that no run passes without anyone having chosen.
+	switch p := os.Getenv("FENCELOCK_PROVIDER"); {
+	case p == "containers":
+	case p == "" && InCI():
+		t.Fatal("FENCELOCK_PROVIDER is unset under CI=true; set it to containers to run this test, or to process to leave it out")
+	default:
 		t.Skipf("not requested: FENCELOCK_PROVIDER=%s (this test checks the containers provider; run it with FENCELOCK_PROVIDER=containers)", p)
 	}
 	for _, tt := range []struct {
