@@ -399,6 +399,9 @@ say "make test: stages ${stages[*]}; FENCELOCK_BACKENDS=$backends FENCELOCK_PROV
 
 # Set-up comes first, so that a machine that cannot run the tests is told
 # so before anything is built.
+# The cache holds the Docker engine's log and PID file, the etcd server
+# and the test results; a fresh clone has none of it.
+mkdir -p "$cache/bin"
 deps_seconds=
 if wants deps; then
 	say "deps"
@@ -411,7 +414,6 @@ if wants deps; then
 fi
 
 # The summary tool, a module of its own with no requirements.
-mkdir -p "$cache/bin"
 (cd integration/tools/testsum && go build -o "$testsum" .)
 rm -rf "$results"
 mkdir -p "$results"
