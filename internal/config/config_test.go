@@ -1,0 +1,98 @@
+package config
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/lock"
+)
+
+type opts struct {
+	Common
+	ttl time.Duration
+}
+
+type option func(*opts)
+
+func withTTL(d time.Duration) option { return func(o *opts) { o.ttl = d } }
+func withIdentity(id string) option { return func(o *opts) { o.SetIdentity(id) } }
+func withLogger(l *slog.Logger) option { return func(o *opts) { o.SetLogger(l) } }
+func withMargin(d time.Duration) option { return func(o *opts) { o.SetLossMargin(d) } }
+func withNamespace(p string) option {
+	return func(o *opts) { o.SetNamespace("prefix", p) }
+}
+
+func TestApply(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+	for _, tc := range []struct {
+		name     string
+		opts     []option
+		wantErrs []string // substrings, in order; nil: no error
+	}{
+		{name: "defaults"},
+		{name: "all good", opts: []option{withTTL(time.Second), withIdentity("me"), withLogger(logger), withMargin(time.Millisecond), withNamespace("/app/locks/")}},
+		{name: "nil option", opts: []option{nil}, wantErrs: []string{"option 0: nil"}},
+		{name: "empty identity", opts: []option{withIdentity("")}, wantErrs: []string{"identity: empty"}},
+		{name: "nil logger", opts: []option{withLogger(nil)}, wantErrs: []string{"logger: nil"}},
+		{name: "zero logger", opts: []option{withLogger(&slog.Logger{})}, wantErrs: []string{"logger: nil"}},
+		{name: "zero margin", opts: []option{withMargin(0)}, wantErrs: []string{"loss margin 0s: must be positive"}},
+		{name: "bad namespace", opts: []option{withNamespace("a//b")}, wantErrs: []string{"prefix: namespace"}},
+		{name: "every error", opts: []option{withIdentity("a\nb"), nil, withMargin(-1)}, wantErrs: []string{"control character", "option 1: nil", "loss margin -1ns"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var o opts
+			err := Apply(&o, &o.Common, tc.opts)
+			if tc.wantErrs == nil {
+				if err != nil {
+					t.Fatalf("Apply() = %v; want nil", err)
+				}
+				if o.Identity == "" || o.Logger == nil {
+					t.Errorf("after Apply: Identity %q, Logger %v; want both set", o.Identity, o.Logger)
+				}
+				return
+			}
+			if !errors.Is(err, lock.ErrInvalidConfig) {
+				t.Fatalf("Apply() = %v; want an error wrapping lock.ErrInvalidConfig", err)
+			}
+			msg := err.Error()
+			if strings.Contains(msg, "\n") {
+				t.Errorf("Apply() error spans lines: %q", msg)
+			}
+			if got := strings.Count(msg, lock.ErrInvalidConfig.Error()); got != len(tc.wantErrs) {
+				t.Errorf("Apply() = %q: %d errors; want %d", msg, got, len(tc.wantErrs))
+			}
+			rest := msg
+			for _, want := range tc.wantErrs {
+				i := strings.Index(rest, want)
+				if i < 0 {
+					t.Fatalf("Apply() = %q; want %q (in order)", msg, want)
+				}
+				rest = rest[i+len(want):]
+			}
+		})
+	}
+}
+
+func TestApplyKeepsGivenValues(t *testing.T) {
+	logger := slog.New(slog.DiscardHandler)
+	var o opts
+	if err := Apply(&o, &o.Common, []option{withIdentity("worker-1"), withLogger(logger), withMargin(3 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if o.Identity != "worker-1" || o.Logger != logger || o.LossMargin != 3*time.Second {
+		t.Errorf("Apply() kept %q, %p, %v; want worker-1, %p, 3s", o.Identity, o.Logger, o.LossMargin, logger)
+	}
+	var d opts
+	if err := Apply[option](&d, &d.Common, nil); err != nil {
+		t.Fatal(err)
+	}
+	if d.Logger != slog.Default() {
+		t.Error("default logger is not slog.Default()")
+	}
+	if d.LossMargin != 0 {
+		t.Errorf("default LossMargin = %v; want 0 (the backend's default)", d.LossMargin)
+	}
+}

@@ -1,0 +1,72 @@
+// Package leasestate holds the end-once state every backend's lease keeps:
+// Done closes exactly once, Err is nil until then and never changes after,
+// and a Release that has begun is told apart from one that has not.
+package leasestate
+
+import "sync"
+
+// State is the end-once state of one lease. Its methods are safe for
+// concurrent use. The zero State is not usable; use [New].
+type State struct {
+	done chan struct{}
+
+	mu        sync.Mutex
+	err       error
+	releasing bool
+}
+
+// New returns the state of a lease that is held.
+func New() *State { return &State{done: make(chan struct{})} }
+
+// Done returns the channel closed when the lease ends.
+func (s *State) Done() <-chan struct{} { return s.done }
+
+// Err returns nil while the lease is held, and then the error it ended
+// with.
+func (s *State) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// End ends the lease with err, which must not be nil, and reports whether
+// this call ended it: only the first call records its error and closes
+// Done. Err returns err before Done is closed, so a reader woken by Done
+// always sees it.
+func (s *State) End(err error) bool {
+	if err == nil {
+		panic("leasestate: End(nil)") // a backend bug, never a user's input
+	}
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return false
+	}
+	s.err = err
+	s.mu.Unlock()
+	close(s.done)
+	return true
+}
+
+// BeginRelease marks the lease as being released. It returns the lease's
+// error and false if the lease has already ended, nil and false if a
+// release has already begun, and nil and true if this call began it.
+func (s *State) BeginRelease() (ended error, first bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.err != nil:
+		return s.err, false
+	case s.releasing:
+		return nil, false
+	}
+	s.releasing = true
+	return nil, true
+}
+
+// Releasing reports whether a release has begun.
+func (s *State) Releasing() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.releasing
+}

@@ -1,0 +1,72 @@
+package leasestate
+
+import (
+	"errors"
+	"sync"
+	"testing"
+)
+
+func TestEndOnce(t *testing.T) {
+	s := New()
+	if err := s.Err(); err != nil {
+		t.Fatalf("Err() of a held lease = %v; want nil", err)
+	}
+	first, second := errors.New("first"), errors.New("second")
+	var wg sync.WaitGroup
+	wins := make(chan error, 2)
+	for _, err := range []error{first, second} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if s.End(err) {
+				wins <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(wins)
+	var won []error
+	for err := range wins {
+		won = append(won, err)
+	}
+	if len(won) != 1 {
+		t.Fatalf("End() returned true %d times; want once", len(won))
+	}
+	<-s.Done()
+	if got := s.Err(); got != won[0] {
+		t.Errorf("Err() = %v; want the winner's %v", got, won[0])
+	}
+	if s.End(errors.New("third")) {
+		t.Error("End() after the end = true; want false")
+	}
+}
+
+func TestBeginRelease(t *testing.T) {
+	s := New()
+	if s.Releasing() {
+		t.Fatal("Releasing() of a new lease = true")
+	}
+	if err, first := s.BeginRelease(); err != nil || !first {
+		t.Fatalf("BeginRelease() = %v, %v; want nil, true", err, first)
+	}
+	if !s.Releasing() {
+		t.Error("Releasing() after BeginRelease = false")
+	}
+	if err, first := s.BeginRelease(); err != nil || first {
+		t.Errorf("second BeginRelease() = %v, %v; want nil, false", err, first)
+	}
+	end := errors.New("released")
+	s.End(end)
+	if err, first := s.BeginRelease(); err != end || first {
+		t.Errorf("BeginRelease() after the end = %v, %v; want %v, false", err, first, end)
+	}
+}
+
+func TestEndNilPanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("End(nil) did not panic")
+		}
+	}()
+	New().End(nil)
+}
