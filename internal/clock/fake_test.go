@@ -54,7 +54,7 @@ func TestFakeStopResetAndOrder(t *testing.T) {
 	if a.Stop() {
 		t.Error("second Stop() = true; want false")
 	}
-	if b.Reset(3 * time.Second) != true {
+	if b.Reset(3*time.Second) != true {
 		t.Error("Reset() of an armed timer = false; want true")
 	}
 	f.Advance(2 * time.Second)

@@ -17,9 +17,9 @@ type opts struct {
 
 type option func(*opts)
 
-func withTTL(d time.Duration) option { return func(o *opts) { o.ttl = d } }
-func withIdentity(id string) option { return func(o *opts) { o.SetIdentity(id) } }
-func withLogger(l *slog.Logger) option { return func(o *opts) { o.SetLogger(l) } }
+func withTTL(d time.Duration) option    { return func(o *opts) { o.ttl = d } }
+func withIdentity(id string) option     { return func(o *opts) { o.SetIdentity(id) } }
+func withLogger(l *slog.Logger) option  { return func(o *opts) { o.SetLogger(l) } }
 func withMargin(d time.Duration) option { return func(o *opts) { o.SetLossMargin(d) } }
 func withNamespace(p string) option {
 	return func(o *opts) { o.SetNamespace("prefix", p) }
