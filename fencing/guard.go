@@ -10,7 +10,10 @@ import (
 // ErrInvalidConfig is wrapped by constructors in this package and its
 // sub-packages when given a bad value: a non-positive resource limit, a nil
 // database, a table name that is not a plain SQL identifier, and so on.
-var ErrInvalidConfig = errors.New("fencing: invalid configuration")
+// lock.ErrInvalidConfig is the same value, so one errors.Is test covers the
+// lock side and the resource side. Like every sentinel of this module, its
+// text has no package prefix; the function that returns it adds one.
+var ErrInvalidConfig = errors.New("invalid configuration")
 
 // DefaultMaxResources is the number of resources a zero [Guard] remembers
 // individually before it starts to evict idle ones.

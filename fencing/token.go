@@ -69,11 +69,11 @@ func ParseToken(s string) (Token, error) {
 
 // ErrStaleToken is matched by every error that rejects a write because its
 // token is lower than one the resource has already accepted.
-var ErrStaleToken = errors.New("fencing: stale token")
+var ErrStaleToken = errors.New("stale token")
 
 // ErrInvalidToken is returned for a token that is missing, zero or not a
 // number.
-var ErrInvalidToken = errors.New("fencing: invalid token")
+var ErrInvalidToken = errors.New("invalid token")
 
 // StaleTokenError reports a write refused because its token is lower than the
 // highest token the resource has accepted.

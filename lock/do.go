@@ -87,7 +87,9 @@ func finish(ctx context.Context, lease Lease, ferr error) error {
 	rerr := lease.Release(rctx)
 	switch {
 	case ended != nil:
-		return errors.Join(ferr, fmt.Errorf("lock: %q ended while held: %w", lease.Name(), ended))
+		// The lease's error says which lease ended and why, with its
+		// backend's prefix; another prefix would only stutter.
+		return errors.Join(ferr, ended)
 	case rerr != nil:
 		return errors.Join(ferr, rerr)
 	}

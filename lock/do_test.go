@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/lock"
 	"github.com/fencelock/fencelock/lock/locktest"
 )
@@ -68,6 +70,16 @@ func TestDoLeaseLost(t *testing.T) {
 	}
 	if !errors.Is(err, errFn) || !errors.Is(err, lock.ErrLost) {
 		t.Errorf("Do() = %v; want fn's error joined with an error wrapping ErrLost", err)
+	}
+	// The lease's error already names the lease, with its backend's
+	// prefix; Do adds none of its own.
+	if err != nil {
+		if got := strings.Count(err.Error(), "locktest:"); got != 1 {
+			t.Errorf("Do() = %q: backend prefix %d times; want once", err, got)
+		}
+		if strings.Contains(err.Error(), "lock:") {
+			t.Errorf("Do() = %q: has a \"lock:\" prefix on top of the lease's own", err)
+		}
 	}
 	if recs := m.Records(name); len(recs) != 0 {
 		t.Errorf("Records() = %v; want none after a lost lease", recs)
@@ -209,5 +221,16 @@ func TestDoReleasesWhenFnPanics(t *testing.T) {
 	}()
 	if h, err := l.Holder(context.Background(), name); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("Holder() after a panic in fn = %+v, %v; want ErrNotHeld", h, err)
+	}
+}
+
+func TestOneInvalidConfigSentinel(t *testing.T) {
+	if lock.ErrInvalidConfig != fencing.ErrInvalidConfig {
+		t.Fatal("lock.ErrInvalidConfig and fencing.ErrInvalidConfig are different values")
+	}
+	for _, err := range []error{lock.ErrLocked, lock.ErrNotHeld, lock.ErrLost, lock.ErrReleased, lock.ErrClosed, lock.ErrInvalidName, lock.ErrInvalidConfig, fencing.ErrStaleToken, fencing.ErrInvalidToken} {
+		if msg := err.Error(); strings.Contains(msg, ":") {
+			t.Errorf("sentinel %q has a prefix; the function that returns it adds one", msg)
+		}
 	}
 }

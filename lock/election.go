@@ -139,11 +139,8 @@ type ElectionConfig struct {
 type Election struct {
 	l       Locker
 	name    string
-	cfg     ElectionConfig
-	obs     Observer // nil unless the Locker implements Observer
-	minBO   time.Duration
-	maxBO   time.Duration
-	relTO   time.Duration
+	cfg     ElectionConfig // the caller's copy, with the defaults filled in
+	obs     Observer       // nil unless the Locker implements Observer
 	mu      sync.Mutex
 	running bool
 	cur     *term // the current term, nil between terms
@@ -190,19 +187,19 @@ func NewElection(l Locker, name string, cfg ElectionConfig) (*Election, error) {
 			return nil, fmt.Errorf("lock: election %q: %w: %s is negative (%v)", name, ErrInvalidConfig, d.field, d.v)
 		}
 	}
-	e := &Election{l: l, name: name, cfg: cfg, minBO: cfg.MinBackoff, maxBO: cfg.MaxBackoff, relTO: cfg.ReleaseTimeout}
-	if e.minBO == 0 {
-		e.minBO = DefaultMinBackoff
+	if cfg.MinBackoff == 0 {
+		cfg.MinBackoff = DefaultMinBackoff
 	}
 	switch {
-	case cfg.MaxBackoff != 0 && cfg.MaxBackoff < e.minBO:
-		return nil, fmt.Errorf("lock: election %q: %w: MaxBackoff %v is smaller than MinBackoff %v", name, ErrInvalidConfig, cfg.MaxBackoff, e.minBO)
-	case e.maxBO == 0:
-		e.maxBO = max(DefaultMaxBackoff, e.minBO)
+	case cfg.MaxBackoff != 0 && cfg.MaxBackoff < cfg.MinBackoff:
+		return nil, fmt.Errorf("lock: election %q: %w: MaxBackoff %v is smaller than MinBackoff %v", name, ErrInvalidConfig, cfg.MaxBackoff, cfg.MinBackoff)
+	case cfg.MaxBackoff == 0:
+		cfg.MaxBackoff = max(DefaultMaxBackoff, cfg.MinBackoff)
 	}
-	if e.relTO == 0 {
-		e.relTO = DefaultReleaseTimeout
+	if cfg.ReleaseTimeout == 0 {
+		cfg.ReleaseTimeout = DefaultReleaseTimeout
 	}
+	e := &Election{l: l, name: name, cfg: cfg}
 	if obs, ok := l.(Observer); ok {
 		e.obs = obs
 	} else if cfg.OnNewLeader != nil {
@@ -293,7 +290,7 @@ func (e *Election) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			// Granted as Run was being stopped: hand the lock on without
 			// starting a term that would end at once.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.relTO)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ReleaseTimeout)
 			_ = lease.Release(rctx)
 			cancel()
 			return fmt.Errorf("lock: election %q: %w", e.name, ctx.Err())
@@ -343,7 +340,7 @@ func (e *Election) lead(ctx context.Context, lease Lease) error {
 
 	// Release even a lease that has ended: for a lost one, Release cleans
 	// up what it can, and its error adds nothing to the lease's own.
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.relTO)
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ReleaseTimeout)
 	rerr := lease.Release(rctx)
 	rcancel()
 	res := ended
@@ -363,11 +360,11 @@ func (e *Election) lead(ctx context.Context, lease Lease) error {
 // pause waits out the backoff after failures+1 failures in a row. It reports
 // false if ctx ended first.
 func (e *Election) pause(ctx context.Context, failures int) bool {
-	d := e.minBO
-	for i := 0; i < failures && d < e.maxBO; i++ {
+	d := e.cfg.MinBackoff
+	for i := 0; i < failures && d < e.cfg.MaxBackoff; i++ {
 		d *= 2
 	}
-	d = min(d, e.maxBO)
+	d = min(d, e.cfg.MaxBackoff)
 	d = d/2 + rand.N(d/2+1)
 	t := time.NewTimer(d)
 	defer t.Stop()

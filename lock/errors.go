@@ -1,36 +1,46 @@
 package lock
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/fencelock/fencelock/fencing"
+)
 
 // The sentinel errors. Backends wrap them and keep the cause, so callers test
 // with [errors.Is], never with ==.
+//
+// Their texts carry no package prefix: an error gets one prefix, from the
+// package whose exported function returned it ("etcdlock: lease "x"
+// (token 5): lease lost: …"), however many layers wrapped it on the way.
 var (
 	// ErrLocked is returned by TryAcquire when another lease holds the lock.
-	ErrLocked = errors.New("lock: locked by another holder")
+	ErrLocked = errors.New("locked by another holder")
 
 	// ErrNotHeld is returned by Holder when nobody holds the lock.
-	ErrNotHeld = errors.New("lock: not held")
+	ErrNotHeld = errors.New("not held")
 
 	// ErrLost is wrapped by Lease.Err, Release and a waiting Acquire when
 	// the session that backed the lease or the wait ended (expiry,
 	// revocation, deletion of the record by someone else, or a
 	// disconnection long enough that the server may have expired it).
-	ErrLost = errors.New("lock: lease lost")
+	ErrLost = errors.New("lease lost")
 
 	// ErrReleased is wrapped by Lease.Err after Release or Close ended the
 	// lease, and by a second Release.
-	ErrReleased = errors.New("lock: lease released")
+	ErrReleased = errors.New("lease released")
 
 	// ErrClosed is returned by every call on a Locker after Close, and by a
 	// waiting Acquire that Close interrupted.
-	ErrClosed = errors.New("lock: locker closed")
+	ErrClosed = errors.New("locker closed")
 
 	// ErrInvalidName is wrapped by every call given a name that breaks the
 	// rule documented on [ValidateName].
-	ErrInvalidName = errors.New("lock: invalid name")
+	ErrInvalidName = errors.New("invalid name")
 
 	// ErrInvalidConfig is wrapped by constructors and [Open] when given a
 	// nil client, an empty server list, a malformed URL, an unknown scheme
-	// or option, or an option with a bad value.
-	ErrInvalidConfig = errors.New("lock: invalid configuration")
+	// or option, or an option with a bad value, and by every call given a
+	// nil context. It is the same value as [fencing.ErrInvalidConfig]: one
+	// sentinel for one meaning, whichever package a caller imports.
+	ErrInvalidConfig = fencing.ErrInvalidConfig
 )

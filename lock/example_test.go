@@ -108,6 +108,6 @@ func ExampleValidateName() {
 	}
 	// Output:
 	// "tenant:42/rows" is valid
-	// lock: invalid name: "a//b": empty segment at offset 2
-	// lock: invalid name: "../etc": segment ".." at offset 0
+	// invalid name: "a//b": empty segment at offset 2
+	// invalid name: "../etc": segment ".." at offset 0
 }

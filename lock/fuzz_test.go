@@ -38,7 +38,7 @@ func FuzzValidateName(f *testing.F) {
 			t.Fatalf("ValidateName(%q) = %v; want valid = %v", name, err, want)
 		}
 		if err != nil {
-			if !errors.Is(err, lock.ErrInvalidName) || !strings.HasPrefix(err.Error(), "lock: invalid name: ") {
+			if !errors.Is(err, lock.ErrInvalidName) || !strings.HasPrefix(err.Error(), "invalid name: ") {
 				t.Fatalf("ValidateName(%q) = %q; want an error wrapping %v", name, err, lock.ErrInvalidName)
 			}
 			return

@@ -25,6 +25,9 @@ const MaxNameLen = names.MaxLen
 // Namespaces (etcdlock.WithPrefix, zklock.WithRoot, the path of an [Open]
 // URL) follow the same rule, with an optional leading and trailing slash;
 // see [URLPath].
+//
+// The error wraps [ErrInvalidName] and, like [ValidateIdentity]'s, has no
+// package prefix: the backend or program that calls it adds its own.
 func ValidateName(name string) error {
 	if err := names.Check(name); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidName, err)

@@ -281,7 +281,7 @@ func testGuarded(t *testing.T, b backend) {
 	for _, want := range []string{
 		`A (token `,
 		`writes "late write by A": refused: `,
-		`lock: lease lost`,
+		`: lease lost`,
 		`value = "set by B"`,
 	} {
 		if !strings.Contains(stdout, want) {
