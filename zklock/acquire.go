@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fencelock/internal/leasestate"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -67,7 +68,7 @@ func queue(names []string) []string {
 }
 
 // parent returns the znode whose children are name's lock znodes.
-func (l *Locker) parent(name string) string { return l.root + "/" + name }
+func (l *Locker) parent(name string) string { return l.o.root + "/" + name }
 
 // Acquire blocks until it holds the lock called name, ctx ends, the Locker
 // is closed, or the session is lost. It returns a *Lease. See
@@ -97,52 +98,72 @@ func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error
 	return le, nil
 }
 
+// acquisition is one Acquire or TryAcquire: its lock, its znode, the
+// session it works in, and what it has learnt of its znode so far.
+type acquisition struct {
+	l      *Locker
+	name   string
+	parent string   // the znode whose children are the lock's znodes
+	prefix string   // this acquisition's protection prefix
+	try    bool     // TryAcquire: do not wait
+	s      *session // the session the znode belongs to
+	path   string   // the znode, once created
+	own    string   // its child name
+
+	ownWatch <-chan zk.Event // the watch on the znode; nil: set one with the next listing
+	czxid    int64           // the znode's, once read (the token)
+	version  int32
+}
+
 func (l *Locker) acquire(ctx context.Context, name string, try bool) (*Lease, error) {
 	op := "acquire"
 	if try {
 		op = "try acquire"
 	}
-	fail := func(err error) (*Lease, error) {
-		return nil, fmt.Errorf("zklock: %s %q: %w", op, name, err)
-	}
 	if err := lock.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("zklock: %s: %w", op, err)
 	}
-	if err := l.enter(); err != nil {
-		return fail(err)
+	a := &acquisition{l: l, name: name, parent: l.parent(name), try: try}
+	le, err := a.run(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("zklock: %s %q: %w", op, name, err)
 	}
-	defer l.leave()
+	return le, nil
+}
+
+func (a *acquisition) run(ctx context.Context) (*Lease, error) {
+	if err := a.l.enter(); err != nil {
+		return nil, err
+	}
+	defer a.l.leave()
 	if err := context.Cause(ctx); err != nil {
-		return fail(err)
+		return nil, err
 	}
-	parent := l.parent(name)
-	var (
-		ep   *epoch
-		path string
-	)
 	for attempt := 0; ; attempt++ {
 		var err error
-		ep, err = l.session(ctx)
+		a.s, err = a.l.ss.get(ctx)
 		if err != nil {
-			return fail(err)
+			return nil, err
 		}
-		path, err = l.create(ctx, ep, parent, newPrefix())
+		a.prefix = newPrefix()
+		a.path, err = a.create(ctx)
 		if err == nil {
 			break
 		}
 		// A session found lost before this acquisition had a znode costs it
 		// no place in the queue: start again on the next session.
-		if ended(ep) && errors.Is(err, lock.ErrLost) && attempt < 3 {
+		if ended(a.s) && errors.Is(err, lock.ErrLost) && attempt < 3 {
 			continue
 		}
-		return fail(err)
+		return nil, err
 	}
-	l.track(path)
-	le, err := l.queueUp(ctx, ep, name, parent, path, try)
+	a.own = a.path[len(a.parent)+1:]
+	a.l.tab.track(a.path)
+	le, err := a.queueUp(ctx)
 	if err != nil {
-		l.untrack(path)
-		l.discard(path)
-		return fail(err)
+		a.l.tab.untrack(a.path)
+		a.l.discard(a.path)
+		return nil, err
 	}
 	return le, nil
 }
@@ -152,34 +173,35 @@ func (l *Locker) acquire(ctx context.Context, name string, try bool) (*Lease, er
 // caller's may have ended), otherwise through the janitor.
 func (l *Locker) discard(path string) {
 	if l.conn.State() == zk.StateHasSession {
-		ctx, cancel := context.WithTimeout(l.bg, min(l.SessionTimeout(), 5*time.Second))
+		ctx, cancel := context.WithTimeout(l.g.bg, min(l.SessionTimeout(), 5*time.Second))
 		defer cancel()
-		if err := l.deleteIfOurs(ctx, path); err == nil {
+		if err := l.jan.deleteIfOurs(ctx, path); err == nil {
 			return
 		}
 	}
-	l.addCleanup(cleanup{path: path})
+	l.jan.add(cleanup{path: path})
 }
 
 // create creates this acquisition's znode and returns its path. A create
 // whose reply was lost is looked up by its prefix; one abandoned while in
 // flight is cleaned up when its reply comes.
-func (l *Locker) create(ctx context.Context, ep *epoch, parent, prefix string) (string, error) {
+func (a *acquisition) create(ctx context.Context) (string, error) {
+	l := a.l
 	abandoned := func(p string, err error) {
 		switch {
 		case err == nil:
-			l.addCleanup(cleanup{path: p})
+			l.jan.add(cleanup{path: p})
 		case isConnErr(err):
-			l.addCleanup(cleanup{parent: parent, prefix: prefix})
+			l.jan.add(cleanup{parent: a.parent, prefix: a.prefix})
 		}
 	}
 	for attempt := 0; ; attempt++ {
 		if attempt == 8 {
-			return "", fmt.Errorf("creating the lock znode under %s keeps failing", parent)
+			return "", fmt.Errorf("creating the lock znode under %s keeps failing", a.parent)
 		}
-		path, err := start(l, func() (string, error) {
-			return l.conn.Create(parent+"/"+prefix, l.data, zk.FlagEphemeralSequential, l.o.acl)
-		}, abandoned).wait(ctx, l, ep)
+		path, err := start(l.g, func() (string, error) {
+			return l.conn.Create(a.parent+"/"+a.prefix, []byte(l.o.Identity), zk.FlagEphemeralSequential, l.o.acl)
+		}, abandoned).wait(ctx, l.g, a.s)
 		switch {
 		case err == nil:
 			return path, nil
@@ -188,40 +210,41 @@ func (l *Locker) create(ctx context.Context, ep *epoch, parent, prefix string) (
 		case errors.Is(err, zk.ErrNoNode):
 			// The parent is missing, or the server removed the empty
 			// container between our check and the create.
-			if err := l.ensure(ctx, ep, parent); err != nil {
+			if err := a.ensure(ctx, a.parent); err != nil {
 				return "", err
 			}
 		case isConnErr(err):
 			// The server may have applied the create: look for it.
-			found, err := l.findOwn(ctx, ep, parent, prefix)
+			found, err := a.findOwn(ctx)
 			if err != nil {
-				l.addCleanup(cleanup{parent: parent, prefix: prefix})
+				l.jan.add(cleanup{parent: a.parent, prefix: a.prefix})
 				return "", err
 			}
 			if found != "" {
 				return found, nil
 			}
 		default:
-			return "", fmt.Errorf("create under %s: %w", parent, err)
+			return "", fmt.Errorf("create under %s: %w", a.parent, err)
 		}
 	}
 }
 
-// findOwn returns the path of the znode with prefix under parent, or "" if
-// there is none, once the connection is back in epoch ep.
-func (l *Locker) findOwn(ctx context.Context, ep *epoch, parent, prefix string) (string, error) {
+// findOwn returns the path of the znode with this acquisition's prefix,
+// or "" if there is none, once the connection is back in its session.
+func (a *acquisition) findOwn(ctx context.Context) (string, error) {
+	l := a.l
 	for {
-		if err := l.awaitConnected(ctx, ep); err != nil {
+		if err := l.ss.awaitConnected(ctx, a.s); err != nil {
 			return "", err
 		}
-		_, err := do(ctx, l, ep, func() (string, error) { return l.conn.Sync(parent) })
+		_, err := call(ctx, l.g, a.s, func() (string, error) { return l.conn.Sync(a.parent) })
 		if err == nil {
 			var kids children
-			kids, err = do(ctx, l, ep, l.children(parent))
+			kids, err = call(ctx, l.g, a.s, childrenOf(l.conn, a.parent))
 			if err == nil {
 				for _, k := range queue(kids.names) {
-					if strings.HasPrefix(k, prefix) {
-						return parent + "/" + k, nil
+					if strings.HasPrefix(k, a.prefix) {
+						return a.parent + "/" + k, nil
 					}
 				}
 				return "", nil
@@ -242,15 +265,16 @@ func (l *Locker) findOwn(ctx context.Context, ep *epoch, parent, prefix string) 
 // the root, containers below it (so that the server removes a lock's
 // parent, and the intermediate znodes of a multi-segment name, once they
 // are empty).
-func (l *Locker) ensure(ctx context.Context, ep *epoch, path string) error {
+func (a *acquisition) ensure(ctx context.Context, path string) error {
+	l := a.l
 	for attempt := 0; attempt < 8; attempt++ {
 		var err error
-		if len(path) > len(l.root) {
-			_, err = do(ctx, l, ep, func() (string, error) {
+		if len(path) > len(l.o.root) {
+			_, err = call(ctx, l.g, a.s, func() (string, error) {
 				return l.conn.CreateContainer(path, nil, zk.FlagContainer, l.o.acl)
 			})
 		} else {
-			_, err = do(ctx, l, ep, func() (string, error) {
+			_, err = call(ctx, l.g, a.s, func() (string, error) {
 				return l.conn.Create(path, nil, zk.FlagPersistent, l.o.acl)
 			})
 		}
@@ -258,11 +282,11 @@ func (l *Locker) ensure(ctx context.Context, ep *epoch, path string) error {
 		case err == nil, errors.Is(err, zk.ErrNodeExists):
 			return nil
 		case errors.Is(err, zk.ErrNoNode):
-			if err := l.ensure(ctx, ep, path[:strings.LastIndexByte(path, '/')]); err != nil {
+			if err := a.ensure(ctx, path[:strings.LastIndexByte(path, '/')]); err != nil {
 				return err
 			}
 		case isConnErr(err):
-			if err := l.awaitConnected(ctx, ep); err != nil {
+			if err := l.ss.awaitConnected(ctx, a.s); err != nil {
 				return err
 			}
 		default:
@@ -272,153 +296,134 @@ func (l *Locker) ensure(ctx context.Context, ep *epoch, path string) error {
 	return fmt.Errorf("create %s: keeps failing", path)
 }
 
-// queueUp waits until the znode at path is the lowest of parent's lock
-// znodes. On error the caller deletes the znode.
-func (l *Locker) queueUp(ctx context.Context, ep *epoch, name, parent, path string, try bool) (*Lease, error) {
-	own := path[len(parent)+1:]
-	prefix := own[:prefixLen]
-	var (
-		ownWatch <-chan zk.Event
-		czxid    int64
-		version  int32
-	)
+// queueUp waits until the acquisition's znode is the lowest of its
+// parent's lock znodes. On error the caller deletes the znode.
+func (a *acquisition) queueUp(ctx context.Context) (*Lease, error) {
 	for {
-		var q []string
-		if ownWatch == nil {
-			// Read the znode's stat (the token) and set a watch on it in
-			// the same round trip as the listing: go-zookeeper pipelines
-			// requests issued concurrently on one connection.
-			l.track(path)
-			fc := start(l, l.children(parent), nil)
-			fe := start(l, l.existsW(path), nil)
-			kids, errC := fc.wait(ctx, l, ep)
-			if errC != nil {
-				fe.abandon()
-			}
-			st, errE := fe.wait(ctx, l, ep)
-			if err := errors.Join(errC, errE); err != nil {
-				if retry, err := l.retryable(ctx, ep, err); retry {
-					continue
-				} else {
-					return nil, err
-				}
-			}
-			if !st.ok {
-				return nil, fmt.Errorf("%w: the queued znode %s was deleted", lock.ErrLost, path)
-			}
-			if st.stat.EphemeralOwner != ep.id {
-				return nil, fmt.Errorf("%w: the queued znode %s belongs to session 0x%x, not 0x%x", lock.ErrLost, path, st.stat.EphemeralOwner, ep.id)
-			}
-			ownWatch, czxid, version = st.watch, st.stat.Czxid, st.stat.Version
-			q = queue(kids.names)
-		} else {
-			kids, err := do(ctx, l, ep, l.children(parent))
-			if err != nil {
-				if retry, err := l.retryable(ctx, ep, err); retry {
-					continue
-				} else {
-					return nil, err
-				}
-			}
-			q = queue(kids.names)
-		}
-
-		i := slices.Index(q, own)
-		if i < 0 {
-			return nil, fmt.Errorf("%w: the queued znode %s was deleted", lock.ErrLost, path)
-		}
-		for _, k := range q {
-			if k != own && strings.HasPrefix(k, prefix) {
-				// A duplicate from a retried create: not ours to keep.
-				l.addCleanup(cleanup{path: parent + "/" + k})
-			}
-		}
-		if i == 0 {
-			return l.grant(ep, name, path, czxid, version, ownWatch)
-		}
-		if try {
-			return nil, lock.ErrLocked
-		}
-		pred, err := do(ctx, l, ep, l.existsW(parent+"/"+q[i-1]))
-		if err != nil {
-			if retry, err := l.retryable(ctx, ep, err); retry {
-				continue
-			} else {
-				return nil, err
-			}
-		}
-		if !pred.ok {
-			continue
-		}
-		select {
-		case <-pred.watch:
-		case ev := <-ownWatch:
-			if ev.Type == zk.EventNodeDeleted {
-				return nil, fmt.Errorf("%w: the queued znode %s was deleted", lock.ErrLost, path)
-			}
-			ownWatch = nil
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		case <-ep.done:
-			return nil, ep.err
-		case <-l.close:
-			return nil, lock.ErrClosed
+		le, err := a.step(ctx)
+		if le != nil || err != nil {
+			return le, err
 		}
 	}
 }
 
-// retryable decides what a failed request in a wait means: after a
-// connection failure the wait goes on once the connection is back in the
-// same epoch; anything else ends it.
-func (l *Locker) retryable(ctx context.Context, ep *epoch, err error) (bool, error) {
+// step lists the queue once and, unless the znode is first, waits for the
+// one before it to go. It returns a lease, an error, or neither: look
+// again.
+func (a *acquisition) step(ctx context.Context) (*Lease, error) {
+	q, err := a.list(ctx)
+	if err != nil {
+		return nil, a.retry(ctx, err)
+	}
+	i := slices.Index(q, a.own)
+	if i < 0 {
+		return nil, a.deleted()
+	}
+	for _, k := range q {
+		if k != a.own && strings.HasPrefix(k, a.prefix) {
+			// A duplicate from a retried create: not ours to keep.
+			a.l.jan.add(cleanup{path: a.parent + "/" + k})
+		}
+	}
+	if i == 0 {
+		return a.grant()
+	}
+	if a.try {
+		return nil, lock.ErrLocked
+	}
+	pred, err := call(ctx, a.l.g, a.s, existsW(a.l.conn, a.parent+"/"+q[i-1]))
+	if err != nil {
+		return nil, a.retry(ctx, err)
+	}
+	if !pred.ok {
+		return nil, nil
+	}
+	return nil, a.await(ctx, pred.watch)
+}
+
+// list returns the lock znodes of the parent, in grant order. Without a
+// watch on the acquisition's own znode it sets one, and reads the znode's
+// stat (the token), in the same round trip as the listing: go-zookeeper
+// pipelines requests issued concurrently on one connection.
+func (a *acquisition) list(ctx context.Context) ([]string, error) {
+	l := a.l
+	if a.ownWatch != nil {
+		kids, err := call(ctx, l.g, a.s, childrenOf(l.conn, a.parent))
+		return queue(kids.names), err
+	}
+	l.tab.track(a.path)
+	fc := start(l.g, childrenOf(l.conn, a.parent), nil)
+	fe := start(l.g, existsW(l.conn, a.path), nil)
+	kids, errC := fc.wait(ctx, l.g, a.s)
+	if errC != nil {
+		fe.abandon()
+	}
+	st, errE := fe.wait(ctx, l.g, a.s)
+	if err := errors.Join(errC, errE); err != nil {
+		return nil, err
+	}
+	if !st.ok {
+		return nil, a.deleted()
+	}
+	if st.stat.EphemeralOwner != a.s.id {
+		return nil, fmt.Errorf("%w: the queued znode %s belongs to session 0x%x, not 0x%x", lock.ErrLost, a.path, st.stat.EphemeralOwner, a.s.id)
+	}
+	a.ownWatch, a.czxid, a.version = st.watch, st.stat.Czxid, st.stat.Version
+	return queue(kids.names), nil
+}
+
+// await waits for pred, the watch on the znode before this one, to fire.
+func (a *acquisition) await(ctx context.Context, pred <-chan zk.Event) error {
+	select {
+	case <-pred:
+	case ev := <-a.ownWatch:
+		if ev.Type == zk.EventNodeDeleted {
+			return a.deleted()
+		}
+		a.ownWatch = nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-a.s.done:
+		return a.s.err
+	case <-a.l.g.closing:
+		return lock.ErrClosed
+	}
+	return nil
+}
+
+func (a *acquisition) deleted() error {
+	return fmt.Errorf("%w: the queued znode %s was deleted", lock.ErrLost, a.path)
+}
+
+// retry decides what a failed request of the wait means: nil when the
+// request may be sent again (retryable) and the connection is back in the
+// same session; otherwise the error that ends the wait.
+func (a *acquisition) retry(ctx context.Context, err error) error {
 	if isStop(err) {
-		return false, err
+		return err
 	}
 	if errors.Is(err, zk.ErrNoNode) {
-		return false, fmt.Errorf("%w: the lock's parent was deleted while waiting: %w", lock.ErrLost, err)
+		return fmt.Errorf("%w: the lock's parent was deleted while waiting: %w", lock.ErrLost, err)
 	}
-	if !isConnErr(err) {
-		return false, err
+	if !retryable(err) {
+		return err
 	}
-	if err := l.awaitConnected(ctx, ep); err != nil {
-		return false, err
-	}
-	return true, nil
+	return a.l.ss.awaitConnected(ctx, a.s)
 }
 
-func (l *Locker) grant(ep *epoch, name, path string, czxid int64, version int32, own <-chan zk.Event) (*Lease, error) {
+// grant makes the acquisition's znode a held lease.
+func (a *acquisition) grant() (*Lease, error) {
 	le := &Lease{
-		l:       l,
-		ep:      ep,
-		name:    name,
-		path:    path,
-		czxid:   czxid,
-		version: version,
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		l:       a.l,
+		s:       a.s,
+		name:    a.name,
+		path:    a.path,
+		czxid:   a.czxid,
+		version: a.version,
+		st:      leasestate.New(),
 	}
-	l.mu.Lock()
-	select {
-	case <-ep.done:
-		l.mu.Unlock()
-		return nil, ep.err
-	default:
+	if err := a.l.tab.hold(le, a.ownWatch); err != nil {
+		return nil, err
 	}
-	if l.closed {
-		l.mu.Unlock()
-		return nil, lock.ErrClosed
-	}
-	l.leases[le] = struct{}{}
-	l.mu.Unlock()
-	l.hold(le, own)
 	return le, nil
-}
-
-func ended(ep *epoch) bool {
-	select {
-	case <-ep.done:
-		return true
-	default:
-		return false
-	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fencelock/internal/testhook"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -22,7 +23,7 @@ func TestBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatalf("buildOptions() = %v", err)
 	}
-	l := newLocker(o) // never started: every call below must stop before using it
+	l := newLocker(o, nil, false) // never started: every call below must stop before using it
 	nilCtx := context.Context(nil)
 	ctx := context.Background()
 	var (
@@ -113,11 +114,14 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("a nil receiver panicked: %v", r)
 			}
 		}()
-		if nilLocker.Identity() != "" || nilLocker.Root() != "" || nilLocker.SessionID() != 0 || nilLocker.SessionTimeout() != 0 {
-			t.Errorf("(*Locker)(nil) Identity, Root, SessionID, SessionTimeout are not zero")
+		if nilLocker.Identity() != "" || nilLocker.SessionTimeout() != 0 {
+			t.Errorf("(*Locker)(nil) Identity, SessionTimeout are not zero")
 		}
-		if nilLease.Name() != "" || nilLease.Token() != 0 || nilLease.Path() != "" || nilLease.Version() != 0 || nilLease.SessionID() != 0 {
-			t.Errorf("(*Lease)(nil) Name, Token, Path, Version, SessionID are not zero")
+		if testhook.ZKRoot(nilLocker) != "" || testhook.ZKSessionID(nilLocker) != 0 || testhook.ZKLeaseSessionID(nilLease) != 0 || testhook.ZKLeaseSessionID(&Lease{}) != 0 {
+			t.Errorf("the test hooks' root and session ids of a nil Locker or Lease are not zero")
+		}
+		if nilLease.Name() != "" || nilLease.Token() != 0 || nilLease.Path() != "" || nilLease.Version() != 0 {
+			t.Errorf("(*Lease)(nil) Name, Token, Path, Version are not zero")
 		}
 		if op := nilLease.CheckOp(); op == nil || op.Version >= -1 || !strings.HasPrefix(op.Path, "/zookeeper/") {
 			t.Errorf("(*Lease)(nil).CheckOp() = %+v; want a check of a version no znode has, under the server's own /zookeeper", op)

@@ -3,7 +3,9 @@ package zklock
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 
 	"github.com/go-zookeeper/zk"
 )
@@ -23,66 +25,99 @@ type cleanup struct {
 	prefix string
 }
 
-func (l *Locker) addCleanup(c cleanup) {
-	l.mu.Lock()
-	l.cleanups = append(l.cleanups, c)
-	l.mu.Unlock()
-	l.kickJanitor()
+// janitor deletes the Locker's left-over znodes in the background. Its
+// goroutine, run, owns the deletions; add and kick only queue and wake.
+type janitor struct {
+	conn   *zk.Conn
+	g      *group
+	logger *slog.Logger
+	kick   chan struct{} // wakes run
+
+	mu      sync.Mutex
+	pending []cleanup
 }
 
-func (l *Locker) janitorLoop() {
-	defer l.wg.Done()
+func newJanitor(g *group, logger *slog.Logger) *janitor {
+	return &janitor{g: g, logger: logger, kick: make(chan struct{}, 1)}
+}
+
+// add queues c and wakes the janitor.
+func (j *janitor) add(c cleanup) {
+	j.mu.Lock()
+	j.pending = append(j.pending, c)
+	j.mu.Unlock()
+	j.wake()
+}
+
+func (j *janitor) wake() {
+	select {
+	case j.kick <- struct{}{}:
+	default:
+	}
+}
+
+// wakeIfPending wakes the janitor if it has work (the connection is back).
+func (j *janitor) wakeIfPending() {
+	j.mu.Lock()
+	n := len(j.pending)
+	j.mu.Unlock()
+	if n > 0 {
+		j.wake()
+	}
+}
+
+func (j *janitor) run() {
 	for {
 		select {
-		case <-l.close:
+		case <-j.g.closing:
 			return
-		case <-l.jkick:
+		case <-j.kick:
 		}
-		l.sweep(l.bg)
+		j.sweep(j.g.bg)
 	}
 }
 
 // sweep tries every pending cleanup once and returns how many are left.
-func (l *Locker) sweep(ctx context.Context) int {
-	l.mu.Lock()
-	todo := l.cleanups
-	l.cleanups = nil
-	l.mu.Unlock()
+func (j *janitor) sweep(ctx context.Context) int {
+	j.mu.Lock()
+	todo := j.pending
+	j.pending = nil
+	j.mu.Unlock()
 	var keep []cleanup
 	for i, c := range todo {
-		if ctx.Err() != nil || l.conn.State() != zk.StateHasSession {
+		if ctx.Err() != nil || j.conn.State() != zk.StateHasSession {
 			keep = append(keep, todo[i:]...)
 			break
 		}
-		err := l.clean(ctx, c)
+		err := j.clean(ctx, c)
 		switch {
 		case err == nil:
 		case isStop(err) || isConnErr(err):
 			keep = append(keep, c)
 		default:
-			l.o.logger.Warn("zklock: cannot delete a znode of this Locker", "path", c.path+c.parent, "err", err)
+			j.logger.Warn("zklock: cannot delete a znode of this Locker", "path", c.path+c.parent, "err", err)
 		}
 	}
-	l.mu.Lock()
-	l.cleanups = append(keep, l.cleanups...)
-	n := len(l.cleanups)
-	l.mu.Unlock()
+	j.mu.Lock()
+	j.pending = append(keep, j.pending...)
+	n := len(j.pending)
+	j.mu.Unlock()
 	return n
 }
 
-func (l *Locker) clean(ctx context.Context, c cleanup) error {
+func (j *janitor) clean(ctx context.Context, c cleanup) error {
 	if c.path != "" {
-		return l.deleteIfOurs(ctx, c.path)
+		return j.deleteIfOurs(ctx, c.path)
 	}
 	// A create sent to a server the connection then lost may still be on
 	// its way to the leader: sync first, so that the listing sees it.
-	if _, err := do(ctx, l, nil, func() (string, error) { return l.conn.Sync(c.parent) }); err != nil {
+	if _, err := call(ctx, j.g, nil, func() (string, error) { return j.conn.Sync(c.parent) }); err != nil {
 		if errors.Is(err, zk.ErrNoNode) {
 			return nil
 		}
 		return err
 	}
-	kids, err := do(ctx, l, nil, l.children(c.parent))
+	kids, err := call(ctx, j.g, nil, childrenOf(j.conn, c.parent))
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil
 	}
@@ -91,7 +126,7 @@ func (l *Locker) clean(ctx context.Context, c cleanup) error {
 	}
 	for _, k := range kids.names {
 		if strings.HasPrefix(k, c.prefix) {
-			if err := l.deleteIfOurs(ctx, c.parent+"/"+k); err != nil {
+			if err := j.deleteIfOurs(ctx, c.parent+"/"+k); err != nil {
 				return err
 			}
 		}
@@ -100,17 +135,17 @@ func (l *Locker) clean(ctx context.Context, c cleanup) error {
 }
 
 // deleteIfOurs deletes path if the current session owns it.
-func (l *Locker) deleteIfOurs(ctx context.Context, path string) error {
+func (j *janitor) deleteIfOurs(ctx context.Context, path string) error {
 	for range 3 {
-		sid := l.conn.SessionID()
-		ok, st, err := doExists(ctx, l, path)
+		sid := j.conn.SessionID()
+		ok, st, err := stat(ctx, j.g, j.conn, path)
 		if err != nil || !ok {
 			return err
 		}
 		if st.EphemeralOwner != sid {
 			return nil
 		}
-		_, err = do(ctx, l, nil, func() (struct{}, error) { return struct{}{}, l.conn.Delete(path, st.Version) })
+		_, err = call(ctx, j.g, nil, func() (struct{}, error) { return struct{}{}, j.conn.Delete(path, st.Version) })
 		if err == nil || errors.Is(err, zk.ErrNoNode) {
 			return nil
 		}
@@ -118,12 +153,13 @@ func (l *Locker) deleteIfOurs(ctx context.Context, path string) error {
 			return err
 		}
 	}
-	return errors.New("zklock: the znode keeps changing")
+	return errors.New("the znode keeps changing")
 }
 
-func doExists(ctx context.Context, l *Locker, path string) (bool, *zk.Stat, error) {
-	r, err := do(ctx, l, nil, func() (exists, error) {
-		ok, st, err := l.conn.Exists(path)
+// stat reads path's stat, if path exists.
+func stat(ctx context.Context, g *group, conn *zk.Conn, path string) (bool, *zk.Stat, error) {
+	r, err := call(ctx, g, nil, func() (exists, error) {
+		ok, st, err := conn.Exists(path)
 		return exists{ok: ok, stat: st}, err
 	})
 	return r.ok, r.stat, err

@@ -37,7 +37,7 @@ func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
 			return h, nil
 		}
 		if isConnErr(err) {
-			if err := l.awaitConnected(ctx, nil); err != nil {
+			if err := l.ss.awaitConnected(ctx, nil); err != nil {
 				return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, err)
 			}
 			continue
@@ -62,14 +62,14 @@ func (l *Locker) holder(ctx context.Context, parent string, watch bool) (lock.Ho
 				w     <-chan zk.Event
 			}
 			var r cw
-			r, err = do(ctx, l, nil, func() (cw, error) {
+			r, err = call(ctx, l.g, nil, func() (cw, error) {
 				n, _, w, err := l.conn.ChildrenW(parent)
 				return cw{n, w}, err
 			})
 			names, w = r.names, r.w
 			if errors.Is(err, zk.ErrNoNode) {
 				var e exists
-				e, err = do(ctx, l, nil, l.existsW(parent))
+				e, err = call(ctx, l.g, nil, existsW(l.conn, parent))
 				if err == nil && e.ok {
 					continue // created meanwhile
 				}
@@ -77,7 +77,7 @@ func (l *Locker) holder(ctx context.Context, parent string, watch bool) (lock.Ho
 			}
 		} else {
 			var r children
-			r, err = do(ctx, l, nil, l.children(parent))
+			r, err = call(ctx, l.g, nil, childrenOf(l.conn, parent))
 			names = r.names
 			if errors.Is(err, zk.ErrNoNode) {
 				return lock.Holder{}, nil, nil
@@ -94,7 +94,7 @@ func (l *Locker) holder(ctx context.Context, parent string, watch bool) (lock.Ho
 			data []byte
 			stat *zk.Stat
 		}
-		r, err := do(ctx, l, nil, func() (gd, error) {
+		r, err := call(ctx, l.g, nil, func() (gd, error) {
 			d, st, err := l.conn.Get(parent + "/" + q[0])
 			return gd{d, st}, err
 		})

@@ -2,16 +2,17 @@ package zklock
 
 import (
 	"encoding/binary"
-	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/internal/clock"
 )
 
-// liveness tracks, across the TCP connections go-zookeeper opens for one
+// keepalive tracks, across the TCP connections go-zookeeper opens for one
 // zk.Conn, the latest moment at which the server certainly heard from this
 // client: the send time of the latest request it answered. The server
 // touches a session whenever it receives a packet of it, and answers the
@@ -22,7 +23,8 @@ import (
 //
 // It also reads the session timeout the server negotiated, which
 // go-zookeeper keeps to itself.
-type liveness struct {
+type keepalive struct {
+	clk       clock.Clock
 	heard     atomic.Int64 // unix nanoseconds; 0 until a handshake
 	timeout   atomic.Int64 // negotiated session timeout, nanoseconds
 	sessionID atomic.Int64 // 0 until a handshake, and after an expiry
@@ -37,41 +39,45 @@ type liveness struct {
 
 // deadline returns the moment the server may expire the session, less
 // margin(timeout), and whether any handshake happened yet.
-func (lv *liveness) deadline(margin func(time.Duration) time.Duration) (time.Time, bool) {
-	h := lv.heard.Load()
+func (ka *keepalive) deadline(margin func(time.Duration) time.Duration) (time.Time, bool) {
+	h := ka.heard.Load()
 	if h == 0 {
 		return time.Time{}, false
 	}
-	t := time.Duration(lv.timeout.Load())
+	t := time.Duration(ka.timeout.Load())
 	return time.Unix(0, h).Add(t - margin(t)), true
 }
 
-func (lv *liveness) negotiated() time.Duration { return time.Duration(lv.timeout.Load()) }
+// negotiated returns the session timeout of the latest handshake, or 0.
+func (ka *keepalive) negotiated() time.Duration { return time.Duration(ka.timeout.Load()) }
 
-func (lv *liveness) markHeard(sent time.Time) {
+// markHeard records that the server answered a request sent at sent. An
+// answer to an older request than the latest one answered (connections
+// overlap while go-zookeeper reconnects) does not move the mark back.
+func (ka *keepalive) markHeard(sent time.Time) {
 	ns := sent.UnixNano()
 	for {
-		old := lv.heard.Load()
+		old := ka.heard.Load()
 		if ns <= old {
 			return
 		}
-		if lv.heard.CompareAndSwap(old, ns) {
+		if ka.heard.CompareAndSwap(old, ns) {
 			break
 		}
 	}
-	if lv.onHeard != nil {
-		lv.onHeard()
+	if ka.onHeard != nil {
+		ka.onHeard()
 	}
 }
 
-// wrap returns a dialer whose connections report to lv.
-func (lv *liveness) wrap(next zk.Dialer) zk.Dialer {
+// wrap returns a dialer whose connections report to ka.
+func (ka *keepalive) wrap(next zk.Dialer) zk.Dialer {
 	return func(network, addr string, timeout time.Duration) (net.Conn, error) {
 		c, err := next(network, addr, timeout)
 		if err != nil {
 			return nil, err
 		}
-		return &trackedConn{Conn: c, lv: lv}, nil
+		return &trackedConn{Conn: c, ka: ka}, nil
 	}
 }
 
@@ -80,7 +86,7 @@ func (lv *liveness) wrap(next zk.Dialer) zk.Dialer {
 // time, but the two run concurrently.
 type trackedConn struct {
 	net.Conn
-	lv *liveness
+	ka *keepalive
 
 	mu   sync.Mutex
 	sent []time.Time // send times of requests not answered yet, oldest first
@@ -92,7 +98,7 @@ type trackedConn struct {
 }
 
 func (c *trackedConn) Write(p []byte) (int, error) {
-	now := time.Now() // before the write: the server cannot have the packet earlier
+	now := c.ka.clk.Now() // before the write: the server cannot have the packet earlier
 	n, err := c.Conn.Write(p)
 	c.w.feed(p[:n], func([]byte) {
 		c.mu.Lock()
@@ -121,21 +127,21 @@ func (c *trackedConn) received(body []byte) {
 		}
 		timeout := time.Duration(int32(binary.BigEndian.Uint32(body[4:8]))) * time.Millisecond
 		sid := int64(binary.BigEndian.Uint64(body[8:16]))
-		c.lv.sessionID.Store(sid)
+		c.ka.sessionID.Store(sid)
 		if sid == 0 { // the session expired; no new one yet
 			return
 		}
-		if old := c.lv.timeout.Swap(int64(timeout)); old != int64(timeout) && c.lv.onTimeout != nil {
-			c.lv.onTimeout(timeout)
+		if old := c.ka.timeout.Swap(int64(timeout)); old != int64(timeout) && c.ka.onTimeout != nil {
+			c.ka.onTimeout(timeout)
 		}
-		c.lv.markHeard(sent)
+		c.ka.markHeard(sent)
 		return
 	}
 	if len(body) >= 4 && int32(binary.BigEndian.Uint32(body[:4])) == -1 {
 		return // a watch notification answers no request
 	}
 	if sent, ok := c.pop(); ok {
-		c.lv.markHeard(sent)
+		c.ka.markHeard(sent)
 	}
 }
 
@@ -196,29 +202,28 @@ func (f *frames) feed(p []byte, done func(body []byte)) {
 // follower answers one of its pings (every tickTime/2) with the sessions it
 // touched since the last one. Requests a follower answered after its last
 // answer to the leader are never reported if it then stops. So the
-// leader's last touch can precede the send time that liveness records by
+// leader's last touch can precede the send time that keepalive records by
 // up to one report interval plus the longest gap between two requests that
 // reach the follower; see WithLossMargin for how the default margin covers
-// both. keepaliveLoop keeps the second term at a twelfth of the timeout.
+// both. keepalive.run keeps the second term at a twelfth of the timeout.
 
-// keepaliveLoop sends a cheap read every negotiated timeout /
-// KeepaliveFraction while the connection has a session. The reads go out
+// run sends a cheap read every interval() (the negotiated timeout /
+// KeepaliveFraction) while the connection has a session. The reads go out
 // on schedule whether or not the earlier ones were answered, so that a
 // slow server does not stretch the gap between requests; at most
 // KeepaliveFraction are outstanding.
-func (l *Locker) keepaliveLoop() {
-	defer l.wg.Done()
+func (ka *keepalive) run(g *group, conn link, ping func(), interval func() time.Duration) {
 	slots := make(chan struct{}, KeepaliveFraction)
-	timer := time.NewTimer(l.keepaliveInterval())
+	timer := ka.clk.NewTimer(interval())
 	defer timer.Stop()
 	for {
 		select {
-		case <-l.close:
+		case <-g.closing:
 			return
-		case <-timer.C:
+		case <-timer.C():
 		}
-		timer.Reset(l.keepaliveInterval())
-		if l.conn.State() != zk.StateHasSession {
+		timer.Reset(interval())
+		if conn.State() != zk.StateHasSession {
 			continue
 		}
 		select {
@@ -226,34 +231,9 @@ func (l *Locker) keepaliveLoop() {
 		default:
 			continue // a timeout's worth is outstanding: the server is not answering
 		}
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
+		g.spawn(func() {
 			defer func() { <-slots }()
-			// "/" always exists, and exists needs no permission on it.
-			_, _, _ = l.conn.Exists("/")
-		}()
+			ping()
+		})
 	}
-}
-
-func (l *Locker) keepaliveInterval() time.Duration {
-	return max(l.SessionTimeout()/KeepaliveFraction, time.Millisecond)
-}
-
-// negotiatedTimeout reacts to a session timeout from a handshake: a loss
-// margin given to WithLossMargin that does not fit it is clamped, and the
-// Locker says so.
-func (l *Locker) negotiatedTimeout(timeout time.Duration) {
-	if m, why := l.o.clampMargin(timeout); why != "" {
-		l.o.logger.Warn("zklock: loss margin clamped", "margin", l.o.lossMargin, "using", m, "reason", why)
-	}
-}
-
-// checkNegotiated fails Dial when the negotiated session timeout is too
-// short for the loss margin given to WithLossMargin.
-func (l *Locker) checkNegotiated() error {
-	if err := l.o.checkNegotiated(l.lv.negotiated()); err != nil {
-		return fmt.Errorf("zklock: dial: %w", err)
-	}
-	return nil
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/leasestate"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -16,17 +16,12 @@ import (
 // lowest of its lock's parent. Its methods are safe for concurrent use.
 type Lease struct {
 	l       *Locker
-	ep      *epoch
+	s       *session
 	name    string
 	path    string
 	czxid   int64
 	version int32
-	stop    chan struct{} // closed when Release starts: Release ends the lease
-
-	mu        sync.Mutex
-	releasing bool
-	err       error // nil while held
-	done      chan struct{}
+	st      *leasestate.State // its end, once; "releasing" once Release has begun
 }
 
 var _ lock.Lease = (*Lease)(nil)
@@ -68,14 +63,6 @@ func (le *Lease) Version() int32 {
 	return le.version
 }
 
-// SessionID returns the id of the session that owns the lease's znode.
-func (le *Lease) SessionID() int64 {
-	if !le.valid() {
-		return 0
-	}
-	return le.ep.id
-}
-
 // CheckOp returns an operation for zk.Conn.Multi that succeeds only while
 // the lease's znode exists with the version it had when granted. Put it
 // first in a Multi so that the other operations apply only while the lease
@@ -108,7 +95,7 @@ func (le *Lease) Done() <-chan struct{} {
 	if !le.valid() {
 		return closedDone
 	}
-	return le.done
+	return le.st.Done()
 }
 
 // Err returns nil while the lease is held; afterwards an error wrapping
@@ -118,27 +105,24 @@ func (le *Lease) Err() error {
 	if !le.valid() {
 		return fmt.Errorf("zklock: lease: %w", errNotLease())
 	}
-	le.mu.Lock()
-	defer le.mu.Unlock()
-	return le.err
+	if err := le.st.Err(); err != nil {
+		return fmt.Errorf("zklock: %w", err)
+	}
+	return nil
 }
 
-// end ends the lease once; later calls do nothing and return false.
+// endErr is Err without the package prefix, for errors that add their own.
+func (le *Lease) endErr() error { return le.st.Err() }
+
+// end ends the lease once; later calls do nothing and return false. err
+// carries no package prefix: Err adds it.
 func (le *Lease) end(err error) bool {
-	le.mu.Lock()
-	if le.err != nil {
-		le.mu.Unlock()
+	if !le.st.End(err) {
 		return false
 	}
-	le.err = err
-	close(le.done)
-	le.mu.Unlock()
-	le.l.mu.Lock()
-	delete(le.l.leases, le)
-	le.l.mu.Unlock()
-	le.l.untrack(le.path)
+	le.l.tab.untrack(le.path)
 	if errors.Is(err, lock.ErrLost) {
-		le.l.o.logger.Warn("zklock: lease lost", "name", le.name, "path", le.path, "token", le.czxid, "cause", err)
+		le.l.o.Logger.Warn("zklock: lease lost", "name", le.name, "path", le.path, "token", le.czxid, "cause", err)
 	}
 	return true
 }
@@ -146,8 +130,8 @@ func (le *Lease) end(err error) bool {
 // lose ends the lease as lost and has its znode deleted if it still exists
 // in this session.
 func (le *Lease) lose(cause error) {
-	if le.end(fmt.Errorf("zklock: lease %q (token %d): %w", le.name, le.czxid, cause)) {
-		le.l.addCleanup(cleanup{path: le.path})
+	if le.end(fmt.Errorf("lease %q (token %d): %w", le.name, le.czxid, cause)) {
+		le.l.jan.add(cleanup{path: le.path})
 	}
 }
 
@@ -168,56 +152,51 @@ func (le *Lease) Release(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("zklock: release %q: %w: nil context", le.name, lock.ErrInvalidConfig)
 	}
-	le.mu.Lock()
-	if err := le.err; err != nil {
-		le.mu.Unlock()
-		if errors.Is(err, lock.ErrLost) {
-			le.l.kickJanitor()
-			return fmt.Errorf("zklock: release %q: %w", le.name, err)
+	ended, first := le.st.BeginRelease()
+	if ended != nil {
+		if errors.Is(ended, lock.ErrLost) {
+			le.l.jan.wake()
+			return fmt.Errorf("zklock: release %q: %w", le.name, ended)
 		}
 		return fmt.Errorf("zklock: release %q: %w", le.name, lock.ErrReleased)
 	}
-	if le.releasing {
-		le.mu.Unlock()
-		<-le.done
+	if !first {
+		<-le.st.Done()
 		return fmt.Errorf("zklock: release %q: %w", le.name, lock.ErrReleased)
 	}
-	le.releasing = true
-	close(le.stop)
-	le.mu.Unlock()
 
 	// The lease ends before the delete is sent: the server may grant the
 	// lock to a waiter as soon as it applies the delete, before its answer
 	// comes back, and Done must be closed by then.
-	le.end(fmt.Errorf("zklock: lease %q: %w", le.name, lock.ErrReleased))
+	le.end(fmt.Errorf("lease %q: %w", le.name, lock.ErrReleased))
 	if err := le.l.enter(); err != nil {
 		return nil // Close deletes the znode
 	}
 	defer le.l.leave()
-	err := le.l.deleteOwn(ctx, le.ep, le.path, le.version, le.czxid)
+	err := le.l.deleteOwn(ctx, le.path, le.version, le.czxid)
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, zk.ErrNoNode):
 		return fmt.Errorf("zklock: release %q (token %d): %w: its znode was gone at release", le.name, le.czxid, lock.ErrLost)
 	default:
-		le.l.addCleanup(cleanup{path: le.path})
+		le.l.jan.add(cleanup{path: le.path})
 		return fmt.Errorf("zklock: release %q: znode not deleted yet (it will be once the connection is back, or with the session): %w", le.name, err)
 	}
 }
 
 // deleteOwn deletes the znode at path if it is still the one created with
 // czxid, guarded by its version. It returns zk.ErrNoNode if it is gone.
-func (l *Locker) deleteOwn(ctx context.Context, ep *epoch, path string, version int32, czxid int64) error {
-	_ = ep // the deletion is worth trying even after the epoch ended
+// The deletion is worth trying even after the lease's session ended.
+func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxid int64) error {
 	for range 3 {
-		_, err := do(ctx, l, nil, func() (struct{}, error) { return struct{}{}, l.conn.Delete(path, version) })
+		_, err := call(ctx, l.g, nil, func() (struct{}, error) { return struct{}{}, l.conn.Delete(path, version) })
 		if !errors.Is(err, zk.ErrBadVersion) {
 			return err
 		}
 		// Someone changed the znode's data; it is still ours if its czxid
 		// is.
-		ok, st, err := doExists(ctx, l, path)
+		ok, st, err := stat(ctx, l.g, l.conn, path)
 		if err != nil {
 			return err
 		}
@@ -226,15 +205,8 @@ func (l *Locker) deleteOwn(ctx context.Context, ep *epoch, path string, version 
 		}
 		version = st.Version
 	}
-	return fmt.Errorf("zklock: znode %s keeps changing", path)
+	return fmt.Errorf("znode %s keeps changing", path)
 }
 
 // stopped reports whether Release has taken over.
-func (le *Lease) stopped() bool {
-	select {
-	case <-le.stop:
-		return true
-	default:
-		return false
-	}
-}
+func (le *Lease) stopped() bool { return le.st.Releasing() }

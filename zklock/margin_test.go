@@ -67,7 +67,8 @@ func TestMarginClamp(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := &options{lossMargin: tt.margin}
+			o := &options{}
+			o.LossMargin = tt.margin
 			got, why := o.clampMargin(tt.timeout)
 			if got != tt.want || (why != "") != tt.clamped {
 				t.Errorf("clampMargin(%v) with margin %v = %v, %q; want %v, clamped %t", tt.timeout, tt.margin, got, why, tt.want, tt.clamped)

@@ -42,8 +42,7 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, 
 	}
 	defer l.leave()
 	o := &observation{l: l, name: name, parent: l.parent(name), out: make(chan lock.Holder)}
-	l.wg.Add(1)
-	go o.run(ctx)
+	l.g.spawn(func() { o.run(ctx) })
 	return o.out, o.error, nil
 }
 
@@ -74,7 +73,6 @@ func (o *observation) error() error {
 }
 
 func (o *observation) run(ctx context.Context) {
-	defer o.l.wg.Done()
 	defer close(o.out)
 	fail := func(err error) {
 		o.mu.Lock()
@@ -89,7 +87,7 @@ func (o *observation) run(ctx context.Context) {
 			case err == nil:
 				watch = w
 			case isConnErr(err):
-				if err := o.l.awaitConnected(ctx, nil); err != nil {
+				if err := o.l.ss.awaitConnected(ctx, nil); err != nil {
 					fail(err)
 					return
 				}
@@ -112,7 +110,7 @@ func (o *observation) run(ctx context.Context) {
 		case <-ctx.Done():
 			fail(context.Cause(ctx))
 			return
-		case <-o.l.close:
+		case <-o.l.g.closing:
 			fail(lock.ErrClosed)
 			return
 		}
@@ -128,12 +126,12 @@ func (o *observation) list(ctx context.Context) (<-chan zk.Event, error) {
 			stat  *zk.Stat
 			w     <-chan zk.Event
 		}
-		r, err := do(ctx, o.l, nil, func() (cw, error) {
+		r, err := call(ctx, o.l.g, nil, func() (cw, error) {
 			n, st, w, err := o.l.conn.ChildrenW(o.parent)
 			return cw{n, st, w}, err
 		})
 		if errors.Is(err, zk.ErrNoNode) {
-			e, err := do(ctx, o.l, nil, o.l.existsW(o.parent))
+			e, err := call(ctx, o.l.g, nil, existsW(o.l.conn, o.parent))
 			if err != nil {
 				return nil, err
 			}
@@ -166,7 +164,7 @@ func (o *observation) list(ctx context.Context) (<-chan zk.Event, error) {
 				data []byte
 				stat *zk.Stat
 			}
-			g, err := do(ctx, o.l, nil, func() (gd, error) {
+			g, err := call(ctx, o.l.g, nil, func() (gd, error) {
 				d, st, err := o.l.conn.Get(o.parent + "/" + next)
 				return gd{d, st}, err
 			})

@@ -1,14 +1,14 @@
 package zklock
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock/internal/names"
+	"github.com/fencelock/fencelock/internal/clock"
+	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -46,20 +46,17 @@ const (
 // error wrapping [lock.ErrInvalidConfig].
 type Option func(*options)
 
+// options holds what the options set. The identity, logger and loss
+// margin, and their validation, are the ones every backend shares
+// (config.Common).
 type options struct {
+	config.Common
 	root           string
 	sessionTimeout time.Duration
 	timeoutSet     bool
-	identity       string
 	acl            []zk.ACL
-	logger         *slog.Logger
-	lossMargin     time.Duration
-	dialer         zk.Dialer
-	errs           []error
-}
-
-func (o *options) bad(format string, args ...any) {
-	o.errs = append(o.errs, fmt.Errorf("%w: "+format, append([]any{lock.ErrInvalidConfig}, args...)...))
+	dialer         zk.Dialer   // nil: net.DialTimeout
+	clock          clock.Clock // the loss deadline's and keepalive's; unit tests set a fake
 }
 
 // WithRoot sets the znode under which locks live (default [DefaultRoot]).
@@ -72,12 +69,9 @@ func (o *options) bad(format string, args ...any) {
 // with the Locker's ACL on first use.
 func WithRoot(root string) Option {
 	return func(o *options) {
-		ns, err := names.ParseNamespace(root)
-		if err != nil {
-			o.bad("root: %w", err)
-			return
+		if ns, ok := o.SetNamespace("root", root); ok {
+			o.root = "/" + ns.Path
 		}
-		o.root = "/" + ns.Path
 	}
 }
 
@@ -91,11 +85,11 @@ func WithRoot(root string) Option {
 func WithSessionTimeout(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {
-			o.bad("session timeout %v: must be positive", d)
+			o.Fail("session timeout %v: must be positive", d)
 			return
 		}
 		if d < time.Millisecond || d > 24*time.Hour {
-			o.bad("session timeout %v: out of range", d)
+			o.Fail("session timeout %v: out of range", d)
 			return
 		}
 		o.sessionTimeout = d
@@ -109,11 +103,7 @@ func WithSessionTimeout(d time.Duration) Option {
 // backend: 1 to 1024 bytes of UTF-8 without control characters.
 func WithIdentity(id string) Option {
 	return func(o *options) {
-		if err := lock.ValidateIdentity(id); err != nil {
-			o.errs = append(o.errs, err)
-			return
-		}
-		o.identity = id
+		o.SetIdentity(id)
 	}
 }
 
@@ -122,7 +112,7 @@ func WithIdentity(id string) Option {
 func WithACL(acl []zk.ACL) Option {
 	return func(o *options) {
 		if len(acl) == 0 {
-			o.bad("empty ACL")
+			o.Fail("empty ACL")
 			return
 		}
 		o.acl = append([]zk.ACL(nil), acl...)
@@ -130,17 +120,13 @@ func WithACL(acl []zk.ACL) Option {
 }
 
 // WithLogger sets where the Locker and its go-zookeeper connection log
-// (default: nowhere). Connection chatter is logged at debug level, session
-// state changes and lost leases at info and warn. It must not be nil or a
-// zero slog.Logger (which has no handler).
+// (default: slog.Default(), as in etcdlock; before this default was
+// shared, a zklock Locker logged nowhere by default). Connection chatter
+// is logged at debug level, session state changes and lost leases at info
+// and warn. It must not be nil or a zero slog.Logger (which has no
+// handler).
 func WithLogger(l *slog.Logger) Option {
-	return func(o *options) {
-		if l == nil || l.Handler() == nil {
-			o.bad("logger: nil, or a zero slog.Logger without a handler")
-			return
-		}
-		o.logger = l
-	}
+	return func(o *options) { o.SetLogger(l) }
 }
 
 // WithLossMargin sets how much earlier than the server could expire the
@@ -189,11 +175,7 @@ func WithLogger(l *slog.Logger) Option {
 // timeout given to [WithSessionTimeout].
 func WithLossMargin(d time.Duration) Option {
 	return func(o *options) {
-		if d <= 0 {
-			o.bad("loss margin %v: must be positive", d)
-			return
-		}
-		o.lossMargin = d
+		o.SetLossMargin(d)
 	}
 }
 
@@ -203,37 +185,27 @@ func WithLossMargin(d time.Duration) Option {
 func WithDialer(d zk.Dialer) Option {
 	return func(o *options) {
 		if d == nil {
-			o.bad("nil dialer")
+			o.Fail("nil dialer")
 			return
 		}
 		o.dialer = d
 	}
 }
 
+// buildOptions applies opts over the defaults. Its errors carry no
+// package prefix: Dial, New and the URL driver add it.
 func buildOptions(opts []Option) (*options, error) {
 	o := &options{
 		root:           DefaultRoot,
 		sessionTimeout: DefaultSessionTimeout,
 		acl:            zk.WorldACL(zk.PermAll),
+		clock:          clock.Real(),
 	}
-	for _, opt := range opts {
-		if opt == nil {
-			o.bad("nil option")
-			continue
-		}
-		opt(o)
+	if err := config.Apply(o, &o.Common, opts); err != nil {
+		return nil, err
 	}
-	if len(o.errs) > 0 {
-		return nil, errors.Join(o.errs...)
-	}
-	if o.lossMargin != 0 && o.lossMargin > maxMargin(o.sessionTimeout) {
-		return nil, fmt.Errorf("%w: loss margin %v: must be at most five sixths of the session timeout %v", lock.ErrInvalidConfig, o.lossMargin, o.sessionTimeout)
-	}
-	if o.identity == "" {
-		o.identity = lock.DefaultIdentity()
-	}
-	if o.logger == nil {
-		o.logger = slog.New(slog.DiscardHandler)
+	if o.LossMargin != 0 && o.LossMargin > maxMargin(o.sessionTimeout) {
+		return nil, fmt.Errorf("%w: loss margin %v: must be at most five sixths of the session timeout %v", lock.ErrInvalidConfig, o.LossMargin, o.sessionTimeout)
 	}
 	return o, nil
 }
@@ -247,24 +219,24 @@ func (o *options) margin(timeout time.Duration) time.Duration {
 // clampMargin returns the loss margin for a negotiated session timeout
 // and, when it is not the one asked for with WithLossMargin, why.
 func (o *options) clampMargin(timeout time.Duration) (time.Duration, string) {
-	if o.lossMargin == 0 {
+	if o.LossMargin == 0 {
 		return timeout / DefaultLossMarginFraction, ""
 	}
 	switch lo, hi := timeout/MinLossMarginFraction, maxMargin(timeout); {
-	case o.lossMargin < lo:
+	case o.LossMargin < lo:
 		return lo, fmt.Sprintf("raised to a third of the session timeout %v, the most the leader's view of the session can lag behind the Locker's", timeout)
-	case o.lossMargin > hi:
+	case o.LossMargin > hi:
 		return hi, fmt.Sprintf("lowered to five sixths of the session timeout %v, so that two keepalives fit before the deadline", timeout)
 	}
-	return o.lossMargin, ""
+	return o.LossMargin, ""
 }
 
 // checkNegotiated says whether a margin given to WithLossMargin fits the
 // session timeout the server negotiated.
 func (o *options) checkNegotiated(timeout time.Duration) error {
-	if o.lossMargin != 0 && o.lossMargin > maxMargin(timeout) {
+	if o.LossMargin != 0 && o.LossMargin > maxMargin(timeout) {
 		return fmt.Errorf("%w: negotiated session timeout %v is too short for the loss margin %v: the margin must be at most five sixths of it (%v), so that the Locker can hear from the server before it stops trusting the session",
-			lock.ErrInvalidConfig, timeout, o.lossMargin, maxMargin(timeout))
+			lock.ErrInvalidConfig, timeout, o.LossMargin, maxMargin(timeout))
 	}
 	return nil
 }

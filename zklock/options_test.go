@@ -89,8 +89,8 @@ func TestDefaults(t *testing.T) {
 	if o.root != DefaultRoot || o.sessionTimeout != DefaultSessionTimeout {
 		t.Errorf("defaults root=%q timeout=%v; want %q, %v", o.root, o.sessionTimeout, DefaultRoot, DefaultSessionTimeout)
 	}
-	if o.identity == "" || strings.Count(o.identity, "/") != 2 {
-		t.Errorf("default identity %q; want hostname/pid/random", o.identity)
+	if o.Identity == "" || strings.Count(o.Identity, "/") != 2 {
+		t.Errorf("default identity %q; want hostname/pid/random", o.Identity)
 	}
 	for _, tt := range []struct{ timeout, want time.Duration }{
 		{10 * time.Second, 5 * time.Second},

@@ -14,9 +14,32 @@ import (
 
 // go-zookeeper's calls take no context and block until the server answers
 // or the connection fails. A future runs one call on its own goroutine so
-// that the caller can stop waiting when its context ends, its epoch ends
+// that the caller can stop waiting when its context ends, its session ends
 // or the Locker closes; a call whose result matters even then (a create)
 // hands the late result to a function that cleans up after it.
+
+// group is the Locker's goroutines and what stops them: Close closes
+// closing, cancels bg and waits for every goroutine started by spawn.
+type group struct {
+	wg      sync.WaitGroup
+	closing chan struct{}
+	bg      context.Context
+	stop    context.CancelFunc
+}
+
+func newGroup() *group {
+	bg, stop := context.WithCancel(context.Background())
+	return &group{closing: make(chan struct{}), bg: bg, stop: stop}
+}
+
+// spawn runs f on a goroutine Close waits for.
+func (g *group) spawn(f func()) {
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		f()
+	}()
+}
 
 type result[T any] struct {
 	v   T
@@ -30,12 +53,10 @@ type future[T any] struct {
 	onAbandon func(T, error) // may be nil
 }
 
-// start runs f on a goroutine of the Locker (Close waits for it).
-func start[T any](l *Locker, f func() (T, error), onAbandon func(T, error)) *future[T] {
+// start runs f on a goroutine of g (Close waits for it).
+func start[T any](g *group, f func() (T, error), onAbandon func(T, error)) *future[T] {
 	fu := &future[T]{ch: make(chan result[T], 1), onAbandon: onAbandon}
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
+	g.spawn(func() {
 		v, err := f()
 		fu.mu.Lock()
 		abandoned := fu.abandoned
@@ -46,7 +67,7 @@ func start[T any](l *Locker, f func() (T, error), onAbandon func(T, error)) *fut
 		if abandoned && fu.onAbandon != nil {
 			fu.onAbandon(v, err)
 		}
-	}()
+	})
 	return fu
 }
 
@@ -72,19 +93,19 @@ func (fu *future[T]) abandon() {
 	}
 }
 
-// wait returns f's result, or a *stopError when ctx ends, ep ends (ep may
+// wait returns f's result, or a *stopError when ctx ends, s ends (s may
 // be nil) or the Locker closes first.
-func (fu *future[T]) wait(ctx context.Context, l *Locker, ep *epoch) (T, error) {
-	var epDone <-chan struct{}
-	if ep != nil {
-		epDone = ep.done
+func (fu *future[T]) wait(ctx context.Context, g *group, s *session) (T, error) {
+	var sDone <-chan struct{}
+	if s != nil {
+		sDone = s.done
 	}
 	select {
 	case r := <-fu.ch:
 		return r.v, r.err
 	default:
 	}
-	closing := l.close
+	closing := g.closing
 	if ctx.Value(finalKey{}) != nil {
 		closing = nil // Close's own last cleanup
 	}
@@ -94,8 +115,8 @@ func (fu *future[T]) wait(ctx context.Context, l *Locker, ep *epoch) (T, error) 
 		return r.v, r.err
 	case <-ctx.Done():
 		cause = context.Cause(ctx)
-	case <-epDone:
-		cause = ep.err
+	case <-sDone:
+		cause = s.err
 	case <-closing:
 		cause = lock.ErrClosed
 	}
@@ -108,12 +129,14 @@ func (fu *future[T]) wait(ctx context.Context, l *Locker, ep *epoch) (T, error) 
 // has closed, whose requests must not stop at the Locker's closing.
 type finalKey struct{}
 
-// do runs f and waits for it as wait does.
-func do[T any](ctx context.Context, l *Locker, ep *epoch, f func() (T, error)) (T, error) {
-	return start(l, f, nil).wait(ctx, l, ep)
+// call sends one request, f, and waits for it as wait does. The callers
+// apply the retry policy: a request whose error is retryable may be sent
+// again once the connection is back (awaitConnected).
+func call[T any](ctx context.Context, g *group, s *session, f func() (T, error)) (T, error) {
+	return start(g, f, nil).wait(ctx, g, s)
 }
 
-// stopError says why a caller stopped waiting: ctx's error, the epoch's
+// stopError says why a caller stopped waiting: ctx's error, the session's
 // loss (wrapping lock.ErrLost) or lock.ErrClosed.
 type stopError struct{ cause error }
 
@@ -138,6 +161,12 @@ func isConnErr(err error) bool {
 		errors.As(err, &netErr)
 }
 
+// retryable reports whether a request that failed with err may be sent
+// again (once the connection is back): the connection failed under it and
+// the caller did not stop waiting. A read may simply be sent again; a
+// create may have been applied, and its caller looks for it first.
+func retryable(err error) bool { return !isStop(err) && isConnErr(err) }
+
 // exists is the result of an ExistsW call.
 type exists struct {
 	ok    bool
@@ -145,9 +174,9 @@ type exists struct {
 	watch <-chan zk.Event
 }
 
-func (l *Locker) existsW(path string) func() (exists, error) {
+func existsW(conn *zk.Conn, path string) func() (exists, error) {
 	return func() (exists, error) {
-		ok, st, w, err := l.conn.ExistsW(path)
+		ok, st, w, err := conn.ExistsW(path)
 		return exists{ok, st, w}, err
 	}
 }
@@ -157,9 +186,9 @@ type children struct {
 	stat  *zk.Stat
 }
 
-func (l *Locker) children(path string) func() (children, error) {
+func childrenOf(conn *zk.Conn, path string) func() (children, error) {
 	return func() (children, error) {
-		c, st, err := l.conn.Children(path)
+		c, st, err := conn.Children(path)
 		return children{c, st}, err
 	}
 }

@@ -1,0 +1,134 @@
+package zklock
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/lock"
+)
+
+// leaseTable is the table of the Locker's own lock znodes: those of
+// acquisitions in progress and of held leases. Its goroutine, run (in
+// watch.go), ends the leases of ended sessions and acts on the watch
+// events routed to held leases; everyone else only records and wakes.
+type leaseTable struct {
+	conn *zk.Conn
+	g    *group
+	ss   *sessions
+	jan  *janitor
+	poll bool // New: poll the watch channels of held leases
+
+	kick         chan struct{} // wakes run
+	sessionEnded atomic.Bool   // a session ended; run has not ended its leases yet
+
+	mu      sync.Mutex
+	watched map[string]*watchEntry // the znodes of acquisitions and held leases, by path
+	pending []nodeEvent            // events for held leases, for run
+}
+
+func newLeaseTable(g *group, ss *sessions, jan *janitor, poll bool) *leaseTable {
+	return &leaseTable{
+		g:       g,
+		ss:      ss,
+		jan:     jan,
+		poll:    poll,
+		kick:    make(chan struct{}, 1),
+		watched: make(map[string]*watchEntry),
+	}
+}
+
+// watchEntry is the Locker's view of one of its own lock znodes.
+type watchEntry struct {
+	lease   *Lease          // nil until granted
+	own     <-chan zk.Event // the latest watch on the znode (New: polled)
+	deleted bool            // a deletion event arrived before the grant
+	changed bool            // a data change arrived before the grant
+}
+
+// nodeEvent is a watch event on a held lease's znode, for run.
+type nodeEvent struct {
+	path string
+	typ  zk.EventType
+}
+
+// track starts routing events on path, the znode of an acquisition, before
+// its first watch is set. It also forgets what earlier events said, for a
+// new watch.
+func (t *leaseTable) track(path string) {
+	t.mu.Lock()
+	if e := t.watched[path]; e != nil && e.lease == nil {
+		e.deleted, e.changed = false, false
+	} else if e == nil {
+		t.watched[path] = &watchEntry{}
+	}
+	t.mu.Unlock()
+}
+
+// untrack stops routing events on path.
+func (t *leaseTable) untrack(path string) {
+	t.mu.Lock()
+	delete(t.watched, path)
+	t.mu.Unlock()
+}
+
+// sessionEnd tells run that a session ended (sessions' onEnd).
+func (t *leaseTable) sessionEnd() {
+	t.sessionEnded.Store(true)
+	t.wake()
+}
+
+func (t *leaseTable) wake() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// hold makes le a held lease, unless its session ended or the Locker
+// closed: it starts following le's session and le's znode, whose watch is
+// own.
+func (t *leaseTable) hold(le *Lease, own <-chan zk.Event) error {
+	t.mu.Lock()
+	if ended(le.s) {
+		t.mu.Unlock()
+		return le.s.err
+	}
+	if t.ss.isClosed() {
+		t.mu.Unlock()
+		return lock.ErrClosed
+	}
+	e := t.watched[le.path]
+	if e == nil { // not tracked: cannot happen, but never go unwatched
+		e = &watchEntry{}
+		t.watched[le.path] = e
+		own = nil
+		e.changed = true
+	}
+	e.lease, e.own = le, own
+	deleted, changed := e.deleted, e.changed
+	e.deleted, e.changed = false, false
+	t.mu.Unlock()
+	switch {
+	case deleted:
+		le.lose(fmt.Errorf("%w: its znode %s was deleted", lock.ErrLost, le.path))
+	case changed:
+		t.rearm(le)
+	}
+	return nil
+}
+
+// held returns the held leases.
+func (t *leaseTable) held() []*Lease {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var les []*Lease
+	for _, e := range t.watched {
+		if e.lease != nil {
+			les = append(les, e.lease)
+		}
+	}
+	return les
+}

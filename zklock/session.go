@@ -1,0 +1,353 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/internal/clock"
+	"github.com/fencelock/fencelock/lock"
+)
+
+// session is one ZooKeeper session, for the stretch during which the
+// Locker trusts it. It ends when the session expires or is replaced, when
+// the Locker has been cut off long enough that the server may have
+// expired it, or at Close. A session that survives a long disconnection
+// gets a new *session afterwards, so leases and waits of the old one stay
+// lost.
+type session struct {
+	id   int64
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+// ended reports whether s has ended.
+func ended(s *session) bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// link is the state of the connection that sessions reads: *zk.Conn's
+// State and SessionID (a fake one in unit tests).
+type link interface {
+	State() zk.State
+	SessionID() int64
+}
+
+// sessions follows the connection and is the only place sessions begin
+// and (apart from Close) end. Its goroutine, run, owns the loss deadline;
+// everyone else reads the current session under mu, or waits on changed.
+type sessions struct {
+	conn    link
+	clk     clock.Clock
+	ka      *keepalive // Dial: when the server last heard from us; nil for New
+	given   time.Duration
+	margin  func(timeout time.Duration) time.Duration
+	logger  *slog.Logger
+	closing <-chan struct{}
+	// onEnd (a session ended) and onHealthy (the connection has a session)
+	// are called with mu held: they must only wake someone.
+	onEnd, onHealthy func()
+
+	kick      chan struct{} // wakes run
+	expired   atomic.Int64  // StateExpired events seen
+	needHeard atomic.Bool   // a reply from the server may make a session usable again
+
+	mu       sync.Mutex
+	closed   bool
+	connGone bool          // New: the caller closed the connection
+	cur      *session      // the usable session; nil while there is none
+	changed  chan struct{} // closed and replaced whenever the state is reevaluated
+	discAt   time.Time     // New: when the connection was first seen without a session
+	seenExp  int64         // expired events already acted on
+}
+
+func newSessions(clk clock.Clock, ka *keepalive, o *options, closing <-chan struct{}) *sessions {
+	return &sessions{
+		clk:       clk,
+		ka:        ka,
+		given:     o.sessionTimeout,
+		margin:    o.margin,
+		logger:    o.Logger,
+		closing:   closing,
+		onEnd:     func() {},
+		onHealthy: func() {},
+		kick:      make(chan struct{}, 1),
+		changed:   make(chan struct{}),
+	}
+}
+
+// timeout returns the session timeout to work with: the one the server
+// negotiated (Dial) or the one given (New).
+func (ss *sessions) timeout() time.Duration {
+	if ss.ka != nil {
+		if t := ss.ka.negotiated(); t > 0 {
+			return t
+		}
+	}
+	return ss.given
+}
+
+func (ss *sessions) kickState() {
+	select {
+	case ss.kick <- struct{}{}:
+	default:
+	}
+}
+
+// event takes a session event of the connection (from go-zookeeper's
+// callback: it only counts and wakes).
+func (ss *sessions) event(ev zk.Event) {
+	if ev.State == zk.StateExpired {
+		ss.expired.Add(1)
+	}
+	ss.kickState()
+}
+
+// heard is told that the server answered a request (keepalive's onHeard).
+func (ss *sessions) heard() {
+	if ss.needHeard.Load() {
+		ss.kickState()
+	}
+}
+
+// broadcastLocked wakes everyone waiting for a state change.
+func (ss *sessions) broadcastLocked() {
+	close(ss.changed)
+	ss.changed = make(chan struct{})
+}
+
+func (ss *sessions) endLocked(err error) {
+	s := ss.cur
+	ss.cur = nil
+	s.err = err
+	close(s.done)
+	ss.onEnd()
+	if !errors.Is(err, lock.ErrClosed) {
+		ss.logger.Warn("zklock: session no longer trusted; its leases are lost", "session", fmt.Sprintf("0x%x", s.id), "cause", err)
+	}
+}
+
+// admit registers a public call in calls unless the Locker is closed;
+// close sets closed under the same mutex, so that Close can wait for calls.
+func (ss *sessions) admit(calls *sync.WaitGroup) error {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.closed {
+		return lock.ErrClosed
+	}
+	calls.Add(1)
+	return nil
+}
+
+// close ends the current session with lock.ErrClosed; no session begins
+// after it.
+func (ss *sessions) close() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.closed = true
+	if ss.cur != nil {
+		ss.endLocked(fmt.Errorf("%w", lock.ErrClosed))
+	}
+	ss.broadcastLocked()
+}
+
+// id returns the id of the current session, or 0.
+func (ss *sessions) id() int64 {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.cur == nil {
+		return 0
+	}
+	return ss.cur.id
+}
+
+// run follows the connection until the Locker closes: it reacts to
+// session events (evs: New only; route takes its watch events) and to the
+// loss deadline.
+func (ss *sessions) run(evs <-chan zk.Event, route func(zk.Event)) {
+	timer := ss.clk.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ss.closing:
+			return
+		case <-ss.kick:
+		case <-timer.C():
+		case ev, ok := <-evs:
+			if !ok {
+				evs = nil
+				ss.mu.Lock()
+				ss.connGone = true
+				ss.mu.Unlock()
+			} else if ev.Type == zk.EventSession && ev.State == zk.StateExpired {
+				ss.expired.Add(1)
+			} else if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeDataChanged {
+				route(ev)
+			}
+		}
+		next := ss.reconcile(ss.clk.Now())
+		if !timer.Stop() {
+			select {
+			case <-timer.C():
+			default:
+			}
+		}
+		if !next.IsZero() {
+			timer.Reset(max(next.Sub(ss.clk.Now()), 0))
+		}
+	}
+}
+
+// reconcile brings the view of the session in line with the connection,
+// and returns when it must next look (the loss deadline), or zero.
+func (ss *sessions) reconcile(now time.Time) time.Time {
+	state, id := ss.conn.State(), ss.conn.SessionID()
+	healthy := state == zk.StateHasSession && id != 0
+
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	defer ss.broadcastLocked()
+	if ss.closed {
+		return time.Time{}
+	}
+	if ss.connGone {
+		healthy = false
+	}
+	timeout := ss.timeout()
+	deadline := ss.deadlineLocked(now, healthy, timeout)
+	ss.checkLocked(now, healthy, id, deadline, timeout)
+	if ss.cur == nil && healthy {
+		if deadline.IsZero() || now.Before(deadline) {
+			ss.cur = &session{id: id, done: make(chan struct{})}
+			ss.needHeard.Store(false)
+			ss.logger.Info("zklock: session established", "session", fmt.Sprintf("0x%x", id), "timeout", timeout)
+		} else {
+			ss.needHeard.Store(true)
+		}
+	}
+	if healthy {
+		ss.onHealthy()
+	}
+	if ss.cur == nil {
+		return time.Time{}
+	}
+	return deadline
+}
+
+// deadlineLocked returns when the server may expire the session, less
+// the margin, or zero while there is no such moment.
+func (ss *sessions) deadlineLocked(now time.Time, healthy bool, timeout time.Duration) time.Time {
+	if ss.ka != nil {
+		deadline, _ := ss.ka.deadline(ss.margin)
+		return deadline
+	}
+	if healthy {
+		ss.discAt = time.Time{}
+	} else if ss.discAt.IsZero() {
+		ss.discAt = now
+	}
+	if ss.discAt.IsZero() {
+		return time.Time{}
+	}
+	// go-zookeeper raises the disconnection at most two thirds of the
+	// timeout after the last reply.
+	return ss.discAt.Add(max(timeout/3-ss.margin(timeout), 0))
+}
+
+// checkLocked ends the current session if the connection shows it is
+// over, or may be.
+func (ss *sessions) checkLocked(now time.Time, healthy bool, id int64, deadline time.Time, timeout time.Duration) {
+	if exp := ss.expired.Load(); exp != ss.seenExp {
+		ss.seenExp = exp
+		// An expiry ends the trusted session unless that session began
+		// after the expired one (the events may lag behind the state).
+		if ss.cur != nil && !(healthy && id == ss.cur.id) {
+			ss.endLocked(fmt.Errorf("%w: session 0x%x expired", lock.ErrLost, ss.cur.id))
+		}
+	}
+	if ss.cur == nil {
+		return
+	}
+	switch {
+	case ss.connGone:
+		ss.endLocked(fmt.Errorf("%w: the zk connection was closed", lock.ErrLost))
+	case healthy && id != ss.cur.id:
+		ss.endLocked(fmt.Errorf("%w: session 0x%x replaced by 0x%x", lock.ErrLost, ss.cur.id, id))
+	case !deadline.IsZero() && !now.Before(deadline):
+		ss.endLocked(fmt.Errorf("%w: no reply from the server within the session timeout %v (margin %v): it may have expired session 0x%x",
+			lock.ErrLost, timeout, ss.margin(timeout), ss.cur.id))
+	}
+}
+
+// get returns the session to work in, waiting for one while there is
+// none.
+func (ss *sessions) get(ctx context.Context) (*session, error) {
+	for {
+		ss.mu.Lock()
+		if ss.closed {
+			ss.mu.Unlock()
+			return nil, lock.ErrClosed
+		}
+		if ss.connGone {
+			ss.mu.Unlock()
+			return nil, fmt.Errorf("%w: the zk connection was closed", lock.ErrLost)
+		}
+		if s := ss.cur; s != nil {
+			ss.mu.Unlock()
+			return s, nil
+		}
+		ch := ss.changed
+		ss.mu.Unlock()
+		ss.kickState()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-ss.closing:
+		}
+	}
+}
+
+// awaitConnected waits until the connection has a session again, for a
+// request to be retried in session s (nil: in any session).
+func (ss *sessions) awaitConnected(ctx context.Context, s *session) error {
+	var sDone <-chan struct{}
+	if s != nil {
+		sDone = s.done
+	}
+	for {
+		ss.mu.Lock()
+		ch := ss.changed
+		ss.mu.Unlock()
+		if ss.conn.State() == zk.StateHasSession {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return &stopError{context.Cause(ctx)}
+		case <-sDone:
+			return &stopError{s.err}
+		case <-ss.closing:
+			return &stopError{lock.ErrClosed}
+		}
+	}
+}
+
+// isClosed reports whether close was called.
+func (ss *sessions) isClosed() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.closed
+}
