@@ -149,8 +149,8 @@ func testPartitionLossBeforeGrant(t *testing.T, c *cluster.Cluster, h *harness) 
 		if a.err != nil {
 			t.Fatalf("trial %d: holder's Acquire() after healing = %v; want a lease", trial, a.err)
 		}
-		if a.lease.SessionID() == le.SessionID() {
-			t.Errorf("trial %d: lease after healing on session 0x%x; want a new session", trial, a.lease.SessionID())
+		if sessionID(a.lease) == sessionID(le) {
+			t.Errorf("trial %d: lease after healing on session 0x%x; want a new session", trial, sessionID(a.lease))
 		}
 		if err := a.lease.Release(ctx); err != nil {
 			t.Fatalf("trial %d: Release() = %v", trial, err)
@@ -168,7 +168,7 @@ func testSessionExpiredByServer(t *testing.T, c *cluster.Cluster, h *harness) {
 	name := lockName(t)
 	l := h.dial(t)
 	le := mustAcquire(t, ctx, l, name)
-	old := l.SessionID()
+	old := sessionID(l)
 	start := time.Now()
 	expireSession(t, h.sess, h.servers, l)
 	select {
@@ -184,8 +184,8 @@ func testSessionExpiredByServer(t *testing.T, c *cluster.Cluster, h *harness) {
 	}
 	waitRecords(t, h, name, 0, "the server removed the expired session's znode")
 	le2 := mustAcquire(t, ctx, l, name)
-	if le2.SessionID() == old || le2.SessionID() == 0 {
-		t.Errorf("SessionID() after expiry = 0x%x; want a new session (old 0x%x)", le2.SessionID(), old)
+	if sessionID(le2) == old || sessionID(le2) == 0 {
+		t.Errorf("session id after expiry = 0x%x; want a new session (old 0x%x)", sessionID(le2), old)
 	}
 	if le2.Token() <= le.Token() {
 		t.Errorf("Token() on the new session = %d; want > %d", le2.Token(), le.Token())
@@ -264,15 +264,15 @@ func testDropAfterCreate(t *testing.T, c *cluster.Cluster, h *harness) {
 			l := h.dial(t, zklock.WithDialer(d.dial))
 			other := h.dial(t)
 			mustAcquire(t, ctx, l, name).Release(ctx) // creates the parents: the next create is the lock znode's
-			sid := l.SessionID()
+			sid := sessionID(l)
 
 			d.mode.Store(tt.mode)
 			le := mustAcquire(t, ctx, l, name)
 			if n := d.drops.Load(); n != 1 {
 				t.Fatalf("connections dropped at a create: %d; want 1 (the fault did not happen)", n)
 			}
-			if l.SessionID() != sid {
-				t.Errorf("SessionID() = 0x%x after the drop; want the same session 0x%x", l.SessionID(), sid)
+			if sessionID(l) != sid {
+				t.Errorf("session id 0x%x after the drop; want the same session 0x%x", sessionID(l), sid)
 			}
 			recs := h.Records(t, name)
 			if len(recs) != 1 || h.root+"/"+name+"/"+recs[0] != le.Path() {

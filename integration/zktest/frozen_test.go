@@ -203,7 +203,7 @@ func frozenTrial(t *testing.T, c *cluster.Cluster, h *harness, holder, waiter *z
 		lastAck: frozenAt.Sub(lastAck),
 	}
 	var expiredAt time.Time
-	res.expiry, expiredAt, res.early, res.expiryFound = expiryEvidence(c, le.SessionID(), lastAck, holder.SessionTimeout())
+	res.expiry, expiredAt, res.early, res.expiryFound = expiryEvidence(c, sessionID(le), lastAck, holder.SessionTimeout())
 	// The server's side of the same promise: the leader logs the expiry
 	// (with the wall clock of this machine, to the millisecond, rounded
 	// down) just before it closes the session and so frees the lock.
@@ -229,8 +229,8 @@ func frozenTrial(t *testing.T, c *cluster.Cluster, h *harness, holder, waiter *z
 	// The holder's late Release, once its Locker is back on a new session
 	// through the resumed follower, must leave the waiter's grant alone.
 	testutil.Eventually(t, 30*time.Second, "the holder's Locker on a new session", func() bool {
-		id := holder.SessionID()
-		return id != 0 && id != le.SessionID()
+		id := sessionID(holder)
+		return id != 0 && id != sessionID(le)
 	})
 	if err := le.Release(ctx); !errors.Is(err, lock.ErrLost) {
 		t.Errorf("holder's late Release() = %v; want an error wrapping %v", err, lock.ErrLost)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fencelock/fencelock/integration/cluster"
 	"github.com/fencelock/fencelock/integration/internal/testutil"
+	"github.com/fencelock/fencelock/internal/testhook"
 	"github.com/fencelock/fencelock/lock"
 	"github.com/fencelock/fencelock/zklock"
 )
@@ -301,7 +302,7 @@ func (h *harness) StallSession(t *testing.T, l lock.Locker) {
 	if g == nil {
 		t.Fatalf("StallSession: the Locker was not made by NewLocker")
 	}
-	id := zl.SessionID()
+	id := sessionID(zl)
 	if id == 0 {
 		t.Fatalf("StallSession: the Locker has no session")
 	}
@@ -330,7 +331,7 @@ func (h *harness) Records(t *testing.T, name string) []string {
 // the server no longer knows it.
 func expireSession(t *testing.T, s *sessions, servers []string, zl *zklock.Locker) {
 	t.Helper()
-	id := zl.SessionID()
+	id := sessionID(zl)
 	if id == 0 {
 		return
 	}
@@ -358,4 +359,17 @@ func expireSession(t *testing.T, s *sessions, servers []string, zl *zklock.Locke
 func cluster0(b *testing.B) *cluster.Cluster {
 	b.Helper()
 	return cluster.FromEnv(b).Start(b, cluster.ZooKeeper)
+}
+
+// sessionID returns the session id of a *zklock.Locker (the session it
+// trusts now, 0 while none) or of a *zklock.Lease (the session owning its
+// znode), through the test hooks.
+func sessionID(v any) int64 {
+	switch x := v.(type) {
+	case *zklock.Locker:
+		return testhook.ZKSessionID(x)
+	case *zklock.Lease:
+		return testhook.ZKLeaseSessionID(x)
+	}
+	panic(fmt.Sprintf("sessionID(%T): want a *zklock.Locker or *zklock.Lease", v))
 }
