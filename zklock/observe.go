@@ -145,48 +145,62 @@ func (o *observation) list(ctx context.Context) (<-chan zk.Event, error) {
 		if err != nil {
 			return nil, err
 		}
-		if o.listed && r.stat.Czxid != o.parentCzxid {
-			// The parent was deleted and created again: every child of the
-			// old one is gone, so the lock was free in between.
-			o.report("", lock.Holder{})
-			o.listed = false
+		again, err := o.take(ctx, r.names, r.stat)
+		if err != nil {
+			return nil, err
 		}
-		q := queue(r.names)
-		next := ""
-		if len(q) > 0 {
-			next = q[0]
-		}
-		if next != "" && (next != o.holder || !o.reported) {
-			if o.holder != "" && o.freeBetween(q, r.stat, next) {
-				o.report("", lock.Holder{})
-			}
-			type gd struct {
-				data []byte
-				stat *zk.Stat
-			}
-			g, err := call(ctx, o.l.g, nil, func() (gd, error) {
-				d, st, err := o.l.conn.Get(o.parent + "/" + next)
-				return gd{d, st}, err
-			})
-			if errors.Is(err, zk.ErrNoNode) {
-				continue // already released: list again
-			}
-			if err != nil {
-				return nil, err
-			}
-			o.report(next, lock.Holder{Identity: string(g.data), Token: fencing.Token(g.stat.Czxid)})
-		} else if next == "" {
-			o.report("", lock.Holder{})
-		}
-		o.listed = true
-		o.parentCzxid = r.stat.Czxid
-		o.cversion = r.stat.Cversion
-		o.kids = make(map[string]bool, len(q))
-		for _, k := range q {
-			o.kids[k] = true
+		if again {
+			continue
 		}
 		return r.w, nil
 	}
+}
+
+// take queues the changes a listing of the parent (its children's names
+// and its stat) reveals, and remembers the listing. again says that the
+// holder it found was released meanwhile: list again.
+func (o *observation) take(ctx context.Context, names []string, st *zk.Stat) (again bool, err error) {
+	if o.listed && st.Czxid != o.parentCzxid {
+		// The parent was deleted and created again: every child of the
+		// old one is gone, so the lock was free in between.
+		o.report("", lock.Holder{})
+		o.listed = false
+	}
+	q := queue(names)
+	next := ""
+	if len(q) > 0 {
+		next = q[0]
+	}
+	if next != "" && (next != o.holder || !o.reported) {
+		if o.holder != "" && o.freeBetween(q, st, next) {
+			o.report("", lock.Holder{})
+		}
+		type gd struct {
+			data []byte
+			stat *zk.Stat
+		}
+		g, err := call(ctx, o.l.g, nil, func() (gd, error) {
+			d, st, err := o.l.conn.Get(o.parent + "/" + next)
+			return gd{d, st}, err
+		})
+		if errors.Is(err, zk.ErrNoNode) {
+			return true, nil // already released: list again
+		}
+		if err != nil {
+			return false, err
+		}
+		o.report(next, lock.Holder{Identity: string(g.data), Token: fencing.Token(g.stat.Czxid)})
+	} else if next == "" {
+		o.report("", lock.Holder{})
+	}
+	o.listed = true
+	o.parentCzxid = st.Czxid
+	o.cversion = st.Cversion
+	o.kids = make(map[string]bool, len(q))
+	for _, k := range q {
+		o.kids[k] = true
+	}
+	return false, nil
 }
 
 // report queues h unless it is what was reported last.
