@@ -74,7 +74,7 @@ func GuardedMulti(ctx context.Context, conn *zk.Conn, lease lock.Lease, ops ...a
 	if err != nil {
 		return nil, fmt.Errorf("zklock: guarded multi: %w", err)
 	}
-	if err := le.Err(); err != nil {
+	if err := le.endErr(); err != nil {
 		return nil, fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -83,7 +83,7 @@ func GuardedMulti(ctx context.Context, conn *zk.Conn, lease lock.Lease, ops ...a
 	res, err := conn.Multi(append([]any{le.CheckOp()}, ops...)...)
 	if len(res) > 0 {
 		if cerr := res[0].Error; errors.Is(cerr, zk.ErrNoNode) || errors.Is(cerr, zk.ErrBadVersion) {
-			if lerr := le.Err(); errors.Is(lerr, lock.ErrReleased) {
+			if lerr := le.endErr(); errors.Is(lerr, lock.ErrReleased) {
 				return nil, fmt.Errorf("zklock: guarded multi on %q: nothing written: %w", le.Name(), lerr)
 			}
 			return nil, fmt.Errorf("zklock: guarded multi on %q: nothing written: %w: znode %s (version %d): %w",

@@ -102,17 +102,19 @@ func (le *Lease) Done() <-chan struct{} {
 // [lock.ErrReleased] (Release or Close) or [lock.ErrLost] with its cause.
 // A nil or zero *Lease reports an error wrapping [lock.ErrInvalidConfig].
 func (le *Lease) Err() error {
-	if !le.valid() {
-		return fmt.Errorf("zklock: lease: %w", errNotLease())
-	}
-	if err := le.st.Err(); err != nil {
+	if err := le.endErr(); err != nil {
 		return fmt.Errorf("zklock: %w", err)
 	}
 	return nil
 }
 
 // endErr is Err without the package prefix, for errors that add their own.
-func (le *Lease) endErr() error { return le.st.Err() }
+func (le *Lease) endErr() error {
+	if !le.valid() {
+		return fmt.Errorf("lease: %w", errNotLease())
+	}
+	return le.st.Err()
+}
 
 // end ends the lease once; later calls do nothing and return false. err
 // carries no package prefix: Err adds it.

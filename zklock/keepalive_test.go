@@ -1,0 +1,239 @@
+package zklock
+
+import (
+	"encoding/binary"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/internal/clock"
+)
+
+func TestKeepaliveDeadline(t *testing.T) {
+	half := func(d time.Duration) time.Duration { return d / 2 }
+	ka := &keepalive{clk: clock.NewFake(epoch0)}
+	if d, ok := ka.deadline(half); ok || !d.IsZero() {
+		t.Fatalf("deadline() before a handshake = %v, %t; want zero, false", d, ok)
+	}
+	handshake(ka, epoch0, 4*time.Second, 1)
+	tests := []struct {
+		name  string
+		heard time.Time // markHeard's argument; zero: none
+		want  time.Time
+	}{
+		{"the handshake", time.Time{}, epoch0.Add(2 * time.Second)},
+		{"an answer 1ns later", epoch0.Add(1), epoch0.Add(2*time.Second + 1)},
+		{"an older answer, out of order", epoch0, epoch0.Add(2*time.Second + 1)},
+		{"the same answer again", epoch0.Add(1), epoch0.Add(2*time.Second + 1)},
+		{"a much later answer", epoch0.Add(time.Hour), epoch0.Add(time.Hour + 2*time.Second)},
+		{"a late answer to a request of an old connection", epoch0.Add(time.Minute), epoch0.Add(time.Hour + 2*time.Second)},
+	}
+	for _, tt := range tests {
+		if !tt.heard.IsZero() {
+			ka.markHeard(tt.heard)
+		}
+		d, ok := ka.deadline(half)
+		if !ok || !d.Equal(tt.want) {
+			t.Errorf("%s: deadline() = %v, %t; want %v", tt.name, d.Sub(epoch0), ok, tt.want.Sub(epoch0))
+		}
+	}
+}
+
+// connectResponse is the body of a ZooKeeper connect response.
+func connectResponse(timeout time.Duration, sid int64) []byte {
+	b := binary.BigEndian.AppendUint32(nil, 0) // protocol version
+	b = binary.BigEndian.AppendUint32(b, uint32(timeout/time.Millisecond))
+	b = binary.BigEndian.AppendUint64(b, uint64(sid))
+	return binary.BigEndian.AppendUint32(b, 16) // password length; the password is not read
+}
+
+// frame prefixes body with its length, as ZooKeeper's packets are.
+func frame(body []byte) []byte {
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)
+}
+
+// scriptConn is a net.Conn whose reads return what the test queued and
+// whose writes are swallowed.
+type scriptConn struct {
+	net.Conn
+	mu    sync.Mutex
+	reads [][]byte
+}
+
+func (c *scriptConn) Write(p []byte) (int, error) { return len(p), nil }
+
+func (c *scriptConn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := c.reads[0]
+	n := copy(p, b)
+	if n == len(b) {
+		c.reads = c.reads[1:]
+	} else {
+		c.reads[0] = b[n:]
+	}
+	return n, nil
+}
+
+func (c *scriptConn) queue(b []byte) {
+	c.mu.Lock()
+	c.reads = append(c.reads, b)
+	c.mu.Unlock()
+}
+
+// TestTrackedConn runs a handshake and requests through the dialer
+// keepalive wraps: send times come from the clock, answers match requests
+// in order, watch notifications answer nothing, and a handshake with a new
+// timeout is reported once.
+func TestTrackedConn(t *testing.T) {
+	clk := clock.NewFake(epoch0)
+	var heard, renegotiated atomic.Int32
+	var lastTimeout atomic.Int64
+	ka := &keepalive{clk: clk}
+	ka.onHeard = func() { heard.Add(1) }
+	ka.onTimeout = func(d time.Duration) { renegotiated.Add(1); lastTimeout.Store(int64(d)) }
+	sc := &scriptConn{}
+	dial := ka.wrap(func(string, string, time.Duration) (net.Conn, error) { return sc, nil })
+	c, err := dial("tcp", "x:1", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 256)
+	write := func(body []byte) {
+		if _, err := c.Write(frame(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(b []byte) {
+		sc.queue(b)
+		for sc.pending() {
+			if _, err := c.Read(buf[:7]); err != nil { // odd sizes split the packets
+				t.Fatal(err)
+			}
+		}
+	}
+
+	write(make([]byte, 40)) // connect request at 0
+	clk.Advance(time.Second)
+	read(frame(connectResponse(6*time.Second, 0x55)))
+	if got := ka.negotiated(); got != 6*time.Second {
+		t.Errorf("negotiated() = %v; want 6s", got)
+	}
+	if ka.sessionID.Load() != 0x55 || renegotiated.Load() != 1 || lastTimeout.Load() != int64(6*time.Second) {
+		t.Errorf("after the handshake: session 0x%x, %d timeout reports (last %v); want 0x55, 1, 6s",
+			ka.sessionID.Load(), renegotiated.Load(), time.Duration(lastTimeout.Load()))
+	}
+	if d, _ := ka.deadline(func(d time.Duration) time.Duration { return d / 2 }); !d.Equal(epoch0.Add(3 * time.Second)) {
+		t.Errorf("deadline after the handshake = %v; want 3s (sent at 0, timeout 6s, margin 3s)", d.Sub(epoch0))
+	}
+
+	// Two requests at 2s and 3s; a watch notification, then both answers.
+	clk.Advance(time.Second)
+	write([]byte{0, 0, 0, 1, 0, 0, 0, 4})
+	clk.Advance(time.Second)
+	write([]byte{0, 0, 0, 2, 0, 0, 0, 4})
+	notification := []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	read(append(frame(notification), frame([]byte{0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9})...))
+	if got := time.Unix(0, ka.heard.Load()); !got.Equal(epoch0.Add(2 * time.Second)) {
+		t.Errorf("heard after the first answer = %v; want 2s (the notification answers nothing)", got.Sub(epoch0))
+	}
+	read(frame([]byte{0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 9}))
+	if got := time.Unix(0, ka.heard.Load()); !got.Equal(epoch0.Add(3 * time.Second)) {
+		t.Errorf("heard after the second answer = %v; want 3s", got.Sub(epoch0))
+	}
+	if heard.Load() != 3 {
+		t.Errorf("onHeard called %d times; want 3 (handshake, two answers)", heard.Load())
+	}
+
+	// A new connection: same timeout (not reported again), then an expired
+	// session (no session id, no answer recorded), then a new timeout.
+	for i, tc := range []struct {
+		timeout time.Duration
+		sid     int64
+		reports int32
+		heard   time.Duration
+	}{
+		{6 * time.Second, 0x55, 1, 4 * time.Second},
+		{6 * time.Second, 0, 1, 4 * time.Second},
+		{2 * time.Second, 0x56, 2, 6 * time.Second},
+	} {
+		c, _ = dial("tcp", "x:1", time.Second)
+		clk.Advance(time.Second)
+		write(make([]byte, 40))
+		read(frame(connectResponse(tc.timeout, tc.sid)))
+		if ka.sessionID.Load() != tc.sid || renegotiated.Load() != tc.reports {
+			t.Errorf("handshake %d: session 0x%x, %d timeout reports; want 0x%x, %d", i, ka.sessionID.Load(), renegotiated.Load(), tc.sid, tc.reports)
+		}
+		if got := time.Unix(0, ka.heard.Load()).Sub(epoch0); got != tc.heard {
+			t.Errorf("handshake %d: heard at %v; want %v", i, got, tc.heard)
+		}
+	}
+}
+
+func (c *scriptConn) pending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.reads) > 0
+}
+
+// TestKeepaliveRun sends a request every interval while the connection has
+// a session, and keeps at most KeepaliveFraction unanswered.
+func TestKeepaliveRun(t *testing.T) {
+	clk := clock.NewFake(epoch0)
+	ka := &keepalive{clk: clk}
+	link := &fakeLink{}
+	g := newGroup()
+	var sent atomic.Int32
+	answer := make(chan struct{})
+	const every = 250 * time.Millisecond
+	g.spawn(func() {
+		ka.run(g, link, func() { sent.Add(1); <-answer }, func() time.Duration { return every })
+	})
+	defer func() {
+		close(answer)
+		close(g.closing)
+		g.wg.Wait()
+	}()
+	tick := func() {
+		clk.WaitTimers(1)
+		clk.Advance(every)
+	}
+	waitSent := func(want int32) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for sent.Load() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d keepalives sent; want %d", sent.Load(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	tick()
+	tick()
+	clk.WaitTimers(1)
+	if sent.Load() != 0 {
+		t.Fatalf("%d keepalives sent without a session; want 0", sent.Load())
+	}
+	link.set(zk.StateHasSession, 1)
+	for i := int32(1); i <= KeepaliveFraction+3; i++ {
+		tick()
+		waitSent(min(i, KeepaliveFraction))
+	}
+	clk.WaitTimers(1)
+	time.Sleep(10 * time.Millisecond)
+	if got := sent.Load(); got != KeepaliveFraction {
+		t.Fatalf("%d keepalives outstanding; want at most %d", got, KeepaliveFraction)
+	}
+	answer <- struct{}{} // one answered: one slot free
+	deadline := time.Now().Add(5 * time.Second)
+	for sent.Load() == KeepaliveFraction {
+		if time.Now().After(deadline) {
+			t.Fatal("no keepalive after an answer freed a slot")
+		}
+		tick()
+	}
+}
