@@ -44,7 +44,7 @@ func TestQueueOrder(t *testing.T) {
 	}
 }
 
-// TestFrames checks the framing that liveness relies on, with packets split
+// TestFrames checks the framing that keepalive relies on, with packets split
 // and joined arbitrarily.
 func TestFrames(t *testing.T) {
 	var stream []byte

@@ -26,7 +26,6 @@ type Locker struct {
 	conn  *zk.Conn
 	owned bool // Dial: Close closes conn
 	o     *options
-	ka    *keepalive // Dial only
 	g     *group
 	ss    *sessions
 	jan   *janitor
@@ -91,7 +90,7 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 	l.owned = true
 	l.start(conn, nil)
 	l.g.spawn(func() {
-		l.ka.run(l.g, l.conn, func() {
+		ka.run(l.g, l.conn, func() {
 			// "/" always exists, and exists needs no permission on it.
 			_, _, _ = l.conn.Exists("/")
 		}, l.keepaliveInterval)
@@ -169,7 +168,7 @@ func New(conn *zk.Conn, events <-chan zk.Event, opts ...Option) (*Locker, error)
 // keepalive, nil for New; poll is New's: poll the watches of held leases.
 func newLocker(o *options, ka *keepalive, poll bool) *Locker {
 	g := newGroup()
-	l := &Locker{o: o, ka: ka, g: g, down: make(chan struct{})}
+	l := &Locker{o: o, g: g, down: make(chan struct{})}
 	l.ss = newSessions(o.clock, ka, o, g.closing)
 	l.jan = newJanitor(g, o.Logger)
 	l.tab = newLeaseTable(g, l.ss, l.jan, poll)
