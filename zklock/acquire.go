@@ -186,13 +186,15 @@ func (l *Locker) discard(path string) {
 // whose reply was lost is looked up by its prefix; one abandoned while in
 // flight is cleaned up when its reply comes.
 func (a *acquisition) create(ctx context.Context) (string, error) {
-	l := a.l
+	// The request and the clean-up of an abandoned one may outlive this
+	// attempt (the next one takes another prefix): they read copies.
+	l, parent, prefix := a.l, a.parent, a.prefix
 	abandoned := func(p string, err error) {
 		switch {
 		case err == nil:
 			l.jan.add(cleanup{path: p})
 		case isConnErr(err):
-			l.jan.add(cleanup{parent: a.parent, prefix: a.prefix})
+			l.jan.add(cleanup{parent: parent, prefix: prefix})
 		}
 	}
 	for attempt := 0; ; attempt++ {
@@ -200,7 +202,7 @@ func (a *acquisition) create(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("creating the lock znode under %s keeps failing", a.parent)
 		}
 		path, err := start(l.g, func() (string, error) {
-			return l.conn.Create(a.parent+"/"+a.prefix, []byte(l.o.Identity), zk.FlagEphemeralSequential, l.o.acl)
+			return l.conn.Create(parent+"/"+prefix, []byte(l.o.Identity), zk.FlagEphemeralSequential, l.o.acl)
 		}, abandoned).wait(ctx, l.g, a.s)
 		switch {
 		case err == nil:
