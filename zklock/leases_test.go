@@ -1,0 +1,135 @@
+package zklock
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/internal/leasestate"
+	"github.com/fencelock/fencelock/lock"
+)
+
+// TestLeaseTable drives the lease table by hand (no connection, its
+// goroutine not started): events before the grant are kept for it, events
+// for held leases are routed, and leases end with their session.
+func TestLeaseTable(t *testing.T) {
+	o, err := buildOptions([]Option{WithSessionTimeout(time.Second), WithLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLocker(o, nil, false)
+	tab := l.tab
+	s := &session{id: 1, done: make(chan struct{})}
+	n := 0
+	newLease := func() *Lease {
+		n++
+		return &Lease{l: l, s: s, name: "x", path: fmt.Sprintf("/fencelock/x/~%d", n), czxid: int64(n), st: leasestate.New()}
+	}
+	deleted := func(path string) zk.Event { return zk.Event{Type: zk.EventNodeDeleted, Path: path} }
+	wantEnd := func(le *Lease, sentinel error, text string) {
+		t.Helper()
+		select {
+		case <-le.Done():
+		default:
+			t.Fatalf("lease %s still held; want it ended (%v)", le.path, sentinel)
+		}
+		if err := le.Err(); !errors.Is(err, sentinel) || !strings.Contains(err.Error(), text) {
+			t.Errorf("lease %s: Err() = %v; want an error wrapping %v containing %q", le.path, err, sentinel, text)
+		}
+		if tab.held() != nil && containsLease(tab.held(), le) {
+			t.Errorf("lease %s still in the table after it ended", le.path)
+		}
+	}
+
+	// A deletion between the watch and the grant is acted on at the grant.
+	early := newLease()
+	tab.track(early.path)
+	tab.route(zk.Event{Type: zk.EventSession, Path: early.path}) // not a node event: ignored
+	tab.route(deleted("/elsewhere"))                              // not ours: ignored
+	tab.route(deleted(early.path))
+	if err := tab.hold(early, nil); err != nil {
+		t.Fatalf("hold() = %v", err)
+	}
+	wantEnd(early, lock.ErrLost, "was deleted")
+
+	// A re-listing forgets what the earlier watch said.
+	relisted := newLease()
+	tab.track(relisted.path)
+	tab.route(deleted(relisted.path))
+	tab.track(relisted.path)
+	if err := tab.hold(relisted, nil); err != nil {
+		t.Fatalf("hold() = %v", err)
+	}
+	if relisted.endErr() != nil {
+		t.Fatalf("a forgotten event ended the lease: %v", relisted.endErr())
+	}
+
+	// A deletion of a held lease's znode is routed to it.
+	tab.route(deleted(relisted.path))
+	tab.handleEvents()
+	wantEnd(relisted, lock.ErrLost, "was deleted")
+
+	// A lease that Release has taken over is left to Release.
+	releasing := newLease()
+	tab.track(releasing.path)
+	if err := tab.hold(releasing, nil); err != nil {
+		t.Fatalf("hold() = %v", err)
+	}
+	releasing.st.BeginRelease()
+	tab.route(deleted(releasing.path))
+	tab.handleEvents()
+	if releasing.endErr() != nil {
+		t.Errorf("an event ended a lease being released: %v", releasing.endErr())
+	}
+
+	// The end of the session ends its leases as lost; no lease is granted
+	// in an ended session.
+	held := newLease()
+	tab.track(held.path)
+	if err := tab.hold(held, nil); err != nil {
+		t.Fatalf("hold() = %v", err)
+	}
+	s.err = fmt.Errorf("%w: session 0x1 expired", lock.ErrLost)
+	close(s.done)
+	tab.sessionEnd()
+	if !tab.sessionEnded.Swap(false) {
+		t.Fatal("sessionEnd did not raise the flag")
+	}
+	tab.endSessionLeases()
+	wantEnd(held, lock.ErrLost, "session 0x1 expired")
+	if err := tab.hold(newLease(), nil); !errors.Is(err, lock.ErrLost) {
+		t.Errorf("hold() in an ended session = %v; want its error", err)
+	}
+
+	// Close ends the leases of its session as released.
+	s = &session{id: 2, done: make(chan struct{})}
+	closed := newLease()
+	tab.track(closed.path)
+	if err := tab.hold(closed, nil); err != nil {
+		t.Fatalf("hold() = %v", err)
+	}
+	l.ss.cur = s
+	l.ss.close()
+	tab.endSessionLeases()
+	wantEnd(closed, lock.ErrReleased, "locker closed")
+	if err := tab.hold(newLease(), nil); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("hold() after Close = %v; want lock.ErrClosed", err)
+	}
+	if got := len(l.jan.pending); got != 4 {
+		t.Errorf("%d znodes queued for the janitor; want 4 (three lost leases, one closed)", got)
+	}
+}
+
+func containsLease(les []*Lease, le *Lease) bool {
+	for _, x := range les {
+		if x == le {
+			return true
+		}
+	}
+	return false
+}
