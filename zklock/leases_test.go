@@ -50,7 +50,7 @@ func TestLeaseTable(t *testing.T) {
 	early := newLease()
 	tab.track(early.path)
 	tab.route(zk.Event{Type: zk.EventSession, Path: early.path}) // not a node event: ignored
-	tab.route(deleted("/elsewhere"))                              // not ours: ignored
+	tab.route(deleted("/elsewhere"))                             // not ours: ignored
 	tab.route(deleted(early.path))
 	if err := tab.hold(early, nil); err != nil {
 		t.Fatalf("hold() = %v", err)
