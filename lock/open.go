@@ -127,21 +127,24 @@ func describe(u *url.URL) string {
 	return c.String()
 }
 
+// The URL helpers below are for drivers. Their errors carry no package
+// prefix: the driver adds its own ("zklock: open: …"), once.
+
 // URLHosts returns the comma-separated host:port list of a backend URL. An
 // empty list, an empty element, or an element without a port (1 to 65535)
 // is an error wrapping [ErrInvalidConfig]. It is a helper for drivers.
 func URLHosts(u *url.URL) ([]string, error) {
 	if u == nil {
-		return nil, fmt.Errorf("lock: URL hosts: %w: nil URL", ErrInvalidConfig)
+		return nil, fmt.Errorf("URL hosts: %w: nil URL", ErrInvalidConfig)
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("lock: %s URL %q: %w: no host", u.Scheme, describe(u), ErrInvalidConfig)
+		return nil, fmt.Errorf("%s URL %q: %w: no host", u.Scheme, describe(u), ErrInvalidConfig)
 	}
 	hosts := strings.Split(u.Host, ",")
 	for _, h := range hosts {
 		i := strings.LastIndexByte(h, ':')
 		if h == "" || i <= 0 || !validPort(h[i+1:]) {
-			return nil, fmt.Errorf("lock: %s URL %q: %w: host %q is not host:port", u.Scheme, describe(u), ErrInvalidConfig, h)
+			return nil, fmt.Errorf("%s URL %q: %w: host %q is not host:port", u.Scheme, describe(u), ErrInvalidConfig, h)
 		}
 	}
 	return hosts, nil
@@ -165,7 +168,7 @@ func validPort(p string) bool {
 // backends check their namespace options with the same rule.
 func URLPath(u *url.URL) (string, error) {
 	if u == nil {
-		return "", fmt.Errorf("lock: URL path: %w: nil URL", ErrInvalidConfig)
+		return "", fmt.Errorf("URL path: %w: nil URL", ErrInvalidConfig)
 	}
 	p := strings.TrimPrefix(u.Path, "/")
 	if p == "" {
@@ -173,7 +176,7 @@ func URLPath(u *url.URL) (string, error) {
 	}
 	ns, err := names.ParseNamespace(p)
 	if err != nil {
-		return "", fmt.Errorf("lock: %s URL %q: %w: path: %w", u.Scheme, describe(u), ErrInvalidConfig, err)
+		return "", fmt.Errorf("%s URL %q: %w: path: %w", u.Scheme, describe(u), ErrInvalidConfig, err)
 	}
 	if ns.Rooted {
 		return "/" + ns.Path, nil
@@ -186,11 +189,11 @@ func URLPath(u *url.URL) (string, error) {
 // allowed, or has a key given more than once. It is a helper for drivers.
 func CheckQuery(u *url.URL, allowed ...string) (url.Values, error) {
 	if u == nil {
-		return nil, fmt.Errorf("lock: URL query: %w: nil URL", ErrInvalidConfig)
+		return nil, fmt.Errorf("URL query: %w: nil URL", ErrInvalidConfig)
 	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
-		return nil, fmt.Errorf("lock: %s URL %q: %w: query: %w", u.Scheme, describe(u), ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%s URL %q: %w: query: %w", u.Scheme, describe(u), ErrInvalidConfig, err)
 	}
 	keys := make([]string, 0, len(q))
 	for k := range q {
@@ -199,10 +202,10 @@ func CheckQuery(u *url.URL, allowed ...string) (url.Values, error) {
 	sort.Strings(keys) // report the same key every time
 	for _, k := range keys {
 		if !slices.Contains(allowed, k) {
-			return nil, fmt.Errorf("lock: %s URL %q: %w: unknown query key %q (known: %s)", u.Scheme, describe(u), ErrInvalidConfig, k, strings.Join(allowed, ", "))
+			return nil, fmt.Errorf("%s URL %q: %w: unknown query key %q (known: %s)", u.Scheme, describe(u), ErrInvalidConfig, k, strings.Join(allowed, ", "))
 		}
 		if n := len(q[k]); n != 1 {
-			return nil, fmt.Errorf("lock: %s URL %q: %w: query key %q given %d times", u.Scheme, describe(u), ErrInvalidConfig, k, n)
+			return nil, fmt.Errorf("%s URL %q: %w: query key %q given %d times", u.Scheme, describe(u), ErrInvalidConfig, k, n)
 		}
 	}
 	return q, nil
@@ -218,14 +221,14 @@ func URLDuration(q url.Values, key string) (time.Duration, bool, error) {
 		return 0, false, nil
 	}
 	if len(s) != 1 {
-		return 0, true, fmt.Errorf("lock: URL query %s: %w: given %d times", key, ErrInvalidConfig, len(s))
+		return 0, true, fmt.Errorf("URL query %s: %w: given %d times", key, ErrInvalidConfig, len(s))
 	}
 	d, err := time.ParseDuration(s[0])
 	if err != nil {
-		return 0, true, fmt.Errorf("lock: URL query %s=%q: %w: %w", key, s[0], ErrInvalidConfig, err)
+		return 0, true, fmt.Errorf("URL query %s=%q: %w: %w", key, s[0], ErrInvalidConfig, err)
 	}
 	if d <= 0 {
-		return 0, true, fmt.Errorf("lock: URL query %s=%q: %w: must be positive", key, s[0], ErrInvalidConfig)
+		return 0, true, fmt.Errorf("URL query %s=%q: %w: must be positive", key, s[0], ErrInvalidConfig)
 	}
 	return d, true, nil
 }
