@@ -33,6 +33,14 @@ var (
 	// waiting Acquire that Close interrupted.
 	ErrClosed = errors.New("locker closed")
 
+	// ErrIncompatible is wrapped by the calls of [SharedLocker] and
+	// [Semaphore], and by Acquire and TryAcquire, when the request cannot
+	// join the queue of its name: it asks for a semaphore with a limit
+	// other than the limit of the requests queued before it, or it mixes
+	// semaphore requests with lock (shared or exclusive) requests on one
+	// name. Such a request is never granted and leaves no record.
+	ErrIncompatible = errors.New("incompatible request")
+
 	// ErrInvalidName is wrapped by every call given a name that breaks the
 	// rule documented on [ValidateName].
 	ErrInvalidName = errors.New("invalid name")
