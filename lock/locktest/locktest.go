@@ -56,7 +56,11 @@
 // record created, one record per acquisition, FIFO waiters that each wait
 // only for their predecessor's record to vanish, no records left by a
 // failed or cancelled Acquire, sessions that a test can expire with
-// [Memory.ExpireSession], and observation of the holder.
+// [Memory.ExpireSession], and observation of the holder. It also offers
+// read-write locks, semaphores and the list of holders
+// ([lock.SharedLocker], [lock.Semaphore], [lock.HolderLister]), queued and
+// woken by the rules documented on lock.SharedLocker: one FIFO queue per
+// name, and each waiter waiting for one record only.
 //
 // Memory models a single, always-available server: there is no network, no
 // clock, no keepalive and no partition, so a lease is lost only when a test

@@ -87,7 +87,7 @@ func TestSuiteCatchesFaults(t *testing.T) {
 		{"close-noop", "Close", true, "Done() open after Close returned"},
 		{"accept-invalid", "InvalidName", true, "want nil, an error wrapping invalid name"},
 		{"retry-on-lost", "SessionExpiryWaiter", true, "Acquire waiting on an expired session did not return"},
-		{"observe-skips-free", "Observe", true, "want {Identity: Token:0}"},
+		{"observe-skips-free", "Observe", true, "want {Identity: Token:0 "},
 		{"observe-skips-free+mayskip", "Observe", true, "released after quick grants"},
 		{"observe-conflates", "Observe", true, "quick grants: observed"},
 		// What ObserveMaySkip allows: a burst reported as its last state.
