@@ -56,13 +56,24 @@ import "context"
 //
 // # Herd-free waits
 //
-// Backends wake only the waiters a change admits: each waiter watches
-// exactly one record and re-examines the queue when that record goes.
-// An exclusive waiter watches its immediate predecessor; a shared waiter
-// watches the nearest earlier exclusive request; a semaphore waiter with
-// limit n watches the request n places ahead of it. That request may leave
-// while others ahead of the waiter are still there; the waiter then picks
-// its new record to watch by the same rule.
+// Backends wake only the waiters a change may admit: each waiter watches
+// the records named below, and nothing else, and re-examines the queue
+// when one of them goes, picking its records to watch afresh by the same
+// rule if it is still not admitted.
+//
+//   - An exclusive waiter watches its immediate predecessor.
+//   - A shared waiter watches the nearest earlier exclusive request.
+//   - A semaphore waiter with limit n watches the n requests immediately
+//     ahead of it.
+//
+// The semaphore rule cannot be narrowed to the one request n places ahead:
+// permits are released in any order, and the waiter behind holders A and
+// B of a limit-2 semaphore must be admitted when B goes first, as when A
+// does. A request leaving from further ahead than the n watched ones
+// shifts the waiter and its n predecessors together, so what it watches
+// stays right. A deletion therefore wakes at most one waiter of a lock,
+// the waiters right behind a writer, or n waiters of a semaphore (of which
+// it admits one); the count does not grow with the length of the queue.
 type SharedLocker interface {
 	// AcquireShared blocks until it holds a shared grant of name: until no
 	// exclusive request that arrived before it remains. It fails like

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -149,22 +150,26 @@ func admitted(q []*record, i int, k kind, limit int) bool {
 	return i == 0
 }
 
-// watched returns the one record that the request at position i of q,
-// not yet admitted, waits to see deleted: the herd-free rule documented on
-// lock.SharedLocker.
-func watched(q []*record, i int) *record {
+// watched returns the records that the request at position i of q, not
+// yet admitted, waits to see deleted: the herd-free rule documented on
+// lock.SharedLocker. An exclusive waiter watches its predecessor, a shared
+// waiter the nearest earlier exclusive request, and a semaphore waiter
+// with limit n the n requests right ahead of it: the deletion of any of
+// them may admit it (permits are released in any order), and the deletion
+// of a request further ahead leaves those n in place.
+func watched(q []*record, i int) []*record {
 	r := q[i]
 	switch r.kind {
 	case shared:
 		for j := i - 1; j >= 0; j-- {
 			if q[j].kind == exclusive {
-				return q[j]
+				return q[j : j+1]
 			}
 		}
 	case permit:
-		return q[i-r.limit]
+		return q[i-r.limit : i]
 	}
-	return q[i-1]
+	return q[i-1 : i]
 }
 
 // incompatibleLocked explains why a request of kind k with limit cannot
@@ -348,17 +353,20 @@ func (l *MemLocker) acquire(ctx context.Context, op, name string, k kind, limit 
 			m.mu.Unlock()
 			return le, nil
 		}
-		// Wait for one record only, so that a release wakes only the
-		// waiters it may admit. Expiry and Close delete r and set r.why
-		// before closing the channels below, so the loop reports them.
-		pred := watched(q, i)
-		m.mu.Unlock()
-		select {
-		case <-pred.gone:
-		case <-ctx.Done():
-		case <-s.expired:
-		case <-l.closing:
+		// Wait for the records the herd-free rule names only, so that a
+		// deletion wakes a bounded number of waiters. Expiry and Close
+		// delete r and set r.why before closing the channels below, so
+		// the loop reports them.
+		cases := []reflect.SelectCase{
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.expired)},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(l.closing)},
 		}
+		for _, w := range watched(q, i) {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.gone)})
+		}
+		m.mu.Unlock()
+		reflect.Select(cases)
 		m.mu.Lock()
 	}
 }
