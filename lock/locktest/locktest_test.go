@@ -759,7 +759,8 @@ func (f *faulty) overtake(ctx context.Context, name string) (lock.Lease, bool) {
 	}
 	n := len(f.m.Records(name))
 	go func() { _, _ = f.MemLocker.AcquireShared(context.WithoutCancel(ctx), name) }()
-	for len(f.m.Records(name)) == n {
+	// Bounded, in case the Locker closes meanwhile and no record comes.
+	for deadline := time.Now().Add(time.Second); len(f.m.Records(name)) == n && time.Now().Before(deadline); {
 		runtime.Gosched()
 	}
 	le, err := f.wrap(f.MemLocker.TryAcquireSemaphore(ctx, name+"/overtake", bigLimit))
@@ -834,7 +835,9 @@ func (f *faulty) lifo(ctx context.Context, name string, limit int) (lock.Lease, 
 	defer ph.Release(context.Background())
 	mine := fmt.Sprintf("%s/wait/%d", name, ph.Token())
 	for {
-		if recs := f.m.Records(name + "/wait"); recs[len(recs)-1] == mine {
+		// The placeholder may be gone already (Close, expiry): then
+		// ph.Done below ends the wait.
+		if recs := f.m.Records(name + "/wait"); len(recs) > 0 && recs[len(recs)-1] == mine {
 			le, err := f.MemLocker.TryAcquireSemaphore(ctx, name, limit)
 			if !errors.Is(err, lock.ErrLocked) {
 				return f.wrap(le, err)
