@@ -13,7 +13,9 @@ import (
 // package whose exported function returned it ("etcdlock: lease "x"
 // (token 5): lease lost: …"), however many layers wrapped it on the way.
 var (
-	// ErrLocked is returned by TryAcquire when another lease holds the lock.
+	// ErrLocked is returned by TryAcquire when another lease holds the lock,
+	// and by TryAcquireShared and TryAcquireSemaphore when the request
+	// would have to wait (see [SharedLocker] and [Semaphore]).
 	ErrLocked = errors.New("locked by another holder")
 
 	// ErrNotHeld is returned by Holder when nobody holds the lock.

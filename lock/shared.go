@@ -6,7 +6,8 @@ import "context"
 // shared (read) side is here, the exclusive (write) side is
 // [Locker.Acquire] and [Locker.TryAcquire] on the same name. Like
 // [Observer], [Semaphore] and [HolderLister], it is found by a type
-// assertion on a Locker. The rules below are the contract of all three.
+// assertion on a Locker. The rules below are the contract of these three
+// interfaces and of the exclusive side.
 //
 // # One queue per name
 //
