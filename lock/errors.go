@@ -13,7 +13,9 @@ import (
 // package whose exported function returned it ("etcdlock: lease "x"
 // (token 5): lease lost: …"), however many layers wrapped it on the way.
 var (
-	// ErrLocked is returned by TryAcquire when another lease holds the lock.
+	// ErrLocked is returned by TryAcquire when another lease holds the lock,
+	// and by TryAcquireShared and TryAcquireSemaphore when the request
+	// would have to wait (see [SharedLocker] and [Semaphore]).
 	ErrLocked = errors.New("locked by another holder")
 
 	// ErrNotHeld is returned by Holder when nobody holds the lock.
@@ -32,6 +34,14 @@ var (
 	// ErrClosed is returned by every call on a Locker after Close, and by a
 	// waiting Acquire that Close interrupted.
 	ErrClosed = errors.New("locker closed")
+
+	// ErrIncompatible is wrapped by the calls of [SharedLocker] and
+	// [Semaphore], and by Acquire and TryAcquire, when the request cannot
+	// join the queue of its name: it asks for a semaphore with a limit
+	// other than the limit of the requests queued before it, or it mixes
+	// semaphore requests with lock (shared or exclusive) requests on one
+	// name. Such a request is never granted and leaves no record.
+	ErrIncompatible = errors.New("incompatible request")
 
 	// ErrInvalidName is wrapped by every call given a name that breaks the
 	// rule documented on [ValidateName].

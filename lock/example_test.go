@@ -111,3 +111,89 @@ func ExampleValidateName() {
 	// invalid name: "a//b": empty segment at offset 2
 	// invalid name: "../etc": segment ".." at offset 0
 }
+
+// Readers share a lock and a writer excludes them. The shared side is an
+// optional interface, found by a type assertion on the Locker.
+func ExampleSharedLocker() {
+	ctx := context.Background()
+	mem := locktest.NewMemory()
+	var reader, writer lock.Locker = mem.NewLocker("reader"), mem.NewLocker("writer")
+	defer reader.Close()
+	defer writer.Close()
+
+	rw, ok := reader.(lock.SharedLocker)
+	if !ok {
+		fmt.Println("this backend has no read-write locks")
+		return
+	}
+	r1, err := rw.AcquireShared(ctx, "cache/config")
+	if err != nil {
+		fmt.Println("acquire shared:", err)
+		return
+	}
+	r2, err := rw.TryAcquireShared(ctx, "cache/config")
+	fmt.Println("second reader admitted:", err == nil)
+
+	// A writer waits for the readers; TryAcquire says so at once.
+	_, err = writer.TryAcquire(ctx, "cache/config")
+	fmt.Println("writer refused:", errors.Is(err, lock.ErrLocked))
+
+	_ = r1.Release(ctx)
+	_ = r2.Release(ctx)
+	w, err := writer.Acquire(ctx, "cache/config")
+	if err != nil {
+		fmt.Println("acquire:", err)
+		return
+	}
+	fmt.Println("writer token above the readers':", w.Token() > r1.Token() && w.Token() > r2.Token())
+	_ = w.Release(ctx)
+	// Output:
+	// second reader admitted: true
+	// writer refused: true
+	// writer token above the readers': true
+}
+
+// A semaphore admits at most limit holders of a name at once: here, at
+// most two exports run together, wherever they run.
+func ExampleSemaphore() {
+	ctx := context.Background()
+	mem := locktest.NewMemory()
+	var locker lock.Locker = mem.NewLocker("exporter")
+	defer locker.Close()
+
+	sem, ok := locker.(lock.Semaphore)
+	if !ok {
+		fmt.Println("this backend has no semaphores")
+		return
+	}
+	var leases []lock.Lease
+	for i := range 3 {
+		le, err := sem.TryAcquireSemaphore(ctx, "exports", 2)
+		switch {
+		case errors.Is(err, lock.ErrLocked):
+			fmt.Println("export", i, "must wait")
+			continue
+		case err != nil:
+			fmt.Println("acquire semaphore:", err)
+			return
+		}
+		fmt.Println("export", i, "runs")
+		leases = append(leases, le)
+	}
+	if hl, ok := locker.(lock.HolderLister); ok {
+		hs, _ := hl.Holders(ctx, "exports")
+		fmt.Println("holders:", len(hs), "of limit", hs[0].Limit)
+	}
+	// Every request of a name must give the same limit.
+	_, err := sem.TryAcquireSemaphore(ctx, "exports", 5)
+	fmt.Println("other limit refused:", errors.Is(err, lock.ErrIncompatible))
+	for _, le := range leases {
+		_ = le.Release(ctx)
+	}
+	// Output:
+	// export 0 runs
+	// export 1 runs
+	// export 2 must wait
+	// holders: 2 of limit 2
+	// other limit refused: true
+}

@@ -125,13 +125,21 @@ type Lease interface {
 	Release(ctx context.Context) error
 }
 
-// Holder describes the lease that holds a lock.
+// Holder describes a lease that holds a lock. Holders of exclusive grants
+// compare equal to Holder{Identity: id, Token: tok}: the fields added for
+// shared grants and semaphores are zero for them.
 type Holder struct {
 	// Identity is the holding Locker's identity (by default
 	// hostname/pid/random; set with the backend's WithIdentity option).
 	Identity string
 	// Token is the holding lease's fencing token.
 	Token fencing.Token
+	// Shared is true for a shared grant ([SharedLocker]) and for a
+	// semaphore permit ([Semaphore]), false for an exclusive grant.
+	Shared bool
+	// Limit is the semaphore's limit for a semaphore permit, and 0 for a
+	// grant of a lock (shared or exclusive).
+	Limit int
 }
 
 // Observer is implemented by Lockers that can follow a lock's holder as it

@@ -13,6 +13,21 @@
 // and, when the Locker implements [lock.Observer], observation and its end
 // at Close.
 //
+// When the Locker implements [lock.SharedLocker], the suite checks the
+// read-write lock: readers share and exclude writers (on one Locker and
+// across Lockers), one FIFO queue without starvation either way,
+// TryAcquireShared refused while a writer holds or waits, tokens in request
+// order with a writer's above every reader admitted before it, handover
+// after a cancelled waiter and a closed holder, and (with a
+// [SessionExpirer]) after the session of a holder or of a waiter expires.
+// When it implements [lock.Semaphore]: at most limit holders among many
+// concurrent clients, FIFO grants, requests that disagree about the limit
+// or mix semaphore and lock requests refused with [lock.ErrIncompatible]
+// and never admitted, a limit below 1 refused, and the same handovers. When
+// it implements [lock.HolderLister]: every holder listed, in grant order,
+// with Shared and Limit set, and no waiter. Each of these checks also
+// requires that no record is left behind.
+//
 // Like testing/fstest.TestFS it looks for optional interfaces, and runs the
 // checks that need one only when it is present: a Harness that also
 // implements [RecordLister] lets the suite check that no record is left
@@ -56,7 +71,11 @@
 // record created, one record per acquisition, FIFO waiters that each wait
 // only for their predecessor's record to vanish, no records left by a
 // failed or cancelled Acquire, sessions that a test can expire with
-// [Memory.ExpireSession], and observation of the holder.
+// [Memory.ExpireSession], and observation of the holder. It also offers
+// read-write locks, semaphores and the list of holders
+// ([lock.SharedLocker], [lock.Semaphore], [lock.HolderLister]), queued and
+// woken by the rules documented on lock.SharedLocker: one FIFO queue per
+// name, and each waiter waiting for one record only.
 //
 // Memory models a single, always-available server: there is no network, no
 // clock, no keepalive and no partition, so a lease is lost only when a test
@@ -153,7 +172,8 @@ type Options struct {
 	ObserveMaySkip bool
 
 	// RequireOptional makes a missing optional interface ([SessionExpirer],
-	// [SessionStaller], [lock.Observer]) a test failure. By default the
+	// [SessionStaller], [lock.Observer], [lock.SharedLocker],
+	// [lock.Semaphore], [lock.HolderLister]) a test failure. By default the
 	// checks that need it are left out and listed with t.Log. A backend's
 	// own conformance test sets it, so that a harness that loses an
 	// interface cannot quietly drop checks.
@@ -207,6 +227,9 @@ func TestLockerWith(t *testing.T, h Harness, opts Options) {
 		t.Fatalf("NewLocker() = nil")
 	}
 	_, s.observer = probe.(lock.Observer)
+	_, s.shared = probe.(lock.SharedLocker)
+	_, s.sem = probe.(lock.Semaphore)
+	_, s.holders = probe.(lock.HolderLister)
 	if err := probe.Close(); err != nil {
 		t.Errorf("Close() of an unused Locker = %v; want nil", err)
 	}

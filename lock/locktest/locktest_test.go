@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -87,7 +88,7 @@ func TestSuiteCatchesFaults(t *testing.T) {
 		{"close-noop", "Close", true, "Done() open after Close returned"},
 		{"accept-invalid", "InvalidName", true, "want nil, an error wrapping invalid name"},
 		{"retry-on-lost", "SessionExpiryWaiter", true, "Acquire waiting on an expired session did not return"},
-		{"observe-skips-free", "Observe", true, "want {Identity: Token:0}"},
+		{"observe-skips-free", "Observe", true, "want {Identity: Token:0 "},
 		{"observe-skips-free+mayskip", "Observe", true, "released after quick grants"},
 		{"observe-conflates", "Observe", true, "quick grants: observed"},
 		// What ObserveMaySkip allows: a burst reported as its last state.
@@ -107,6 +108,26 @@ func TestSuiteCatchesFaults(t *testing.T) {
 		{"cancel-drops-late-grant", "CancelInFlight", true, "--- FAIL"},
 		{"release-cancelled-noop", "ReleaseCancelledContext", true, "Done() open after Release returned"},
 		{"observe-outlives-close", "ObserveEndsOnClose", true, "channel open after Close returned"},
+		{"shared-is-exclusive", "SharedExclusion", true, "AcquireShared while another Locker's reader holds did not return"},
+		{"shared-ignores-writer", "SharedExclusion", true, "TryAcquire while readers hold = "},
+		{"readers-overtake", "SharedFIFO", true, "reader that arrived after a queued writer returned"},
+		{"readers-overtake", "TryAcquireShared", true, "TryAcquireShared while a writer waits = "},
+		{"reader-token-offset", "SharedTokens", true, "(a reader admitted before it)"},
+		{"ignore-cancel", "SharedHandover", true, "writer's Acquire after its context was cancelled did not return"},
+		{"close-noop", "SharedHandover", true, "reader lease after Close of its Locker"},
+		{"retry-on-lost", "SharedSessionExpiry", true, "AcquireShared waiting on an expired session did not return"},
+		{"expiry-reports-released", "SharedSessionExpiry", true, "reader Err() after session expiry"},
+		{"semaphore-off-by-one", "SemaphoreLimit", true, "holders of a semaphore of limit 3"},
+		{"semaphore-off-by-one", "SemaphoreFIFO", true, "with every permit taken = "},
+		{"semaphore-lifo", "SemaphoreFIFO", true, "first waiter after the later holder released did not return"},
+		{"ignore-incompatible", "SemaphoreIncompatible", true, "want nil, an error wrapping incompatible request"},
+		{"limit-default", "SemaphoreIncompatible", true, "TryAcquireSemaphore(limit 0) = "},
+		{"ignore-cancel", "SemaphoreHandover", true, "AcquireSemaphore after its context was cancelled did not return"},
+		{"close-noop", "SemaphoreHandover", true, "permit after Close of its Locker"},
+		{"retry-on-lost", "SemaphoreSessionExpiry", true, "AcquireSemaphore waiting on an expired session did not return"},
+		{"expiry-reports-released", "SemaphoreSessionExpiry", true, "permit Err() after session expiry"},
+		{"holders-reversed", "Holders", true, "(grant order)"},
+		{"holders-not-shared", "Holders", true, "two readers and a queued writer"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fault+"/"+tt.subtest, func(t *testing.T) {
@@ -178,6 +199,9 @@ func (h *faultyHarness) ExpireSession(t *testing.T, l lock.Locker) {
 }
 
 func (h *faultyHarness) Records(t *testing.T, name string) []string {
+	if h.fault == "semaphore-lifo" {
+		return append(h.m.Records(name), h.m.Records(name+"/wait")...)
+	}
 	if h.fault != "split-brain" {
 		return h.m.Records(name)
 	}
@@ -665,4 +689,179 @@ func TestMemoryObserveEndsOnClose(t *testing.T) {
 	if err := errf(); !errors.Is(err, lock.ErrClosed) {
 		t.Errorf("error function after Close = %v; want an error wrapping %v", err, lock.ErrClosed)
 	}
+}
+
+// The faults of the optional interfaces for read-write locks, semaphores
+// and the list of holders. Side names (name + "/…") stand for grants made
+// outside the name's queue, as a backend that keys them apart would make.
+
+// bigLimit makes a semaphore that admits everyone.
+const bigLimit = 1 << 20
+
+func (f *faulty) AcquireShared(ctx context.Context, name string) (lock.Lease, error) {
+	switch f.fault {
+	case "shared-is-exclusive":
+		return f.wrap(f.MemLocker.Acquire(ctx, name))
+	case "shared-ignores-writer":
+		return f.wrap(f.MemLocker.AcquireSemaphore(ctx, name+"/r", bigLimit))
+	case "readers-overtake":
+		if le, ok := f.overtake(ctx, name); ok {
+			return le, nil
+		}
+	case "ignore-cancel":
+		ctx = context.WithoutCancel(ctx)
+	case "retry-on-lost":
+		for {
+			le, err := f.MemLocker.AcquireShared(ctx, name)
+			if !errors.Is(err, lock.ErrLost) {
+				return f.wrapShared(le, err)
+			}
+		}
+	case "ignore-incompatible":
+		le, err := f.MemLocker.AcquireShared(ctx, name)
+		if errors.Is(err, lock.ErrIncompatible) {
+			return f.wrap(f.MemLocker.AcquireShared(ctx, name+"/shared"))
+		}
+		return f.wrap(le, err)
+	}
+	return f.wrapShared(f.MemLocker.AcquireShared(ctx, name))
+}
+
+func (f *faulty) TryAcquireShared(ctx context.Context, name string) (lock.Lease, error) {
+	switch f.fault {
+	case "shared-is-exclusive":
+		return f.wrap(f.MemLocker.TryAcquire(ctx, name))
+	case "shared-ignores-writer":
+		return f.wrap(f.MemLocker.TryAcquireSemaphore(ctx, name+"/r", bigLimit))
+	case "readers-overtake":
+		if le, ok := f.overtake(ctx, name); ok {
+			return le, nil
+		}
+	case "ignore-incompatible":
+		le, err := f.MemLocker.TryAcquireShared(ctx, name)
+		if errors.Is(err, lock.ErrIncompatible) {
+			return f.wrap(f.MemLocker.TryAcquireShared(ctx, name+"/shared"))
+		}
+		return f.wrap(le, err)
+	}
+	return f.wrapShared(f.MemLocker.TryAcquireShared(ctx, name))
+}
+
+// overtake is the readers-overtake fault: a reader is admitted at once
+// whenever only readers hold the lock, queued writers or not, as by a
+// backend that looks at the holders rather than at the queue. It still
+// queues a record (collected by Close), so that the suite sees one record
+// per request.
+func (f *faulty) overtake(ctx context.Context, name string) (lock.Lease, bool) {
+	hs, err := f.MemLocker.Holders(ctx, name)
+	if err != nil || len(hs) == 0 || slices.ContainsFunc(hs, func(h lock.Holder) bool { return !h.Shared }) {
+		return nil, false
+	}
+	n := len(f.m.Records(name))
+	go func() { _, _ = f.MemLocker.AcquireShared(context.WithoutCancel(ctx), name) }()
+	// Bounded, in case the Locker closes meanwhile and no record comes.
+	for deadline := time.Now().Add(time.Second); len(f.m.Records(name)) == n && time.Now().Before(deadline); {
+		runtime.Gosched()
+	}
+	le, err := f.wrap(f.MemLocker.TryAcquireSemaphore(ctx, name+"/overtake", bigLimit))
+	return le, err == nil
+}
+
+// wrapShared wraps a shared grant; with reader-token-offset its token comes
+// from a range of its own, as if readers drew tokens from another counter.
+func (f *faulty) wrapShared(le lock.Lease, err error) (lock.Lease, error) {
+	le, err = f.wrap(le, err)
+	if err == nil && f.fault == "reader-token-offset" {
+		le.(*faultyLease).tok += 1 << 40
+	}
+	return le, err
+}
+
+func (f *faulty) AcquireSemaphore(ctx context.Context, name string, limit int) (lock.Lease, error) {
+	switch f.fault {
+	case "semaphore-off-by-one":
+		limit++
+	case "limit-default":
+		limit = max(limit, 1)
+	case "ignore-cancel":
+		ctx = context.WithoutCancel(ctx)
+	case "retry-on-lost":
+		for {
+			le, err := f.MemLocker.AcquireSemaphore(ctx, name, limit)
+			if !errors.Is(err, lock.ErrLost) {
+				return f.wrap(le, err)
+			}
+		}
+	case "ignore-incompatible":
+		le, err := f.MemLocker.AcquireSemaphore(ctx, name, limit)
+		if errors.Is(err, lock.ErrIncompatible) {
+			return f.wrap(f.MemLocker.AcquireSemaphore(ctx, fmt.Sprintf("%s/%d", name, limit), limit))
+		}
+		return f.wrap(le, err)
+	case "semaphore-lifo":
+		return f.lifo(ctx, name, limit)
+	}
+	return f.wrap(f.MemLocker.AcquireSemaphore(ctx, name, limit))
+}
+
+func (f *faulty) TryAcquireSemaphore(ctx context.Context, name string, limit int) (lock.Lease, error) {
+	switch f.fault {
+	case "semaphore-off-by-one":
+		limit++
+	case "limit-default":
+		limit = max(limit, 1)
+	case "ignore-incompatible":
+		le, err := f.MemLocker.TryAcquireSemaphore(ctx, name, limit)
+		if errors.Is(err, lock.ErrIncompatible) {
+			return f.wrap(f.MemLocker.TryAcquireSemaphore(ctx, fmt.Sprintf("%s/%d", name, limit), limit))
+		}
+		return f.wrap(le, err)
+	}
+	return f.wrap(f.MemLocker.TryAcquireSemaphore(ctx, name, limit))
+}
+
+// lifo is the semaphore-lifo fault: waiters queue apart (under name +
+// "/wait", which the harness counts as records of name) and the newest
+// takes the next free permit.
+func (f *faulty) lifo(ctx context.Context, name string, limit int) (lock.Lease, error) {
+	le, err := f.MemLocker.TryAcquireSemaphore(ctx, name, limit)
+	if !errors.Is(err, lock.ErrLocked) {
+		return f.wrap(le, err)
+	}
+	ph, err := f.MemLocker.AcquireSemaphore(ctx, name+"/wait", bigLimit)
+	if err != nil {
+		return nil, err
+	}
+	defer ph.Release(context.Background())
+	mine := fmt.Sprintf("%s/wait/%d", name, ph.Token())
+	for {
+		// The placeholder may be gone already (Close, expiry): then
+		// ph.Done below ends the wait.
+		if recs := f.m.Records(name + "/wait"); len(recs) > 0 && recs[len(recs)-1] == mine {
+			le, err := f.MemLocker.TryAcquireSemaphore(ctx, name, limit)
+			if !errors.Is(err, lock.ErrLocked) {
+				return f.wrap(le, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-ph.Done():
+			return nil, ph.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+func (f *faulty) Holders(ctx context.Context, name string) ([]lock.Holder, error) {
+	hs, err := f.MemLocker.Holders(ctx, name)
+	switch f.fault {
+	case "holders-reversed":
+		slices.Reverse(hs)
+	case "holders-not-shared":
+		for i := range hs {
+			hs[i].Shared, hs[i].Limit = false, 0
+		}
+	}
+	return hs, err
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -33,10 +34,21 @@ type Memory struct {
 // NewMemory returns an empty Memory.
 func NewMemory() *Memory { return new(Memory) }
 
+// kind is what a request asks for.
+type kind int
+
+const (
+	exclusive kind = iota // Acquire, TryAcquire: the write lock
+	shared                // AcquireShared, TryAcquireShared: a read lock
+	permit                // AcquireSemaphore, TryAcquireSemaphore
+)
+
 // record is one acquisition's entry in a lock's queue.
 type record struct {
 	name  string
 	token fencing.Token
+	kind  kind
+	limit int // of a permit; 0 otherwise
 	owner *MemLocker
 	sess  *session
 	gone  chan struct{} // closed when the record is deleted
@@ -112,22 +124,81 @@ func (m *Memory) sessionRecords(s *session) []*record {
 	return rs
 }
 
-// holderLocked returns the holder of name, or the zero Holder.
+// holderLocked returns the earliest holder of name, or the zero Holder.
+// The first record of a queue is always admitted, whatever its kind.
 func (m *Memory) holderLocked(name string) lock.Holder {
 	q := m.queues[name]
 	if len(q) == 0 {
 		return lock.Holder{}
 	}
-	return lock.Holder{Identity: q[0].owner.identity, Token: q[0].token}
+	return q[0].holder()
 }
 
-func (m *Memory) createLocked(l *MemLocker, s *session, name string) *record {
+func (r *record) holder() lock.Holder {
+	return lock.Holder{Identity: r.owner.identity, Token: r.token, Shared: r.kind != exclusive, Limit: r.limit}
+}
+
+// admitted reports whether a request of kind k (with limit, for a permit)
+// at position i of q is granted: the rules documented on lock.SharedLocker.
+func admitted(q []*record, i int, k kind, limit int) bool {
+	switch k {
+	case shared:
+		return !slices.ContainsFunc(q[:i], func(r *record) bool { return r.kind == exclusive })
+	case permit:
+		return i < limit
+	}
+	return i == 0
+}
+
+// watched returns the records that the request at position i of q, not
+// yet admitted, waits to see deleted: the herd-free rule documented on
+// lock.SharedLocker. An exclusive waiter watches its predecessor, a shared
+// waiter the nearest earlier exclusive request, and a semaphore waiter
+// with limit n the n requests right ahead of it: the deletion of any of
+// them may admit it (permits are released in any order), and the deletion
+// of a request further ahead leaves those n in place.
+func watched(q []*record, i int) []*record {
+	r := q[i]
+	switch r.kind {
+	case shared:
+		for j := i - 1; j >= 0; j-- {
+			if q[j].kind == exclusive {
+				return q[j : j+1]
+			}
+		}
+	case permit:
+		return q[i-r.limit : i]
+	}
+	return q[i-1 : i]
+}
+
+// incompatibleLocked explains why a request of kind k with limit cannot
+// join name's queue, or returns "" if it can. The queue is consistent, so
+// its first record speaks for all.
+func (m *Memory) incompatibleLocked(name string, k kind, limit int) string {
+	q := m.queues[name]
+	if len(q) == 0 {
+		return ""
+	}
+	first := q[0]
+	switch {
+	case k == permit && first.kind != permit:
+		return "a semaphore request on a name in use as a lock"
+	case k != permit && first.kind == permit:
+		return fmt.Sprintf("a lock request on a name in use as a semaphore of limit %d", first.limit)
+	case k == permit && limit != first.limit:
+		return fmt.Sprintf("semaphore limit %d; the name's queued requests have limit %d", limit, first.limit)
+	}
+	return ""
+}
+
+func (m *Memory) createLocked(l *MemLocker, s *session, name string, k kind, limit int) *record {
 	before := m.holderLocked(name)
 	if m.queues == nil {
 		m.queues = map[string][]*record{}
 	}
 	m.rev++
-	r := &record{name: name, token: m.rev, owner: l, sess: s, gone: make(chan struct{})}
+	r := &record{name: name, token: m.rev, kind: k, limit: limit, owner: l, sess: s, gone: make(chan struct{})}
 	m.queues[name] = append(m.queues[name], r)
 	s.records[r] = true
 	m.notifyLocked(name, before)
@@ -166,8 +237,11 @@ func (m *Memory) notifyLocked(name string, before lock.Holder) {
 	}
 }
 
-// MemLocker is a [lock.Locker] and [lock.Observer] on a [Memory]. It is safe
-// for concurrent use. Its leases are [lock.Lease]s; Release and Close never
+// MemLocker is a [lock.Locker], [lock.Observer], [lock.SharedLocker],
+// [lock.Semaphore] and [lock.HolderLister] on a [Memory]. It is safe for
+// concurrent use. Holder and Observe report the earliest holder of a name
+// (for a shared lock or a semaphore, the one with the lowest token);
+// Holders reports all of them. Its leases are [lock.Lease]s; Release and Close never
 // block, and Observe runs one goroutine per observation, which ends with the
 // observation's context or with Close. Close returns once every call in
 // progress has returned and every observation has ended.
@@ -184,26 +258,53 @@ type MemLocker struct {
 }
 
 var (
-	_ lock.Locker   = (*MemLocker)(nil)
-	_ lock.Observer = (*MemLocker)(nil)
+	_ lock.Locker       = (*MemLocker)(nil)
+	_ lock.Observer     = (*MemLocker)(nil)
+	_ lock.SharedLocker = (*MemLocker)(nil)
+	_ lock.Semaphore    = (*MemLocker)(nil)
+	_ lock.HolderLister = (*MemLocker)(nil)
 )
 
 // Identity returns the identity that Holder reports for l's leases.
 func (l *MemLocker) Identity() string { return l.identity }
 
-// Acquire implements [lock.Locker].
+// Acquire implements [lock.Locker]. It is the write lock of
+// [MemLocker.AcquireShared].
 func (l *MemLocker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquire(ctx, "acquire", name, true)
+	return l.acquire(ctx, "acquire", name, exclusive, 0, true)
 }
 
 // TryAcquire implements [lock.Locker].
 func (l *MemLocker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquire(ctx, "try acquire", name, false)
+	return l.acquire(ctx, "try acquire", name, exclusive, 0, false)
 }
 
-func (l *MemLocker) acquire(ctx context.Context, op, name string, wait bool) (lock.Lease, error) {
+// AcquireShared implements [lock.SharedLocker].
+func (l *MemLocker) AcquireShared(ctx context.Context, name string) (lock.Lease, error) {
+	return l.acquire(ctx, "acquire shared", name, shared, 0, true)
+}
+
+// TryAcquireShared implements [lock.SharedLocker].
+func (l *MemLocker) TryAcquireShared(ctx context.Context, name string) (lock.Lease, error) {
+	return l.acquire(ctx, "try acquire shared", name, shared, 0, false)
+}
+
+// AcquireSemaphore implements [lock.Semaphore].
+func (l *MemLocker) AcquireSemaphore(ctx context.Context, name string, limit int) (lock.Lease, error) {
+	return l.acquire(ctx, "acquire semaphore", name, permit, limit, true)
+}
+
+// TryAcquireSemaphore implements [lock.Semaphore].
+func (l *MemLocker) TryAcquireSemaphore(ctx context.Context, name string, limit int) (lock.Lease, error) {
+	return l.acquire(ctx, "try acquire semaphore", name, permit, limit, false)
+}
+
+func (l *MemLocker) acquire(ctx context.Context, op, name string, k kind, limit int, wait bool) (lock.Lease, error) {
 	if err := lock.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("locktest: %s: %w", op, err)
+	}
+	if k == permit && limit < 1 {
+		return nil, fmt.Errorf("locktest: %s %q: %w: limit %d, want at least 1", op, name, lock.ErrInvalidConfig, limit)
 	}
 	m := l.m
 	m.mu.Lock()
@@ -218,17 +319,21 @@ func (l *MemLocker) acquire(ctx context.Context, op, name string, wait bool) (lo
 		m.mu.Unlock()
 		return nil, fmt.Errorf("locktest: %s %q: %w", op, name, err)
 	}
-	if !wait && len(m.queues[name]) > 0 {
+	if why := m.incompatibleLocked(name, k, limit); why != "" {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("locktest: %s %q: %w: %s", op, name, lock.ErrIncompatible, why)
+	}
+	if q := m.queues[name]; !wait && !admitted(q, len(q), k, limit) {
 		h := m.holderLocked(name)
 		m.mu.Unlock()
-		return nil, fmt.Errorf("locktest: %s %q: %w (held by %q with token %d)", op, name, lock.ErrLocked, h.Identity, h.Token)
+		return nil, fmt.Errorf("locktest: %s %q: %w (held by %q with token %d; %d requests queued)", op, name, lock.ErrLocked, h.Identity, h.Token, len(q))
 	}
 	if l.sess == nil {
 		m.lastSID++
 		l.sess = &session{id: m.lastSID, records: map[*record]bool{}, expired: make(chan struct{})}
 	}
 	s := l.sess
-	r := m.createLocked(l, s, name)
+	r := m.createLocked(l, s, name, k, limit)
 	for {
 		if r.why != nil {
 			err := r.why
@@ -242,23 +347,26 @@ func (l *MemLocker) acquire(ctx context.Context, op, name string, wait bool) (lo
 		}
 		q := m.queues[name]
 		i := slices.Index(q, r)
-		if i == 0 {
+		if admitted(q, i, k, limit) {
 			le := &memLease{m: m, rec: r, done: make(chan struct{})}
 			r.lease = le
 			m.mu.Unlock()
 			return le, nil
 		}
-		// Wait for the predecessor only, so that a release wakes one
-		// waiter. Expiry and Close delete r and set r.why before closing
-		// the channels below, so the loop reports them.
-		pred := q[i-1]
-		m.mu.Unlock()
-		select {
-		case <-pred.gone:
-		case <-ctx.Done():
-		case <-s.expired:
-		case <-l.closing:
+		// Wait for the records the herd-free rule names only, so that a
+		// deletion wakes a bounded number of waiters. Expiry and Close
+		// delete r and set r.why before closing the channels below, so
+		// the loop reports them.
+		cases := []reflect.SelectCase{
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.expired)},
+			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(l.closing)},
 		}
+		for _, w := range watched(q, i) {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.gone)})
+		}
+		m.mu.Unlock()
+		reflect.Select(cases)
 		m.mu.Lock()
 	}
 }
@@ -282,6 +390,33 @@ func (l *MemLocker) Holder(ctx context.Context, name string) (lock.Holder, error
 		return lock.Holder{}, fmt.Errorf("locktest: holder %q: %w", name, lock.ErrNotHeld)
 	}
 	return h, nil
+}
+
+// Holders implements [lock.HolderLister]: the admitted records of name, in
+// token order.
+func (l *MemLocker) Holders(ctx context.Context, name string) ([]lock.Holder, error) {
+	if err := lock.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("locktest: holders: %w", err)
+	}
+	m := l.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if l.closed {
+		return nil, fmt.Errorf("locktest: holders %q: %w", name, lock.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("locktest: holders %q: %w", name, err)
+	}
+	q := m.queues[name]
+	hs := []lock.Holder{}
+	// The admitted records are a prefix of the queue.
+	for i, r := range q {
+		if !admitted(q, i, r.kind, r.limit) {
+			break
+		}
+		hs = append(hs, r.holder())
+	}
+	return hs, nil
 }
 
 // Close implements [lock.Locker]: it releases l's leases (their Err wraps

@@ -20,6 +20,9 @@ type suite struct {
 	staller  SessionStaller // nil if h does not implement it
 	lister   RecordLister   // nil if h does not implement it
 	observer bool           // the Lockers implement lock.Observer
+	shared   bool           // the Lockers implement lock.SharedLocker
+	sem      bool           // the Lockers implement lock.Semaphore
+	holders  bool           // the Lockers implement lock.HolderLister
 }
 
 // A subtest is one check. needs names the optional interface it depends
@@ -36,6 +39,12 @@ const (
 	needsExpirer  = "SessionExpirer (Harness)"
 	needsStaller  = "SessionStaller (Harness)"
 	needsObserver = "lock.Observer (Locker)"
+	needsShared   = "lock.SharedLocker (Locker)"
+	needsSem      = "lock.Semaphore (Locker)"
+	needsHolders  = "lock.HolderLister (Locker)"
+	// Two interfaces at once.
+	needsSharedExpirer = needsShared + " and " + needsExpirer
+	needsSemExpirer    = needsSem + " and " + needsExpirer
 )
 
 func (s *suite) subtests() []subtest {
@@ -68,6 +77,18 @@ func (s *suite) subtests() []subtest {
 		{"LossDoneBeforeNextGrant", s.testLossDoneBeforeNextGrant, needsStaller},
 		{"Observe", s.testObserve, needsObserver},
 		{"ObserveEndsOnClose", s.testObserveEndsOnClose, needsObserver},
+		{"SharedExclusion", s.testSharedExclusion, needsShared},
+		{"SharedFIFO", s.testSharedFIFO, needsShared},
+		{"TryAcquireShared", s.testTryAcquireShared, needsShared},
+		{"SharedTokens", s.testSharedTokens, needsShared},
+		{"SharedHandover", s.testSharedHandover, needsShared},
+		{"SharedSessionExpiry", s.testSharedSessionExpiry, needsSharedExpirer},
+		{"SemaphoreLimit", s.testSemaphoreLimit, needsSem},
+		{"SemaphoreFIFO", s.testSemaphoreFIFO, needsSem},
+		{"SemaphoreIncompatible", s.testSemaphoreIncompatible, needsSem},
+		{"SemaphoreHandover", s.testSemaphoreHandover, needsSem},
+		{"SemaphoreSessionExpiry", s.testSemaphoreSessionExpiry, needsSemExpirer},
+		{"Holders", s.testHolders, needsHolders},
 	}
 }
 
@@ -82,6 +103,16 @@ func (s *suite) has(need string) bool {
 		return s.staller != nil
 	case needsObserver:
 		return s.observer
+	case needsShared:
+		return s.shared
+	case needsSem:
+		return s.sem
+	case needsHolders:
+		return s.holders
+	case needsSharedExpirer:
+		return s.shared && s.expirer != nil
+	case needsSemExpirer:
+		return s.sem && s.expirer != nil
 	}
 	panic("locktest: unknown optional interface " + need)
 }

@@ -1,0 +1,118 @@
+package lock
+
+import "context"
+
+// SharedLocker is implemented by Lockers that offer read-write locks: the
+// shared (read) side is here, the exclusive (write) side is
+// [Locker.Acquire] and [Locker.TryAcquire] on the same name. Like
+// [Observer], [Semaphore] and [HolderLister], it is found by a type
+// assertion on a Locker. The rules below are the contract of these three
+// interfaces and of the exclusive side.
+//
+// # One queue per name
+//
+// Every request of a name, exclusive ([Locker.Acquire], [Locker.TryAcquire]),
+// shared ([SharedLocker]) or semaphore ([Semaphore]), creates one record,
+// and the records of a name form one queue in creation order. A request is
+// granted when the requests ahead of it allow it, by the rule of its kind:
+//
+//   - exclusive (the write lock): when no earlier request of the name
+//     remains, shared or exclusive;
+//   - shared (a read lock): when no earlier exclusive request of the name
+//     remains; earlier shared requests do not hold it back;
+//   - semaphore with limit n: when fewer than n earlier requests of the
+//     name remain.
+//
+// So grants are first come, first served, and nobody starves: a writer
+// queued behind readers is not overtaken by readers that arrive after it,
+// the readers queued behind a writer are all admitted together when it
+// ends, and a semaphore admits at most n leases at once, in arrival order.
+// A request leaves the queue when its lease ends (Release, Close, loss)
+// or its wait ends (ctx, Close, loss of the session), and no record is
+// left behind.
+//
+// A name is either a lock or a semaphore, and a semaphore has one limit.
+// A request is compared with the requests queued ahead of it: a semaphore
+// request whose limit differs from theirs, a semaphore request behind lock
+// requests, and a lock request (shared or exclusive) behind semaphore
+// requests fail with an error wrapping [ErrIncompatible] and leave no
+// record. The earliest request of a queue therefore decides what the name
+// is until the queue is empty again; a disagreeing request is refused,
+// never admitted beyond the limit it disagrees with. A limit below 1 is an
+// error wrapping [ErrInvalidConfig].
+//
+// # Leases and tokens
+//
+// Every grant is a [Lease] with the guarantees of an exclusive one: Done
+// and Err report its end, Release deletes only its own record, and a loss
+// is reported before the backend can admit anyone else in its place. Its
+// token is fixed when its record is created, so tokens rise in request
+// order. A writer's token exceeds the token of every reader admitted before
+// it, and a reader's token exceeds that of every writer that held the lock
+// before it; the tokens of readers holding at the same time, and of
+// semaphore permits, order their requests but do not exclude one another.
+// A resource shared by concurrent holders is protected by each holder's
+// lease still existing (the backends' guarded writes check the lease's own
+// record), not by comparing their tokens.
+//
+// # Herd-free waits
+//
+// Backends wake only the waiters a change may admit: each waiter watches
+// the records named below, and nothing else, and re-examines the queue
+// when one of them goes, picking its records to watch afresh by the same
+// rule if it is still not admitted.
+//
+//   - An exclusive waiter watches its immediate predecessor.
+//   - A shared waiter watches the nearest earlier exclusive request.
+//   - A semaphore waiter with limit n watches the n requests immediately
+//     ahead of it.
+//
+// The semaphore rule cannot be narrowed to the one request n places ahead:
+// permits are released in any order, and the waiter behind holders A and
+// B of a limit-2 semaphore must be admitted when B goes first, as when A
+// does. A request leaving from further ahead than the n watched ones
+// shifts the waiter and its n predecessors together, so what it watches
+// stays right. A deletion therefore wakes at most one waiter of a lock,
+// the waiters right behind a writer, or n waiters of a semaphore (of which
+// it admits one); the count does not grow with the length of the queue.
+type SharedLocker interface {
+	// AcquireShared blocks until it holds a shared grant of name: until no
+	// exclusive request that arrived before it remains. It fails like
+	// [Locker.Acquire], and with [ErrIncompatible] when name is in use as
+	// a semaphore.
+	AcquireShared(ctx context.Context, name string) (Lease, error)
+
+	// TryAcquireShared is AcquireShared without waiting: if it would have
+	// to wait (an exclusive request holds name or is queued for it), it
+	// returns an error wrapping [ErrLocked] at once and leaves no record.
+	TryAcquireShared(ctx context.Context, name string) (Lease, error)
+}
+
+// Semaphore is implemented by Lockers that offer counting semaphores: at
+// most limit leases of a name at once, granted in arrival order. Every
+// request of a name must give the same limit. The queue, token and
+// herd-free rules are on [SharedLocker].
+type Semaphore interface {
+	// AcquireSemaphore blocks until it holds one of the limit permits of
+	// name: until fewer than limit requests that arrived before it
+	// remain. It fails like [Locker.Acquire], with [ErrIncompatible] when
+	// the requests queued ahead of it disagree about the limit or name is
+	// in use as a lock, and with [ErrInvalidConfig] when limit < 1.
+	AcquireSemaphore(ctx context.Context, name string, limit int) (Lease, error)
+
+	// TryAcquireSemaphore is AcquireSemaphore without waiting: if limit
+	// or more requests of name exist, it returns an error wrapping
+	// [ErrLocked] at once and leaves no record.
+	TryAcquireSemaphore(ctx context.Context, name string, limit int) (Lease, error)
+}
+
+// HolderLister is implemented by Lockers that can list every holder of a
+// name, for read-write locks and semaphores where [Locker.Holder] reports
+// only the earliest one.
+type HolderLister interface {
+	// Holders returns every current holder of name in grant order, which
+	// is token order: the shared grants or the semaphore permits, or the
+	// one exclusive grant. Waiters are not listed. A name nobody holds
+	// gives an empty list and a nil error.
+	Holders(ctx context.Context, name string) ([]Holder, error)
+}
