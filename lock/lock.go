@@ -10,7 +10,9 @@
 //
 //   - At most one lease of a name is held at a time, as far as the backend's
 //     quorum is concerned. Two acquisitions on one Locker exclude each other
-//     exactly as two Lockers do.
+//     exactly as two Lockers do. (Read locks and semaphores, the optional
+//     [SharedLocker] and [Semaphore], admit several leases of a name at
+//     once, by the queue rules documented on SharedLocker.)
 //   - Waiters are served in the order they arrived, and a release wakes only
 //     the next waiter.
 //   - A lease's Done channel closes, with Err wrapping [ErrLost], no later
