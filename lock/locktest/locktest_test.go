@@ -58,6 +58,28 @@ func TestFaulty(t *testing.T) {
 		opts.ObserveMaySkip = true
 		os.Setenv(faultEnv, fault)
 	}
+	// Faults in how a backend's test declares what it lacks.
+	// plainHarness lacks the Harness's optional interfaces; its Lockers
+	// keep theirs.
+	harnessOptional := []string{"SessionExpirer", "SessionStaller"}
+	switch fault {
+	case "declared-unimplemented":
+		opts.RequireOptional, opts.Unimplemented = true, harnessOptional
+		locktest.TestLockerWith(t, plainHarness{locktest.MemoryHarness(locktest.NewMemory())}, opts)
+		return
+	case "undeclared-unimplemented":
+		opts.RequireOptional, opts.Unimplemented = true, harnessOptional[:1]
+		locktest.TestLockerWith(t, plainHarness{locktest.MemoryHarness(locktest.NewMemory())}, opts)
+		return
+	case "declared-but-implemented":
+		opts.RequireOptional, opts.Unimplemented = true, []string{"lock.SharedLocker"}
+		locktest.TestLockerWith(t, locktest.MemoryHarness(locktest.NewMemory()), opts)
+		return
+	case "declared-unknown":
+		opts.Unimplemented = []string{"lock.Sharedlocker"}
+		locktest.TestLockerWith(t, locktest.MemoryHarness(locktest.NewMemory()), opts)
+		return
+	}
 	locktest.TestLockerWith(t, &faultyHarness{fault: os.Getenv(faultEnv), m: locktest.NewMemory()}, opts)
 }
 
@@ -128,6 +150,10 @@ func TestSuiteCatchesFaults(t *testing.T) {
 		{"expiry-reports-released", "SemaphoreSessionExpiry", true, "permit Err() after session expiry"},
 		{"holders-reversed", "Holders", true, "(grant order)"},
 		{"holders-not-shared", "Holders", true, "two readers and a queued writer"},
+		{"declared-unimplemented", "AcquireRelease", false, "PASS"},
+		{"undeclared-unimplemented", "AcquireRelease", true, "LossDoneBeforeNextGrant (needs SessionStaller (Harness)); Options.RequireOptional is set"},
+		{"declared-but-implemented", "AcquireRelease", true, `lists "lock.SharedLocker", but the backend implements it`},
+		{"declared-unknown", "AcquireRelease", true, `lists "lock.Sharedlocker", not an optional interface`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fault+"/"+tt.subtest, func(t *testing.T) {
@@ -148,7 +174,12 @@ func TestSuiteCatchesFaults(t *testing.T) {
 			case !tt.wantFail && err != nil:
 				t.Fatalf("suite failed with fault %q: %v. Output:\n%s", tt.fault, err, out)
 			}
-			if tt.wantFail && !strings.Contains(string(out), "--- FAIL: TestFaulty/"+tt.subtest) {
+			// A fault in the options fails the suite itself, not a check.
+			failed := "--- FAIL: TestFaulty/" + tt.subtest
+			if strings.Contains(tt.fault, "declared") {
+				failed = "--- FAIL: TestFaulty ("
+			}
+			if tt.wantFail && !strings.Contains(string(out), failed) {
 				t.Errorf("child output lacks a failure of subtest %s. Output:\n%s", tt.subtest, out)
 			}
 			if !strings.Contains(string(out), tt.want) {
