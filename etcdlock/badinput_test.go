@@ -67,13 +67,11 @@ func TestBadInput(t *testing.T) {
 		{"Locker.TryAcquire(bad name)", lock.ErrInvalidName, func() error { _, err := l.TryAcquire(ctx, ""); return err }},
 		{"Locker.Holder(bad name)", lock.ErrInvalidName, func() error { _, err := l.Holder(ctx, "/a"); return err }},
 		{"Locker.Observe(bad name)", lock.ErrInvalidName, func() error { _, _, err := l.Observe(ctx, "a/"); return err }},
-		{"Locker.RecordPrefix(bad name)", lock.ErrInvalidName, func() error { _, err := l.RecordPrefix("a b"); return err }},
 
 		{"(*Locker)(nil).Acquire", lock.ErrInvalidConfig, func() error { _, err := nilLocker.Acquire(ctx, "a"); return err }},
 		{"(*Locker)(nil).TryAcquire", lock.ErrInvalidConfig, func() error { _, err := nilLocker.TryAcquire(ctx, "a"); return err }},
 		{"(*Locker)(nil).Holder", lock.ErrInvalidConfig, func() error { _, err := nilLocker.Holder(ctx, "a"); return err }},
 		{"(*Locker)(nil).Observe", lock.ErrInvalidConfig, func() error { _, _, err := nilLocker.Observe(ctx, "a"); return err }},
-		{"(*Locker)(nil).RecordPrefix", lock.ErrInvalidConfig, func() error { _, err := nilLocker.RecordPrefix("a"); return err }},
 		{"(*Locker)(nil).Close", lock.ErrInvalidConfig, func() error { return nilLocker.Close() }},
 		{"new(Locker).Acquire", lock.ErrInvalidConfig, func() error { _, err := new(Locker).Acquire(ctx, "a"); return err }},
 		{"new(Locker).Close", lock.ErrInvalidConfig, func() error { return new(Locker).Close() }},
@@ -112,11 +110,8 @@ func TestBadInput(t *testing.T) {
 		if nilLocker.Identity() != "" || nilLocker.Prefix() != "" || nilLocker.TTL() != 0 {
 			t.Errorf("(*Locker)(nil) Identity, Prefix, TTL = %q, %q, %v; want zero values", nilLocker.Identity(), nilLocker.Prefix(), nilLocker.TTL())
 		}
-		if id, ok := nilLocker.SessionLeaseID(); id != 0 || ok {
-			t.Errorf("(*Locker)(nil).SessionLeaseID() = %v, %v; want 0, false", id, ok)
-		}
-		if nilLease.Name() != "" || nilLease.Token() != 0 || nilLease.Key() != "" || nilLease.Revision() != 0 {
-			t.Errorf("(*Lease)(nil) Name, Token, Key, Revision are not zero")
+		if nilLease.Name() != "" || nilLease.Token() != 0 || nilLease.Key() != "" {
+			t.Errorf("(*Lease)(nil) Name, Token, Key are not zero")
 		}
 		select {
 		case <-nilLease.Done():

@@ -70,7 +70,7 @@ func GuardedTxn(ctx context.Context, kv clientv3.KV, lease lock.Lease, ops ...cl
 			return resp, fmt.Errorf("etcdlock: guarded txn on %q: nothing written: %w", le.Name(), err)
 		}
 		return resp, fmt.Errorf("etcdlock: guarded txn on %q: nothing written: %w: record %s (revision %d) is gone",
-			le.Name(), lock.ErrLost, le.Key(), le.Revision())
+			le.Name(), lock.ErrLost, le.Key(), le.rev)
 	}
 	return resp, nil
 }

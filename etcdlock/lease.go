@@ -79,15 +79,6 @@ func (le *Lease) Key() string {
 	return le.key
 }
 
-// Revision returns the create revision of the lease's record: the same
-// number as [Lease.Token].
-func (le *Lease) Revision() int64 {
-	if le == nil {
-		return 0
-	}
-	return le.rev
-}
-
 // IsHeld returns the comparison "the lease's record still exists with its
 // own create revision". Put it in the If of a [clientv3.Txn] to make the
 // Txn's writes land only while this lease holds the lock: the record is

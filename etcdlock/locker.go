@@ -104,36 +104,6 @@ func (l *Locker) TTL() time.Duration {
 	return l.opts.ttl
 }
 
-// SessionLeaseID returns the ID of the etcd lease behind the Locker's
-// current session, and false when there is no live session (none granted
-// yet, or the last one ended). It does no I/O. It exists for tests and
-// tooling: revoking this lease with any client (client.Revoke) expires the
-// session on the server, which ends every lease granted through it with
-// [lock.ErrLost] and makes the next call start a new session.
-func (l *Locker) SessionLeaseID() (clientv3.LeaseID, bool) {
-	if l.usable(context.Background()) != nil {
-		return 0, false
-	}
-	s, _ := l.currentSession()
-	if s == nil {
-		return 0, false
-	}
-	return s.id, true
-}
-
-// RecordPrefix returns the key prefix under which name's records live:
-// the Locker's prefix, name, and "/#". Every record of name is a key with
-// this prefix, and no other lock's record is.
-func (l *Locker) RecordPrefix(name string) (string, error) {
-	if err := l.usable(context.Background()); err != nil {
-		return "", fmt.Errorf("etcdlock: record prefix: %w", err)
-	}
-	if err := lock.ValidateName(name); err != nil {
-		return "", fmt.Errorf("etcdlock: record prefix: %w", err)
-	}
-	return l.namePrefix(name), nil
-}
-
 // namePrefix returns the key prefix of name's records. A '#' cannot appear
 // in a lock name, so the records of "a" ("…a/#…") and of "a/b" ("…a/b/#…")
 // never share a prefix range.

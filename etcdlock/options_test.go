@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencelock/fencelock/internal/testhook"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -122,18 +123,18 @@ func TestRecordPrefix(t *testing.T) {
 		t.Fatalf("New() = %v", err)
 	}
 	defer l.Close()
-	a, err := l.RecordPrefix("a")
+	a, err := testhook.EtcdRecordPrefix(l, "a")
 	if err != nil {
 		t.Fatalf("RecordPrefix(a) = %v", err)
 	}
-	ab, err := l.RecordPrefix("a/b")
+	ab, err := testhook.EtcdRecordPrefix(l, "a/b")
 	if err != nil {
 		t.Fatalf("RecordPrefix(a/b) = %v", err)
 	}
 	if strings.HasPrefix(ab, a) || strings.HasPrefix(a, ab) {
 		t.Errorf("RecordPrefix(a) = %q and RecordPrefix(a/b) = %q; want neither a prefix of the other", a, ab)
 	}
-	if _, err := l.RecordPrefix("a/../b"); !errors.Is(err, lock.ErrInvalidName) {
+	if _, err := testhook.EtcdRecordPrefix(l, "a/../b"); !errors.Is(err, lock.ErrInvalidName) {
 		t.Errorf("RecordPrefix(a/../b) = %v; want %v", err, lock.ErrInvalidName)
 	}
 }
@@ -270,7 +271,7 @@ func TestWithPrefixForms(t *testing.T) {
 			if got := l.Prefix(); got != tt.prefix {
 				t.Errorf("WithPrefix(%q): Prefix() = %q; want %q", tt.in, got, tt.prefix)
 			}
-			rp, err := l.RecordPrefix("jobs/nightly")
+			rp, err := testhook.EtcdRecordPrefix(l, "jobs/nightly")
 			if want := tt.prefix + "jobs/nightly/#"; err != nil || rp != want {
 				t.Errorf("RecordPrefix(jobs/nightly) = %q, %v; want %q", rp, err, want)
 			}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fencelock/fencelock/etcdlock"
+	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock"
 	"github.com/fencelock/fencelock/zklock"
 )
@@ -102,7 +103,7 @@ func etcdRecipes(admin *clientv3.Client) []recipe {
 			return "", err
 		}
 		defer namer.Close()
-		return namer.RecordPrefix(name)
+		return testutil.RecordPrefix(namer, name)
 	}
 	return []recipe{
 		{

@@ -67,7 +67,7 @@ func (h *harness) StallSession(t *testing.T, l lock.Locker) {
 	if g == nil {
 		t.Fatalf("StallSession: the Locker was not made by NewLocker")
 	}
-	id, ok := el.SessionLeaseID()
+	id, ok := testutil.SessionLeaseID(el)
 	if !ok {
 		t.Fatalf("StallSession: the Locker has no session")
 	}
@@ -95,7 +95,7 @@ func (h *harness) StallSession(t *testing.T, l lock.Locker) {
 // the server does when the lease expires.
 func (h *harness) ExpireSession(t *testing.T, l lock.Locker) {
 	t.Helper()
-	id, ok := l.(*etcdlock.Locker).SessionLeaseID()
+	id, ok := testutil.SessionLeaseID(l.(*etcdlock.Locker))
 	if !ok {
 		return
 	}
@@ -125,5 +125,7 @@ func (h *harness) Records(t *testing.T, name string) []string {
 func TestEtcdConformance(t *testing.T) {
 	c := startCluster(t)
 	h := &harness{endpoints: c.Endpoints(), admin: newClient(t, c.Endpoints()), prefix: "conformance", gates: map[*etcdlock.Locker]*testutil.Gate{}}
-	locktest.TestLockerWith(t, h, locktest.Options{RequireOptional: true})
+	locktest.TestLockerWith(t, h, locktest.Options{RequireOptional: true,
+		// Read-write locks and semaphores are not in etcdlock yet.
+		Unimplemented: []string{"lock.SharedLocker", "lock.Semaphore", "lock.HolderLister"}})
 }

@@ -139,7 +139,7 @@ func TestPartitionLossBeforeNextGrant(t *testing.T) {
 			t.Fatalf("run %d: Acquire() = %v", run, err)
 		}
 		le := ll.(*etcdlock.Lease)
-		oldSession, _ := holder.SessionLeaseID()
+		oldSession, _ := testutil.SessionLeaseID(holder)
 
 		doneAt := make(chan time.Time, 1)
 		go func() {
@@ -194,7 +194,7 @@ func TestPartitionLossBeforeNextGrant(t *testing.T) {
 		if err != nil {
 			t.Fatalf("run %d: holder Acquire() after heal = %v", run, err)
 		}
-		if id, _ := holder.SessionLeaseID(); id == oldSession {
+		if id, _ := testutil.SessionLeaseID(holder); id == oldSession {
 			t.Errorf("run %d: session after loss = %x; want a new one", run, int64(id))
 		}
 		if err := again.Release(ctx); err != nil {
@@ -311,7 +311,7 @@ func TestCancelledWaitWhilePartitioned(t *testing.T) {
 		res <- err
 	}()
 	testutil.Eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, holder, name)) == 2 })
-	session, ok := waiter.SessionLeaseID()
+	session, ok := testutil.SessionLeaseID(waiter)
 	if !ok {
 		t.Fatalf("waiter SessionLeaseID() = _, false")
 	}
@@ -337,7 +337,7 @@ func TestCancelledWaitWhilePartitioned(t *testing.T) {
 
 	proxies.Heal()
 	testutil.Eventually(t, 5*time.Second, "waiter's record deleted after heal", func() bool { return len(records(t, admin, holder, name)) == 1 })
-	if id, ok := waiter.SessionLeaseID(); !ok || id != session {
+	if id, ok := testutil.SessionLeaseID(waiter); !ok || id != session {
 		t.Errorf("waiter session after heal = %x, %v; want the same live session %x", int64(id), ok, int64(session))
 	}
 	if err := held.Release(ctx); err != nil {

@@ -68,10 +68,10 @@ func TestLeaseExtras(t *testing.T) {
 		t.Fatalf("Get(%q) = %v, %v; want one key", le.Key(), resp, err)
 	}
 	kv := resp.Kvs[0]
-	if kv.CreateRevision != le.Revision() || fencing.Token(kv.CreateRevision) != le.Token() {
-		t.Errorf("record create revision %d; Revision() = %d, Token() = %d; want all equal", kv.CreateRevision, le.Revision(), le.Token())
+	if kv.CreateRevision != int64(le.Token()) || fencing.Token(kv.CreateRevision) != le.Token() {
+		t.Errorf("record create revision %d; Revision() = %d, Token() = %d; want all equal", kv.CreateRevision, int64(le.Token()), le.Token())
 	}
-	id, ok := l.SessionLeaseID()
+	id, ok := testutil.SessionLeaseID(l)
 	if !ok || kv.Lease != int64(id) {
 		t.Errorf("record lease %x; SessionLeaseID() = %x, %v; want equal", kv.Lease, int64(id), ok)
 	}
@@ -116,7 +116,7 @@ func TestGuardedWrite(t *testing.T) {
 		t.Fatalf("guarded write while held: Succeeded = false; want true")
 	}
 
-	id, ok := l1.SessionLeaseID()
+	id, ok := testutil.SessionLeaseID(l1)
 	if !ok {
 		t.Fatalf("SessionLeaseID() = _, false; want a live session")
 	}
@@ -179,12 +179,12 @@ func TestRecordDeletedBySomeoneElse(t *testing.T) {
 		t.Errorf("Err() = %v; want %v", le.Err(), lock.ErrLost)
 	}
 	// The session itself is still alive: the next grant reuses it.
-	id, ok := l.SessionLeaseID()
+	id, ok := testutil.SessionLeaseID(l)
 	ll2, err := l.Acquire(ctx, name)
 	if err != nil {
 		t.Fatalf("Acquire() after loss = %v", err)
 	}
-	if id2, ok2 := l.SessionLeaseID(); !ok || !ok2 || id2 != id {
+	if id2, ok2 := testutil.SessionLeaseID(l); !ok || !ok2 || id2 != id {
 		t.Errorf("SessionLeaseID() = %x, %v; want the same session %x", int64(id2), ok2, int64(id))
 	}
 	if err := ll2.Release(ctx); err != nil {
@@ -218,7 +218,7 @@ func TestWaiterSessionExpired(t *testing.T) {
 		res <- result{l, err}
 	}()
 	testutil.Eventually(t, 10*time.Second, "waiter queued", func() bool { return len(records(t, admin, l1, name)) == 2 })
-	id, ok := l2.SessionLeaseID()
+	id, ok := testutil.SessionLeaseID(l2)
 	if !ok {
 		t.Fatalf("waiter SessionLeaseID() = _, false")
 	}
@@ -240,7 +240,7 @@ func TestWaiterSessionExpired(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Acquire() after the lost wait = %v", err)
 	}
-	if id2, _ := l2.SessionLeaseID(); id2 == id {
+	if id2, _ := testutil.SessionLeaseID(l2); id2 == id {
 		t.Errorf("SessionLeaseID() = %x after loss; want a new session", int64(id2))
 	}
 	if err := again.Release(ctx); err != nil {

@@ -56,7 +56,7 @@ func newLocker(t testing.TB, client *clientv3.Client, opts ...etcdlock.Option) *
 // records lists the keys under the record prefix of name.
 func records(t testing.TB, client *clientv3.Client, l *etcdlock.Locker, name string) []string {
 	t.Helper()
-	pfx, err := l.RecordPrefix(name)
+	pfx, err := testutil.RecordPrefix(l, name)
 	if err != nil {
 		t.Fatalf("RecordPrefix(%q) = %v", name, err)
 	}

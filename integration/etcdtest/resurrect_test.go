@@ -86,7 +86,7 @@ func modRevision(t *testing.T, client *clientv3.Client, key string) int64 {
 // before the guard existed.
 func lateCreate(t *testing.T, client *clientv3.Client, l *etcdlock.Locker, name, key string, id clientv3.LeaseID, guardRev int64) bool {
 	t.Helper()
-	pfx, err := l.RecordPrefix(name)
+	pfx, err := testutil.RecordPrefix(l, name)
 	if err != nil {
 		t.Fatalf("RecordPrefix(%q) = %v", name, err)
 	}
@@ -123,7 +123,7 @@ func checkLateCreate(t *testing.T, admin *clientv3.Client, l, other *etcdlock.Lo
 	if got := records(t, admin, l, name); len(got) != 0 {
 		t.Errorf("records after the late create = %v; want none", got)
 	}
-	if _, ok := l.SessionLeaseID(); !ok {
+	if _, ok := testutil.SessionLeaseID(l); !ok {
 		t.Fatalf("SessionLeaseID() = _, false; want the session that sent the create still alive")
 	}
 
@@ -178,7 +178,7 @@ func TestResurrectAfterRelease(t *testing.T) {
 	if err := warm.Release(ctx); err != nil {
 		t.Fatalf("Release() = %v", err)
 	}
-	id, ok := l.SessionLeaseID()
+	id, ok := testutil.SessionLeaseID(l)
 	if !ok {
 		t.Fatalf("SessionLeaseID() = _, false; want a live session")
 	}
@@ -239,7 +239,7 @@ func TestResurrectAfterAbandon(t *testing.T) {
 	if err := warm.Release(ctx); err != nil {
 		t.Fatalf("Release() = %v", err)
 	}
-	id, ok := l.SessionLeaseID()
+	id, ok := testutil.SessionLeaseID(l)
 	if !ok {
 		t.Fatalf("SessionLeaseID() = _, false; want a live session")
 	}
@@ -291,7 +291,7 @@ func TestResurrectReleaseCtx(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Acquire() = %v", err)
 	}
-	id, _ := l.SessionLeaseID()
+	id, _ := testutil.SessionLeaseID(l)
 	proxies.Blackhole()
 	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	start := time.Now()
@@ -321,7 +321,7 @@ func TestResurrectReleaseCtx(t *testing.T) {
 	}
 	proxies.Heal()
 	testutil.Eventually(t, 10*time.Second, "record deleted after the heal", func() bool { return len(records(t, admin, l, name)) == 0 })
-	if got, ok := l.SessionLeaseID(); !ok || got != id {
+	if got, ok := testutil.SessionLeaseID(l); !ok || got != id {
 		t.Errorf("SessionLeaseID() after the heal = %x, %v; want the same session %x", int64(got), ok, int64(id))
 	}
 }

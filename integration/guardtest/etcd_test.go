@@ -36,7 +36,7 @@ func newEtcdLocker(t *testing.T, client *clientv3.Client, identity string) *etcd
 // checks that lease's record is gone.
 func revokeSession(ctx context.Context, t *testing.T, client *clientv3.Client, l *etcdlock.Locker, lease lock.Lease) {
 	t.Helper()
-	id, ok := l.SessionLeaseID()
+	id, ok := testutil.SessionLeaseID(l)
 	if !ok {
 		t.Fatalf("SessionLeaseID() = _, false; want the live session of a held lease")
 	}

@@ -36,27 +36,27 @@ func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	}
 	hosts, err := lock.URLHosts(u)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
 	path, err := lock.URLPath(u)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
 	q, err := lock.CheckQuery(u, "ttl", "identity", "loss_margin")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
 	var opts []Option
 	if path != "" {
 		opts = append(opts, WithPrefix(path))
 	}
 	if d, ok, err := lock.URLDuration(q, "ttl"); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	} else if ok {
 		opts = append(opts, WithTTL(d))
 	}
 	if d, ok, err := lock.URLDuration(q, "loss_margin"); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	} else if ok {
 		opts = append(opts, WithLossMargin(d))
 	}
