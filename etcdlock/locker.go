@@ -68,7 +68,7 @@ func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 	}
 	o, err := buildOptions(opts)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("etcdlock: new: %w", err)
 	}
 	return newLocker(client, o), nil
 }

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/fencelock/fencelock/internal/names"
+	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -32,16 +32,13 @@ const maxCloseWait = 5 * time.Second
 type Option func(*options)
 
 type options struct {
-	prefix     string
-	ttl        time.Duration
-	identity   string
-	logger     *slog.Logger
-	lossMargin time.Duration // 0: the default, TTL/5
-	errs       []error
-}
+	config.Common // identity, logger, loss margin (0: the default, TTL/5)
+	prefix        string
+	ttl           time.Duration
 
-func (o *options) fail(format string, args ...any) {
-	o.errs = append(o.errs, fmt.Errorf("etcdlock: %w: "+format, append([]any{lock.ErrInvalidConfig}, args...)...))
+	identity   string       // TEMP: Identity, until the merge
+	logger     *slog.Logger // TEMP
+	lossMargin time.Duration
 }
 
 // WithPrefix sets the key prefix under which the Locker keeps its records
@@ -60,9 +57,8 @@ func (o *options) fail(format string, args ...any) {
 // "b/c" and a prefix "a/b" with a lock "c" name the same keys).
 func WithPrefix(prefix string) Option {
 	return func(o *options) {
-		ns, err := names.ParseNamespace(prefix)
-		if err != nil {
-			o.fail("prefix: %w", err)
+		ns, ok := o.SetNamespace("prefix", prefix)
+		if !ok {
 			return
 		}
 		o.prefix = ns.Path + "/"
@@ -82,11 +78,11 @@ func WithTTL(ttl time.Duration) Option {
 	return func(o *options) {
 		switch {
 		case ttl <= 0:
-			o.fail("ttl %v: must be positive", ttl)
+			o.Fail("ttl %v: must be positive", ttl)
 		case ttl < MinTTL:
-			o.fail("ttl %v: must be at least %v", ttl, MinTTL)
+			o.Fail("ttl %v: must be at least %v", ttl, MinTTL)
 		case ttl%time.Second != 0:
-			o.fail("ttl %v: must be a whole number of seconds", ttl)
+			o.Fail("ttl %v: must be a whole number of seconds", ttl)
 		default:
 			o.ttl = ttl
 		}
@@ -99,11 +95,7 @@ func WithTTL(ttl time.Duration) Option {
 // backend: 1 to 1024 bytes of UTF-8 without control characters.
 func WithIdentity(identity string) Option {
 	return func(o *options) {
-		if err := lock.ValidateIdentity(identity); err != nil {
-			o.errs = append(o.errs, fmt.Errorf("etcdlock: %w", err))
-			return
-		}
-		o.identity = identity
+		o.SetIdentity(identity)
 	}
 }
 
@@ -113,11 +105,7 @@ func WithIdentity(identity string) Option {
 // or a zero slog.Logger (which has no handler).
 func WithLogger(logger *slog.Logger) Option {
 	return func(o *options) {
-		if logger == nil || logger.Handler() == nil {
-			o.fail("logger: nil, or a zero slog.Logger without a handler")
-			return
-		}
-		o.logger = logger
+		o.SetLogger(logger)
 	}
 }
 
@@ -130,37 +118,23 @@ func WithLogger(logger *slog.Logger) Option {
 // half the TTL, so that a single late keepalive does not end the session.
 func WithLossMargin(margin time.Duration) Option {
 	return func(o *options) {
-		if margin <= 0 {
-			o.fail("loss margin %v: must be positive", margin)
-			return
-		}
-		o.lossMargin = margin
+		o.SetLossMargin(margin)
 	}
 }
 
-// buildOptions applies opts over the defaults and checks the result.
+// buildOptions applies opts over the defaults and checks the result. Its
+// errors, all of them, carry no package prefix: New and the URL driver
+// add one.
 func buildOptions(opts []Option) (*options, error) {
 	o := &options{prefix: DefaultPrefix, ttl: DefaultTTL}
-	for _, opt := range opts {
-		if opt == nil {
-			o.fail("nil option")
-			continue
-		}
-		opt(o)
+	if err := config.Apply(o, &o.Common, opts); err != nil {
+		return nil, err
 	}
-	if len(o.errs) > 0 {
-		return nil, o.errs[0]
+	if o.LossMargin == 0 {
+		o.LossMargin = o.ttl / 5
+	} else if o.LossMargin > o.ttl/2 {
+		return nil, fmt.Errorf("%w: loss margin %v: must be at most half the ttl %v", lock.ErrInvalidConfig, o.LossMargin, o.ttl)
 	}
-	if o.lossMargin == 0 {
-		o.lossMargin = o.ttl / 5
-	} else if o.lossMargin > o.ttl/2 {
-		return nil, fmt.Errorf("etcdlock: %w: loss margin %v: must be at most half the ttl %v", lock.ErrInvalidConfig, o.lossMargin, o.ttl)
-	}
-	if o.logger == nil {
-		o.logger = slog.Default()
-	}
-	if o.identity == "" {
-		o.identity = lock.DefaultIdentity()
-	}
+	o.identity, o.logger, o.lossMargin = o.Identity, o.Logger, o.LossMargin
 	return o, nil
 }

@@ -65,7 +65,7 @@ func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	}
 	o, err := buildOptions(opts)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
