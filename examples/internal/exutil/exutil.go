@@ -18,6 +18,7 @@ import (
 	_ "modernc.org/sqlite"             // registers "sqlite"
 
 	"github.com/fencelock/fencelock/fencing/sqlfence"
+	"github.com/fencelock/fencelock/lock"
 )
 
 // DB is an open database and the SQL spelling it needs.
@@ -91,14 +92,9 @@ func URL(flagValue string) (string, error) {
 	return "", errors.New("no backend: give --url (etcd://host:port/prefix or zk://host:port/root) or set FENCELOCK_URL")
 }
 
-// DefaultID is the instance name used when --id is not given.
-func DefaultID() string {
-	host, err := os.Hostname()
-	if err != nil {
-		host = "host"
-	}
-	return host + "-" + strconv.Itoa(os.Getpid())
-}
+// DefaultID is the instance name used when --id is not given: the
+// library's default identity, "hostname/pid/random".
+func DefaultID() string { return lock.DefaultIdentity() }
 
 // WithIdentity returns rawURL with its identity query key set to id, so that
 // the lock records name this instance, unless the URL already sets one.
