@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencelock/fencelock/internal/leasestate"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -164,7 +165,7 @@ func (l *Locker) acquireIn(ctx context.Context, s *session, name string, try boo
 	}
 	readRev := resp.Header.Revision
 
-	le := &Lease{l: l, s: s, name: name, key: key, rev: myRev, ambiguous: ambiguous, done: make(chan struct{})}
+	le := &Lease{l: l, s: s, name: name, key: key, rev: myRev, ambiguous: ambiguous, st: leasestate.New()}
 	if needRecheck {
 		var ok bool
 		pred, readRev, ok, err = l.recheck(ctx, s, pfx, key, myRev)

@@ -58,7 +58,7 @@ func GuardedTxn(ctx context.Context, kv clientv3.KV, lease lock.Lease, ops ...cl
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: guarded txn: %w", err)
 	}
-	if err := le.Err(); err != nil {
+	if err := le.st.Err(); err != nil {
 		return nil, fmt.Errorf("etcdlock: guarded txn on %q: %w", le.Name(), err)
 	}
 	resp, err := kv.Txn(ctx).If(le.IsHeld()).Then(ops...).Commit()
@@ -66,7 +66,7 @@ func GuardedTxn(ctx context.Context, kv clientv3.KV, lease lock.Lease, ops ...cl
 		return nil, fmt.Errorf("etcdlock: guarded txn on %q: %w", le.Name(), err)
 	}
 	if !resp.Succeeded {
-		if err := le.Err(); errors.Is(err, lock.ErrReleased) {
+		if err := le.st.Err(); errors.Is(err, lock.ErrReleased) {
 			return resp, fmt.Errorf("etcdlock: guarded txn on %q: nothing written: %w", le.Name(), err)
 		}
 		return resp, fmt.Errorf("etcdlock: guarded txn on %q: nothing written: %w: record %s (revision %d) is gone",
@@ -86,6 +86,8 @@ func etcdLease(lease lock.Lease) (*Lease, error) {
 		return nil, fmt.Errorf("lease of type %T is not an etcd lease (*etcdlock.Lease): %w", lease, lock.ErrInvalidConfig)
 	case le == nil:
 		return nil, fmt.Errorf("nil *etcdlock.Lease: %w", lock.ErrInvalidConfig)
+	case !le.valid():
+		return nil, errNotLease()
 	}
 	return le, nil
 }

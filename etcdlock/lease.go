@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/leasestate"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -46,11 +46,7 @@ type Lease struct {
 	// session's guard (endOp).
 	ambiguous bool
 
-	done chan struct{}
-
-	mu        sync.Mutex
-	err       error
-	releasing bool
+	st *leasestate.State // Done, Err (unprefixed), a release begun
 }
 
 // Name returns the lock's name.
@@ -100,7 +96,7 @@ func (le *Lease) Done() <-chan struct{} {
 	if !le.valid() {
 		return closedDone
 	}
-	return le.done
+	return le.st.Done()
 }
 
 // Err returns nil while the lease is held; afterwards an error wrapping
@@ -110,22 +106,19 @@ func (le *Lease) Err() error {
 	if !le.valid() {
 		return fmt.Errorf("etcdlock: lease: %w", errNotLease())
 	}
-	le.mu.Lock()
-	defer le.mu.Unlock()
-	return le.err
+	if err := le.st.Err(); err != nil {
+		return fmt.Errorf("etcdlock: %w", err)
+	}
+	return nil
 }
 
 // finish ends the lease once with cause, which wraps lock.ErrReleased or
-// lock.ErrLost.
+// lock.ErrLost. The stored error has no package prefix: the exported
+// methods add it.
 func (le *Lease) finish(cause error) bool {
-	le.mu.Lock()
-	if le.err != nil {
-		le.mu.Unlock()
+	if !le.st.End(fmt.Errorf("lease %q (token %d): %w", le.name, le.rev, cause)) {
 		return false
 	}
-	le.err = fmt.Errorf("etcdlock: lease %q (token %d): %w", le.name, le.rev, cause)
-	le.mu.Unlock()
-	close(le.done)
 	le.stopWatch()
 	le.s.remove(le)
 	return true
@@ -166,22 +159,18 @@ func (le *Lease) Release(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("etcdlock: release %q: %w: nil context", le.name, lock.ErrInvalidConfig)
 	}
-	le.mu.Lock()
-	if err := le.err; err != nil {
-		le.mu.Unlock()
-		if errors.Is(err, lock.ErrLost) && !le.s.ended() {
+	ended, first := le.st.BeginRelease()
+	switch {
+	case ended != nil:
+		if errors.Is(ended, lock.ErrLost) && !le.s.ended() {
 			ctx, cancel := context.WithTimeout(ctx, le.l.closeWait())
 			_, _ = le.deleteRecord(ctx)
 			cancel()
 		}
-		return fmt.Errorf("etcdlock: release: %w", err)
-	}
-	if le.releasing {
-		le.mu.Unlock()
+		return fmt.Errorf("etcdlock: release: %w", ended)
+	case !first:
 		return fmt.Errorf("etcdlock: release %q: %w (by a concurrent call)", le.name, lock.ErrReleased)
 	}
-	le.releasing = true
-	le.mu.Unlock()
 
 	// The lease ends before the delete is sent: the server may grant the
 	// lock to a waiter as soon as it applies the delete, before its answer
@@ -241,10 +230,7 @@ func (le *Lease) deleteRecord(ctx context.Context) (bool, error) {
 // recordDeleted ends the lease with cause, which says its record is gone,
 // unless Release is deleting it.
 func (le *Lease) recordDeleted(cause error) {
-	le.mu.Lock()
-	releasing := le.releasing
-	le.mu.Unlock()
-	if !releasing {
+	if !le.st.Releasing() {
 		le.lose(cause)
 	}
 }

@@ -333,7 +333,7 @@ func (w *recordWatcher) reread(rw *recordWatch) {
 	var resp *clientv3.GetResponse
 	err := l.do(l.life, w.s, func(ctx context.Context) error {
 		select {
-		case <-le.done:
+		case <-le.st.Done():
 			return nil
 		default:
 		}
