@@ -175,7 +175,11 @@ func (le *Lease) Release(ctx context.Context) error {
 	// The lease ends before the delete is sent: the server may grant the
 	// lock to a waiter as soon as it applies the delete, before its answer
 	// comes back, and Done must be closed by then.
-	le.finish(lock.ErrReleased)
+	if !le.finish(lock.ErrReleased) {
+		// The session ended (lost, or closed) between BeginRelease and
+		// here, and ended the lease with it: say so, as Err does.
+		return fmt.Errorf("etcdlock: release: %w", le.st.Err())
+	}
 	deleted, err := le.deleteRecord(ctx)
 	switch {
 	case err != nil:
