@@ -35,18 +35,11 @@ const recordWatchDelay = 50 * time.Millisecond
 //     local clock does not run slower than the server's by more than the
 //     margin.
 type Lease struct {
+	record    // its session, key, create revision, ambiguous create
 	l         *Locker
-	s         *session
 	name      string
-	key       string
-	rev       int64
-	stopWatch func() // stops the watch on the record
-	// ambiguous: a create attempt of this acquisition failed without an
-	// answer and may still be applied, so the lease's end must write the
-	// session's guard (endOp).
-	ambiguous bool
-
-	st *leasestate.State // Done, Err (unprefixed), a release begun
+	stopWatch func()            // stops the watch on the record
+	st        *leasestate.State // Done, Err (unprefixed), a release begun
 }
 
 // Name returns the lock's name.
@@ -130,7 +123,7 @@ func (le *Lease) finish(cause error) bool {
 // lives: its end is written in the background.
 func (le *Lease) lose(cause error) {
 	if le.finish(cause) && le.ambiguous && !le.s.ended() {
-		le.l.cleanupLater(le.s, le.key, 0, true)
+		le.l.cleanupLater(record{s: le.s, key: le.key, ambiguous: true})
 	}
 }
 
@@ -183,7 +176,7 @@ func (le *Lease) Release(ctx context.Context) error {
 	deleted, err := le.deleteRecord(ctx)
 	switch {
 	case err != nil:
-		le.l.cleanupLater(le.s, le.key, le.rev, le.ambiguous)
+		le.l.cleanupLater(le.record)
 		return fmt.Errorf("etcdlock: release %q: delete of the record not confirmed (retried in the background): %w", le.name, err)
 	case !deleted:
 		return fmt.Errorf("etcdlock: release %q (token %d): %w: record %q was already gone", le.name, le.rev, lock.ErrLost, le.key)
@@ -202,7 +195,7 @@ func (le *Lease) Release(ctx context.Context) error {
 // The uncontended release stays one round trip either way.
 func (le *Lease) deleteRecord(ctx context.Context) (bool, error) {
 	var deleted, failed bool
-	err := le.l.do(ctx, nil, func(ctx context.Context) error {
+	err := le.l.call(ctx, nil, func(ctx context.Context) error {
 		txn := le.l.client.Txn(ctx).If(le.IsHeld())
 		if le.ambiguous {
 			end := []clientv3.Op{clientv3.OpDelete(le.key), clientv3.OpPut(le.s.guardKey, "", clientv3.WithLease(le.s.id))}

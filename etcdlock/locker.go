@@ -180,22 +180,6 @@ func (l *Locker) dropSession(s *session, cause error) {
 	l.mu.Unlock()
 }
 
-// spawn starts f in a goroutine the Locker waits for in Close. It reports
-// false, without starting f, once the Locker is closed.
-func (l *Locker) spawn(f func()) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return false
-	}
-	l.wg.Add(1)
-	go func() {
-		defer l.wg.Done()
-		f()
-	}()
-	return true
-}
-
 func (l *Locker) closeWait() time.Duration { return min(l.opts.ttl, maxCloseWait) }
 
 // Acquire blocks until it holds the lock called name, ctx is done, or the
@@ -260,7 +244,7 @@ func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
 	cctx, cancel := l.withClosing(ctx)
 	defer cancel()
 	var resp *clientv3.GetResponse
-	err := l.do(cctx, nil, func(ctx context.Context) error {
+	err := l.call(cctx, nil, func(ctx context.Context) error {
 		var err error
 		resp, err = l.client.Get(ctx, l.namePrefix(name), clientv3.WithFirstCreate()...)
 		return err

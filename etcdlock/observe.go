@@ -40,7 +40,7 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, 
 	cctx, ccancel := l.withClosing(ctx)
 	defer ccancel()
 	var first *clientv3.GetResponse
-	err := l.do(cctx, nil, func(ctx context.Context) error {
+	err := l.call(cctx, nil, func(ctx context.Context) error {
 		var err error
 		first, err = l.client.Get(ctx, pfx, clientv3.WithFirstCreate()...)
 		return err
@@ -136,7 +136,7 @@ func (l *Locker) observe(ctx, wctx context.Context, pfx string, first *clientv3.
 				// Each attempt is bounded too (see do), so a member that
 				// stopped answering is left for another.
 				var resp *clientv3.GetResponse
-				err := l.do(wctx, nil, func(actx context.Context) error {
+				err := l.call(wctx, nil, func(actx context.Context) error {
 					var err error
 					resp, err = l.client.Get(actx, pfx, append(clientv3.WithFirstCreate(), clientv3.WithRev(ev.Kv.ModRevision))...)
 					return err

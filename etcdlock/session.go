@@ -255,25 +255,3 @@ func (s *session) revokeLost() {
 		}
 	}
 }
-
-// isLeaseNotFound reports whether err says the session's lease is gone.
-func isLeaseNotFound(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }
-
-// retryable reports whether a request that failed with err may succeed if
-// sent again: transport failures and the server's transient conditions
-// (no leader, leader change, timeouts, overload). Errors that will repeat,
-// such as a request too large or permission denied, are not retried.
-func retryable(err error) bool {
-	var ee rpctypes.EtcdError
-	if !errors.As(err, &ee) {
-		return true
-	}
-	switch ee {
-	case rpctypes.ErrNoLeader, rpctypes.ErrNotLeader, rpctypes.ErrLeaderChanged,
-		rpctypes.ErrNotCapable, rpctypes.ErrStopped, rpctypes.ErrTimeout,
-		rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost,
-		rpctypes.ErrTimeoutWaitAppliedIndex, rpctypes.ErrUnhealthy, rpctypes.ErrTooManyRequests:
-		return true
-	}
-	return false
-}

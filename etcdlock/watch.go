@@ -331,7 +331,7 @@ func (w *recordWatcher) handle(resp *pb.WatchResponse, gen int) error {
 func (w *recordWatcher) reread(rw *recordWatch) {
 	le, l := rw.le, rw.le.l
 	var resp *clientv3.GetResponse
-	err := l.do(l.life, w.s, func(ctx context.Context) error {
+	err := l.call(l.life, w.s, func(ctx context.Context) error {
 		select {
 		case <-le.st.Done():
 			return nil

@@ -1,0 +1,99 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/lock"
+)
+
+// discard deletes the record of an acquisition that will not be granted
+// and returns err. When the session ended, its lease takes the record with
+// it (and makes any later create fail), so nothing is sent; when the
+// Locker is closing, Close revokes the session lease.
+func (l *Locker) discard(r record, err error) error {
+	if !r.s.ended() && !errors.Is(err, lock.ErrClosed) {
+		l.cleanup(r)
+	}
+	return err
+}
+
+// cleanup runs cleanupOp with a fresh bounded context, and when that fails
+// hands it to cleanupLater.
+func (l *Locker) cleanup(r record) {
+	ctx, cancel := context.WithTimeout(l.life, min(l.closeWait(), 2*time.Second))
+	err := l.call(ctx, nil, l.cleanupOp(r))
+	cancel()
+	if err != nil {
+		l.opts.logger.Debug("etcdlock: cleanup failed; retrying in the background", "key", r.key, "err", err)
+		l.cleanupLater(r)
+	}
+}
+
+// cleanupLater keeps trying cleanupOp in the background for a TTL plus the
+// loss margin, or until the Locker closes. If it still has not succeeded
+// and the session is alive, the record could block the lock for as long
+// as the session lives, so cleanupLater ends the session and revokes its
+// lease: the server deletes the record when the lease goes, at the latest
+// a TTL later.
+func (l *Locker) cleanupLater(r record) {
+	l.spawn(func() {
+		ctx, cancel := context.WithTimeout(l.life, l.opts.ttl+l.opts.lossMargin)
+		defer cancel()
+		err := l.call(ctx, nil, l.cleanupOp(r))
+		if err == nil || l.life.Err() != nil || r.s.ended() {
+			return
+		}
+		l.opts.logger.Warn("etcdlock: gave up deleting a record; ending the session so that its lease takes the record", "key", r.key, "err", err)
+		l.dropSession(r.s, fmt.Errorf("%w: record %q could not be deleted within %v: %w", lock.ErrLost, r.key, l.opts.ttl+l.opts.lossMargin, err))
+		r.s.revokeLost()
+	})
+}
+
+// cleanupOp deletes an acquisition's record. Record keys are unique per
+// acquisition, so whatever is found under key belongs to it.
+//
+// When r is not ambiguous every create attempt was answered, so no attempt
+// can be applied later; the delete is guarded by the record's create
+// revision when it is known (r.rev > 0). Otherwise cleanupOp is endOp.
+func (l *Locker) cleanupOp(r record) func(context.Context) error {
+	if r.ambiguous {
+		return func(ctx context.Context) error { return l.endOp(ctx, r.s, r.key) }
+	}
+	return func(ctx context.Context) error {
+		var err error
+		if r.rev > 0 {
+			_, err = l.client.Txn(ctx).
+				If(clientv3.Compare(clientv3.CreateRevision(r.key), "=", r.rev)).
+				Then(clientv3.OpDelete(r.key)).Commit()
+		} else {
+			_, err = l.client.Delete(ctx, r.key)
+		}
+		return err
+	}
+}
+
+// endOp ends an acquisition with an ambiguous create: in one transaction
+// it deletes key, whatever record is there, and writes the session's guard.
+// Every create attempt of the acquisition was sent before and compares the
+// guard's mod revision with an older value, so none of them can be applied
+// after this transaction, and none applied before it survives it. A session
+// lease that is gone took the record, and makes any create fail: that
+// counts as done.
+func (l *Locker) endOp(ctx context.Context, s *session, key string) error {
+	resp, err := l.client.Txn(ctx).
+		Then(clientv3.OpDelete(key), clientv3.OpPut(s.guardKey, "", clientv3.WithLease(s.id))).
+		Commit()
+	switch {
+	case isLeaseNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	}
+	s.raiseGuard(resp.Header.Revision)
+	return nil
+}

@@ -1,0 +1,98 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/fencelock/fencelock/lock"
+)
+
+// retryDelay spaces out retries of a request that failed without an answer.
+const retryDelay = 50 * time.Millisecond
+
+// call runs op until it succeeds, giving each attempt at most
+// requestTimeout, and retrying failures that may pass on a second try
+// (see retryable) until ctx is done, the Locker closes or, when s is not
+// nil, the session ends. An attempt that times out is retried at once: the
+// client sends the next one to another member, which matters when the one
+// it used stopped answering without closing the connection. Only ops that
+// are safe to repeat go through call.
+func (l *Locker) call(ctx context.Context, s *session, op func(context.Context) error) error {
+	var sessionDone <-chan struct{}
+	if s != nil {
+		sessionDone = s.done
+	}
+	for {
+		actx, cancel := context.WithTimeout(ctx, l.requestTimeout())
+		err := op(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		delay := retryDelay
+		switch {
+		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			delay = 0
+		case !retryable(err):
+			return err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(ctx.Err(), err)
+		case <-l.closing.Done():
+			t.Stop()
+			return lock.ErrClosed
+		case <-sessionDone:
+			t.Stop()
+			return s.lostErr()
+		}
+	}
+}
+
+// requestTimeout bounds one attempt of a request: a third of the TTL, and
+// at least a second.
+func (l *Locker) requestTimeout() time.Duration { return max(l.opts.ttl/3, time.Second) }
+
+// isLeaseNotFound reports whether err says the session's lease is gone.
+func isLeaseNotFound(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }
+
+// retryable reports whether a request that failed with err may succeed if
+// sent again: transport failures and the server's transient conditions
+// (no leader, leader change, timeouts, overload). Errors that will repeat,
+// such as a request too large or permission denied, are not retried.
+func retryable(err error) bool {
+	var ee rpctypes.EtcdError
+	if !errors.As(err, &ee) {
+		return true
+	}
+	switch ee {
+	case rpctypes.ErrNoLeader, rpctypes.ErrNotLeader, rpctypes.ErrLeaderChanged,
+		rpctypes.ErrNotCapable, rpctypes.ErrStopped, rpctypes.ErrTimeout,
+		rpctypes.ErrTimeoutDueToLeaderFail, rpctypes.ErrTimeoutDueToConnectionLost,
+		rpctypes.ErrTimeoutWaitAppliedIndex, rpctypes.ErrUnhealthy, rpctypes.ErrTooManyRequests:
+		return true
+	}
+	return false
+}
+
+// spawn starts f in a goroutine the Locker waits for in Close. It reports
+// false, without starting f, once the Locker is closed.
+func (l *Locker) spawn(f func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		f()
+	}()
+	return true
+}
