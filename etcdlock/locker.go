@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/clock"
 	"github.com/fencelock/fencelock/internal/nilcheck"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -20,6 +21,7 @@ type Locker struct {
 	client     *clientv3.Client
 	opts       *options
 	ownsClient bool
+	clk        clock.Clock // the loss deadline's clock: clock.Real() but in unit tests
 
 	// life is cancelled at the end of Close: it bounds every background
 	// goroutine. closing is cancelled at the start of Close: it interrupts
@@ -74,7 +76,7 @@ func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 }
 
 func newLocker(client *clientv3.Client, o *options) *Locker {
-	l := &Locker{client: client, opts: o, sessSem: make(chan struct{}, 1), down: make(chan struct{})}
+	l := &Locker{client: client, opts: o, clk: clock.Real(), sessSem: make(chan struct{}, 1), down: make(chan struct{})}
 	l.life, l.cancelLife = context.WithCancel(context.Background())
 	l.closing, l.cancelClosing = context.WithCancel(context.Background())
 	return l
@@ -133,7 +135,7 @@ func (l *Locker) session(ctx context.Context) (*session, error) {
 	if s, err := l.currentSession(); s != nil || err != nil {
 		return s, err
 	}
-	sent := time.Now()
+	sent := l.clk.Now()
 	resp, err := l.client.Grant(ctx, int64(l.opts.ttl/time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("grant session lease: %w", err)

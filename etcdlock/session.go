@@ -145,95 +145,11 @@ func (s *session) lostErr() error {
 	return s.err
 }
 
-type keepaliveResult struct {
-	sent time.Time
-	err  error
-}
-
-// run keeps the session's lease alive until the session ends. It is started
-// by the Locker with l.wg.Add(1).
+// run keeps the session's lease alive until the session ends (see
+// keepalive.go). It is started by the Locker with l.wg.Add(1).
 func (s *session) run() {
 	defer s.l.wg.Done()
-	l := s.l
-	ttl, margin := l.opts.ttl, l.opts.lossMargin
-	interval := ttl / 3
-	retry := min(interval/4, 250*time.Millisecond)
-	attempt := interval / 2
-
-	// Not WithRequireLeader: KeepAliveOnce retries "unavailable" answers
-	// at once, and a member without a leader would make that a busy loop.
-	rpcCtx, cancelRPC := context.WithCancel(l.life)
-	var inflight sync.WaitGroup
-	defer inflight.Wait()
-	defer cancelRPC()
-
-	s.mu.Lock()
-	deadline := s.deadline
-	s.mu.Unlock()
-	lossTimer := time.NewTimer(time.Until(deadline))
-	defer lossTimer.Stop()
-	sendTimer := time.NewTimer(time.Until(deadline.Add(margin - ttl + interval)))
-	defer sendTimer.Stop()
-	results := make(chan keepaliveResult, 1)
-
-	for {
-		select {
-		case <-s.done:
-			return
-		case <-lossTimer.C:
-			s.end(fmt.Errorf("%w: no keepalive acknowledged within %v of the ttl %v (last acknowledged keepalive sent at %s)",
-				lock.ErrLost, ttl-margin, ttl, deadline.Add(margin-ttl).Format(time.RFC3339Nano)), true)
-			s.revokeLost()
-			return
-		case <-sendTimer.C:
-			sent := time.Now()
-			// Each attempt gets half an interval: a member that stopped
-			// answering holds a keepalive until the attempt gives up, and
-			// the retry's new stream goes to the next member.
-			until := sent.Add(attempt)
-			if deadline.Before(until) {
-				until = deadline
-			}
-			ctx, cancel := context.WithDeadline(rpcCtx, until)
-			inflight.Add(1)
-			go func() {
-				defer inflight.Done()
-				defer cancel()
-				resp, err := l.client.KeepAliveOnce(ctx, s.id)
-				if err == nil && resp.TTL <= 0 {
-					err = rpctypes.ErrLeaseNotFound
-				}
-				results <- keepaliveResult{sent: sent, err: err}
-			}()
-		case r := <-results:
-			switch {
-			case r.err == nil:
-				if d := r.sent.Add(ttl - margin); d.After(deadline) {
-					deadline = d
-					s.mu.Lock()
-					s.deadline = d
-					s.mu.Unlock()
-					lossTimer.Reset(time.Until(deadline))
-				}
-				sendTimer.Reset(time.Until(r.sent.Add(interval)))
-			case errors.Is(r.err, rpctypes.ErrLeaseNotFound):
-				s.end(fmt.Errorf("%w: lease %x expired or was revoked", lock.ErrLost, int64(s.id)), true)
-				return
-			default:
-				if rpcCtx.Err() == nil && time.Now().Before(deadline) {
-					l.opts.logger.Debug("etcdlock: keepalive failed", "lease", fmt.Sprintf("%x", int64(s.id)), "err", r.err)
-				}
-				if !time.Now().Before(deadline) {
-					continue // the loss timer fires now
-				}
-				if errors.Is(r.err, context.DeadlineExceeded) {
-					sendTimer.Reset(0) // the attempt timed out: try the next member now
-				} else {
-					sendTimer.Reset(retry)
-				}
-			}
-		}
-	}
+	newKeepalive(s, s.l.clk, s.l.client.KeepAliveOnce, s.revokeLost).run()
 }
 
 // revokeLost revokes a lease the session gave up on, so that its records go
