@@ -125,7 +125,7 @@ func (a *acquisition) create(ctx context.Context) (*clientv3.TxnResponse, error)
 			resp, err = a.createTxn(ctx, was).Commit()
 			if err != nil {
 				a.ambiguous = true
-				a.l.opts.logger.Debug("etcdlock: create attempt failed", "key", a.key, "err", err)
+				a.l.opts.Logger.Debug("etcdlock: create attempt failed", "key", a.key, "err", err)
 				return err
 			}
 			if resp.Succeeded || len(resp.Responses[0].GetResponseRange().Kvs) > 0 {
@@ -155,7 +155,7 @@ func (a *acquisition) create(ctx context.Context) (*clientv3.TxnResponse, error)
 // first.
 func (a *acquisition) createTxn(ctx context.Context, was int64) clientv3.Txn {
 	guard := clientv3.Compare(clientv3.ModRevision(a.s.guardKey), "=", was)
-	put := clientv3.OpPut(a.key, a.l.opts.identity, clientv3.WithLease(a.s.id))
+	put := clientv3.OpPut(a.key, a.l.opts.Identity, clientv3.WithLease(a.s.id))
 	if a.try {
 		return a.l.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.pfx).WithPrefix(), "=", 0), guard).

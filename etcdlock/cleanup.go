@@ -29,7 +29,7 @@ func (l *Locker) cleanup(r record) {
 	err := l.call(ctx, nil, l.cleanupOp(r))
 	cancel()
 	if err != nil {
-		l.opts.logger.Debug("etcdlock: cleanup failed; retrying in the background", "key", r.key, "err", err)
+		l.opts.Logger.Debug("etcdlock: cleanup failed; retrying in the background", "key", r.key, "err", err)
 		l.cleanupLater(r)
 	}
 }
@@ -42,14 +42,14 @@ func (l *Locker) cleanup(r record) {
 // a TTL later.
 func (l *Locker) cleanupLater(r record) {
 	l.spawn(func() {
-		ctx, cancel := context.WithTimeout(l.life, l.opts.ttl+l.opts.lossMargin)
+		ctx, cancel := context.WithTimeout(l.life, l.opts.ttl+l.opts.LossMargin)
 		defer cancel()
 		err := l.call(ctx, nil, l.cleanupOp(r))
 		if err == nil || l.life.Err() != nil || r.s.ended() {
 			return
 		}
-		l.opts.logger.Warn("etcdlock: gave up deleting a record; ending the session so that its lease takes the record", "key", r.key, "err", err)
-		l.dropSession(r.s, fmt.Errorf("%w: record %q could not be deleted within %v: %w", lock.ErrLost, r.key, l.opts.ttl+l.opts.lossMargin, err))
+		l.opts.Logger.Warn("etcdlock: gave up deleting a record; ending the session so that its lease takes the record", "key", r.key, "err", err)
+		l.dropSession(r.s, fmt.Errorf("%w: record %q could not be deleted within %v: %w", lock.ErrLost, r.key, l.opts.ttl+l.opts.LossMargin, err))
 		r.s.revokeLost()
 	})
 }

@@ -48,13 +48,13 @@ type keepaliveResult struct {
 }
 
 func newKeepalive(s *session, clk clock.Clock, send keepaliveSender, revoke func()) *keepalive {
-	ttl, margin := s.l.opts.ttl, s.l.opts.lossMargin
+	ttl, margin := s.l.opts.ttl, s.l.opts.LossMargin
 	interval := ttl / 3
 	s.mu.Lock()
 	deadline := s.deadline
 	s.mu.Unlock()
 	return &keepalive{
-		s: s, clk: clk, send: send, revoke: revoke, logger: s.l.opts.logger,
+		s: s, clk: clk, send: send, revoke: revoke, logger: s.l.opts.Logger,
 		ttl: ttl, margin: margin, interval: interval,
 		retry:    min(interval/4, 250*time.Millisecond),
 		attempt:  interval / 2,

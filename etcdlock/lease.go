@@ -105,10 +105,10 @@ func (le *Lease) Err() error {
 	return nil
 }
 
-// finish ends the lease once with cause, which wraps lock.ErrReleased or
+// end ends the lease once with cause, which wraps lock.ErrReleased or
 // lock.ErrLost. The stored error has no package prefix: the exported
 // methods add it.
-func (le *Lease) finish(cause error) bool {
+func (le *Lease) end(cause error) bool {
 	if !le.st.End(fmt.Errorf("lease %q (token %d): %w", le.name, le.rev, cause)) {
 		return false
 	}
@@ -122,7 +122,7 @@ func (le *Lease) finish(cause error) bool {
 // bring the record back, to block the lock for as long as the session
 // lives: its end is written in the background.
 func (le *Lease) lose(cause error) {
-	if le.finish(cause) && le.ambiguous && !le.s.ended() {
+	if le.end(cause) && le.ambiguous && !le.s.ended() {
 		le.l.cleanupLater(record{s: le.s, key: le.key, ambiguous: true})
 	}
 }
@@ -168,7 +168,7 @@ func (le *Lease) Release(ctx context.Context) error {
 	// The lease ends before the delete is sent: the server may grant the
 	// lock to a waiter as soon as it applies the delete, before its answer
 	// comes back, and Done must be closed by then.
-	if !le.finish(lock.ErrReleased) {
+	if !le.end(lock.ErrReleased) {
 		// The session ended (lost, or closed) between BeginRelease and
 		// here, and ended the lease with it: say so, as Err does.
 		return fmt.Errorf("etcdlock: release: %w", le.st.Err())

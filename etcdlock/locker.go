@@ -87,7 +87,7 @@ func (l *Locker) Identity() string {
 	if l.usable(context.Background()) != nil {
 		return ""
 	}
-	return l.opts.identity
+	return l.opts.Identity
 }
 
 // Prefix returns the key prefix of the Locker's records, ending in "/".
@@ -155,7 +155,7 @@ func (l *Locker) session(ctx context.Context) (*session, error) {
 	l.mu.Unlock()
 	go s.run()
 	go s.watch.run()
-	l.opts.logger.Debug("etcdlock: session started", "lease", fmt.Sprintf("%x", int64(resp.ID)), "ttl", l.opts.ttl)
+	l.opts.Logger.Debug("etcdlock: session started", "lease", fmt.Sprintf("%x", int64(resp.ID)), "ttl", l.opts.ttl)
 	return s, nil
 }
 

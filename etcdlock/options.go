@@ -35,10 +35,6 @@ type options struct {
 	config.Common // identity, logger, loss margin (0: the default, TTL/5)
 	prefix        string
 	ttl           time.Duration
-
-	identity   string       // TEMP: Identity, until the merge
-	logger     *slog.Logger // TEMP
-	lossMargin time.Duration
 }
 
 // WithPrefix sets the key prefix under which the Locker keeps its records
@@ -135,6 +131,5 @@ func buildOptions(opts []Option) (*options, error) {
 	} else if o.LossMargin > o.ttl/2 {
 		return nil, fmt.Errorf("%w: loss margin %v: must be at most half the ttl %v", lock.ErrInvalidConfig, o.LossMargin, o.ttl)
 	}
-	o.identity, o.logger, o.lossMargin = o.Identity, o.Logger, o.LossMargin
 	return o, nil
 }

@@ -76,7 +76,7 @@ func TestNewOptions(t *testing.T) {
 			if got := l.TTL(); got != tt.ttl {
 				t.Errorf("TTL() = %v; want %v", got, tt.ttl)
 			}
-			if got := l.opts.lossMargin; got != tt.lossMargin {
+			if got := l.opts.LossMargin; got != tt.lossMargin {
 				t.Errorf("loss margin = %v; want %v", got, tt.lossMargin)
 			}
 			if l.Identity() == "" {

@@ -54,7 +54,7 @@ func newSession(l *Locker, id clientv3.LeaseID, grantSent time.Time) *session {
 		id:       id,
 		guardKey: fmt.Sprintf("%s#guard/%016x", l.opts.prefix, int64(id)),
 		done:     make(chan struct{}),
-		deadline: grantSent.Add(l.opts.ttl - l.opts.lossMargin),
+		deadline: grantSent.Add(l.opts.ttl - l.opts.LossMargin),
 		leases:   make(map[*Lease]struct{}),
 	}
 	s.watch = newRecordWatcher(s)
@@ -85,10 +85,10 @@ func (s *session) end(cause error, lost bool) {
 		close(s.done)
 		s.watch.cancel()
 		for le := range leases {
-			le.finish(cause)
+			le.end(cause)
 		}
 		if lost {
-			s.l.opts.logger.Warn("etcdlock: session lost", "lease", fmt.Sprintf("%x", int64(s.id)), "cause", cause)
+			s.l.opts.Logger.Warn("etcdlock: session lost", "lease", fmt.Sprintf("%x", int64(s.id)), "cause", cause)
 		}
 	})
 }
@@ -157,7 +157,7 @@ func (s *session) run() {
 // once the server must have expired the lease anyway, or when the Locker
 // closes.
 func (s *session) revokeLost() {
-	ctx, cancel := context.WithTimeout(s.l.life, s.l.opts.ttl+s.l.opts.lossMargin)
+	ctx, cancel := context.WithTimeout(s.l.life, s.l.opts.ttl+s.l.opts.LossMargin)
 	defer cancel()
 	for {
 		_, err := s.l.client.Revoke(ctx, s.id)

@@ -158,7 +158,7 @@ func (w *recordWatcher) run() {
 	defer closeStream()
 	fail := func(err error) {
 		if err != nil && ctx.Err() == nil && !w.s.ended() {
-			l.opts.logger.Debug("etcdlock: record watch stream failed", "lease", fmt.Sprintf("%x", int64(w.s.id)), "err", err)
+			l.opts.Logger.Debug("etcdlock: record watch stream failed", "lease", fmt.Sprintf("%x", int64(w.s.id)), "err", err)
 		}
 		closeStream()
 		w.mu.Lock()
@@ -315,7 +315,7 @@ func (w *recordWatcher) handle(resp *pb.WatchResponse, gen int) error {
 		return nil
 	}
 	if resp.Canceled {
-		rw.le.l.opts.logger.Debug("etcdlock: record watch cancelled by the server; re-reading the record",
+		rw.le.l.opts.Logger.Debug("etcdlock: record watch cancelled by the server; re-reading the record",
 			"key", rw.le.key, "compact_revision", resp.CompactRevision, "reason", resp.CancelReason)
 		// Compaction (CompactRevision set) or another server-side
 		// cancel: read the record once, aside, and watch again from
@@ -353,6 +353,6 @@ func (w *recordWatcher) reread(rw *recordWatch) {
 		le.recordDeleted(fmt.Errorf("%w: record %q is gone", lock.ErrLost, le.key))
 		return
 	}
-	l.opts.logger.Debug("etcdlock: record watch created again", "key", le.key, "from_revision", resp.Header.Revision+1)
+	l.opts.Logger.Debug("etcdlock: record watch created again", "key", le.key, "from_revision", resp.Header.Revision+1)
 	w.rewatch(rw, resp.Header.Revision)
 }
