@@ -91,22 +91,26 @@ func holderOf(resp *clientv3.GetResponse) (lock.Holder, string) {
 	return lock.Holder{Identity: string(kv.Value), Token: fencing.Token(kv.CreateRevision)}, string(kv.Key)
 }
 
+// observation is one Observe's state: the holder last sent and the key
+// of its record.
+type observation struct {
+	l        *Locker
+	ctx      context.Context // the caller's
+	wctx     context.Context // ends with ctx and with Close
+	pfx      string
+	ch       chan<- lock.Holder
+	cur      lock.Holder
+	curKey   string
+	firstRev int64
+}
+
 func (l *Locker) observe(ctx, wctx context.Context, pfx string, first *clientv3.GetResponse, ch chan<- lock.Holder) error {
-	send := func(h lock.Holder) error {
-		select {
-		case ch <- h:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-l.closing.Done():
-			return lock.ErrClosed
-		}
-	}
-	cur, curKey := holderOf(first)
-	if err := send(cur); err != nil {
+	o := &observation{l: l, ctx: ctx, wctx: wctx, pfx: pfx, ch: ch, firstRev: first.Header.Revision}
+	o.cur, o.curKey = holderOf(first)
+	if err := o.send(); err != nil {
 		return err
 	}
-	wch := l.client.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(first.Header.Revision+1))
+	wch := l.client.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(o.firstRev+1))
 	for {
 		var wr clientv3.WatchResponse
 		var ok bool
@@ -117,46 +121,63 @@ func (l *Locker) observe(ctx, wctx context.Context, pfx string, first *clientv3.
 			return lock.ErrClosed
 		case wr, ok = <-wch:
 		}
-		if !ok {
+		switch {
+		case !ok:
 			return l.observeEnd(ctx, lock.ErrClosed)
-		}
-		if err := wr.Err(); err != nil {
-			return l.observeEnd(ctx, err)
-		}
-		if wr.Canceled {
+		case wr.Err() != nil:
+			return l.observeEnd(ctx, wr.Err())
+		case wr.Canceled:
 			return errors.New("watch cancelled by the server")
 		}
 		for _, ev := range wr.Events {
-			var next lock.Holder
-			var nextKey string
-			switch {
-			case ev.Type == clientv3.EventTypePut && curKey == "" && ev.IsCreate():
-				next, nextKey = lock.Holder{Identity: string(ev.Kv.Value), Token: fencing.Token(ev.Kv.CreateRevision)}, string(ev.Kv.Key)
-			case ev.Type == clientv3.EventTypeDelete && string(ev.Kv.Key) == curKey:
-				// Each attempt is bounded too (see do), so a member that
-				// stopped answering is left for another.
-				var resp *clientv3.GetResponse
-				err := l.call(wctx, nil, func(actx context.Context) error {
-					var err error
-					resp, err = l.client.Get(actx, pfx, append(clientv3.WithFirstCreate(), clientv3.WithRev(ev.Kv.ModRevision))...)
-					return err
-				})
-				if err != nil {
-					return l.observeEnd(ctx, fmt.Errorf("read the next holder: %w", err))
-				}
-				next, nextKey = holderOf(resp)
-			default:
-				continue
-			}
-			if next == cur {
-				continue
-			}
-			cur, curKey = next, nextKey
-			if err := send(cur); err != nil {
+			if err := o.event(ev); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// send sends the current holder.
+func (o *observation) send() error {
+	select {
+	case o.ch <- o.cur:
+		return nil
+	case <-o.ctx.Done():
+		return o.ctx.Err()
+	case <-o.l.closing.Done():
+		return lock.ErrClosed
+	}
+}
+
+// event takes one change of the lock's records and sends the holder it
+// leads to, if that is a new one.
+func (o *observation) event(ev *clientv3.Event) error {
+	var next lock.Holder
+	var nextKey string
+	switch {
+	case ev.Type == clientv3.EventTypePut && o.curKey == "" && ev.IsCreate():
+		next, nextKey = lock.Holder{Identity: string(ev.Kv.Value), Token: fencing.Token(ev.Kv.CreateRevision)}, string(ev.Kv.Key)
+	case ev.Type == clientv3.EventTypeDelete && string(ev.Kv.Key) == o.curKey:
+		// Each attempt is bounded too (see call), so a member that
+		// stopped answering is left for another.
+		var resp *clientv3.GetResponse
+		err := o.l.call(o.wctx, nil, func(actx context.Context) error {
+			var err error
+			resp, err = o.l.client.Get(actx, o.pfx, append(clientv3.WithFirstCreate(), clientv3.WithRev(ev.Kv.ModRevision))...)
+			return err
+		})
+		if err != nil {
+			return o.l.observeEnd(o.ctx, fmt.Errorf("read the next holder: %w", err))
+		}
+		next, nextKey = holderOf(resp)
+	default:
+		return nil
+	}
+	if next == o.cur {
+		return nil
+	}
+	o.cur, o.curKey = next, nextKey
+	return o.send()
 }
 
 // observeEnd returns why an observation ended when a request or the watch

@@ -132,136 +132,155 @@ func (w *recordWatcher) rewatch(rw *recordWatch, fromRev int64) {
 	w.signal()
 }
 
+// streamState is what run keeps about the current watch stream.
+type streamState struct {
+	gen       int // generation of the current stream; 0 before the first
+	stream    pb.Watch_WatchClient
+	cancelStr context.CancelFunc
+	recvWG    sync.WaitGroup
+	backoff   time.Duration
+	retryAt   <-chan time.Time // set while waiting out a backoff
+}
+
 // run owns the watch stream until the session ends. It is started with
 // l.wg.Add(1).
 func (w *recordWatcher) run() {
-	l := w.s.l
-	defer l.wg.Done()
-	ctx := w.ctx
+	defer w.s.l.wg.Done()
 	defer w.cancel()
-
-	var (
-		gen       int
-		stream    pb.Watch_WatchClient
-		cancelStr context.CancelFunc
-		recvWG    sync.WaitGroup
-		backoff   = retryDelay
-		retryAt   <-chan time.Time
-	)
-	closeStream := func() {
-		if cancelStr != nil {
-			cancelStr()
-			recvWG.Wait()
-		}
-		stream, cancelStr = nil, nil
-	}
-	defer closeStream()
-	fail := func(err error) {
-		if err != nil && ctx.Err() == nil && !w.s.ended() {
-			l.opts.Logger.Debug("etcdlock: record watch stream failed", "lease", fmt.Sprintf("%x", int64(w.s.id)), "err", err)
-		}
-		closeStream()
-		w.mu.Lock()
-		w.creates = w.creates[:0]
-		w.cancels = w.cancels[:0]
-		w.resps = w.resps[:0]
-		for _, rw := range w.entries {
-			if rw.armed {
-				rw.gen = 0
-				w.creates = append(w.creates, rw)
-			}
-		}
-		w.mu.Unlock()
-		retryAt = time.After(backoff)
-		backoff = min(2*backoff, time.Second)
-	}
-
+	st := &streamState{backoff: retryDelay}
+	defer w.closeStream(st)
 	for {
 		select {
-		case <-ctx.Done():
+		case <-w.ctx.Done():
 			return
 		case <-w.wake:
-		case <-retryAt:
-			retryAt = nil
+		case <-st.retryAt:
+			st.retryAt = nil
 		}
-		if retryAt != nil {
+		if st.retryAt != nil {
 			continue // waiting out the backoff
 		}
-		w.mu.Lock()
-		resps := w.resps
-		w.resps = nil
-		w.mu.Unlock()
-		failed := false
-		for _, r := range resps {
-			if r.gen != gen {
-				continue
-			}
-			if r.err != nil {
-				fail(r.err)
-				failed = true
-				break
-			}
-			if err := w.handle(r.resp, gen); err != nil {
-				fail(err)
-				failed = true
-				break
-			}
-			backoff = retryDelay
-		}
-		if failed {
+		if !w.handleReceived(st) || !w.pending() {
 			continue
 		}
-		w.mu.Lock()
-		pending := len(w.creates) + len(w.cancels)
-		w.mu.Unlock()
-		if pending == 0 {
+		if st.stream == nil && !w.openStream(st) {
 			continue
 		}
-		if stream == nil {
-			// A member cut off from the leader fails the stream rather
-			// than keep it open and silent.
-			sctx, scancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-			wc := pb.NewWatchClient(l.client.ActiveConnection())
-			st, err := wc.Watch(sctx)
-			if err != nil {
-				scancel()
-				fail(err)
-				continue
-			}
-			gen++
-			stream, cancelStr = st, scancel
-			recvWG.Add(1)
-			go w.recv(st, gen, &recvWG)
-			// Watches sent on an earlier stream are gone with it.
-			w.mu.Lock()
-			w.cancels = w.cancels[:0]
-			w.mu.Unlock()
+		w.sendPending(st)
+	}
+}
+
+// closeStream ends the current stream and waits for its reader.
+func (w *recordWatcher) closeStream(st *streamState) {
+	if st.cancelStr != nil {
+		st.cancelStr()
+		st.recvWG.Wait()
+	}
+	st.stream, st.cancelStr = nil, nil
+}
+
+// fail drops the current stream after err, queues every armed watch to be
+// created again on the next one, and backs off.
+func (w *recordWatcher) fail(st *streamState, err error) {
+	if err != nil && w.ctx.Err() == nil && !w.s.ended() {
+		w.s.l.opts.Logger.Debug("etcdlock: record watch stream failed", "lease", fmt.Sprintf("%x", int64(w.s.id)), "err", err)
+	}
+	w.closeStream(st)
+	w.mu.Lock()
+	w.creates = w.creates[:0]
+	w.cancels = w.cancels[:0]
+	w.resps = w.resps[:0]
+	for _, rw := range w.entries {
+		if rw.armed {
+			rw.gen = 0
+			w.creates = append(w.creates, rw)
 		}
-		w.mu.Lock()
-		creates, cancels := w.creates, w.cancels
-		w.creates, w.cancels = nil, nil
-		var reqs []*pb.WatchRequest
-		for _, rw := range creates {
-			if rw.stopped || rw.gen == gen {
-				continue
-			}
-			rw.gen = gen
-			reqs = append(reqs, &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
-				Key:           []byte(rw.le.key),
-				StartRevision: rw.fromRev + 1,
-				Filters:       []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT},
-				WatchId:       rw.id,
-			}}})
+	}
+	w.mu.Unlock()
+	st.retryAt = time.After(st.backoff)
+	st.backoff = min(2*st.backoff, time.Second)
+}
+
+// handleReceived handles what the current stream has received, and
+// reports false if the stream failed.
+func (w *recordWatcher) handleReceived(st *streamState) bool {
+	w.mu.Lock()
+	resps := w.resps
+	w.resps = nil
+	w.mu.Unlock()
+	for _, r := range resps {
+		if r.gen != st.gen {
+			continue
 		}
-		for _, id := range cancels {
-			reqs = append(reqs, &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{CancelRequest: &pb.WatchCancelRequest{WatchId: id}}})
+		err := r.err
+		if err == nil {
+			err = w.handle(r.resp, st.gen)
 		}
-		w.mu.Unlock()
-		for _, req := range reqs {
-			if err := stream.Send(req); err != nil {
-				fail(err)
-				break
-			}
+		if err != nil {
+			w.fail(st, err)
+			return false
+		}
+		st.backoff = retryDelay
+	}
+	return true
+}
+
+// pending reports whether watches wait to be created or cancelled.
+func (w *recordWatcher) pending() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.creates)+len(w.cancels) > 0
+}
+
+// openStream opens a new stream and starts its reader.
+func (w *recordWatcher) openStream(st *streamState) bool {
+	// A member cut off from the leader fails the stream rather than keep
+	// it open and silent.
+	sctx, scancel := context.WithCancel(clientv3.WithRequireLeader(w.ctx))
+	wc := pb.NewWatchClient(w.s.l.client.ActiveConnection())
+	stream, err := wc.Watch(sctx)
+	if err != nil {
+		scancel()
+		w.fail(st, err)
+		return false
+	}
+	st.gen++
+	st.stream, st.cancelStr = stream, scancel
+	st.recvWG.Add(1)
+	go w.recv(stream, st.gen, &st.recvWG) // joined by closeStream
+	// Watches sent on an earlier stream are gone with it.
+	w.mu.Lock()
+	w.cancels = w.cancels[:0]
+	w.mu.Unlock()
+	return true
+}
+
+// sendPending sends the queued creates and cancels on the current stream.
+func (w *recordWatcher) sendPending(st *streamState) {
+	w.mu.Lock()
+	creates, cancels := w.creates, w.cancels
+	w.creates, w.cancels = nil, nil
+	var reqs []*pb.WatchRequest
+	for _, rw := range creates {
+		if rw.stopped || rw.gen == st.gen {
+			continue
+		}
+		rw.gen = st.gen
+		reqs = append(reqs, &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
+			Key:           []byte(rw.le.key),
+			StartRevision: rw.fromRev + 1,
+			Filters:       []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT},
+			WatchId:       rw.id,
+		}}})
+	}
+	for _, id := range cancels {
+		reqs = append(reqs, &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{CancelRequest: &pb.WatchCancelRequest{WatchId: id}}})
+	}
+	w.mu.Unlock()
+	for _, req := range reqs {
+		if err := st.stream.Send(req); err != nil {
+			w.fail(st, err)
+			return
 		}
 	}
 }
