@@ -1,0 +1,80 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/lock"
+)
+
+// txnResp builds the answer of a create transaction: its revision, whether
+// its If held, and the records each of its range reads returned.
+func txnResp(rev int64, succeeded bool, ranges ...[]*mvccpb.KeyValue) *clientv3.TxnResponse {
+	resp := &clientv3.TxnResponse{Header: &pb.ResponseHeader{Revision: rev}, Succeeded: succeeded}
+	if succeeded {
+		// The put comes first in the Then branch.
+		resp.Responses = append(resp.Responses, &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{ResponsePut: &pb.PutResponse{}}})
+	}
+	for _, kvs := range ranges {
+		resp.Responses = append(resp.Responses, &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: &pb.RangeResponse{Kvs: kvs}}})
+	}
+	return resp
+}
+
+func kv(key string, createRev int64) *mvccpb.KeyValue {
+	return &mvccpb.KeyValue{Key: []byte(key), CreateRevision: createRev}
+}
+
+// TestPlace checks how an acquisition reads the answer of its create: its
+// token, the record it must wait for, and when TryAcquire gives up.
+func TestPlace(t *testing.T) {
+	const own, other = "p/x/#own", "p/x/#other"
+	for _, tc := range []struct {
+		name      string
+		try       bool
+		ambiguous bool
+		resp      *clientv3.TxnResponse
+		wantRev   int64
+		wantPred  string // "" for none
+		wantErr   error
+	}{
+		{name: "acquire, first in line", resp: txnResp(10, true, []*mvccpb.KeyValue{kv(own, 10)}), wantRev: 10},
+		{name: "acquire, behind one", resp: txnResp(12, true, []*mvccpb.KeyValue{kv(own, 12), kv(other, 9)}), wantRev: 12, wantPred: other},
+		{name: "acquire, record vanished", resp: txnResp(12, false, nil, nil), wantErr: lock.ErrLost},
+		{name: "try, created", try: true, resp: txnResp(20, true), wantRev: 20},
+		{name: "try, held by another", try: true, resp: txnResp(21, false, []*mvccpb.KeyValue{kv(other, 7)}, nil), wantErr: lock.ErrLocked},
+		{name: "try, retry found its own record", try: true, ambiguous: true, resp: txnResp(22, false, []*mvccpb.KeyValue{kv(own, 19)}, nil), wantRev: 19},
+		{name: "try, nothing there", try: true, resp: txnResp(23, false, nil, nil), wantErr: lock.ErrLocked},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &acquisition{record: record{key: own, ambiguous: tc.ambiguous}, name: "x", pfx: "p/x/#", try: tc.try}
+			pred, readRev, err := a.place(context.Background(), tc.resp)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("place() = %v; want an error wrapping %v", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("place() = %v; want nil", err)
+			}
+			if a.rev != tc.wantRev {
+				t.Errorf("token = %d; want %d", a.rev, tc.wantRev)
+			}
+			if readRev != tc.resp.Header.Revision {
+				t.Errorf("read revision = %d; want the answer's %d", readRev, tc.resp.Header.Revision)
+			}
+			switch got := pred; {
+			case tc.wantPred == "" && got != nil:
+				t.Errorf("predecessor = %q; want none", got.Key)
+			case tc.wantPred != "" && (got == nil || string(got.Key) != tc.wantPred):
+				t.Errorf("predecessor = %v; want %q", got, tc.wantPred)
+			}
+		})
+	}
+}
