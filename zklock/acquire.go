@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -166,20 +165,6 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 		return nil, err
 	}
 	return le, nil
-}
-
-// discard deletes the znode of a failed or cancelled acquisition: at once
-// if the connection is up (with a fresh, bounded context, since the
-// caller's may have ended), otherwise through the janitor.
-func (l *Locker) discard(path string) {
-	if l.conn.State() == zk.StateHasSession {
-		ctx, cancel := context.WithTimeout(l.g.bg, min(l.SessionTimeout(), 5*time.Second))
-		defer cancel()
-		if err := l.jan.deleteIfOurs(ctx, path); err == nil {
-			return
-		}
-	}
-	l.jan.add(cleanup{path: path})
 }
 
 // create creates this acquisition's znode and returns its path. A create

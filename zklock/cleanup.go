@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 )
@@ -163,4 +164,18 @@ func stat(ctx context.Context, g *group, conn *zk.Conn, path string) (bool, *zk.
 		return exists{ok: ok, stat: st}, err
 	})
 	return r.ok, r.stat, err
+}
+
+// discard deletes the znode of a failed or cancelled acquisition: at once
+// if the connection is up (with a fresh, bounded context, since the
+// caller's may have ended), otherwise through the janitor.
+func (l *Locker) discard(path string) {
+	if l.conn.State() == zk.StateHasSession {
+		ctx, cancel := context.WithTimeout(l.g.bg, min(l.SessionTimeout(), 5*time.Second))
+		defer cancel()
+		if err := l.jan.deleteIfOurs(ctx, path); err == nil {
+			return
+		}
+	}
+	l.jan.add(cleanup{path: path})
 }
