@@ -18,7 +18,7 @@ import (
 const recordWatchDelay = 50 * time.Millisecond
 
 // Lease is one grant of a lock, backed by one record: the key [Lease.Key],
-// created at revision [Lease.Revision] and attached to the Locker's session
+// created at revision [Lease.Token] and attached to the Locker's session
 // lease. Its methods are safe for concurrent use.
 //
 // The lease ends exactly once: by Release, by Close of its Locker, or by
