@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -34,21 +35,11 @@ type Memory struct {
 // NewMemory returns an empty Memory.
 func NewMemory() *Memory { return new(Memory) }
 
-// kind is what a request asks for.
-type kind int
-
-const (
-	exclusive kind = iota // Acquire, TryAcquire: the write lock
-	shared                // AcquireShared, TryAcquireShared: a read lock
-	permit                // AcquireSemaphore, TryAcquireSemaphore
-)
-
 // record is one acquisition's entry in a lock's queue.
 type record struct {
 	name  string
 	token fencing.Token
-	kind  kind
-	limit int // of a permit; 0 otherwise
+	req   queue.Request
 	owner *MemLocker
 	sess  *session
 	gone  chan struct{} // closed when the record is deleted
@@ -135,70 +126,35 @@ func (m *Memory) holderLocked(name string) lock.Holder {
 }
 
 func (r *record) holder() lock.Holder {
-	return lock.Holder{Identity: r.owner.identity, Token: r.token, Shared: r.kind != exclusive, Limit: r.limit}
+	return lock.Holder{Identity: r.owner.identity, Token: r.token, Shared: r.req.Shared(), Limit: r.req.Limit}
 }
 
-// admitted reports whether a request of kind k (with limit, for a permit)
-// at position i of q is granted: the rules documented on lock.SharedLocker.
-func admitted(q []*record, i int, k kind, limit int) bool {
-	switch k {
-	case shared:
-		return !slices.ContainsFunc(q[:i], func(r *record) bool { return r.kind == exclusive })
-	case permit:
-		return i < limit
-	}
-	return i == 0
-}
-
-// watched returns the records that the request at position i of q, not
-// yet admitted, waits to see deleted: the herd-free rule documented on
-// lock.SharedLocker. An exclusive waiter watches its predecessor, a shared
-// waiter the nearest earlier exclusive request, and a semaphore waiter
-// with limit n the n requests right ahead of it: the deletion of any of
-// them may admit it (permits are released in any order), and the deletion
-// of a request further ahead leaves those n in place.
-func watched(q []*record, i int) []*record {
-	r := q[i]
-	switch r.kind {
-	case shared:
-		for j := i - 1; j >= 0; j-- {
-			if q[j].kind == exclusive {
-				return q[j : j+1]
-			}
-		}
-	case permit:
-		return q[i-r.limit : i]
-	}
-	return q[i-1 : i]
-}
-
-// incompatibleLocked explains why a request of kind k with limit cannot
-// join name's queue, or returns "" if it can. The queue is consistent, so
-// its first record speaks for all.
-func (m *Memory) incompatibleLocked(name string, k kind, limit int) string {
+// incompatibleLocked explains why request r cannot join name's queue, or
+// returns "" if it can.
+func (m *Memory) incompatibleLocked(name string, r queue.Request) string {
 	q := m.queues[name]
 	if len(q) == 0 {
 		return ""
 	}
-	first := q[0]
-	switch {
-	case k == permit && first.kind != permit:
-		return "a semaphore request on a name in use as a lock"
-	case k != permit && first.kind == permit:
-		return fmt.Sprintf("a lock request on a name in use as a semaphore of limit %d", first.limit)
-	case k == permit && limit != first.limit:
-		return fmt.Sprintf("semaphore limit %d; the name's queued requests have limit %d", limit, first.limit)
-	}
-	return ""
+	return queue.Incompatible(q[0].req, r)
 }
 
-func (m *Memory) createLocked(l *MemLocker, s *session, name string, k kind, limit int) *record {
+// requests returns the requests of q, for the rules of package queue.
+func requests(q []*record) []queue.Request {
+	rs := make([]queue.Request, len(q))
+	for i, r := range q {
+		rs[i] = r.req
+	}
+	return rs
+}
+
+func (m *Memory) createLocked(l *MemLocker, s *session, name string, req queue.Request) *record {
 	before := m.holderLocked(name)
 	if m.queues == nil {
 		m.queues = map[string][]*record{}
 	}
 	m.rev++
-	r := &record{name: name, token: m.rev, kind: k, limit: limit, owner: l, sess: s, gone: make(chan struct{})}
+	r := &record{name: name, token: m.rev, req: req, owner: l, sess: s, gone: make(chan struct{})}
 	m.queues[name] = append(m.queues[name], r)
 	s.records[r] = true
 	m.notifyLocked(name, before)
@@ -271,40 +227,42 @@ func (l *MemLocker) Identity() string { return l.identity }
 // Acquire implements [lock.Locker]. It is the write lock of
 // [MemLocker.AcquireShared].
 func (l *MemLocker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquire(ctx, "acquire", name, exclusive, 0, true)
+	return l.acquire(ctx, "acquire", name, queue.ExclusiveRequest, true)
 }
 
 // TryAcquire implements [lock.Locker].
 func (l *MemLocker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquire(ctx, "try acquire", name, exclusive, 0, false)
+	return l.acquire(ctx, "try acquire", name, queue.ExclusiveRequest, false)
 }
 
 // AcquireShared implements [lock.SharedLocker].
 func (l *MemLocker) AcquireShared(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquire(ctx, "acquire shared", name, shared, 0, true)
+	return l.acquire(ctx, "acquire shared", name, queue.SharedRequest, true)
 }
 
 // TryAcquireShared implements [lock.SharedLocker].
 func (l *MemLocker) TryAcquireShared(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquire(ctx, "try acquire shared", name, shared, 0, false)
+	return l.acquire(ctx, "try acquire shared", name, queue.SharedRequest, false)
 }
 
 // AcquireSemaphore implements [lock.Semaphore].
 func (l *MemLocker) AcquireSemaphore(ctx context.Context, name string, limit int) (lock.Lease, error) {
-	return l.acquire(ctx, "acquire semaphore", name, permit, limit, true)
+	return l.acquire(ctx, "acquire semaphore", name, queue.PermitRequest(limit), true)
 }
 
 // TryAcquireSemaphore implements [lock.Semaphore].
 func (l *MemLocker) TryAcquireSemaphore(ctx context.Context, name string, limit int) (lock.Lease, error) {
-	return l.acquire(ctx, "try acquire semaphore", name, permit, limit, false)
+	return l.acquire(ctx, "try acquire semaphore", name, queue.PermitRequest(limit), false)
 }
 
-func (l *MemLocker) acquire(ctx context.Context, op, name string, k kind, limit int, wait bool) (lock.Lease, error) {
+func (l *MemLocker) acquire(ctx context.Context, op, name string, req queue.Request, wait bool) (lock.Lease, error) {
 	if err := lock.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("locktest: %s: %w", op, err)
 	}
-	if k == permit && limit < 1 {
-		return nil, fmt.Errorf("locktest: %s %q: %w: limit %d, want at least 1", op, name, lock.ErrInvalidConfig, limit)
+	if req.Kind == queue.Permit {
+		if err := queue.CheckLimit(req.Limit); err != nil {
+			return nil, fmt.Errorf("locktest: %s %q: %w: %w", op, name, lock.ErrInvalidConfig, err)
+		}
 	}
 	m := l.m
 	m.mu.Lock()
@@ -319,11 +277,11 @@ func (l *MemLocker) acquire(ctx context.Context, op, name string, k kind, limit 
 		m.mu.Unlock()
 		return nil, fmt.Errorf("locktest: %s %q: %w", op, name, err)
 	}
-	if why := m.incompatibleLocked(name, k, limit); why != "" {
+	if why := m.incompatibleLocked(name, req); why != "" {
 		m.mu.Unlock()
 		return nil, fmt.Errorf("locktest: %s %q: %w: %s", op, name, lock.ErrIncompatible, why)
 	}
-	if q := m.queues[name]; !wait && !admitted(q, len(q), k, limit) {
+	if q := m.queues[name]; !wait && !queue.Admitted(append(requests(q), req), len(q)) {
 		h := m.holderLocked(name)
 		m.mu.Unlock()
 		return nil, fmt.Errorf("locktest: %s %q: %w (held by %q with token %d; %d requests queued)", op, name, lock.ErrLocked, h.Identity, h.Token, len(q))
@@ -333,7 +291,7 @@ func (l *MemLocker) acquire(ctx context.Context, op, name string, k kind, limit 
 		l.sess = &session{id: m.lastSID, records: map[*record]bool{}, expired: make(chan struct{})}
 	}
 	s := l.sess
-	r := m.createLocked(l, s, name, k, limit)
+	r := m.createLocked(l, s, name, req)
 	for {
 		if r.why != nil {
 			err := r.why
@@ -347,7 +305,7 @@ func (l *MemLocker) acquire(ctx context.Context, op, name string, k kind, limit 
 		}
 		q := m.queues[name]
 		i := slices.Index(q, r)
-		if admitted(q, i, k, limit) {
+		if queue.Admitted(requests(q), i) {
 			le := &memLease{m: m, rec: r, done: make(chan struct{})}
 			r.lease = le
 			m.mu.Unlock()
@@ -362,8 +320,8 @@ func (l *MemLocker) acquire(ctx context.Context, op, name string, k kind, limit 
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.expired)},
 			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(l.closing)},
 		}
-		for _, w := range watched(q, i) {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w.gone)})
+		for _, j := range queue.Watched(requests(q), i) {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(q[j].gone)})
 		}
 		m.mu.Unlock()
 		reflect.Select(cases)
@@ -410,8 +368,9 @@ func (l *MemLocker) Holders(ctx context.Context, name string) ([]lock.Holder, er
 	q := m.queues[name]
 	hs := []lock.Holder{}
 	// The admitted records are a prefix of the queue.
+	rs := requests(q)
 	for i, r := range q {
-		if !admitted(q, i, r.kind, r.limit) {
+		if !queue.Admitted(rs, i) {
 			break
 		}
 		hs = append(hs, r.holder())

@@ -1,0 +1,184 @@
+// Package queue holds the rules that every backend applies to a name's
+// queue of requests (documented on lock.SharedLocker): which kinds of
+// request may share a queue, which requests are admitted, which records a
+// waiter watches, and how a request's kind is written into its record's
+// key (etcd) or znode name (ZooKeeper), so that one listing of the queue
+// tells every record's kind without reading the records.
+package queue
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Kind is what a request asks for.
+type Kind uint8
+
+const (
+	Exclusive Kind = iota // Acquire, TryAcquire: the write lock
+	Shared                // AcquireShared, TryAcquireShared: a read lock
+	Permit                // AcquireSemaphore, TryAcquireSemaphore
+)
+
+// MaxLimit is the largest semaphore limit a tag can carry.
+const MaxLimit = 1<<31 - 1
+
+// Request is one request of a queue: its kind and, for a permit, the
+// semaphore's limit (0 otherwise).
+type Request struct {
+	Kind  Kind
+	Limit int
+}
+
+// Lock requests.
+var (
+	ExclusiveRequest = Request{Kind: Exclusive}
+	SharedRequest    = Request{Kind: Shared}
+)
+
+// PermitRequest is a semaphore request with the given limit.
+func PermitRequest(limit int) Request { return Request{Kind: Permit, Limit: limit} }
+
+// CheckLimit returns an error when limit cannot be a semaphore's limit.
+// The caller wraps it with lock.ErrInvalidConfig.
+func CheckLimit(limit int) error {
+	if limit < 1 || limit > MaxLimit {
+		return fmt.Errorf("semaphore limit %d, want 1 to %d", limit, MaxLimit)
+	}
+	return nil
+}
+
+// Tag is the request's kind as written in its record's name: "" for an
+// exclusive request (so that the records of exclusive locks keep the
+// names they have always had), "r" for a shared one, "s" and the limit in
+// decimal for a permit. A tag never contains '~', '/' or '#'.
+func (r Request) Tag() string {
+	switch r.Kind {
+	case Shared:
+		return "r"
+	case Permit:
+		return "s" + strconv.Itoa(r.Limit)
+	}
+	return ""
+}
+
+// ParseTag is the inverse of Tag. It accepts exactly the strings Tag
+// returns: no sign, no leading zero, a limit from 1 to MaxLimit.
+func ParseTag(tag string) (Request, bool) {
+	switch {
+	case tag == "":
+		return ExclusiveRequest, true
+	case tag == "r":
+		return SharedRequest, true
+	case len(tag) < 2 || len(tag) > 11 || tag[0] != 's' || tag[1] == '0':
+		return Request{}, false
+	}
+	n := 0
+	for _, c := range tag[1:] {
+		if c < '0' || c > '9' {
+			return Request{}, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	if n > MaxLimit {
+		return Request{}, false
+	}
+	return PermitRequest(n), true
+}
+
+// Shared reports whether a grant of r is shared with others (a read lock
+// or a permit), as lock.Holder.Shared says.
+func (r Request) Shared() bool { return r.Kind != Exclusive }
+
+// compatible reports whether two requests may be granted from one queue:
+// both lock requests (shared or exclusive), or both permits of one limit.
+func compatible(a, b Request) bool {
+	if a.Kind == Permit || b.Kind == Permit {
+		return a == b
+	}
+	return true
+}
+
+// Incompatible explains why a request r cannot join a queue whose earliest
+// request is head, or returns "" if it can. The earliest request decides
+// what the name is until its queue is empty again. The caller wraps the
+// explanation with lock.ErrIncompatible.
+func Incompatible(head, r Request) string {
+	switch {
+	case compatible(head, r):
+		return ""
+	case r.Kind == Permit && head.Kind != Permit:
+		return "a semaphore request on a name in use as a lock"
+	case r.Kind != Permit && head.Kind == Permit:
+		return fmt.Sprintf("a lock request on a name in use as a semaphore of limit %d", head.Limit)
+	}
+	return fmt.Sprintf("semaphore limit %d; the name's queued requests have limit %d", r.Limit, head.Limit)
+}
+
+// Admitted reports whether the request at position i of q (in creation
+// order) is granted:
+//
+//   - no earlier request incompatible with it remains, and
+//   - exclusive: no earlier request remains;
+//   - shared: no earlier exclusive request remains;
+//   - a permit of limit n: fewer than n earlier requests remain.
+//
+// The first rule matters only while a refused request's record is on its
+// way out: the backends create a record before they can compare it with
+// the queue, and a later request may take such a record for the head. It
+// makes such a mixed queue wait rather than admit incompatible requests
+// together, so the limits and exclusions hold in every queue, consistent
+// or not. The admitted requests of any queue are a prefix of it.
+func Admitted(q []Request, i int) bool {
+	r := q[i]
+	for _, e := range q[:i] {
+		if !compatible(e, r) {
+			return false
+		}
+	}
+	switch r.Kind {
+	case Shared:
+		for _, e := range q[:i] {
+			if e.Kind == Exclusive {
+				return false
+			}
+		}
+		return true
+	case Permit:
+		return i < r.Limit
+	}
+	return i == 0
+}
+
+// Watched returns the positions in q of the records the request at
+// position i, not admitted, waits to see deleted (the herd-free rule on
+// lock.SharedLocker): the nearest earlier incompatible request if there
+// is one; otherwise, for an exclusive request its predecessor, for a
+// shared one the nearest earlier exclusive request, and for a permit of
+// limit n the n requests right ahead of it. The deletion of any of those
+// may admit it (permits are released in any order); the deletion of a
+// request further ahead shifts it and its n predecessors together, so
+// what it watches stays right.
+func Watched(q []Request, i int) []int {
+	r := q[i]
+	for j := i - 1; j >= 0; j-- {
+		if !compatible(q[j], r) {
+			return []int{j}
+		}
+	}
+	switch r.Kind {
+	case Shared:
+		for j := i - 1; j >= 0; j-- {
+			if q[j].Kind == Exclusive {
+				return []int{j}
+			}
+		}
+	case Permit:
+		w := make([]int, 0, r.Limit)
+		for j := i - r.Limit; j < i; j++ {
+			w = append(w, j)
+		}
+		return w
+	}
+	return []int{i - 1}
+}
