@@ -10,18 +10,25 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/internal/leasestate"
+	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/lock"
 )
 
-// acquire implements Acquire (try == false) and TryAcquire (try == true).
-func (l *Locker) acquire(ctx context.Context, name string, try bool) (*Lease, error) {
+// acquire implements every Acquire and TryAcquire method: req says which
+// kind of grant, try whether to wait.
+func (l *Locker) acquire(ctx context.Context, name string, req queue.Request, try bool) (*Lease, error) {
 	if err := lock.ValidateName(name); err != nil {
 		return nil, err
+	}
+	if req.Kind == queue.Permit {
+		if err := queue.CheckLimit(req.Limit); err != nil {
+			return nil, fmt.Errorf("%w: %w", lock.ErrInvalidConfig, err)
+		}
 	}
 	parent := ctx
 	ctx, cancel := l.withClosing(ctx)
 	defer cancel()
-	le, err := l.acquireRetry(ctx, name, try)
+	le, err := l.acquireRetry(ctx, name, req, try)
 	if err != nil && parent.Err() == nil && l.closing.Err() != nil {
 		err = lock.ErrClosed
 	}
@@ -36,13 +43,13 @@ func (l *Locker) withClosing(ctx context.Context) (context.Context, context.Canc
 	return ctx, func() { stop(); cancel() }
 }
 
-func (l *Locker) acquireRetry(ctx context.Context, name string, try bool) (*Lease, error) {
+func (l *Locker) acquireRetry(ctx context.Context, name string, req queue.Request, try bool) (*Lease, error) {
 	for attempt := 0; ; attempt++ {
 		s, err := l.session(ctx)
 		if err != nil {
 			return nil, err
 		}
-		le, err := l.acquireIn(ctx, s, name, try)
+		le, err := l.acquireIn(ctx, s, name, req, try)
 		// A session the server already expired (a revoke the keepalive
 		// loop has not noticed yet) fails the create with "lease not
 		// found" before anything was written: start a new session once.
@@ -66,18 +73,19 @@ type record struct {
 	ambiguous bool
 }
 
-// acquisition is one Acquire or TryAcquire within one session.
+// acquisition is one acquisition of any kind within one session.
 type acquisition struct {
 	record
 	l    *Locker
 	name string
 	pfx  string // the prefix of name's records
+	req  queue.Request
 	try  bool
 }
 
 // acquireIn runs one acquisition within session s.
-func (l *Locker) acquireIn(ctx context.Context, s *session, name string, try bool) (*Lease, error) {
-	a := &acquisition{record: record{s: s, key: l.recordKey(name, s)}, l: l, name: name, pfx: l.namePrefix(name), try: try}
+func (l *Locker) acquireIn(ctx context.Context, s *session, name string, req queue.Request, try bool) (*Lease, error) {
+	a := &acquisition{record: record{s: s, key: l.recordKey(name, s, req)}, l: l, name: name, pfx: l.namePrefix(name), req: req, try: try}
 	resp, err := a.create(ctx)
 	if err != nil {
 		if isLeaseNotFound(err) {
@@ -88,17 +96,17 @@ func (l *Locker) acquireIn(ctx context.Context, s *session, name string, try boo
 		// applied later.
 		return nil, l.discard(a.record, err)
 	}
-	pred, readRev, err := a.place(ctx, resp)
+	var readRev int64
+	if req.Kind == queue.Exclusive {
+		readRev, err = a.exclusive(ctx, resp)
+	} else {
+		readRev, err = a.queued(ctx, resp)
+	}
 	switch {
-	case errors.Is(err, lock.ErrLocked) && !a.ambiguous:
+	case a.rev == 0 && !a.ambiguous && (errors.Is(err, lock.ErrLocked) || errors.Is(err, lock.ErrIncompatible)):
 		return nil, err // nothing was created
 	case err != nil:
 		return nil, l.discard(a.record, err)
-	}
-	if pred != nil {
-		if readRev, err = a.wait(ctx, pred, readRev); err != nil {
-			return nil, l.discard(a.record, err)
-		}
 	}
 	le := &Lease{l: l, record: a.record, name: a.name, st: leasestate.New()}
 	if err := l.grant(le, readRev); err != nil {
@@ -147,33 +155,61 @@ func (a *acquisition) create(ctx context.Context) (*clientv3.TxnResponse, error)
 }
 
 // createTxn is one create attempt, guarded by the session's guard at
-// revision was. Acquire's attempt also reads the newest two records by
-// create revision: right after the put they are ours and our predecessor,
-// so one round trip both creates the record and tells whether we own the
-// lock and whom to watch. TryAcquire's creates only if name has no record
+// revision was. An exclusive Acquire's attempt also reads the newest two
+// records by create revision and the oldest one: right after the put the
+// newest two are ours and our predecessor, so one round trip both creates
+// the record and tells whether we own the lock and whom to watch, and the
+// oldest one says what the name is (see queue.Incompatible). A shared or
+// semaphore attempt reads the keys of the whole queue instead, which its
+// rule needs. An exclusive TryAcquire's creates only if name has no record
 // at all; a retry whose first attempt did create finds its own record
 // first.
 func (a *acquisition) createTxn(ctx context.Context, was int64) clientv3.Txn {
 	guard := clientv3.Compare(clientv3.ModRevision(a.s.guardKey), "=", was)
 	put := clientv3.OpPut(a.key, a.l.opts.Identity, clientv3.WithLease(a.s.id))
-	if a.try {
+	if a.try && a.req.Kind == queue.Exclusive {
 		return a.l.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.pfx).WithPrefix(), "=", 0), guard).
 			Then(put).
 			Else(clientv3.OpGet(a.pfx, clientv3.WithFirstCreate()...), clientv3.OpGet(a.s.guardKey))
 	}
-	lastTwo := clientv3.OpGet(a.pfx, clientv3.WithPrefix(),
-		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))
+	var then []clientv3.Op
+	if a.req.Kind == queue.Exclusive {
+		lastTwo := clientv3.OpGet(a.pfx, clientv3.WithPrefix(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))
+		first := clientv3.OpGet(a.pfx, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
+		then = []clientv3.Op{put, lastTwo, first}
+	} else {
+		then = []clientv3.Op{put, clientv3.OpGet(a.pfx, queueRead()...)}
+	}
 	return a.l.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0), guard).
-		Then(put, lastTwo).
+		Then(then...).
 		Else(clientv3.OpGet(a.key), clientv3.OpGet(a.s.guardKey))
 }
 
-// place reads the answer of the create: the record's create revision, the
-// record just before it (nil when it holds the lock), and the revision at
-// which that was read. A retried create found its record in place and
-// looks the predecessor up explicitly.
+// queueRead reads the keys of a name's records in queue order: the key
+// says each record's kind (see requestOf).
+func queueRead(opts ...clientv3.OpOption) []clientv3.OpOption {
+	return append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}, opts...)
+}
+
+// exclusive waits for an exclusive acquisition's turn, from its create's
+// answer, and returns the revision at which the grant was confirmed.
+func (a *acquisition) exclusive(ctx context.Context, resp *clientv3.TxnResponse) (int64, error) {
+	pred, readRev, err := a.place(ctx, resp)
+	if err != nil || pred == nil {
+		return readRev, err
+	}
+	return a.wait(ctx, pred, readRev)
+}
+
+// place reads the answer of an exclusive acquisition's create: the
+// record's create revision, the record just before it (nil when it holds
+// the lock), and the revision at which that was read. A retried create
+// found its record in place and looks the predecessor and the oldest
+// record up explicitly.
 func (a *acquisition) place(ctx context.Context, resp *clientv3.TxnResponse) (pred *mvccpb.KeyValue, readRev int64, err error) {
 	readRev = resp.Header.Revision
 	switch {
@@ -185,10 +221,13 @@ func (a *acquisition) place(ctx context.Context, resp *clientv3.TxnResponse) (pr
 		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 1 {
 			pred = kvs[1]
 		}
-		return pred, readRev, nil
+		return pred, readRev, a.checkHead(resp.Responses[2].GetResponseRange().Kvs)
 	case a.try:
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 || string(kvs[0].Key) != a.key {
+			if err := a.checkHead(kvs); err != nil {
+				return nil, 0, err
+			}
 			return nil, 0, lock.ErrLocked
 		}
 		a.rev = kvs[0].CreateRevision
@@ -203,7 +242,151 @@ func (a *acquisition) place(ctx context.Context, resp *clientv3.TxnResponse) (pr
 	if err == nil && !ok {
 		err = fmt.Errorf("%w: record %q was deleted", lock.ErrLost, a.key)
 	}
+	if err == nil && pred != nil {
+		err = a.readHead(ctx)
+	}
 	return pred, readRev, err
+}
+
+// checkHead refuses the acquisition, with an error wrapping
+// lock.ErrIncompatible, when kvs (the oldest record of the name, or none)
+// is another request of a kind that cannot share the name's queue with
+// it: the oldest request decides what the name is.
+func (a *acquisition) checkHead(kvs []*mvccpb.KeyValue) error {
+	if len(kvs) == 0 || string(kvs[0].Key) == a.key {
+		return nil
+	}
+	if why := queue.Incompatible(requestOf(kvs[0].Key), a.req); why != "" {
+		return fmt.Errorf("%w: %s", lock.ErrIncompatible, why)
+	}
+	return nil
+}
+
+// readHead reads the oldest record of the name and checks it (checkHead),
+// for an acquisition whose create was retried.
+func (a *acquisition) readHead(ctx context.Context) error {
+	var resp *clientv3.GetResponse
+	err := a.l.call(ctx, a.s, func(ctx context.Context) error {
+		var err error
+		resp, err = a.l.client.Get(ctx, a.pfx, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	return a.checkHead(resp.Kvs)
+}
+
+// queued waits for a shared or semaphore acquisition's turn, from its
+// create's answer, and returns the revision at which the grant was
+// confirmed: the rules of package queue applied to the records ahead of
+// its own, read again after each deletion of a record it watches.
+func (a *acquisition) queued(ctx context.Context, resp *clientv3.TxnResponse) (int64, error) {
+	var ahead []*mvccpb.KeyValue
+	readRev := resp.Header.Revision
+	if resp.Succeeded {
+		a.rev = resp.Header.Revision
+		for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+			if kv.CreateRevision < a.rev {
+				ahead = append(ahead, kv)
+			}
+		}
+	} else {
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			return 0, fmt.Errorf("%w: record %q vanished while it was created", lock.ErrLost, a.key)
+		}
+		a.rev = kvs[0].CreateRevision
+		var err error
+		if ahead, readRev, err = a.readAhead(ctx); err != nil {
+			return 0, err
+		}
+	}
+	if err := a.checkHead(ahead); err != nil {
+		return 0, err
+	}
+	checkCreated := true
+	for {
+		q := append(requestsOf(ahead), a.req)
+		if queue.Admitted(q, len(ahead)) {
+			return readRev, nil
+		}
+		if a.try {
+			return 0, lock.ErrLocked
+		}
+		var keys []string
+		for _, i := range queue.Watched(q, len(ahead)) {
+			keys = append(keys, string(ahead[i].Key))
+		}
+		gone, createdLate, err := a.l.waitAnyDelete(ctx, a.s, keys, readRev, checkCreated)
+		if err != nil {
+			return 0, err
+		}
+		if ahead, readRev, err = a.readAhead(ctx); err != nil {
+			return 0, err
+		}
+		// As in wait: skip the check of the watches' creation revision
+		// once after it made us read again for nothing.
+		checkCreated = !createdLate || gone
+	}
+}
+
+// readAhead confirms that our record still exists with its create
+// revision and reads the keys of the records ahead of it, in queue order.
+func (a *acquisition) readAhead(ctx context.Context) ([]*mvccpb.KeyValue, int64, error) {
+	var resp *clientv3.TxnResponse
+	err := a.l.call(ctx, a.s, func(ctx context.Context) error {
+		var err error
+		resp, err = a.l.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
+			Then(clientv3.OpGet(a.pfx, queueRead(clientv3.WithMaxCreateRev(a.rev-1))...)).
+			Commit()
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	if !resp.Succeeded {
+		return nil, 0, a.deleted()
+	}
+	return resp.Responses[0].GetResponseRange().Kvs, resp.Header.Revision, nil
+}
+
+// deleted is the error of an acquisition whose record went while it
+// waited.
+func (a *acquisition) deleted() error {
+	if a.s.ended() {
+		return a.s.lostErr()
+	}
+	return fmt.Errorf("%w: record %q was deleted while waiting", lock.ErrLost, a.key)
+}
+
+// waitAnyDelete is waitDelete on several keys at once: it returns when the
+// first of them returns, and stops the others.
+func (l *Locker) waitAnyDelete(ctx context.Context, s *session, keys []string, fromRev int64, checkCreated bool) (gone, createdLate bool, err error) {
+	if len(keys) == 1 {
+		return l.waitDelete(ctx, s, keys[0], fromRev, checkCreated)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		gone, createdLate bool
+		err               error
+	}
+	results := make(chan result, len(keys))
+	for _, key := range keys {
+		go func() {
+			var r result
+			r.gone, r.createdLate, r.err = l.waitDelete(ctx, s, key, fromRev, checkCreated)
+			results <- r
+		}()
+	}
+	first := <-results
+	cancel()
+	for range len(keys) - 1 {
+		<-results
+	}
+	return first.gone, first.createdLate, first.err
 }
 
 // wait blocks until no record precedes ours, following the chain of
@@ -222,10 +405,7 @@ func (a *acquisition) wait(ctx context.Context, pred *mvccpb.KeyValue, readRev i
 			return 0, err
 		}
 		if !ok {
-			if a.s.ended() {
-				return 0, a.s.lostErr()
-			}
-			return 0, fmt.Errorf("%w: record %q was deleted while waiting", lock.ErrLost, a.key)
+			return 0, a.deleted()
 		}
 		// Checking the watch's creation revision again for the same
 		// predecessor could loop under unrelated write load; once per

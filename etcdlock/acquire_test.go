@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -43,12 +44,16 @@ func TestPlace(t *testing.T) {
 		wantPred  string // "" for none
 		wantErr   error
 	}{
-		{name: "acquire, first in line", resp: txnResp(10, true, []*mvccpb.KeyValue{kv(own, 10)}), wantRev: 10},
-		{name: "acquire, behind one", resp: txnResp(12, true, []*mvccpb.KeyValue{kv(own, 12), kv(other, 9)}), wantRev: 12, wantPred: other},
+		{name: "acquire, first in line", resp: txnResp(10, true, []*mvccpb.KeyValue{kv(own, 10)}, []*mvccpb.KeyValue{kv(own, 10)}), wantRev: 10},
+		{name: "acquire, behind one", resp: txnResp(12, true, []*mvccpb.KeyValue{kv(own, 12), kv(other, 9)}, []*mvccpb.KeyValue{kv(other, 9)}), wantRev: 12, wantPred: other},
+		{name: "acquire, behind readers", resp: txnResp(12, true, []*mvccpb.KeyValue{kv(own, 12), kv(other+"~r", 9)}, []*mvccpb.KeyValue{kv(other+"~r", 3)}), wantRev: 12, wantPred: other + "~r"},
+		{name: "acquire, name is a semaphore", resp: txnResp(12, true, []*mvccpb.KeyValue{kv(own, 12), kv(other, 9)}, []*mvccpb.KeyValue{kv(other+"~s3", 3)}), wantErr: lock.ErrIncompatible},
 		{name: "acquire, record vanished", resp: txnResp(12, false, nil, nil), wantErr: lock.ErrLost},
 		{name: "try, created", try: true, resp: txnResp(20, true), wantRev: 20},
 		{name: "try, held by another", try: true, resp: txnResp(21, false, []*mvccpb.KeyValue{kv(other, 7)}, nil), wantErr: lock.ErrLocked},
 		{name: "try, retry found its own record", try: true, ambiguous: true, resp: txnResp(22, false, []*mvccpb.KeyValue{kv(own, 19)}, nil), wantRev: 19},
+		{name: "try, name is a semaphore", try: true, resp: txnResp(21, false, []*mvccpb.KeyValue{kv(other+"~s2", 7)}, nil), wantErr: lock.ErrIncompatible},
+		{name: "try, held by readers", try: true, resp: txnResp(21, false, []*mvccpb.KeyValue{kv(other+"~r", 7)}, nil), wantErr: lock.ErrLocked},
 		{name: "try, nothing there", try: true, resp: txnResp(23, false, nil, nil), wantErr: lock.ErrLocked},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -76,5 +81,24 @@ func TestPlace(t *testing.T) {
 				t.Errorf("predecessor = %v; want %q", got, tc.wantPred)
 			}
 		})
+	}
+}
+
+// TestRequestOf checks how a record's key tells its kind, and that a key
+// this package would not write counts as exclusive: it blocks, never
+// admits.
+func TestRequestOf(t *testing.T) {
+	l := &Locker{opts: &options{prefix: "app/"}}
+	s := &session{id: 0x1234}
+	for _, req := range []queue.Request{queue.ExclusiveRequest, queue.SharedRequest, queue.PermitRequest(1), queue.PermitRequest(40)} {
+		key := l.recordKey("jobs/x", s, req)
+		if got := requestOf([]byte(key)); got != req {
+			t.Errorf("requestOf(%q) = %v; want %v", key, got, req)
+		}
+	}
+	for _, key := range []string{"app/x/#00000000000012-1~", "app/x/#00000000000012-1~s0", "app/x/#00000000000012-1~q", "app/x/#00000000000012-1~r~r", "garbage"} {
+		if got := requestOf([]byte(key)); got != queue.ExclusiveRequest {
+			t.Errorf("requestOf(%q) = %v; want exclusive", key, got)
+		}
 	}
 }

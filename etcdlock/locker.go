@@ -1,17 +1,20 @@
 package etcdlock
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/clock"
 	"github.com/fencelock/fencelock/internal/nilcheck"
+	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -112,11 +115,47 @@ func (l *Locker) TTL() time.Duration {
 func (l *Locker) namePrefix(name string) string { return l.opts.prefix + name + "/#" }
 
 // recordKey names one acquisition's record: scoped by the session lease, so
-// that a retried create of the same acquisition is idempotent, and by a
+// that a retried create of the same acquisition is idempotent, by a
 // per-session sequence number, so that two acquisitions through one Locker
-// are two records that exclude each other.
-func (l *Locker) recordKey(name string, s *session) string {
-	return fmt.Sprintf("%s%016x-%x", l.namePrefix(name), int64(s.id), s.seq.Add(1))
+// are two records, and, for a shared or semaphore request, by its kind's
+// tag after a '~', so that a listing of the keys tells every record's kind.
+func (l *Locker) recordKey(name string, s *session, req queue.Request) string {
+	key := fmt.Sprintf("%s%016x-%x", l.namePrefix(name), int64(s.id), s.seq.Add(1))
+	if tag := req.Tag(); tag != "" {
+		key += "~" + tag
+	}
+	return key
+}
+
+// requestOf returns the kind of request a record's key names (see
+// recordKey). A key whose tag does not parse, which this package never
+// writes, counts as an exclusive request: it makes everyone behind it
+// wait, never admits anyone.
+func requestOf(key []byte) queue.Request {
+	rest := key[bytes.LastIndexByte(key, '#')+1:]
+	i := bytes.IndexByte(rest, '~')
+	if i < 0 {
+		return queue.ExclusiveRequest
+	}
+	if r, ok := queue.ParseTag(string(rest[i+1:])); ok {
+		return r
+	}
+	return queue.ExclusiveRequest
+}
+
+// requestsOf returns the kinds of requests of records in queue order.
+func requestsOf(kvs []*mvccpb.KeyValue) []queue.Request {
+	q := make([]queue.Request, len(kvs))
+	for i, kv := range kvs {
+		q[i] = requestOf(kv.Key)
+	}
+	return q
+}
+
+// holderOf returns the holder a record stands for.
+func holderOf(kv *mvccpb.KeyValue) lock.Holder {
+	r := requestOf(kv.Key)
+	return lock.Holder{Identity: string(kv.Value), Token: fencing.Token(kv.CreateRevision), Shared: r.Shared(), Limit: r.Limit}
 }
 
 // session returns the live session, granting a new lease if there is none.
@@ -206,7 +245,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, fmt.Errorf("etcdlock: acquire %q: %w", name, err)
 	}
-	le, err := l.acquire(ctx, name, false)
+	le, err := l.acquire(ctx, name, queue.ExclusiveRequest, false)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: acquire %q: %w", name, err)
 	}
@@ -223,7 +262,7 @@ func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error
 	if err := l.usable(ctx); err != nil {
 		return nil, fmt.Errorf("etcdlock: try acquire %q: %w", name, err)
 	}
-	le, err := l.acquire(ctx, name, true)
+	le, err := l.acquire(ctx, name, queue.ExclusiveRequest, true)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: try acquire %q: %w", name, err)
 	}
@@ -260,8 +299,7 @@ func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
 	if len(resp.Kvs) == 0 {
 		return lock.Holder{}, fmt.Errorf("etcdlock: holder %q: %w", name, lock.ErrNotHeld)
 	}
-	kv := resp.Kvs[0]
-	return lock.Holder{Identity: string(kv.Value), Token: fencing.Token(kv.CreateRevision)}, nil
+	return holderOf(resp.Kvs[0]), nil
 }
 
 func (l *Locker) isClosed() bool {

@@ -8,7 +8,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -83,12 +82,11 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, 
 	}, nil
 }
 
-func holderOf(resp *clientv3.GetResponse) (lock.Holder, string) {
+func firstHolder(resp *clientv3.GetResponse) (lock.Holder, string) {
 	if len(resp.Kvs) == 0 {
 		return lock.Holder{}, ""
 	}
-	kv := resp.Kvs[0]
-	return lock.Holder{Identity: string(kv.Value), Token: fencing.Token(kv.CreateRevision)}, string(kv.Key)
+	return holderOf(resp.Kvs[0]), string(resp.Kvs[0].Key)
 }
 
 // observation is one Observe's state: the holder last sent and the key
@@ -106,7 +104,7 @@ type observation struct {
 
 func (l *Locker) observe(ctx, wctx context.Context, pfx string, first *clientv3.GetResponse, ch chan<- lock.Holder) error {
 	o := &observation{l: l, ctx: ctx, wctx: wctx, pfx: pfx, ch: ch, firstRev: first.Header.Revision}
-	o.cur, o.curKey = holderOf(first)
+	o.cur, o.curKey = firstHolder(first)
 	if err := o.send(); err != nil {
 		return err
 	}
@@ -156,7 +154,7 @@ func (o *observation) event(ev *clientv3.Event) error {
 	var nextKey string
 	switch {
 	case ev.Type == clientv3.EventTypePut && o.curKey == "" && ev.IsCreate():
-		next, nextKey = lock.Holder{Identity: string(ev.Kv.Value), Token: fencing.Token(ev.Kv.CreateRevision)}, string(ev.Kv.Key)
+		next, nextKey = holderOf(ev.Kv), string(ev.Kv.Key)
 	case ev.Type == clientv3.EventTypeDelete && string(ev.Kv.Key) == o.curKey:
 		// Each attempt is bounded too (see call), so a member that
 		// stopped answering is left for another.
@@ -169,7 +167,7 @@ func (o *observation) event(ev *clientv3.Event) error {
 		if err != nil {
 			return o.l.observeEnd(o.ctx, fmt.Errorf("read the next holder: %w", err))
 		}
-		next, nextKey = holderOf(resp)
+		next, nextKey = firstHolder(resp)
 	default:
 		return nil
 	}

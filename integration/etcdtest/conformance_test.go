@@ -125,7 +125,5 @@ func (h *harness) Records(t *testing.T, name string) []string {
 func TestEtcdConformance(t *testing.T) {
 	c := startCluster(t)
 	h := &harness{endpoints: c.Endpoints(), admin: newClient(t, c.Endpoints()), prefix: "conformance", gates: map[*etcdlock.Locker]*testutil.Gate{}}
-	locktest.TestLockerWith(t, h, locktest.Options{RequireOptional: true,
-		// Read-write locks and semaphores are not in etcdlock yet.
-		Unimplemented: []string{"lock.SharedLocker", "lock.Semaphore", "lock.HolderLister"}})
+	locktest.TestLockerWith(t, h, locktest.Options{RequireOptional: true})
 }

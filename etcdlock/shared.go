@@ -1,0 +1,104 @@
+package etcdlock
+
+import (
+	"context"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/internal/queue"
+	"github.com/fencelock/fencelock/lock"
+)
+
+var (
+	_ lock.SharedLocker = (*Locker)(nil)
+	_ lock.Semaphore    = (*Locker)(nil)
+	_ lock.HolderLister = (*Locker)(nil)
+)
+
+// AcquireShared blocks until it holds a shared (read) grant of name: until
+// no exclusive request of name that arrived before it remains (the rules
+// are on [lock.SharedLocker]; [Locker.Acquire] is the write side). It
+// returns a *Lease and costs what Acquire costs, except that its create
+// transaction reads the keys of the whole queue, and it waits on the
+// nearest earlier exclusive request only. Errors wrap what Acquire's do,
+// or [lock.ErrIncompatible] when name is in use as a semaphore.
+func (l *Locker) AcquireShared(ctx context.Context, name string) (lock.Lease, error) {
+	return l.acquireKind(ctx, "acquire shared", name, queue.SharedRequest, false)
+}
+
+// TryAcquireShared is AcquireShared without waiting: when an exclusive
+// request holds name or waits for it, it returns an error wrapping
+// [lock.ErrLocked] at once. Unlike [Locker.TryAcquire] it creates its
+// record before it can tell, and deletes it before it returns the error.
+func (l *Locker) TryAcquireShared(ctx context.Context, name string) (lock.Lease, error) {
+	return l.acquireKind(ctx, "try acquire shared", name, queue.SharedRequest, true)
+}
+
+// AcquireSemaphore blocks until it holds one of the limit permits of name:
+// until fewer than limit requests of name that arrived before it remain.
+// It returns a *Lease. A waiter watches the limit records right ahead of
+// its own. Errors wrap what Acquire's do, [lock.ErrIncompatible] when name
+// is in use as a lock or with another limit, or [lock.ErrInvalidConfig]
+// when limit is below 1.
+func (l *Locker) AcquireSemaphore(ctx context.Context, name string, limit int) (lock.Lease, error) {
+	return l.acquireKind(ctx, "acquire semaphore", name, queue.PermitRequest(limit), false)
+}
+
+// TryAcquireSemaphore is AcquireSemaphore without waiting: when limit or
+// more requests of name exist, it returns an error wrapping
+// [lock.ErrLocked] at once, after deleting the record it created.
+func (l *Locker) TryAcquireSemaphore(ctx context.Context, name string, limit int) (lock.Lease, error) {
+	return l.acquireKind(ctx, "try acquire semaphore", name, queue.PermitRequest(limit), true)
+}
+
+func (l *Locker) acquireKind(ctx context.Context, op, name string, req queue.Request, try bool) (lock.Lease, error) {
+	if err := l.usable(ctx); err != nil {
+		return nil, fmt.Errorf("etcdlock: %s %q: %w", op, name, err)
+	}
+	le, err := l.acquire(ctx, name, req, try)
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: %s %q: %w", op, name, err)
+	}
+	return le, nil
+}
+
+// Holders returns every current holder of name in grant order: the shared
+// grants or semaphore permits, or the one exclusive grant, and an empty
+// list when nobody holds name. It is one linearizable read of name's
+// records.
+func (l *Locker) Holders(ctx context.Context, name string) ([]lock.Holder, error) {
+	if err := l.usable(ctx); err != nil {
+		return nil, fmt.Errorf("etcdlock: holders %q: %w", name, err)
+	}
+	if err := lock.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("etcdlock: holders: %w", err)
+	}
+	if l.isClosed() {
+		return nil, fmt.Errorf("etcdlock: holders %q: %w", name, lock.ErrClosed)
+	}
+	cctx, cancel := l.withClosing(ctx)
+	defer cancel()
+	var resp *clientv3.GetResponse
+	err := l.call(cctx, nil, func(ctx context.Context) error {
+		var err error
+		resp, err = l.client.Get(ctx, l.namePrefix(name), clientv3.WithPrefix(),
+			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		return err
+	})
+	if err != nil {
+		if ctx.Err() == nil && l.closing.Err() != nil {
+			err = lock.ErrClosed
+		}
+		return nil, fmt.Errorf("etcdlock: holders %q: %w", name, err)
+	}
+	q := requestsOf(resp.Kvs)
+	hs := []lock.Holder{}
+	for i, kv := range resp.Kvs {
+		if !queue.Admitted(q, i) {
+			break
+		}
+		hs = append(hs, holderOf(kv))
+	}
+	return hs, nil
+}
