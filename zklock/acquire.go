@@ -6,63 +6,108 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/internal/leasestate"
+	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/lock"
 )
 
 // A lock's znodes are children of root/name named "~<32 hex digits>~" (the
-// protection prefix, random per acquisition) followed by the 10-digit
-// sequence number the server appends. '~' cannot occur in a lock name, so a
-// lock znode of name "a" and the parent of name "a/b" can never be taken
-// for one another, and children that do not match the pattern exactly are
-// ignored.
+// protection prefix, random per acquisition), then, for a shared or
+// semaphore request, its kind's tag and a '~' (see queue.Request.Tag),
+// followed by the 10-digit sequence number the server appends. '~' cannot
+// occur in a lock name, so a lock znode of name "a" and the parent of name
+// "a/b" can never be taken for one another, and children that do not match
+// the pattern exactly are ignored.
 const (
 	marker    = '~'
-	prefixLen = 1 + 32 + 1
+	randLen   = 1 + 32 + 1
 	seqLen    = 10
-	childLen  = prefixLen + seqLen
+	minChild  = randLen + seqLen
+	maxTagLen = 11 // "s" and a limit of up to 10 digits
 )
 
-func newPrefix() string {
+// newPrefix returns a fresh protection prefix for a request.
+func newPrefix(req queue.Request) string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails
-	return string(marker) + hex.EncodeToString(b) + string(marker)
+	p := string(marker) + hex.EncodeToString(b) + string(marker)
+	if tag := req.Tag(); tag != "" {
+		p += tag + string(marker)
+	}
+	return p
+}
+
+// parseChild reports whether a child name is a lock znode and, if so, the
+// request it stands for.
+func parseChild(s string) (queue.Request, bool) {
+	if len(s) < minChild || len(s) > minChild+maxTagLen+1 || s[0] != marker || s[randLen-1] != marker {
+		return queue.Request{}, false
+	}
+	for i := 1; i < randLen-1; i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return queue.Request{}, false
+		}
+	}
+	for i := len(s) - seqLen; i < len(s); i++ {
+		if c := s[i]; c < '0' || c > '9' {
+			return queue.Request{}, false
+		}
+	}
+	tag := s[randLen : len(s)-seqLen]
+	if tag != "" {
+		if tag[len(tag)-1] != marker {
+			return queue.Request{}, false
+		}
+		tag = tag[:len(tag)-1]
+		if tag == "" {
+			return queue.Request{}, false
+		}
+	}
+	return queue.ParseTag(tag)
 }
 
 // isLockChild reports whether a child name is a lock znode.
 func isLockChild(s string) bool {
-	if len(s) != childLen || s[0] != marker || s[prefixLen-1] != marker {
-		return false
-	}
-	for i := 1; i < prefixLen-1; i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	for i := prefixLen; i < childLen; i++ {
-		if c := s[i]; c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
+	_, ok := parseChild(s)
+	return ok
 }
 
-// queue returns the lock znodes among names, in grant order (by sequence
+// requestOf returns the request of a lock znode's child name (one that
+// queue returned).
+func requestOf(child string) queue.Request {
+	r, _ := parseChild(child)
+	return r
+}
+
+// requestsOf returns the requests of lock znodes in queue order.
+func requestsOf(q []string) []queue.Request {
+	rs := make([]queue.Request, len(q))
+	for i, k := range q {
+		rs[i] = requestOf(k)
+	}
+	return rs
+}
+
+// seqOf returns a lock znode's sequence number.
+func seqOf(child string) string { return child[len(child)-seqLen:] }
+
+// queueOf returns the lock znodes among names, in grant order (by sequence
 // number).
-func queue(names []string) []string {
+func queueOf(names []string) []string {
 	q := make([]string, 0, len(names))
 	for _, n := range names {
 		if isLockChild(n) {
 			q = append(q, n)
 		}
 	}
-	slices.SortFunc(q, func(a, b string) int { return strings.Compare(a[prefixLen:], b[prefixLen:]) })
+	slices.SortFunc(q, func(a, b string) int { return strings.Compare(seqOf(a), seqOf(b)) })
 	return q
 }
 
@@ -76,7 +121,7 @@ func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, fmt.Errorf("zklock: acquire %q: %w", name, err)
 	}
-	le, err := l.acquire(ctx, name, false)
+	le, err := l.acquire(ctx, "acquire", name, queue.ExclusiveRequest, false)
 	if err != nil {
 		return nil, err
 	}
@@ -90,21 +135,23 @@ func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error
 	if err := l.usable(ctx); err != nil {
 		return nil, fmt.Errorf("zklock: try acquire %q: %w", name, err)
 	}
-	le, err := l.acquire(ctx, name, true)
+	le, err := l.acquire(ctx, "try acquire", name, queue.ExclusiveRequest, true)
 	if err != nil {
 		return nil, err
 	}
 	return le, nil
 }
 
-// acquisition is one Acquire or TryAcquire: its lock, its znode, the
+// acquisition is one acquisition of any kind: its lock, its znode, the
 // session it works in, and what it has learnt of its znode so far.
 type acquisition struct {
-	l      *Locker
-	name   string
-	parent string   // the znode whose children are the lock's znodes
-	prefix string   // this acquisition's protection prefix
-	try    bool     // TryAcquire: do not wait
+	l       *Locker
+	name    string
+	parent  string // the znode whose children are the lock's znodes
+	req     queue.Request
+	try     bool   // TryAcquire*: do not wait
+	checked bool   // the queue's oldest request was found compatible
+	prefix  string // this acquisition's protection prefix
 	s      *session // the session the znode belongs to
 	path   string   // the znode, once created
 	own    string   // its child name
@@ -114,15 +161,18 @@ type acquisition struct {
 	version  int32
 }
 
-func (l *Locker) acquire(ctx context.Context, name string, try bool) (*Lease, error) {
-	op := "acquire"
-	if try {
-		op = "try acquire"
-	}
+// acquire implements every Acquire and TryAcquire method: req says which
+// kind of grant, try whether to wait, op how errors name the call.
+func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request, try bool) (*Lease, error) {
 	if err := lock.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("zklock: %s: %w", op, err)
 	}
-	a := &acquisition{l: l, name: name, parent: l.parent(name), try: try}
+	if req.Kind == queue.Permit {
+		if err := queue.CheckLimit(req.Limit); err != nil {
+			return nil, fmt.Errorf("zklock: %s %q: %w: %w", op, name, lock.ErrInvalidConfig, err)
+		}
+	}
+	a := &acquisition{l: l, name: name, parent: l.parent(name), req: req, try: try}
 	le, err := a.run(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("zklock: %s %q: %w", op, name, err)
@@ -144,7 +194,7 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 		if err != nil {
 			return nil, err
 		}
-		a.prefix = newPrefix()
+		a.prefix = newPrefix(a.req)
 		a.path, err = a.create(ctx)
 		if err == nil {
 			break
@@ -229,7 +279,7 @@ func (a *acquisition) findOwn(ctx context.Context) (string, error) {
 			var kids children
 			kids, err = call(ctx, l.g, a.s, childrenOf(l.conn, a.parent))
 			if err == nil {
-				for _, k := range queue(kids.names) {
+				for _, k := range queueOf(kids.names) {
 					if strings.HasPrefix(k, a.prefix) {
 						return a.parent + "/" + k, nil
 					}
@@ -294,9 +344,9 @@ func (a *acquisition) queueUp(ctx context.Context) (*Lease, error) {
 	}
 }
 
-// step lists the queue once and, unless the znode is first, waits for the
-// one before it to go. It returns a lease, an error, or neither: look
-// again.
+// step lists the queue once and, unless the request is admitted, waits
+// for one of the records it watches (package queue names them) to go. It
+// returns a lease, an error, or neither: look again.
 func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 	q, err := a.list(ctx)
 	if err != nil {
@@ -312,20 +362,45 @@ func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 			a.l.jan.add(cleanup{path: a.parent + "/" + k})
 		}
 	}
-	if i == 0 {
+	reqs := requestsOf(q[:i+1])
+	if !a.checked {
+		// The oldest request decides what the name is.
+		if why := queue.Incompatible(reqs[0], a.req); why != "" {
+			return nil, fmt.Errorf("%w: %s", lock.ErrIncompatible, why)
+		}
+		a.checked = true
+	}
+	if queue.Admitted(reqs, i) {
 		return a.grant()
 	}
 	if a.try {
 		return nil, lock.ErrLocked
 	}
-	pred, err := call(ctx, a.l.g, a.s, existsW(a.l.conn, a.parent+"/"+q[i-1]))
-	if err != nil {
-		return nil, a.retry(ctx, err)
+	watched := queue.Watched(reqs, i)
+	futures := make([]*future[exists], len(watched))
+	for n, j := range watched {
+		futures[n] = start(a.l.g, existsW(a.l.conn, a.parent+"/"+q[j]), nil)
 	}
-	if !pred.ok {
+	var chans []<-chan zk.Event
+	for n, f := range futures {
+		e, err := f.wait(ctx, a.l.g, a.s)
+		if err != nil {
+			for _, f := range futures[n+1:] {
+				f.abandon()
+			}
+			return nil, a.retry(ctx, err)
+		}
+		if !e.ok {
+			// Gone already: look again (the watches set meanwhile fire
+			// later, unread, and cost nothing).
+			continue
+		}
+		chans = append(chans, e.watch)
+	}
+	if len(chans) < len(watched) {
 		return nil, nil
 	}
-	return nil, a.await(ctx, pred.watch)
+	return nil, a.await(ctx, chans)
 }
 
 // list returns the lock znodes of the parent, in grant order. Without a
@@ -336,7 +411,7 @@ func (a *acquisition) list(ctx context.Context) ([]string, error) {
 	l := a.l
 	if a.ownWatch != nil {
 		kids, err := call(ctx, l.g, a.s, childrenOf(l.conn, a.parent))
-		return queue(kids.names), err
+		return queueOf(kids.names), err
 	}
 	l.tab.track(a.path)
 	fc := start(l.g, childrenOf(l.conn, a.parent), nil)
@@ -356,23 +431,34 @@ func (a *acquisition) list(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("%w: the queued znode %s belongs to session 0x%x, not 0x%x", lock.ErrLost, a.path, st.stat.EphemeralOwner, a.s.id)
 	}
 	a.ownWatch, a.czxid, a.version = st.watch, st.stat.Czxid, st.stat.Version
-	return queue(kids.names), nil
+	return queueOf(kids.names), nil
 }
 
-// await waits for pred, the watch on the znode before this one, to fire.
-func (a *acquisition) await(ctx context.Context, pred <-chan zk.Event) error {
-	select {
-	case <-pred:
-	case ev := <-a.ownWatch:
-		if ev.Type == zk.EventNodeDeleted {
+// await waits for one of watched, the watches on the records this
+// acquisition waits for, to fire.
+func (a *acquisition) await(ctx context.Context, watched []<-chan zk.Event) error {
+	const ownCase, doneCase, sessionCase, closingCase = 0, 1, 2, 3
+	cases := []reflect.SelectCase{
+		ownCase:     {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.ownWatch)},
+		doneCase:    {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+		sessionCase: {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.s.done)},
+		closingCase: {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.l.g.closing)},
+	}
+	for _, w := range watched {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)})
+	}
+	chosen, v, _ := reflect.Select(cases)
+	switch chosen {
+	case ownCase:
+		if ev, _ := v.Interface().(zk.Event); ev.Type == zk.EventNodeDeleted {
 			return a.deleted()
 		}
 		a.ownWatch = nil
-	case <-ctx.Done():
+	case doneCase:
 		return context.Cause(ctx)
-	case <-a.s.done:
+	case sessionCase:
 		return a.s.err
-	case <-a.l.g.closing:
+	case closingCase:
 		return lock.ErrClosed
 	}
 	return nil

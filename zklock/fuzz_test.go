@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -57,6 +58,28 @@ func FuzzRoot(f *testing.F) {
 		}
 		if lock.ValidateName(strings.TrimPrefix(o.root, "/")) != nil {
 			t.Fatalf("WithRoot(%q) gave root %q, which is not a lock name below /", root, o.root)
+		}
+	})
+}
+
+// FuzzChildName checks the parsing of a lock's child names, which come
+// from the server: whatever it accepts has the layout newPrefix writes,
+// and the names newPrefix makes parse back to their request.
+func FuzzChildName(f *testing.F) {
+	for _, s := range []string{"~0123456789abcdef0123456789abcdef~0000000042", "~0123456789abcdef0123456789abcdef~r~0000000042",
+		"~0123456789abcdef0123456789abcdef~s12~0000000001", "~~0000000001", "sub", "~0123456789abcdef0123456789abcdef~s0~0000000042"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		req, ok := parseChild(name)
+		if !ok {
+			return
+		}
+		if newPrefix(req)[randLen:]+seqOf(name) != name[randLen:] {
+			t.Fatalf("parseChild(%q) = %v, which newPrefix would not write so", name, req)
+		}
+		if req.Kind == queue.Permit && queue.CheckLimit(req.Limit) != nil {
+			t.Fatalf("parseChild(%q) accepted limit %d", name, req.Limit)
 		}
 	})
 }

@@ -46,6 +46,13 @@ func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
 	}
 }
 
+// holderOf returns the holder a lock znode stands for, from its child
+// name, data and stat.
+func holderOf(child string, data []byte, st *zk.Stat) lock.Holder {
+	r := requestOf(child)
+	return lock.Holder{Identity: string(data), Token: fencing.Token(st.Czxid), Shared: r.Shared(), Limit: r.Limit}
+}
+
 // holder reads the lowest znode under parent; a zero Holder means none.
 // With watch it also returns a channel that fires when parent's children
 // change (or, if parent does not exist, when it is created).
@@ -86,7 +93,7 @@ func (l *Locker) holder(ctx context.Context, parent string, watch bool) (lock.Ho
 		if err != nil {
 			return lock.Holder{}, nil, err
 		}
-		q := queue(names)
+		q := queueOf(names)
 		if len(q) == 0 {
 			return lock.Holder{}, w, nil
 		}
@@ -104,6 +111,6 @@ func (l *Locker) holder(ctx context.Context, parent string, watch bool) (lock.Ho
 		if err != nil {
 			return lock.Holder{}, nil, err
 		}
-		return lock.Holder{Identity: string(r.data), Token: fencing.Token(r.stat.Czxid)}, w, nil
+		return holderOf(q[0], r.data, r.stat), w, nil
 	}
 }

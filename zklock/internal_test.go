@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/internal/queue"
 )
 
 func TestLockChildPattern(t *testing.T) {
@@ -28,17 +30,34 @@ func TestLockChildPattern(t *testing.T) {
 			t.Errorf("isLockChild(%q) = %v; want %v", tt.name, got, tt.ok)
 		}
 	}
-	p := newPrefix()
-	if !isLockChild(p + "0000000000") {
-		t.Errorf("newPrefix() = %q does not make a lock child", p)
+	for _, req := range []queue.Request{queue.ExclusiveRequest, queue.SharedRequest, queue.PermitRequest(1), queue.PermitRequest(queue.MaxLimit)} {
+		p := newPrefix(req)
+		if got, ok := parseChild(p + "0000000000"); !ok || got != req {
+			t.Errorf("parseChild(newPrefix(%v) + sequence) = %v, %v; want %v, true", req, got, ok, req)
+		}
+	}
+	tagged := map[string]bool{
+		"~0123456789abcdef0123456789abcdef~r~0000000042":            true,
+		"~0123456789abcdef0123456789abcdef~s3~0000000042":           true,
+		"~0123456789abcdef0123456789abcdef~~0000000042":             false,
+		"~0123456789abcdef0123456789abcdef~r0000000042":             false,
+		"~0123456789abcdef0123456789abcdef~s0~0000000042":           false,
+		"~0123456789abcdef0123456789abcdef~x~0000000042":            false,
+		"~0123456789abcdef0123456789abcdef~r~r~0000000042":          false,
+		"~0123456789abcdef0123456789abcdef~s99999999999~0000000042": false,
+	}
+	for name, ok := range tagged {
+		if _, got := parseChild(name); got != ok {
+			t.Errorf("parseChild(%q) ok = %v; want %v", name, got, ok)
+		}
 	}
 }
 
 func TestQueueOrder(t *testing.T) {
 	a := "~aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa~0000000003"
-	b := "~bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb~0000000001"
+	b := "~bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb~s4~0000000001"
 	c := "~00000000000000000000000000000000~0000000002"
-	got := queue([]string{a, "sub", b, c})
+	got := queueOf([]string{a, "sub", b, c})
 	if want := []string{b, c, a}; !slices.Equal(got, want) {
 		t.Errorf("queue() = %v; want %v", got, want)
 	}

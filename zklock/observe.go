@@ -9,7 +9,6 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -166,7 +165,7 @@ func (o *observation) take(ctx context.Context, names []string, st *zk.Stat) (ag
 		o.report("", lock.Holder{})
 		o.listed = false
 	}
-	q := queue(names)
+	q := queueOf(names)
 	next := ""
 	if len(q) > 0 {
 		next = q[0]
@@ -189,7 +188,7 @@ func (o *observation) take(ctx context.Context, names []string, st *zk.Stat) (ag
 		if err != nil {
 			return false, err
 		}
-		o.report(next, lock.Holder{Identity: string(g.data), Token: fencing.Token(g.stat.Czxid)})
+		o.report(next, holderOf(next, g.data, g.stat))
 	} else if next == "" {
 		o.report("", lock.Holder{})
 	}
@@ -226,7 +225,7 @@ func (o *observation) freeBetween(q []string, st *zk.Stat, next string) bool {
 	used := map[int64]bool{}
 	for _, k := range q {
 		if !o.kids[k] {
-			used[seqOf(k)] = true
+			used[seqNum(k)] = true
 		}
 	}
 	deleted := 0
@@ -240,14 +239,15 @@ func (o *observation) freeBetween(q []string, st *zk.Stat, next string) bool {
 	}
 	for v := int64(o.cversion); v < int64(st.Cversion); v++ {
 		if !used[v] {
-			return v < seqOf(next)
+			return v < seqNum(next)
 		}
 	}
 	return false
 }
 
-func seqOf(child string) int64 {
-	n, _ := strconv.ParseInt(child[prefixLen:], 10, 64)
+// seqNum returns a lock znode's sequence number as a number.
+func seqNum(child string) int64 {
+	n, _ := strconv.ParseInt(seqOf(child), 10, 64)
 	return n
 }
 

@@ -15,7 +15,5 @@ import (
 // checked.
 func TestZKConformance(t *testing.T) {
 	c := startEnsemble(t)
-	locktest.TestLockerWith(t, newHarness(t, c.Endpoints()), locktest.Options{ObserveMaySkip: true, RequireOptional: true,
-		// Read-write locks and semaphores are not in zklock yet.
-		Unimplemented: []string{"lock.SharedLocker", "lock.Semaphore", "lock.HolderLister"}})
+	locktest.TestLockerWith(t, newHarness(t, c.Endpoints()), locktest.Options{ObserveMaySkip: true, RequireOptional: true})
 }

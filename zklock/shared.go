@@ -1,0 +1,144 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/internal/queue"
+	"github.com/fencelock/fencelock/lock"
+)
+
+var (
+	_ lock.SharedLocker = (*Locker)(nil)
+	_ lock.Semaphore    = (*Locker)(nil)
+	_ lock.HolderLister = (*Locker)(nil)
+)
+
+// AcquireShared blocks until it holds a shared (read) grant of name: until
+// no exclusive request of name that arrived before it remains (the rules
+// are on [lock.SharedLocker]; [Locker.Acquire] is the write side). It
+// returns a *Lease and costs what Acquire costs; a waiter watches the
+// nearest earlier exclusive request only. Errors wrap what Acquire's do,
+// or [lock.ErrIncompatible] when name is in use as a semaphore.
+func (l *Locker) AcquireShared(ctx context.Context, name string) (lock.Lease, error) {
+	return l.acquireKind(ctx, "acquire shared", name, queue.SharedRequest, false)
+}
+
+// TryAcquireShared is AcquireShared without waiting: when an exclusive
+// request holds name or waits for it, it returns an error wrapping
+// [lock.ErrLocked] at once, after deleting the znode it queued.
+func (l *Locker) TryAcquireShared(ctx context.Context, name string) (lock.Lease, error) {
+	return l.acquireKind(ctx, "try acquire shared", name, queue.SharedRequest, true)
+}
+
+// AcquireSemaphore blocks until it holds one of the limit permits of name:
+// until fewer than limit requests of name that arrived before it remain.
+// It returns a *Lease. A waiter watches the limit znodes right ahead of its
+// own. Errors wrap what Acquire's do, [lock.ErrIncompatible] when name is
+// in use as a lock or with another limit, or [lock.ErrInvalidConfig] when
+// limit is below 1.
+func (l *Locker) AcquireSemaphore(ctx context.Context, name string, limit int) (lock.Lease, error) {
+	return l.acquireKind(ctx, "acquire semaphore", name, queue.PermitRequest(limit), false)
+}
+
+// TryAcquireSemaphore is AcquireSemaphore without waiting: when limit or
+// more requests of name exist, it returns an error wrapping
+// [lock.ErrLocked] at once, after deleting the znode it queued.
+func (l *Locker) TryAcquireSemaphore(ctx context.Context, name string, limit int) (lock.Lease, error) {
+	return l.acquireKind(ctx, "try acquire semaphore", name, queue.PermitRequest(limit), true)
+}
+
+func (l *Locker) acquireKind(ctx context.Context, op, name string, req queue.Request, try bool) (lock.Lease, error) {
+	if err := l.usable(ctx); err != nil {
+		return nil, fmt.Errorf("zklock: %s %q: %w", op, name, err)
+	}
+	le, err := l.acquire(ctx, op, name, req, try)
+	if err != nil {
+		return nil, err
+	}
+	return le, nil
+}
+
+// Holders returns every current holder of name in grant order: the shared
+// grants or semaphore permits, or the one exclusive grant, and an empty
+// list when nobody holds name. It lists name's znodes and reads the
+// admitted ones, in one pipelined round trip after the listing; the answer
+// comes from the server the connection is on, which may lag the leader by
+// a moment.
+func (l *Locker) Holders(ctx context.Context, name string) ([]lock.Holder, error) {
+	if err := l.usable(ctx); err != nil {
+		return nil, fmt.Errorf("zklock: holders %q: %w", name, err)
+	}
+	if err := lock.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("zklock: holders: %w", err)
+	}
+	if err := l.enter(); err != nil {
+		return nil, fmt.Errorf("zklock: holders %q: %w", name, err)
+	}
+	defer l.leave()
+	for {
+		hs, err := l.holders(ctx, l.parent(name))
+		if err == nil && hs != nil {
+			return hs, nil
+		}
+		if err != nil && !isConnErr(err) {
+			return nil, fmt.Errorf("zklock: holders %q: %w", name, err)
+		}
+		if err != nil {
+			if err := l.ss.awaitConnected(ctx, nil); err != nil {
+				return nil, fmt.Errorf("zklock: holders %q: %w", name, err)
+			}
+		}
+	}
+}
+
+// holders reads the admitted znodes under parent. A nil list and a nil
+// error mean that one of them went meanwhile: read again.
+func (l *Locker) holders(ctx context.Context, parent string) ([]lock.Holder, error) {
+	kids, err := call(ctx, l.g, nil, childrenOf(l.conn, parent))
+	if errors.Is(err, zk.ErrNoNode) {
+		return []lock.Holder{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	q := queueOf(kids.names)
+	reqs := requestsOf(q)
+	type gd struct {
+		data []byte
+		stat *zk.Stat
+	}
+	var futures []*future[gd]
+	for i, k := range q {
+		if !queue.Admitted(reqs, i) {
+			break
+		}
+		futures = append(futures, start(l.g, func() (gd, error) {
+			d, st, err := l.conn.Get(parent + "/" + k)
+			return gd{d, st}, err
+		}, nil))
+	}
+	hs := make([]lock.Holder, 0, len(futures))
+	var errs []error
+	for i, f := range futures {
+		r, err := f.wait(ctx, l.g, nil)
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			errs = append(errs, nil)
+		case err != nil:
+			errs = append(errs, err)
+		default:
+			hs = append(hs, holderOf(q[i], r.data, r.stat))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if len(errs) > 0 {
+		return nil, nil // released meanwhile
+	}
+	return hs, nil
+}
