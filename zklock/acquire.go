@@ -149,12 +149,12 @@ type acquisition struct {
 	name    string
 	parent  string // the znode whose children are the lock's znodes
 	req     queue.Request
-	try     bool   // TryAcquire*: do not wait
-	checked bool   // the queue's oldest request was found compatible
-	prefix  string // this acquisition's protection prefix
-	s      *session // the session the znode belongs to
-	path   string   // the znode, once created
-	own    string   // its child name
+	try     bool     // TryAcquire*: do not wait
+	checked bool     // the queue's oldest request was found compatible
+	prefix  string   // this acquisition's protection prefix
+	s       *session // the session the znode belongs to
+	path    string   // the znode, once created
+	own     string   // its child name
 
 	ownWatch <-chan zk.Event // the watch on the znode; nil: set one with the next listing
 	czxid    int64           // the znode's, once read (the token)
