@@ -54,7 +54,9 @@ func TestGuardEtcd(t *testing.T) {
 	c := cluster.FromEnv(t).Start(t, cluster.Etcd)
 	t.Run("GuardedWhileHeld", func(t *testing.T) { testEtcdGuardedHeld(t, c) })
 	t.Run("GuardedAfterEnd", func(t *testing.T) { testEtcdGuardedAfterEnd(t, c) })
-	t.Run("PausedHolder", func(t *testing.T) { testEtcdPausedHolder(t, c) })
+	for _, k := range grantKinds {
+		t.Run("PausedHolder/"+k.name, func(t *testing.T) { testEtcdPausedHolder(t, c, k) })
+	}
 	t.Run("FencedTokenOrder", func(t *testing.T) { testEtcdFencedOrder(t, c) })
 	t.Run("ConcurrentWriters", func(t *testing.T) { testEtcdConcurrent(t, c) })
 }
@@ -202,8 +204,11 @@ var etcdWriters = []etcdWriter{
 // testEtcdPausedHolder: A's write leaves A while A holds the lock and is
 // held up in a blackholed proxy; A's session ends on the server, B is
 // granted the lock and writes, and only then is A's write delivered.
-func testEtcdPausedHolder(t *testing.T, c *cluster.Cluster) {
+func testEtcdPausedHolder(t *testing.T, c *cluster.Cluster, k grantKind) {
 	for _, w := range etcdWriters {
+		if !k.protects(w.name) {
+			continue
+		}
 		t.Run(w.name, func(t *testing.T) {
 			cli := testutil.EtcdClient(t, clientv3.Config{Endpoints: c.Endpoints()})
 			proxies := cluster.NewProxies(t, c)
@@ -214,7 +219,14 @@ func testEtcdPausedHolder(t *testing.T, c *cluster.Cluster) {
 			name := testutil.UniqueName(t)
 			key := "guardtest/data/" + name
 
-			a, err := la.Acquire(ctx, name)
+			var other lock.Lease
+			if k.other != nil {
+				var err error
+				if other, err = k.other(ctx, newEtcdLocker(t, cli, "C"), name); err != nil {
+					t.Fatalf("C's grant = %v", err)
+				}
+			}
+			a, err := k.a(ctx, la, name)
 			if err != nil {
 				t.Fatalf("Acquire(A) = %v", err)
 			}
@@ -234,7 +246,7 @@ func testEtcdPausedHolder(t *testing.T, c *cluster.Cluster) {
 			revokeSession(ctx, t, cli, la, a)
 			bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			b, err := lb.Acquire(bctx, name)
+			b, err := k.b(bctx, lb, name)
 			if err != nil {
 				t.Fatalf("Acquire(B) after A's session ended = %v", err)
 			}
@@ -258,6 +270,12 @@ func testEtcdPausedHolder(t *testing.T, c *cluster.Cluster) {
 			}
 			if got, err := w.read(ctx, cli, key); err != nil || got != want {
 				t.Errorf("value after A's late write = %q, %v; want %q", got, err, want)
+			}
+			if other != nil {
+				// The concurrent holder still writes: only A's grant ended.
+				if err := w.write(ctx, cli, other, key, "C"); err != nil {
+					t.Errorf("C's write after B's = %v; want nil", err)
+				}
 			}
 			if err := b.Release(ctx); err != nil {
 				t.Errorf("Release(B) = %v", err)

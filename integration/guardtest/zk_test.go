@@ -109,7 +109,9 @@ func TestGuardZooKeeper(t *testing.T) {
 	c := cluster.FromEnv(t).Start(t, cluster.ZooKeeper)
 	t.Run("GuardedWhileHeld", func(t *testing.T) { testZKGuardedHeld(t, c) })
 	t.Run("GuardedAfterEnd", func(t *testing.T) { testZKGuardedAfterEnd(t, c) })
-	t.Run("PausedHolder", func(t *testing.T) { testZKPausedHolder(t, c) })
+	for _, k := range grantKinds {
+		t.Run("PausedHolder/"+k.name, func(t *testing.T) { testZKPausedHolder(t, c, k) })
+	}
 	t.Run("FencedTokenOrder", func(t *testing.T) { testZKFencedOrder(t, c) })
 	t.Run("ConcurrentWriters", func(t *testing.T) { testZKConcurrent(t, c) })
 }
@@ -279,8 +281,11 @@ var zkWriters = []zkWriter{
 // has passed, the conditional set is on its way). A is partitioned from
 // the ensemble until the server expires its session, B is granted the lock
 // and writes, and only then is A's write sent.
-func testZKPausedHolder(t *testing.T, c *cluster.Cluster) {
+func testZKPausedHolder(t *testing.T, c *cluster.Cluster, k grantKind) {
 	for _, w := range zkWriters {
+		if !k.protects(w.name) {
+			continue
+		}
 		t.Run(w.name, func(t *testing.T) {
 			conn := testutil.ZKConn(t, c.Endpoints(), 10*time.Second, nil)
 			root := zkRoot(t, conn)
@@ -297,7 +302,14 @@ func testZKPausedHolder(t *testing.T, c *cluster.Cluster) {
 			connA := testutil.ZKConn(t, c.Endpoints(), 30*time.Second, g.dialer())
 			ctx := testutil.Context(t, 60*time.Second)
 
-			a, err := la.Acquire(ctx, "config")
+			var other lock.Lease
+			if k.other != nil {
+				var err error
+				if other, err = k.other(ctx, newZKLocker(t, c.Endpoints(), root+"/locks", "C"), "config"); err != nil {
+					t.Fatalf("C's grant = %v", err)
+				}
+			}
+			a, err := k.a(ctx, la, "config")
 			if err != nil {
 				t.Fatalf("Acquire(A) = %v", err)
 			}
@@ -324,7 +336,7 @@ func testZKPausedHolder(t *testing.T, c *cluster.Cluster) {
 
 			bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
-			b, err := lb.Acquire(bctx, "config")
+			b, err := k.b(bctx, lb, "config")
 			if err != nil {
 				t.Fatalf("Acquire(B) after A's session expired = %v", err)
 			}
@@ -348,6 +360,12 @@ func testZKPausedHolder(t *testing.T, c *cluster.Cluster) {
 			}
 			if got, err := w.read(ctx, conn, data); err != nil || got != want {
 				t.Errorf("data after A's late write = %q, %v; want %q", got, err, want)
+			}
+			if other != nil {
+				// The concurrent holder still writes: only A's grant ended.
+				if err := w.write(ctx, conn, other, data, "C"); err != nil {
+					t.Errorf("C's write after B's = %v; want nil", err)
+				}
 			}
 			if err := b.Release(ctx); err != nil {
 				t.Errorf("Release(B) = %v", err)
