@@ -1,5 +1,6 @@
-// Package etcdlock is the etcd backend of fencelock: exclusive, fenced locks
-// on etcd's v3 API (go.etcd.io/etcd/client/v3).
+// Package etcdlock is the etcd backend of fencelock: fenced locks,
+// read-write locks and counting semaphores on etcd's v3 API
+// (go.etcd.io/etcd/client/v3).
 //
 // # How it works
 //
@@ -17,6 +18,18 @@
 // before it reports success: its own record must still exist (so its lease
 // is alive) and no earlier record may be left. The lease's fencing token is
 // its record's create revision.
+//
+// Shared (read) and semaphore requests ([Locker.AcquireShared],
+// [Locker.AcquireSemaphore]) queue in the same records, with their kind
+// in the key after a '~' ("~r" for shared, "~s" and the limit for a
+// permit), so that a listing of the keys tells every record's kind. Their
+// create transaction reads the keys of the whole queue; a waiter applies
+// the rules of [lock.SharedLocker] to the records ahead of its own,
+// watches only the ones those rules name (the nearest earlier exclusive
+// request, or the limit requests right ahead), and reads the keys ahead
+// again after one of them goes. The oldest record says what the name is:
+// a request it disagrees with is refused with [lock.ErrIncompatible] and
+// its record deleted.
 //
 // The uncontended path is one round trip to acquire (a transaction that
 // creates the record and reads the owner) and one to release (a delete
@@ -106,8 +119,11 @@
 // "etcd://h:2379/app/locks" is "app/locks", "etcd://h:2379//app/locks" is
 // "/app/locks". The keys are:
 //
-//	<prefix><name>/#<lease ID>-<sequence>   one record per acquisition: value = identity,
-//	                                        attached to the session lease
+//	<prefix><name>/#<lease ID>-<sequence>[~<kind>]
+//	                                        one record per acquisition: value = identity,
+//	                                        attached to the session lease; <kind> is r
+//	                                        (shared) or s<limit> (semaphore), none for
+//	                                        an exclusive request
 //	<prefix>#guard/<lease ID>               one per session, written only after a create
 //	                                        went unanswered (see Late creates); attached
 //	                                        to the session lease

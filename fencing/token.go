@@ -30,6 +30,20 @@
 // floor; with independent counters per resource, a forgotten resource with
 // high tokens can hold back another one with low tokens. See "Bounded
 // memory" on Guard for why it does not keep a floor per resource.
+//
+// # Shared grants and semaphore permits
+//
+// A token check assumes one holder at a time. It still protects the
+// writes of a read-write lock's writer: a writer's token exceeds the token
+// of every reader admitted before it (lock.SharedLocker), so once the
+// writer has written, a paused reader's late write is refused. It does not
+// fit holders that hold at once, such as the readers among themselves or
+// the permits of a semaphore: the write of the holder with the higher
+// token would lock out the others while they still hold. Protect those
+// writes with the backends' guarded writes instead (etcdlock.GuardedTxn,
+// zklock.GuardedMulti): they apply a write only while the lease's own
+// record exists, in the same transaction, so a write that arrives after
+// the lease ended is refused whoever else holds.
 package fencing
 
 import (

@@ -41,6 +41,14 @@ import "context"
 // never admitted beyond the limit it disagrees with. A limit below 1 is an
 // error wrapping [ErrInvalidConfig].
 //
+// A backend may create a request's record before it can compare it with
+// the queue, so a refused request's record can exist for a moment. A
+// request that arrives then, while that record is the oldest of the name,
+// is compared with it and may be refused too; and until it is gone,
+// nobody is admitted together with an earlier request it disagrees with
+// (a request waits for those as it waits for an earlier exclusive one),
+// so the exclusions and limits hold in every queue.
+//
 // # Leases and tokens
 //
 // Every grant is a [Lease] with the guarantees of an exclusive one: Done

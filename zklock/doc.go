@@ -1,5 +1,5 @@
-// Package zklock implements fenced locks (package lock) on ZooKeeper with
-// github.com/go-zookeeper/zk.
+// Package zklock implements fenced locks, read-write locks and counting
+// semaphores (package lock) on ZooKeeper with github.com/go-zookeeper/zk.
 //
 // # Layout
 //
@@ -13,14 +13,22 @@
 // root/jobs are container znodes, created on demand, which the server
 // deletes once they are empty, so no per-lock znode is left behind. Each
 // acquisition creates one ephemeral sequential child named
-// "~<random>~<sequence>" holding the Locker's identity. '~' cannot appear in
+// "~<random>~<sequence>" (an exclusive request), "~<random>~r~<sequence>"
+// (shared) or "~<random>~s<limit>~<sequence>" (a semaphore permit),
+// holding the Locker's identity. '~' cannot appear in
 // a lock name, so the children of lock "a" and the parent of lock "a/b"
 // never mix; children that do not match the pattern are ignored.
 //
 // # Acquisition
 //
-// The lowest child holds the lock; every other waiter watches only its
-// predecessor, so a release wakes one waiter. The random prefix makes the
+// The lowest child holds the lock; every other exclusive waiter watches
+// only its predecessor, so a release wakes one waiter. Shared and
+// semaphore requests follow the rules of [lock.SharedLocker], read from
+// the kinds in the listed names: a waiter watches the nearest earlier
+// exclusive request, or the limit requests right ahead of it, and lists
+// again when one goes. The lowest child says what the name is: a request
+// it disagrees with is refused with [lock.ErrIncompatible] and its znode
+// deleted. The random prefix makes the
 // create "protected": when the connection fails before the reply arrives,
 // the Locker looks the znode up by prefix once reconnected in the same
 // session and uses it, and a create abandoned in flight (ctx ended, Locker
