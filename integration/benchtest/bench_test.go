@@ -104,6 +104,8 @@ type backendReport struct {
 	Failover      []failoverResult    `json:"failover"`
 	Leases        []leasesResult      `json:"leases"`
 	Waiters       []waitersResult     `json:"waiters"`
+	Shared        []sharedResult      `json:"shared"`
+	Semaphore     []sharedResult      `json:"semaphore"`
 	Targets       []target            `json:"targets"`
 }
 
@@ -284,6 +286,14 @@ func runBackend(t *testing.T, kind cluster.Kind, cfg config) *backendReport {
 			})
 		}
 	})
+	t.Run("shared", func(t *testing.T) {
+		skipUnlessSelected(t, "shared")
+		br.Shared = runShared(t, kind, locks, at, cfg)
+	})
+	t.Run("semaphore", func(t *testing.T) {
+		skipUnlessSelected(t, "semaphore")
+		br.Semaphore = runSemaphore(t, kind, locks, at, cfg)
+	})
 	br.Targets = checkTargets(br, cfg)
 	return br
 }
@@ -383,6 +393,8 @@ func printBackend(w io.Writer, br *backendReport, cfg config) {
 	}
 	tw.Flush()
 
+	printShared(w, tw, br, cfg)
+
 	fmt.Fprintf(w, "\nTargets:\n")
 	for _, tg := range br.Targets {
 		verdict := "met"
@@ -436,6 +448,7 @@ func checkTargets(br *backendReport, cfg config) []target {
 				fmt.Sprintf("requests/grant %.1f → %.1f, events/grant %.2f → %.2f", lo.RequestsPerGrant, hi.RequestsPerGrant, lo.EventsPerGrant, hi.EventsPerGrant), met})
 		}
 	}
+	out = append(out, sharedTargets(br)...)
 	if l, ok := find(br.Leases, func(x leasesResult) bool { return x.Role == roleFencelock }); ok {
 		first, last := l.Points[1], l.Points[len(l.Points)-1]
 		out = append(out, target{fmt.Sprintf("goroutines do not grow with held leases (%d → %d leases)", first.Leases, last.Leases),

@@ -25,7 +25,8 @@
 // next to it (the same name ending in .txt). FENCELOCK_BENCH_QUICK=1 shrinks
 // every measurement for a smoke run, FENCELOCK_BENCH_BACKENDS=etcd (or
 // zookeeper) runs one backend only, and FENCELOCK_BENCH_ONLY lists the
-// measurements to run (uncontended, contended, failover, leases, waiters).
+// measurements to run (uncontended, contended, failover, leases, waiters,
+// shared, semaphore).
 //
 // Recipes are compared on the same servers: single-client measurements
 // connect every recipe to the same follower, and the i-th client of a
@@ -49,5 +50,14 @@
 //     every recipe;
 //   - 10,000 leases held through one client on distinct names: heap and
 //     goroutines per lease;
-//   - 1,000 waiters on one lock: the time to serve them all.
+//   - 1,000 waiters on one lock: the time to serve them all;
+//   - read-write locks: 16 readers and 2 writers, and 1+1 and 24+8 for the
+//     herd check, each holding every grant 2ms, against etcd's
+//     recipes.RWMutex (go-zookeeper has none): reads and writes per
+//     second, a writer's wait, requests and watch events per grant, and
+//     every grant checked against the exclusion rules;
+//   - semaphores of limit 4 with 16 clients, and with 2 and 32 waiters
+//     beyond the 4 holders: grants per second, handoff, requests and
+//     events per grant, and every grant checked against the limit. No
+//     reference: neither client library ships a semaphore.
 package benchtest

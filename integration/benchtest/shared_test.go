@@ -1,0 +1,394 @@
+package benchtest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"go.etcd.io/etcd/client/v3/concurrency"
+	recipes "go.etcd.io/etcd/client/v3/experimental/recipes"
+
+	"github.com/fencelock/fencelock/integration/cluster"
+	"github.com/fencelock/fencelock/lock"
+)
+
+// The read-write lock and semaphore measurements. Every client has its own
+// connection and session and loops acquire, release, as in the contended
+// measurement; a client is a reader or a writer for the whole window.
+
+// rwClient takes one kind of grant of a read-write lock or semaphore.
+type rwClient func(ctx context.Context, name string) (release func(context.Context) error, err error)
+
+// rwRecipe is one way to get read-write locks or semaphores on a backend.
+type rwRecipe struct {
+	name string
+	role role
+	// dial opens one client: a reader (shared), a writer, or a permit
+	// of limit (limit > 0; shared is then ignored).
+	dial func(t testing.TB, endpoints []string, ctr *counters, ttl time.Duration, shared bool, limit int) rwClient
+}
+
+// lockerOf returns the lock.Locker of a fencelock recipe's connection.
+func lockerOf(t testing.TB, c conn) lock.Locker {
+	switch c := c.(type) {
+	case etcdlockConn:
+		return c.l
+	case zklockConn:
+		return c.l
+	}
+	t.Fatalf("%T is not a fencelock connection", c)
+	return nil
+}
+
+// fencelockRW wraps the fencelock recipe of a backend. A backend without
+// the interfaces fails the measurement.
+func fencelockRW(r recipe) rwRecipe {
+	return rwRecipe{name: r.name, role: roleFencelock, dial: func(t testing.TB, endpoints []string, ctr *counters, ttl time.Duration, shared bool, limit int) rwClient {
+		l := lockerOf(t, dial(t, r, endpoints, ctr, ttl))
+		sl, ok1 := l.(lock.SharedLocker)
+		sem, ok2 := l.(lock.Semaphore)
+		if !ok1 || !ok2 {
+			t.Fatalf("%s: %T is not a lock.SharedLocker and a lock.Semaphore", r.name, l)
+		}
+		grant := func(le lock.Lease, err error) (func(context.Context) error, error) {
+			if err != nil {
+				return nil, err
+			}
+			return le.Release, nil
+		}
+		return func(ctx context.Context, name string) (func(context.Context) error, error) {
+			switch {
+			case limit > 0:
+				return grant(sem.AcquireSemaphore(ctx, name, limit))
+			case shared:
+				return grant(sl.AcquireShared(ctx, name))
+			}
+			return grant(l.Acquire(ctx, name))
+		}
+	}}
+}
+
+// rwMutexRecipe is etcd's experimental recipes.RWMutex, the reference for
+// read-write locks on etcd. It has no semaphore.
+func rwMutexRecipe() rwRecipe {
+	return rwRecipe{name: "recipes.RWMutex", role: roleReference, dial: func(t testing.TB, endpoints []string, ctr *counters, ttl time.Duration, shared bool, limit int) rwClient {
+		if limit > 0 {
+			t.Fatalf("recipes.RWMutex has no semaphore")
+		}
+		cli, err := etcdClient(endpoints, ctr)
+		if err != nil {
+			t.Fatalf("etcd client: %v", err)
+		}
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(int(ttl/time.Second)))
+		if err != nil {
+			cli.Close()
+			t.Fatalf("NewSession() = %v", err)
+		}
+		t.Cleanup(func() { s.Close(); cli.Close() })
+		return func(_ context.Context, name string) (func(context.Context) error, error) {
+			m := recipes.NewRWMutex(s, "bench/rwmutex/"+name)
+			if shared {
+				if err := m.RLock(); err != nil {
+					return nil, err
+				}
+				return func(context.Context) error { return m.RUnlock() }, nil
+			}
+			if err := m.Lock(); err != nil {
+				return nil, err
+			}
+			return func(context.Context) error { return m.Unlock() }, nil
+		}
+	}}
+}
+
+// sharedResult is one row of the read-write lock or semaphore measurement.
+type sharedResult struct {
+	Recipe           string  `json:"recipe"`
+	Role             role    `json:"role"`
+	Readers          int     `json:"readers"`           // shared clients, or permit clients
+	Writers          int     `json:"writers,omitempty"` // exclusive clients
+	Limit            int     `json:"limit,omitempty"`   // the semaphore's, 0 for a read-write lock
+	WindowSec        float64 `json:"window_sec"`
+	ReadsPerSec      float64 `json:"reads_per_sec"` // shared grants, or permits
+	WritesPerSec     float64 `json:"writes_per_sec,omitempty"`
+	GrantsPerSec     float64 `json:"grants_per_sec"`
+	WriteWait        stats   `json:"write_wait"`
+	Handoff          stats   `json:"handoff"` // from a release to the next grant that had to wait
+	MaxHolders       int     `json:"max_holders"`
+	Violations       int     `json:"violations"` // grants that broke the exclusion or the limit
+	RequestsPerGrant float64 `json:"requests_per_grant"`
+	EventsPerGrant   float64 `json:"events_per_grant"`
+}
+
+// measureShared runs readers shared clients and writers exclusive ones on
+// one name (limit == 0), or readers permit clients of a semaphore of
+// limit, for one window, and checks the exclusion or limit on every grant.
+func measureShared(t *testing.T, r rwRecipe, readers, writers, limit int, at placement, cfg config) sharedResult {
+	ctr := &counters{}
+	name := uniqueName(fmt.Sprintf("shared%d-%d-%d", readers, writers, limit))
+	n := readers + writers
+	cls := make([]rwClient, n)
+	for i := range cls {
+		cls[i] = r.dial(t, at.spread(i), ctr, cfg.ttl(), i < readers, limit)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.window()+cfg.warm()+5*time.Minute)
+	defer cancel()
+	var (
+		winStart, winEnd   atomic.Int64
+		stop               atomic.Bool
+		mu                 sync.Mutex
+		nReaders, nWriters int
+		res                = sharedResult{Recipe: r.name, Role: r.role, Readers: readers, Writers: writers, Limit: limit}
+		lastRelease        time.Time
+		writeWaits, hands  []time.Duration
+		reads, writes      int
+		errOnce            sync.Once
+		firstErr           error
+		wg                 sync.WaitGroup
+	)
+	winStart.Store(math.MaxInt64)
+	winEnd.Store(math.MaxInt64)
+	inWindow := func(at time.Time) bool {
+		n := at.UnixNano()
+		return n >= winStart.Load() && n < winEnd.Load()
+	}
+	for i, cl := range cls {
+		reader := i < readers
+		wg.Go(func() {
+			for !stop.Load() {
+				asked := time.Now()
+				rel, err := cl(ctx, name)
+				if err != nil {
+					errOnce.Do(func() { firstErr = fmt.Errorf("client %d: acquire(%q) = %w", i, name, err) })
+					return
+				}
+				got := time.Now()
+				mu.Lock()
+				switch {
+				case limit > 0 && nReaders >= limit, !reader && (nReaders > 0 || nWriters > 0), reader && nWriters > 0:
+					res.Violations++
+				}
+				if reader {
+					nReaders++
+				} else {
+					nWriters++
+				}
+				res.MaxHolders = max(res.MaxHolders, nReaders+nWriters)
+				if inWindow(got) {
+					if reader {
+						reads++
+					} else {
+						writes++
+						writeWaits = append(writeWaits, got.Sub(asked))
+					}
+					if !lastRelease.IsZero() && lastRelease.After(asked) {
+						hands = append(hands, got.Sub(lastRelease))
+					}
+				}
+				mu.Unlock()
+				time.Sleep(holdFor)
+				// The grant counts until its release starts: the backends
+				// end a lease before they send its deletion, so a grant
+				// that this one's release lets in comes after this.
+				mu.Lock()
+				if reader {
+					nReaders--
+				} else {
+					nWriters--
+				}
+				lastRelease = time.Now()
+				mu.Unlock()
+				if err := rel(ctx); err != nil {
+					errOnce.Do(func() { firstErr = fmt.Errorf("client %d: release(%q) = %w", i, name, err) })
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(cfg.warm())
+	start := time.Now()
+	winStart.Store(start.UnixNano())
+	c0 := ctr.snapshot()
+	time.Sleep(cfg.window())
+	end := time.Now()
+	winEnd.Store(end.UnixNano())
+	c1 := ctr.snapshot()
+	stop.Store(true)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Minute):
+		cancel()
+		<-done
+		t.Fatalf("%s: the queue did not drain within 3m after the window", r.name)
+	}
+	if firstErr != nil {
+		t.Fatalf("%s: %v", r.name, firstErr)
+	}
+	if res.Violations != 0 {
+		t.Errorf("%s, %d readers/permits, %d writers, limit %d: %d grants broke the exclusion or the limit; want 0", r.name, readers, writers, limit, res.Violations)
+	}
+	win := end.Sub(start).Seconds()
+	res.WindowSec = win
+	res.ReadsPerSec, res.WritesPerSec = float64(reads)/win, float64(writes)/win
+	res.GrantsPerSec = float64(reads+writes) / win
+	res.WriteWait, res.Handoff = summarize(writeWaits), summarize(hands)
+	if g := reads + writes; g > 0 {
+		d := c1.sub(c0)
+		res.RequestsPerGrant = float64(d.requests) / float64(g)
+		res.EventsPerGrant = float64(d.events) / float64(g)
+	}
+	t.Logf("%s, %d readers/permits, %d writers, limit %d: %.0f reads/s, %.0f writes/s, %.1f requests and %.2f events per grant, at most %d holders",
+		r.name, readers, writers, limit, res.ReadsPerSec, res.WritesPerSec, res.RequestsPerGrant, res.EventsPerGrant, res.MaxHolders)
+	return res
+}
+
+// holdFor is how long every client holds each grant, so that shared
+// holders overlap and the exclusion and limit checks have something to
+// catch.
+const holdFor = 2 * time.Millisecond
+
+// The shapes measured: the issue's rows (16 readers and 2 writers; 16
+// clients of a semaphore of limit 4) and the waiter counts of the herd
+// check (2 and 32 clients beyond those that hold).
+var (
+	sharedShapes = []struct{ readers, writers int }{{16, 2}, {1, 1}, {24, 8}}
+	semLimit     = 4
+	semClients   = []int{16, semLimit + 2, semLimit + 32}
+)
+
+// runShared measures the read-write lock rows: fencelock's, and on etcd the
+// recipe's, alternating their order between shapes.
+func runShared(t *testing.T, kind cluster.Kind, rs []recipe, at placement, cfg config) []sharedResult {
+	fl, ok := find(rs, func(r recipe) bool { return r.role == roleFencelock })
+	if !ok {
+		t.Fatalf("no fencelock recipe for %s", kind)
+	}
+	rws := []rwRecipe{fencelockRW(fl)}
+	if kind == cluster.Etcd {
+		rws = append(rws, rwMutexRecipe())
+	}
+	var out []sharedResult
+	for i, sh := range sharedShapes {
+		order := rws
+		if i%2 == 1 {
+			order = []rwRecipe{rws[len(rws)-1]}
+			order = append(order, rws[:len(rws)-1]...)
+		}
+		for _, r := range order {
+			t.Run(fmt.Sprintf("%s/%dr%dw", r.name, sh.readers, sh.writers), func(t *testing.T) {
+				out = append(out, measureShared(t, r, sh.readers, sh.writers, 0, at, cfg))
+			})
+		}
+	}
+	return out
+}
+
+// runSemaphore measures fencelock's semaphore rows. Neither etcd nor
+// go-zookeeper ships a semaphore, so there is no reference row.
+func runSemaphore(t *testing.T, kind cluster.Kind, rs []recipe, at placement, cfg config) []sharedResult {
+	fl, ok := find(rs, func(r recipe) bool { return r.role == roleFencelock })
+	if !ok {
+		t.Fatalf("no fencelock recipe for %s", kind)
+	}
+	r := fencelockRW(fl)
+	var out []sharedResult
+	for _, n := range semClients {
+		t.Run(fmt.Sprintf("%s/%d", r.name, n), func(t *testing.T) {
+			out = append(out, measureShared(t, r, n, 0, semLimit, at, cfg))
+		})
+	}
+	return out
+}
+
+// printShared prints the read-write lock and semaphore tables.
+func printShared(w io.Writer, tw *tabwriter.Writer, br *backendReport, cfg config) {
+	if len(br.Shared) > 0 {
+		fmt.Fprintf(w, "\nRead-write lock, one name, each client its own connection and session, a reader or a writer throughout, holding each grant %v; %.0fs window per row:\n", holdFor, cfg.WindowSec)
+		fmt.Fprintln(tw, "readers\t writers\t recipe\t reads/s\t writes/s\t write wait p50 ms\t write wait p99 ms\t handoff p50 ms\t requests/grant\t events/grant\t max holders\t grants/s vs ref\t")
+		for _, x := range br.Shared {
+			vs := ""
+			if x.Role == roleFencelock {
+				if r, ok := find(br.Shared, func(y sharedResult) bool {
+					return y.Role == roleReference && y.Readers == x.Readers && y.Writers == x.Writers
+				}); ok {
+					vs = ratio(x.GrantsPerSec, r.GrantsPerSec)
+				}
+			}
+			fmt.Fprintf(tw, "%d\t %d\t %s\t %.0f\t %.0f\t %.1f\t %.1f\t %.1f\t %.1f\t %.2f\t %d\t %s\t\n", x.Readers, x.Writers, x.Recipe, x.ReadsPerSec, x.WritesPerSec, x.WriteWait.P50, x.WriteWait.P99, x.Handoff.P50, x.RequestsPerGrant, x.EventsPerGrant, x.MaxHolders, vs)
+		}
+		tw.Flush()
+	}
+	if len(br.Semaphore) > 0 {
+		fmt.Fprintf(w, "\nSemaphore of limit %d, one name, each client its own connection and session, holding each permit %v; %.0fs window per row (no reference: neither client library has a semaphore):\n", semLimit, holdFor, cfg.WindowSec)
+		fmt.Fprintln(tw, "clients\t waiters\t recipe\t grants/s\t handoff p50 ms\t handoff p99 ms\t requests/grant\t events/grant\t max holders\t")
+		for _, x := range br.Semaphore {
+			fmt.Fprintf(tw, "%d\t %d\t %s\t %.0f\t %.1f\t %.1f\t %.1f\t %.2f\t %d\t\n", x.Readers, x.Readers-x.Limit, x.Recipe, x.GrantsPerSec, x.Handoff.P50, x.Handoff.P99, x.RequestsPerGrant, x.EventsPerGrant, x.MaxHolders)
+		}
+		tw.Flush()
+	}
+}
+
+// sharedTargets checks the issue's targets for read-write locks and
+// semaphores: fencelock at least the reference's grants/s on every
+// read-write row, and requests and events per grant that do not grow with
+// the number of waiters. For the read-write lock that is from 2 to 32
+// clients (at most 1.5× plus one, while the clients grow 16×). A semaphore
+// waiter watches the limit requests ahead of it (fewer cannot do: permits
+// are released in any order), so a release wakes up to limit waiters, one
+// of which it admits; with fewer waiters than that behind it, it wakes
+// fewer. So its cost per grant rises from 2 waiters up to limit waiters
+// and is flat beyond: the target is at most limit events per grant on
+// every row, and at most 1.25× plus one requests per grant from 12 to 32
+// waiters.
+func sharedTargets(br *backendReport) []target {
+	var out []target
+	for _, x := range br.Shared {
+		if x.Role != roleFencelock {
+			continue
+		}
+		if r, ok := find(br.Shared, func(y sharedResult) bool {
+			return y.Role == roleReference && y.Readers == x.Readers && y.Writers == x.Writers
+		}); ok {
+			q := x.GrantsPerSec / r.GrantsPerSec
+			out = append(out, target{fmt.Sprintf("read-write grants/s with %d readers and %d writers at least the reference's", x.Readers, x.Writers),
+				fmt.Sprintf("%.0f vs %.0f = %.2f×", x.GrantsPerSec, r.GrantsPerSec, trunc2(q)), q >= 1})
+		}
+	}
+	fl := func(rs []sharedResult, f func(sharedResult) bool) (sharedResult, bool) {
+		return find(rs, func(x sharedResult) bool { return x.Role == roleFencelock && f(x) })
+	}
+	lo, ok1 := fl(br.Shared, func(x sharedResult) bool { return x.Readers+x.Writers == 2 })
+	hi, ok2 := fl(br.Shared, func(x sharedResult) bool { return x.Readers+x.Writers == 32 })
+	if ok1 && ok2 {
+		met := hi.RequestsPerGrant <= 1.5*lo.RequestsPerGrant+1 && hi.EventsPerGrant <= 1.5*lo.EventsPerGrant+1
+		out = append(out, target{"read-write lock: requests and events per grant constant from 2 to 32 clients",
+			fmt.Sprintf("requests/grant %.1f → %.1f, events/grant %.2f → %.2f", lo.RequestsPerGrant, hi.RequestsPerGrant, lo.EventsPerGrant, hi.EventsPerGrant), met})
+	}
+	var rows []string
+	maxEvents := 0.0
+	for _, x := range br.Semaphore {
+		if x.Role == roleFencelock {
+			rows = append(rows, fmt.Sprintf("%d waiters: %.1f requests, %.2f events", x.Readers-x.Limit, x.RequestsPerGrant, x.EventsPerGrant))
+			maxEvents = max(maxEvents, x.EventsPerGrant)
+		}
+	}
+	if len(rows) > 0 {
+		out = append(out, target{fmt.Sprintf("semaphore: at most %d (the limit) watch events per grant", semLimit), strings.Join(rows, "; "), maxEvents <= float64(semLimit)})
+	}
+	lo, ok1 = fl(br.Semaphore, func(x sharedResult) bool { return x.Readers-x.Limit == 12 })
+	hi, ok2 = fl(br.Semaphore, func(x sharedResult) bool { return x.Readers-x.Limit == 32 })
+	if ok1 && ok2 {
+		out = append(out, target{"semaphore: requests per grant flat from 12 to 32 waiters",
+			fmt.Sprintf("%.1f → %.1f", lo.RequestsPerGrant, hi.RequestsPerGrant), hi.RequestsPerGrant <= 1.25*lo.RequestsPerGrant+1})
+	}
+	return out
+}
