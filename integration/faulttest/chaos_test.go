@@ -60,7 +60,8 @@ func chaosRun(rng *rand.Rand) (runConfig, int) {
 	return cfg, 1 + rng.IntN(3)
 }
 
-// TestChaos runs random faults with random timings and workloads, on each
+// TestChaos runs random faults with random timings and workloads (the
+// mutex, read-write and semaphore workloads of TestFault), on each
 // backend for FENCELOCK_CHAOS_DURATION, and prints a summary table. Only
 // with FENCELOCK_CHAOS=1 or -chaos ("make chaos"). Set FENCELOCK_CHAOS_SEED
 // to replay a sequence of runs, FENCELOCK_CHAOS_SCENARIOS (a regular
@@ -108,7 +109,10 @@ func TestChaos(t *testing.T) {
 			for i := 0; time.Now().Before(deadline); i++ {
 				sc := pool[rng.IntN(len(pool))]
 				cfg, repeat := chaosRun(rng)
-				name := fmt.Sprintf("%03d-%s", i, sc.name)
+				w := workloads[rng.IntN(len(workloads))]
+				cfg.workload, cfg.limit = w.workload, w.limit
+				key := w.key(sc)
+				name := fmt.Sprintf("%03d-%s", i, key)
 				t.Run(name, func(t *testing.T) {
 					t.Logf("seed %d, %d clients, %d repeats, config %+v", cfg.seed, cfg.clients, repeat, cfg)
 					o := runScenario(t, b, sc, cfg, repeat)
@@ -120,10 +124,10 @@ func TestChaos(t *testing.T) {
 						t.Logf("fault not confirmed: %v", o.faultErr)
 					}
 					totals[kind].add(o.stats)
-					if perScenario[kind][sc.name] == nil {
-						perScenario[kind][sc.name] = &stats{}
+					if perScenario[kind][key] == nil {
+						perScenario[kind][key] = &stats{}
 					}
-					perScenario[kind][sc.name].add(o.stats)
+					perScenario[kind][key].add(o.stats)
 				})
 			}
 		})
@@ -137,20 +141,23 @@ func TestChaos(t *testing.T) {
 func chaosTable(seed int64, dur time.Duration, totals map[cluster.Kind]*stats, per map[cluster.Kind]map[string]*stats) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "chaos run: %v per backend, seed %d\n\n", dur, seed)
-	b.WriteString("| backend | scenario | runs | operations | grants | faults injected | not confirmed | writes accepted | rejected as stale | unknown | failed | leases/waits lost | overlaps, frozen holder client (fenced) | overlaps excused: etcd 12528/15247 resumed leader (fenced) | violations |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| backend | workload/scenario | runs | operations | grants | faults injected | not confirmed | writes accepted | rejected as stale | unknown | failed | leases/waits lost | overlaps, frozen holder client (fenced) | overlaps excused: etcd 12528/15247 resumed leader (fenced) | reader overlaps | permits granted | most permits at once | permit excess, holder frozen | permit excess excused | violations |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	row := func(kind cluster.Kind, name string, s *stats) {
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n",
-			kind, name, s.Runs, s.Ops, s.Grants, s.Faults, s.Missed, s.WritesOK, s.WritesStale, s.WritesUnknown, s.WritesFailed, s.Lost, s.FrozenClient, s.Excused, s.Violations)
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n",
+			kind, name, s.Runs, s.Ops, s.Grants, s.Faults, s.Missed, s.WritesOK, s.WritesStale, s.WritesUnknown, s.WritesFailed, s.Lost, s.FrozenClient, s.Excused,
+			s.SharedOverlaps, s.Permits, s.MaxPermits, s.PermitsFrozen, s.PermitsExcused, s.Violations)
 	}
 	for _, kind := range backends {
 		s := totals[kind]
 		if s == nil {
 			continue
 		}
-		for _, sc := range scenarios {
-			if ps := per[kind][sc.name]; ps != nil {
-				row(kind, sc.name, ps)
+		for _, w := range workloads {
+			for _, sc := range scenarios {
+				if ps := per[kind][w.key(sc)]; ps != nil {
+					row(kind, w.key(sc), ps)
+				}
 			}
 		}
 		row(kind, "**all**", s)

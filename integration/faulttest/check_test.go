@@ -57,6 +57,9 @@ type history struct {
 	healed        int64         // when the last fault ended
 	live          map[int]bool  // clients that kept trying to the end
 	fenced        bool
+	// limit is the semaphore workload's limit; 0 in the other workloads,
+	// whose clients take no permits.
+	limit int
 }
 
 // stats counts what a run did; summed over runs for the chaos table.
@@ -81,7 +84,15 @@ type stats struct {
 	// Excused counts belief overlaps (per pair of grants) excused by etcd
 	// issues 12528 and 15247 (a resumed former leader revoking leases its
 	// successor kept alive), each one fenced; see serverExcuse.
-	Excused    int
+	Excused int
+	// SharedOverlaps counts overlaps of two read locks' beliefs, which
+	// the read-write rules allow: they show that readers did share.
+	SharedOverlaps int
+	// Permits counts the semaphore's grants, MaxPermits the most permit
+	// beliefs held at once, and PermitsFrozen and PermitsExcused the
+	// grants that found the limit exceeded in the two excused cases.
+	Permits, MaxPermits, PermitsFrozen, PermitsExcused int
+
 	Violations int
 	Elapsed    time.Duration
 }
@@ -100,6 +111,11 @@ func (s *stats) add(o stats) {
 	s.ReadsStale += o.ReadsStale
 	s.FrozenClient += o.FrozenClient
 	s.Excused += o.Excused
+	s.SharedOverlaps += o.SharedOverlaps
+	s.Permits += o.Permits
+	s.MaxPermits = max(s.MaxPermits, o.MaxPermits)
+	s.PermitsFrozen += o.PermitsFrozen
+	s.PermitsExcused += o.PermitsExcused
 	s.Violations += o.Violations
 	s.Elapsed += o.Elapsed
 }
@@ -223,27 +239,36 @@ func (h *history) operations() []porcupine.Operation {
 	return ops
 }
 
-// belief is the span in which a client believed it held the lock.
+// belief is the span in which a client believed it held the lock (or a
+// permit).
 type belief struct {
 	client   int
 	token    uint64
+	shared   bool // a read lock
 	from, to int64
 }
 
 // beliefs returns every grant's belief span: from the grant to the first
 // of Done closing, the client starting to release, and its death.
-func (h *history) beliefs() []belief {
+func (h *history) beliefs() []belief { return h.spans("acq-ok", "done", "rel") }
+
+// permitBeliefs returns the belief spans of the semaphore's permits.
+func (h *history) permitBeliefs() []belief { return h.spans("sem-ok", "sem-done", "sem-rel") }
+
+// spans returns the belief spans from each grant event to the matching
+// end or release event, or to the client's death.
+func (h *history) spans(grant, done, rel string) []belief {
 	var out []belief
 	for id, evs := range h.clients {
 		var cur *belief
 		for _, e := range evs {
 			switch e.Kind {
-			case "acq-ok":
+			case grant:
 				if cur != nil {
 					out = append(out, *cur)
 				}
-				cur = &belief{client: id, token: e.Token, from: e.T, to: never}
-			case "done", "rel":
+				cur = &belief{client: id, token: e.Token, shared: e.Shared, from: e.T, to: never}
+			case done, rel:
 				if cur != nil && cur.token == e.Token {
 					cur.to = min(cur.to, e.T)
 					out = append(out, *cur)
@@ -330,6 +355,8 @@ func (h *history) check() (stats, []string) {
 				st.Ops++
 			case "acq-ok":
 				st.Grants++
+			case "sem-ok":
+				st.Permits++
 			case "write-ok":
 				st.WritesOK++
 				acked[e.Op] = id
@@ -341,7 +368,7 @@ func (h *history) check() (stats, []string) {
 				st.WritesFailed++
 			case "read-stale":
 				st.ReadsStale++
-			case "done", "acq-err":
+			case "done", "acq-err", "sem-done", "sem-err":
 				if e.Class == "lost" {
 					st.Lost++
 				}
@@ -429,6 +456,10 @@ func (h *history) check() (stats, []string) {
 			if b.token == a.token || b.from >= a.to || a.from >= b.to {
 				continue
 			}
+			if a.shared && b.shared {
+				st.SharedOverlaps++
+				continue
+			}
 			overlap := window{from: max(a.from, b.from), to: min(a.to, b.to)}
 			clientFrozen := h.frozenDuring(a.client, overlap)
 			excused, why := false, ""
@@ -453,7 +484,11 @@ func (h *history) check() (stats, []string) {
 		}
 	}
 
-	// 5. Every client that kept trying was served after the last fault.
+	// 5. No more than limit permits believed held at once, except in the
+	// two excused cases of 4.
+	bad = append(bad, h.checkPermits(&st)...)
+
+	// 6. Every client that kept trying was served after the last fault.
 	for id := range h.live {
 		served := false
 		for _, e := range h.clients[id] {
@@ -469,6 +504,56 @@ func (h *history) check() (stats, []string) {
 
 	st.Violations = len(bad)
 	return st, bad
+}
+
+// checkPermits checks the semaphore workload: at each permit grant, at
+// most limit permit beliefs may be held, the new one included. An excess
+// is excused, and counted apart, only as an overlap of the mutex is: one
+// of the holders it counts was a client frozen during the excess (a
+// paused process cannot see Done; its protected writes go through the
+// fenced lock), or a documented server defect explains it (serverExcuse).
+func (h *history) checkPermits(st *stats) []string {
+	if h.limit == 0 {
+		return nil
+	}
+	var bad []string
+	bs := h.permitBeliefs()
+	for _, b := range bs {
+		var held []belief
+		for _, a := range bs {
+			if a.from <= b.from && b.from < a.to {
+				held = append(held, a)
+			}
+		}
+		st.MaxPermits = max(st.MaxPermits, len(held))
+		if len(held) <= h.limit {
+			continue
+		}
+		end := never
+		for _, a := range held {
+			end = min(end, a.to)
+		}
+		excess := window{from: b.from, to: end}
+		frozen := false
+		for _, a := range held {
+			frozen = frozen || (a.token != b.token && h.frozenDuring(a.client, excess))
+		}
+		if frozen {
+			st.PermitsFrozen++
+			continue
+		}
+		if ok, why := h.serverExcuse(b.from); ok {
+			st.PermitsExcused++
+		} else {
+			var who []string
+			for _, a := range held {
+				who = append(who, fmt.Sprintf("client %d (token %d, from %v)", a.client, a.token, ms(a.from)))
+			}
+			bad = append(bad, fmt.Sprintf("%d permits of a semaphore of limit %d were believed held at %v: %s; no holder was frozen then, and no known server defect explains it: %s",
+				len(held), h.limit, ms(b.from), strings.Join(who, ", "), why))
+		}
+	}
+	return bad
 }
 
 // ms formats a time of the shared clock.

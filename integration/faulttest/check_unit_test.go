@@ -29,6 +29,17 @@ func grant(client int, tok uint64, t, end int64, body ...[]event) []event {
 	return append(evs, event{T: end, Client: client, Kind: "rel", Token: tok})
 }
 
+// readGrant returns the events of a read lock of client from t to end.
+func readGrant(client int, tok uint64, t, end int64) []event {
+	return []event{{T: t, Client: client, Kind: "acq-ok", Token: tok, Shared: true}, {T: end, Client: client, Kind: "rel", Token: tok}}
+}
+
+// permit returns the events of a semaphore permit of client from t to
+// end.
+func permit(client int, tok uint64, t, end int64) []event {
+	return []event{{T: t, Client: client, Kind: "sem-ok", Token: tok}, {T: end, Client: client, Kind: "sem-rel", Token: tok}}
+}
+
 // overlapping returns two clients whose beliefs overlap from 10 to 20:
 // client 1 holds token 5 from 0 to 20, client 2 token 6 from 10 to 30.
 func overlapping() map[int][]event {
@@ -61,7 +72,7 @@ func TestFaultCheckers(t *testing.T) {
 		h    history
 		want []string // substrings of the violations expected; none if empty
 		// the overlaps counted apart, when no violation is expected
-		frozenClient, excused int
+		frozenClient, excused, permitsFrozen int
 	}{{
 		name: "two appends in turn",
 		h: history{
@@ -195,6 +206,36 @@ func TestFaultCheckers(t *testing.T) {
 		h:    history{backend: cluster.Etcd, ttl: ttl, clients: overlapping(), frozen: map[int][]window{2: {{from: 12, to: 15}}}, server: fenced, end: 40},
 		want: []string{"client 1 was not frozen during the overlap"},
 	}, {
+		name: "readers overlap",
+		h:    history{backend: cluster.Etcd, ttl: ttl, clients: map[int][]event{1: readGrant(1, 5, 0, 20), 2: readGrant(2, 6, 10, 30)}, end: 40},
+	}, {
+		name: "control: a writer overlaps a reader",
+		h:    history{backend: cluster.Etcd, ttl: ttl, clients: map[int][]event{1: readGrant(1, 5, 0, 20), 2: grant(2, 6, 10, 30)}, end: 40},
+		want: []string{"client 1 believed it held the lock (token 5) from 0.000s to 0.000s, but client 2 was granted it (token 6)"},
+	}, {
+		name: "control: a reader overlaps a writer",
+		h:    history{backend: cluster.ZooKeeper, ttl: ttl, clients: map[int][]event{1: grant(1, 5, 0, 20), 2: readGrant(2, 6, 10, 30)}, end: 40},
+		want: []string{"client 2 was granted it (token 6)"},
+	}, {
+		name:         "a reader overlaps a frozen writer, fenced",
+		h:            history{backend: cluster.ZooKeeper, ttl: ttl, clients: map[int][]event{1: grant(1, 5, 0, 20), 2: readGrant(2, 6, 10, 30)}, frozen: map[int][]window{1: {{from: 2, to: 15}}}, end: 40},
+		frozenClient: 1,
+	}, {
+		name: "permits within the limit",
+		h:    history{backend: cluster.Etcd, ttl: ttl, limit: 2, clients: map[int][]event{1: permit(1, 5, 0, 20), 2: permit(2, 6, 10, 30), 3: permit(3, 7, 20, 40)}, end: 50},
+	}, {
+		name: "control: one permit over the limit",
+		h:    history{backend: cluster.Etcd, ttl: ttl, limit: 2, clients: map[int][]event{1: permit(1, 5, 0, 20), 2: permit(2, 6, 10, 30), 3: permit(3, 7, 15, 40)}, end: 50},
+		want: []string{"3 permits of a semaphore of limit 2 were believed held at 0.000s", "no server was frozen"},
+	}, {
+		name:          "one permit over the limit, an older holder frozen",
+		h:             history{backend: cluster.ZooKeeper, ttl: ttl, limit: 2, clients: map[int][]event{1: permit(1, 5, 0, 20), 2: permit(2, 6, 10, 30), 3: permit(3, 7, 15, 40)}, frozen: map[int][]window{1: {{from: 12, to: 18}}}, end: 50},
+		permitsFrozen: 1,
+	}, {
+		name: "control: one permit over the limit, only the newest holder frozen",
+		h:    history{backend: cluster.ZooKeeper, ttl: ttl, limit: 2, clients: map[int][]event{1: permit(1, 5, 0, 20), 2: permit(2, 6, 10, 30), 3: permit(3, 7, 15, 40)}, frozen: map[int][]window{3: {{from: 16, to: 18}}}, end: 50},
+		want: []string{"3 permits of a semaphore of limit 2", "no holder was frozen then"},
+	}, {
 		name: "control: client never served after the fault",
 		h: history{
 			clients: map[int][]event{1: grant(1, 5, 0, 10), 2: grant(2, 6, 11, 20)},
@@ -221,8 +262,9 @@ func TestFaultCheckers(t *testing.T) {
 			if len(tt.want) > 0 {
 				return
 			}
-			if st.FrozenClient != tt.frozenClient || st.Excused != tt.excused {
-				t.Errorf("check() counted %d frozen-client and %d excused overlaps; want %d and %d", st.FrozenClient, st.Excused, tt.frozenClient, tt.excused)
+			if st.FrozenClient != tt.frozenClient || st.Excused != tt.excused || st.PermitsFrozen != tt.permitsFrozen {
+				t.Errorf("check() counted %d frozen-client and %d excused overlaps, %d frozen-holder permit excesses; want %d, %d and %d",
+					st.FrozenClient, st.Excused, st.PermitsFrozen, tt.frozenClient, tt.excused, tt.permitsFrozen)
 			}
 		})
 	}

@@ -56,13 +56,43 @@ type clientConfig struct {
 	// read-modify-write; Hold the time the lease is kept after them.
 	Think time.Duration `json:"think"`
 	Hold  time.Duration `json:"hold"`
+	// Workload is "" (the mutex), "rw" or "semaphore" (see workload).
+	Workload string `json:"workload,omitempty"`
+	// Limit is the semaphore workload's limit.
+	Limit int `json:"limit,omitempty"`
+	// Broken makes the client break the workload's rule on purpose, for
+	// the control runs: in "rw" its writers take shared grants, in
+	// "semaphore" it asks for a limit one higher than Limit (on a name of
+	// its own, so that the backend does not refuse it as incompatible).
+	Broken bool `json:"broken,omitempty"`
 }
+
+// The workloads. In every one, the register's read-modify-writes are done
+// under an exclusive lease of cfg.Lock, so the register's checks apply
+// unchanged, and the faults, which pick their victims by the register's
+// requests, hit holders of every kind of grant.
+//
+//   - "" (the mutex): every grant exclusive.
+//   - "rw": a client alternates between the write lock of cfg.Lock (with
+//     its read-modify-writes) and a read lock of it (held cfg.Hold, no
+//     request to the register): the rw checker requires that a writer
+//     never overlaps another writer or a reader.
+//   - "semaphore": a client first takes one of cfg.Limit permits of
+//     semName, then the lock and its read-modify-writes, and releases
+//     both: the semaphore checker requires that no more than cfg.Limit
+//     clients believe they hold a permit at once.
+const (
+	workloadRW        = "rw"
+	workloadSemaphore = "semaphore"
+	semName           = "permits"
+)
 
 // event is one line of a client's log. T is nanoseconds of the system-wide
 // monotonic clock since the run's start, shared by every process.
 //
 // Kinds: "start", "exit"; "acq" then "acq-ok" or "acq-err"; "done" when the
-// lease's Done channel closed; "read" then "read-ok", "read-stale" or
+// lease's Done channel closed; for a semaphore permit, "sem" then "sem-ok"
+// or "sem-err", "sem-done", "sem-rel" then "sem-rel-ok" or "sem-rel-err"; "read" then "read-ok", "read-stale" or
 // "read-err"; "write" then "write-ok", "write-stale", "write-err" (refused,
 // not applied) or "write-unknown"; "rel" then "rel-ok" or "rel-err".
 type event struct {
@@ -78,6 +108,8 @@ type event struct {
 	Sum     uint64 `json:"sum,omitempty"`
 	Class   string `json:"class,omitempty"` // of an error: lost, released, closed, timeout, canceled, other
 	Err     string `json:"err,omitempty"`
+	// Shared marks an "acq-ok" of a read lock.
+	Shared bool `json:"sh,omitempty"`
 }
 
 // monoNow reads CLOCK_MONOTONIC, which, unlike the monotonic reading in
@@ -221,7 +253,8 @@ func openLocker(ctx context.Context, cfg clientConfig) (lock.Locker, func(), err
 }
 
 // runClient is the workload loop: acquire, read-modify-write the register
-// cfg.RMWs times, hold, release; until ctx ends.
+// cfg.RMWs times, hold, release; until ctx ends. See the workloads for
+// what "rw" and "semaphore" add.
 func runClient(ctx context.Context, cfg clientConfig, lg *eventLog) error {
 	locker, closeLocker, err := openLocker(ctx, cfg)
 	if err != nil {
@@ -230,68 +263,146 @@ func runClient(ctx context.Context, cfg clientConfig, lg *eventLog) error {
 	defer closeLocker()
 	base := &http.Transport{}
 	defer base.CloseIdleConnections()
-	w := &worker{cfg: cfg, lg: lg, base: base}
-	var seq int64
-	for ctx.Err() == nil {
-		lg.log(event{Kind: "acq"})
-		actx, cancel := context.WithTimeout(ctx, cfg.AcquireTimeout)
-		lease, err := locker.Acquire(actx, cfg.Lock)
-		cancel()
-		if err != nil {
-			lg.log(event{Kind: "acq-err", Class: classify(err), Err: err.Error()})
-			// Do not spin while the cluster is unreachable.
-			select {
-			case <-ctx.Done():
-			case <-time.After(50 * time.Millisecond):
-			}
-			continue
-		}
-		tok := uint64(lease.Token())
-		lg.log(event{Kind: "acq-ok", Token: tok})
-		watched := make(chan struct{})
-		go func() {
-			defer close(watched)
-			<-lease.Done()
-			err := lease.Err()
-			lg.log(event{Kind: "done", Token: tok, Class: classify(err), Err: err.Error()})
-		}()
-		hold := cfg.Hold
-		for range cfg.RMWs {
-			// The last check before a write: a real program would stop
-			// here once the lease has ended. A pause after this point is
-			// the case only the resource's check can handle.
-			if lease.Err() != nil || ctx.Err() != nil {
-				break
-			}
-			seq++
-			if h := w.readModifyWrite(lease, cfg.OpBase+seq); h > hold {
-				hold = h
+	w := &worker{cfg: cfg, lg: lg, base: base, locker: locker}
+	for round := 0; ctx.Err() == nil; round++ {
+		var release func()
+		if cfg.Workload == workloadSemaphore {
+			var ok bool
+			if release, ok = w.permit(ctx); !ok {
+				continue
 			}
 		}
-		select {
-		case <-time.After(hold):
-		case <-lease.Done():
-		case <-ctx.Done():
+		shared := cfg.Workload == workloadRW && (round+cfg.ID)%2 == 1
+		w.grant(ctx, shared)
+		if release != nil {
+			release()
 		}
-		lg.log(event{Kind: "rel", Token: tok})
-		rctx, cancel := context.WithTimeout(context.Background(), cfg.ReleaseTimeout)
-		err = lease.Release(rctx)
-		cancel()
-		if err != nil {
-			lg.log(event{Kind: "rel-err", Token: tok, Class: classify(err), Err: err.Error()})
-		} else {
-			lg.log(event{Kind: "rel-ok", Token: tok})
-		}
-		<-watched
 	}
 	return nil
 }
 
+// acquire runs one acquisition of the kind the workload asks for.
+func (w *worker) acquire(ctx context.Context, shared bool) (lock.Lease, error) {
+	actx, cancel := context.WithTimeout(ctx, w.cfg.AcquireTimeout)
+	defer cancel()
+	if shared || w.cfg.Workload == workloadRW && w.cfg.Broken {
+		sl, ok := w.locker.(lock.SharedLocker)
+		if !ok {
+			return nil, fmt.Errorf("%T is not a lock.SharedLocker", w.locker)
+		}
+		return sl.AcquireShared(actx, w.cfg.Lock)
+	}
+	return w.locker.Acquire(actx, w.cfg.Lock)
+}
+
+// pause keeps a failing client from spinning while the cluster is
+// unreachable.
+func pause(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// watch logs kind when lease ends, and closes the returned channel after.
+func (w *worker) watch(lease lock.Lease, kind string) <-chan struct{} {
+	tok := uint64(lease.Token())
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		<-lease.Done()
+		err := lease.Err()
+		w.lg.log(event{Kind: kind, Token: tok, Class: classify(err), Err: err.Error()})
+	}()
+	return watched
+}
+
+// release releases lease, logging kind, kind-ok or kind-err.
+func (w *worker) release(lease lock.Lease, kind string) {
+	tok := uint64(lease.Token())
+	w.lg.log(event{Kind: kind, Token: tok})
+	rctx, cancel := context.WithTimeout(context.Background(), w.cfg.ReleaseTimeout)
+	err := lease.Release(rctx)
+	cancel()
+	if err != nil {
+		w.lg.log(event{Kind: kind + "-err", Token: tok, Class: classify(err), Err: err.Error()})
+	} else {
+		w.lg.log(event{Kind: kind + "-ok", Token: tok})
+	}
+}
+
+// permit takes one permit of the semaphore workload and returns the
+// function that releases it, or false after a failed attempt.
+func (w *worker) permit(ctx context.Context) (func(), bool) {
+	sem, ok := w.locker.(lock.Semaphore)
+	if !ok {
+		w.lg.log(event{Kind: "sem-err", Class: "other", Err: fmt.Sprintf("%T is not a lock.Semaphore", w.locker)})
+		pause(ctx)
+		return nil, false
+	}
+	name, limit := semName, w.cfg.Limit
+	if w.cfg.Broken {
+		name, limit = semName+"-broken", limit+1
+	}
+	w.lg.log(event{Kind: "sem"})
+	actx, cancel := context.WithTimeout(ctx, w.cfg.AcquireTimeout)
+	lease, err := sem.AcquireSemaphore(actx, name, limit)
+	cancel()
+	if err != nil {
+		w.lg.log(event{Kind: "sem-err", Class: classify(err), Err: err.Error()})
+		pause(ctx)
+		return nil, false
+	}
+	w.lg.log(event{Kind: "sem-ok", Token: uint64(lease.Token())})
+	watched := w.watch(lease, "sem-done")
+	return func() {
+		w.release(lease, "sem-rel")
+		<-watched
+	}, true
+}
+
+// grant takes one grant of the lock, does its read-modify-writes unless
+// it is shared, holds it and releases it.
+func (w *worker) grant(ctx context.Context, shared bool) {
+	cfg := w.cfg
+	w.lg.log(event{Kind: "acq"})
+	lease, err := w.acquire(ctx, shared)
+	if err != nil {
+		w.lg.log(event{Kind: "acq-err", Class: classify(err), Err: err.Error()})
+		pause(ctx)
+		return
+	}
+	w.lg.log(event{Kind: "acq-ok", Token: uint64(lease.Token()), Shared: shared})
+	watched := w.watch(lease, "done")
+	hold := cfg.Hold
+	for range cfg.RMWs {
+		// The last check before a write: a real program would stop
+		// here once the lease has ended. A pause after this point is
+		// the case only the resource's check can handle.
+		if shared || lease.Err() != nil || ctx.Err() != nil {
+			break
+		}
+		w.seq++
+		if h := w.readModifyWrite(lease, cfg.OpBase+w.seq); h > hold {
+			hold = h
+		}
+	}
+	select {
+	case <-time.After(hold):
+	case <-lease.Done():
+	case <-ctx.Done():
+	}
+	w.release(lease, "rel")
+	<-watched
+}
+
 // worker sends the register requests of one client.
 type worker struct {
-	cfg  clientConfig
-	lg   *eventLog
-	base *http.Transport
+	cfg    clientConfig
+	lg     *eventLog
+	base   *http.Transport
+	locker lock.Locker
+	seq    int64 // the last op id used, less cfg.OpBase
 }
 
 // registerState is the register's answer to a read or a write.

@@ -86,70 +86,140 @@ func runScenario(t testing.TB, b *backend, sc scenario, cfg runConfig, repeat in
 	return o
 }
 
+// workload is one of the clients' workloads (see runClient), run across
+// every scenario.
+type workload struct {
+	name     string // "" for the mutex, which keeps the scenarios' own names
+	workload string
+	limit    int
+}
+
+var workloads = []workload{
+	{},
+	{name: "rw", workload: workloadRW},
+	{name: "semaphore", workload: workloadSemaphore, limit: 2},
+}
+
+// key names sc run with w: the scenario's own name for the mutex,
+// "workload/scenario" for the others.
+func (w workload) key(sc scenario) string {
+	if w.name == "" {
+		return sc.name
+	}
+	return w.name + "/" + sc.name
+}
+
+// config returns the run's configuration for w.
+func (w workload) config() runConfig {
+	cfg := defaultRun()
+	cfg.workload, cfg.limit = w.workload, w.limit
+	return cfg
+}
+
 // TestFault runs one short pass of every fault on both backends, with
-// fencing on: no violation may be found, and every fault must be
-// confirmed to have happened.
+// fencing on, for every workload: no violation may be found, and every
+// fault must be confirmed to have happened. Across each workload's runs,
+// the readers must have shared the lock at least once and the semaphore's
+// permits must have reached the limit, or the workload did not test what
+// it claims to.
 func TestFault(t *testing.T) {
 	for _, kind := range backends {
 		var total stats
 		t.Run(string(kind), func(t *testing.T) {
 			b := startBackend(t, kind)
-			for _, sc := range scenarios {
-				t.Run(sc.name, func(t *testing.T) {
-					o := runScenario(t, b, sc, defaultRun(), 1)
-					total.add(o.stats)
-					t.Logf("%s", o.stats.line())
-					for _, v := range o.violations {
-						t.Errorf("violation: %s", v)
-					}
-					if o.faultErr != nil {
-						t.Errorf("fault not confirmed: %v", o.faultErr)
-					}
-					if o.stats.WritesOK == 0 {
-						t.Errorf("no write succeeded; want progress")
-					}
-				})
+			for _, w := range workloads {
+				var wtotal stats
+				for _, sc := range scenarios {
+					t.Run(w.key(sc), func(t *testing.T) {
+						o := runScenario(t, b, sc, w.config(), 1)
+						wtotal.add(o.stats)
+						t.Logf("%s", o.stats.line())
+						for _, v := range o.violations {
+							t.Errorf("violation: %s", v)
+						}
+						if o.faultErr != nil {
+							t.Errorf("fault not confirmed: %v", o.faultErr)
+						}
+						if o.stats.WritesOK == 0 {
+							t.Errorf("no write succeeded; want progress")
+						}
+					})
+				}
+				switch {
+				case wtotal.Runs == 0: // not selected by -run
+				case w.workload == workloadRW && wtotal.SharedOverlaps == 0:
+					t.Errorf("rw: no two read locks were ever held at once in %d runs; the readers did not share", wtotal.Runs)
+				case w.workload == workloadSemaphore && wtotal.MaxPermits < w.limit:
+					t.Errorf("semaphore: at most %d permits were held at once in %d runs; want the limit, %d", wtotal.MaxPermits, wtotal.Runs, w.limit)
+				}
+				total.add(wtotal)
 			}
 		})
 		// The excused cases are counted apart and printed, so that a
 		// run's output shows how often the excuse was used.
-		summary := fmt.Sprintf("faulttest %s: %d overlaps excused (etcd issues 12528/15247: resumed former leader; fenced), %d overlaps with the older holder's client frozen (fenced), %d violations",
-			kind, total.Excused, total.FrozenClient, total.Violations)
+		summary := fmt.Sprintf("faulttest %s: %d overlaps excused (etcd issues 12528/15247: resumed former leader; fenced), %d overlaps with the older holder's client frozen (fenced), %d permit excesses with a holder frozen, %d excused by the etcd issues; %d reader overlaps, at most %d permits at once; %d violations",
+			kind, total.Excused, total.FrozenClient, total.PermitsFrozen, total.PermitsExcused, total.SharedOverlaps, total.MaxPermits, total.Violations)
 		t.Log(summary)
 		fmt.Println(summary)
 	}
 }
 
-// TestFaultControl runs the process-pause fault with the register's token
-// check switched off. The frozen holder's write then lands on a set that
-// newer holders have appended to since its read, and erases their
-// appends: the checkers must say so. This shows they can catch what
-// TestFault claims never happens.
+// TestFaultControl shows that the checkers can catch what TestFault
+// claims never happens, one control run per workload:
+//
+//   - the mutex: the process-pause fault with the register's token check
+//     switched off. The frozen holder's write then lands on a set that
+//     newer holders have appended to since its read, and erases their
+//     appends.
+//   - "rw": client 1 takes a read lock where it should take the write
+//     lock, and writes under it while other clients hold read locks.
+//   - "semaphore": client 1 asks for its permits with a limit one higher
+//     than the others' (on a name of its own, or the backend would
+//     refuse the disagreement), so more than the limit hold permits.
+//
+// The rw and semaphore runs inject no fault, so that no frozen client or
+// server can excuse what the broken client does.
 func TestFaultControl(t *testing.T) {
+	noFault := scenario{name: "no-fault", inject: func(r *run) error { return r.waitWrites(r.now(), 10, 1) }}
+	controls := []struct {
+		workload workload
+		sc       scenario
+		broken   bool
+		fenced   bool
+		want     []string // substrings, each of which some violation must contain
+	}{
+		{sc: scenario{name: "pause-holder", inject: faultPauseHolder}, want: []string{"not linearizable", "acknowledged appends are missing"}},
+		{workload: workloads[1], sc: noFault, broken: true, fenced: true, want: []string{"believed it held the lock"}},
+		{workload: workloads[2], sc: noFault, broken: true, fenced: true, want: []string{"permits of a semaphore of limit 2"}},
+	}
 	for _, kind := range backends {
 		t.Run(string(kind), func(t *testing.T) {
 			b := startBackend(t, kind)
-			cfg := defaultRun()
-			cfg.fenced = false
-			o := runScenario(t, b, scenario{name: "pause-holder", inject: faultPauseHolder}, cfg, 1)
-			t.Logf("%s", o.stats.line())
-			if o.faultErr != nil {
-				t.Fatalf("fault not confirmed: %v", o.faultErr)
-			}
-			if len(o.violations) == 0 {
-				t.Fatalf("checkers found no violation with fencing off; want a lost update")
-			}
-			var lin, lost bool
-			for _, v := range o.violations {
-				t.Logf("expected violation: %s", v)
-				lin = lin || strings.Contains(v, "not linearizable")
-				lost = lost || strings.Contains(v, "acknowledged appends are missing")
-			}
-			if !lin {
-				t.Errorf("linearizability checker passed the unfenced history; want it to fail")
-			}
-			if !lost {
-				t.Errorf("lost-append checker passed the unfenced history; want it to fail")
+			for _, c := range controls {
+				t.Run(c.workload.key(c.sc), func(t *testing.T) {
+					cfg := c.workload.config()
+					cfg.fenced, cfg.broken = c.fenced, c.broken
+					o := runScenario(t, b, c.sc, cfg, 1)
+					t.Logf("%s", o.stats.line())
+					if o.faultErr != nil {
+						t.Fatalf("fault not confirmed: %v", o.faultErr)
+					}
+					if len(o.violations) == 0 {
+						t.Fatalf("checkers found no violation in the control run; want %q", c.want)
+					}
+					for _, v := range o.violations {
+						t.Logf("expected violation: %s", v)
+					}
+					for _, w := range c.want {
+						found := false
+						for _, v := range o.violations {
+							found = found || strings.Contains(v, w)
+						}
+						if !found {
+							t.Errorf("no violation contains %q; the checker passed the broken history", w)
+						}
+					}
+				})
 			}
 		})
 	}
@@ -157,6 +227,7 @@ func TestFaultControl(t *testing.T) {
 
 // line summarizes a run's counts.
 func (s stats) line() string {
-	return fmt.Sprintf("ops=%d grants=%d lost=%d faults=%d writes: ok=%d stale=%d unknown=%d failed=%d overlaps: frozen-client(fenced)=%d excused-etcd-12528/15247(fenced)=%d violations=%d in %v",
-		s.Ops, s.Grants, s.Lost, s.Faults, s.WritesOK, s.WritesStale, s.WritesUnknown, s.WritesFailed, s.FrozenClient, s.Excused, s.Violations, s.Elapsed.Round(time.Millisecond))
+	return fmt.Sprintf("ops=%d grants=%d lost=%d faults=%d writes: ok=%d stale=%d unknown=%d failed=%d overlaps: frozen-client(fenced)=%d excused-etcd-12528/15247(fenced)=%d readers=%d permits: grants=%d max=%d frozen-holder=%d excused=%d violations=%d in %v",
+		s.Ops, s.Grants, s.Lost, s.Faults, s.WritesOK, s.WritesStale, s.WritesUnknown, s.WritesFailed, s.FrozenClient, s.Excused, s.SharedOverlaps,
+		s.Permits, s.MaxPermits, s.PermitsFrozen, s.PermitsExcused, s.Violations, s.Elapsed.Round(time.Millisecond))
 }

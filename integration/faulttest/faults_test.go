@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fencelock/fencelock/integration/cluster"
@@ -253,7 +254,8 @@ func faultBlackholeHolder(r *run) error {
 const replyDelay = 250 * time.Millisecond
 
 // clientRecords returns the keys of the lock records of client id on the
-// server (the records carry the client's identity).
+// server (the records carry the client's identity): those of the
+// register's lock, not the semaphore workload's permits.
 func (r *run) clientRecords(id int) (map[string]bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -264,7 +266,7 @@ func (r *run) clientRecords(id int) (map[string]bool, error) {
 	identity := fmt.Sprintf("client-%d", id)
 	keys := map[string]bool{}
 	for _, rec := range recs {
-		if rec.identity == identity {
+		if rec.identity == identity && strings.Contains(rec.key, "/"+r.client(id).cfg.Lock+"/") {
 			keys[rec.key] = true
 		}
 	}

@@ -134,6 +134,12 @@ type runConfig struct {
 	rounds int
 	jitter time.Duration
 	seed   int64
+	// workload is the clients' workload ("", "rw", "semaphore"), limit
+	// the semaphore's; broken makes client 1 break the workload's rule
+	// (the control runs).
+	workload string
+	limit    int
+	broken   bool
 }
 
 // defaultRun is the short pass: three clients, 2s TTL, fenced.
@@ -238,6 +244,7 @@ func (r *run) addClient() (*clientProc, error) {
 		Register: r.reg.URL(), LogPath: filepath.Join(r.dir, fmt.Sprintf("client-%d.jsonl", id)),
 		Start: r.start, OpBase: int64(id) * 1_000_000_000,
 		RMWs: r.cfg.rmws, Think: r.cfg.think, Hold: r.cfg.hold,
+		Workload: r.cfg.workload, Limit: r.cfg.limit, Broken: r.cfg.broken && id == 1,
 	}
 	p, err := startClient(cfg, proxies, member)
 	if err != nil {
@@ -500,7 +507,7 @@ func (r *run) finish() (stats, []string) {
 	h := &history{
 		name: r.name, backend: r.b.kind, ttl: r.cfg.ttl, clients: map[int][]event{}, server: r.reg.events(),
 		end: r.now(), frozen: r.frozen, serverFreezes: r.serverFreezes, killed: map[int]int64{}, healed: healed,
-		live: live, fenced: r.cfg.fenced,
+		live: live, fenced: r.cfg.fenced, limit: r.cfg.limit,
 	}
 	h.final, h.finalN, h.finalS = r.reg.state()
 	for _, p := range r.all() {
