@@ -61,7 +61,8 @@ type clientConfig struct {
 	// Limit is the semaphore workload's limit.
 	Limit int `json:"limit,omitempty"`
 	// Broken makes the client break the workload's rule on purpose, for
-	// the control runs: in "rw" its writers take shared grants, in
+	// the control runs: in "rw" its writers take shared grants (every
+	// client is broken there, so that writers overlap at once), in
 	// "semaphore" it asks for a limit one higher than Limit (on a name of
 	// its own, so that the backend does not refuse it as incompatible).
 	Broken bool `json:"broken,omitempty"`

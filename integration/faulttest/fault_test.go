@@ -171,8 +171,8 @@ func TestFault(t *testing.T) {
 //     switched off. The frozen holder's write then lands on a set that
 //     newer holders have appended to since its read, and erases their
 //     appends.
-//   - "rw": client 1 takes a read lock where it should take the write
-//     lock, and writes under it while other clients hold read locks.
+//   - "rw": every client takes a read lock where it should take the
+//     write lock, and writes under it while others hold read locks.
 //   - "semaphore": client 1 asks for its permits with a limit one higher
 //     than the others' (on a name of its own, or the backend would
 //     refuse the disagreement), so more than the limit hold permits.
@@ -180,7 +180,7 @@ func TestFault(t *testing.T) {
 // The rw and semaphore runs inject no fault, so that no frozen client or
 // server can excuse what the broken client does.
 func TestFaultControl(t *testing.T) {
-	noFault := scenario{name: "no-fault", inject: func(r *run) error { return r.waitWrites(r.now(), 10, 1) }}
+	noFault := scenario{name: "no-fault", inject: func(r *run) error { return r.waitWrites(r.now(), 30, 1) }}
 	controls := []struct {
 		workload workload
 		sc       scenario

@@ -135,8 +135,8 @@ type runConfig struct {
 	jitter time.Duration
 	seed   int64
 	// workload is the clients' workload ("", "rw", "semaphore"), limit
-	// the semaphore's; broken makes client 1 break the workload's rule
-	// (the control runs).
+	// the semaphore's; broken makes client 1 (in "rw", every client)
+	// break the workload's rule (the control runs).
 	workload string
 	limit    int
 	broken   bool
@@ -244,7 +244,7 @@ func (r *run) addClient() (*clientProc, error) {
 		Register: r.reg.URL(), LogPath: filepath.Join(r.dir, fmt.Sprintf("client-%d.jsonl", id)),
 		Start: r.start, OpBase: int64(id) * 1_000_000_000,
 		RMWs: r.cfg.rmws, Think: r.cfg.think, Hold: r.cfg.hold,
-		Workload: r.cfg.workload, Limit: r.cfg.limit, Broken: r.cfg.broken && id == 1,
+		Workload: r.cfg.workload, Limit: r.cfg.limit, Broken: r.cfg.broken && (id == 1 || r.cfg.workload == workloadRW),
 	}
 	p, err := startClient(cfg, proxies, member)
 	if err != nil {
