@@ -54,6 +54,8 @@ func testExamples(t *testing.T, b backend) {
 	t.Run("Inventory", func(t *testing.T) { testInventory(t, b) })
 	t.Run("Leader", func(t *testing.T) { testLeader(t, b) })
 	t.Run("Guarded", func(t *testing.T) { testGuarded(t, b) })
+	t.Run("Pool", func(t *testing.T) { testPool(t, b) })
+	t.Run("Cache", func(t *testing.T) { testCache(t, b) })
 }
 
 // testDemo runs "make demo"'s program against the cluster: in the fenced
