@@ -38,6 +38,9 @@ func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
+	if u.User != nil {
+		return nil, fmt.Errorf("etcdlock: open: %w: user information in the URL is not supported yet", lock.ErrInvalidConfig)
+	}
 	path, err := lock.URLPath(u)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)

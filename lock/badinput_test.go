@@ -83,7 +83,6 @@ func TestBadInputLock(t *testing.T) {
 		// lock.Open(nil, "etcd://…") panicked in the etcd driver.
 		{"Open(nil ctx)", lock.ErrInvalidConfig, func() error { _, err := lock.Open(nilCtx, scheme+"://h:1/x"); return err }},
 		{"Open(empty)", lock.ErrInvalidConfig, func() error { _, err := lock.Open(ctx, ""); return err }},
-		{"Open(user info)", lock.ErrInvalidConfig, func() error { _, err := lock.Open(ctx, scheme+"://u:p@h:1/x"); return err }},
 		{"Open(fragment)", lock.ErrInvalidConfig, func() error { _, err := lock.Open(ctx, scheme+"://h:1/x#f"); return err }},
 		{"Open(empty fragment)", lock.ErrInvalidConfig, func() error { _, err := lock.Open(ctx, scheme+"://h:1/x#"); return err }},
 		{"Open(driver returns typed nil)", lock.ErrInvalidConfig, func() error {

@@ -43,6 +43,12 @@ var (
 	// name. Such a request is never granted and leaves no record.
 	ErrIncompatible = errors.New("incompatible request")
 
+	// ErrPermission is wrapped by every call that the server refused for
+	// want of permission: missing or wrong credentials, a client
+	// certificate it does not trust, a role or ACL that does not allow
+	// the request. Such a call fails at once; it is not retried.
+	ErrPermission = errors.New("permission denied")
+
 	// ErrInvalidName is wrapped by every call given a name that breaks the
 	// rule documented on [ValidateName].
 	ErrInvalidName = errors.New("invalid name")

@@ -67,12 +67,15 @@ func Schemes() []string {
 //	import _ "github.com/fencelock/fencelock/etcdlock"
 //
 // Open itself refuses, for every backend, a nil ctx, a URL that does not
-// parse, one without a scheme or without "//" after it, an unknown scheme,
-// user information ("user:password@": credentials never travel in the URL)
+// parse, one without a scheme or without "//" after it, an unknown scheme
 // and a fragment ("#..."). The backend then checks the hosts ([URLHosts]),
-// the path ([URLPath]) and the query ([CheckQuery]: unknown and repeated
-// keys are errors). Every such error wraps [ErrInvalidConfig]; none repeats
-// the URL's user information. ctx bounds the connection attempt only.
+// the path ([URLPath]), the query ([CheckQuery]: unknown and repeated
+// keys are errors) and the user information ("user:password@"), which a
+// backend that takes credentials reads as its user and password and any
+// other backend refuses. Every such error wraps [ErrInvalidConfig]; none
+// repeats the URL's user information, and no error of a Locker opened
+// from the URL repeats its password. ctx bounds the connection attempt
+// only.
 func Open(ctx context.Context, rawURL string) (Locker, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("lock: open: %w: nil context", ErrInvalidConfig)
@@ -92,9 +95,6 @@ func Open(ctx context.Context, rawURL string) (Locker, error) {
 	}
 	if u.Opaque != "" {
 		return nil, fmt.Errorf("lock: open %q: %w: want %s://host:port[,host:port...]/path", describe(u), ErrInvalidConfig, u.Scheme)
-	}
-	if u.User != nil {
-		return nil, fmt.Errorf("lock: open %q: %w: user information in the URL is not supported", describe(u), ErrInvalidConfig)
 	}
 	if u.Fragment != "" || strings.Contains(rawURL, "#") {
 		return nil, fmt.Errorf("lock: open %q: %w: a fragment (#...) is not supported", describe(u), ErrInvalidConfig)

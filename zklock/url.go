@@ -20,13 +20,16 @@ func init() { lock.Register("zk", driver{}) }
 type driver struct{}
 
 func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
-	// lock.Open has refused user information and fragments already.
+	// lock.Open has refused fragments already.
 	if ctx == nil || u == nil {
 		return nil, fmt.Errorf("zklock: open: %w: nil context or URL", lock.ErrInvalidConfig)
 	}
 	hosts, err := lock.URLHosts(u)
 	if err != nil {
 		return nil, fmt.Errorf("zklock: open: %w", err)
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("zklock: open: %w: user information in the URL is not supported yet", lock.ErrInvalidConfig)
 	}
 	root, err := lock.URLPath(u)
 	if err != nil {
