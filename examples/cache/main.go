@@ -13,7 +13,8 @@
 // "building", deletes the entries, writes the new ones one transaction at a
 // time, and marks the state "ready". A real rebuild is written in steps
 // because it is too large for one transaction or fetches its data between
-// writes; in between, the table holds a mix of nothing, old and new.
+// writes (--fetch makes each entry take that long to fetch); in between,
+// the table holds a mix of nothing, old and new.
 //
 // Readers take the lock "cache/NAME" shared (SharedLocker.AcquireShared),
 // many at once, and the rebuilder takes it exclusively (Locker.Acquire).
@@ -40,6 +41,9 @@
 // the check and the write; the token in the transaction does. Readers only
 // read, so they need no fencing; a reader whose read lock ended while it
 // read discards what it read.
+//
+// A rebuild that has begun runs to its end: Ctrl-C or SIGTERM stops the
+// program after it, not in the middle.
 //
 // What is not guaranteed: a rebuilder that stops in the middle (killed,
 // or its lease lost) leaves the cache half built until the next rebuild.
@@ -126,7 +130,7 @@ type config struct {
 	rebuild, pause, noLock bool
 	size, times            int
 	until                  int64
-	every                  time.Duration
+	every, fetch           time.Duration
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, out io.Writer) error {
@@ -141,6 +145,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, out io.Writer) err
 	fs.IntVar(&cfg.times, "times", 1, "how many reads or rebuilds, one after the other")
 	fs.Int64Var(&cfg.until, "until-generation", 0, "a reader reads until it has read this generation or a later one (instead of --times)")
 	fs.DurationVar(&cfg.every, "every", 0, "wait between two reads or rebuilds")
+	fs.DurationVar(&cfg.fetch, "fetch", 0, "how long a rebuild takes to fetch each entry before it writes it")
 	fs.BoolVar(&cfg.pause, "pause", false, "wait for a line on stdin while holding the read lock, or halfway through a rebuild")
 	fs.BoolVar(&cfg.noLock, "no-lock", false, "read without taking the read lock (to see what it prevents)")
 	if err := fs.Parse(args); err != nil {
@@ -151,8 +156,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, out io.Writer) err
 		return err
 	}
 	switch {
-	case cfg.size < 1 || cfg.times < 0 || cfg.every < 0:
-		return errors.New("--size must be positive, --times and --every not negative")
+	case cfg.size < 1 || cfg.times < 0 || cfg.every < 0 || cfg.fetch < 0:
+		return errors.New("--size must be positive, --times, --every and --fetch not negative")
 	case cfg.rebuild && (cfg.noLock || cfg.until != 0):
 		return errors.New("--no-lock and --until-generation are for readers, not with --rebuild")
 	}
@@ -281,6 +286,11 @@ func (c *cacheProg) rebuild(ctx context.Context) error {
 			if _, err := c.stdin.ReadString('\n'); err != nil && err != io.EOF {
 				return err
 			}
+		}
+		if c.cfg.fetch > 0 {
+			// Stands in for the data source. It ignores ctx: a rebuild
+			// that has begun runs to its end (see the package doc).
+			time.Sleep(c.cfg.fetch)
 		}
 		// An upsert, not an insert: a stale rebuilder's entry would
 		// overwrite the newer generation's, which fencing prevents.

@@ -154,7 +154,8 @@ func testCacheQueue(t *testing.T, b backend) {
 }
 
 // testCacheConcurrent runs four looping readers and a rebuilder that
-// rebuilds five times, all at once. Each reader starts on generation 1 and
+// rebuilds five times, all at once, each rebuild taking long enough
+// (about 100ms) for several reads to be requested during it. Each reader starts on generation 1 and
 // reads until it has read the last generation; every read must be of one
 // whole generation (a half-built read exits with status 4), and the log
 // must show no read overlapping a rebuild.
@@ -171,7 +172,9 @@ func testCacheConcurrent(t *testing.T, b backend) {
 			t.Fatalf("R%d's first read is of generation %s; want 1", i, m[2])
 		}
 	}
-	w := start(t, "cache", e.args("W", "--rebuild", "--times", fmt.Sprint(rebuilds))...)
+	// A rebuild takes a while (--fetch), so that readers keep arriving
+	// during it: only the lock keeps them out.
+	w := start(t, "cache", e.args("W", "--rebuild", "--times", fmt.Sprint(rebuilds), "--fetch", "5ms")...)
 	for _, p := range append(rs, w) {
 		if code := p.wait(2 * time.Minute); code != 0 {
 			t.Errorf("%s: status = %d; want 0\nstderr:\n%s", p.Cmd.Args, code, p.Stderr.String())
@@ -207,11 +210,12 @@ func testCacheConcurrent(t *testing.T, b backend) {
 	for _, r := range rs {
 		waits += strings.Count(r.Stdout.String(), "waiting for the read lock")
 	}
-	t.Logf("%d reads and %d rebuilds, none overlapping; %d requests had to wait", reads, rebuildsDone, waits)
+	t.Logf("%d reads and %d rebuilds; %d requests had to wait for the lock", reads, rebuildsDone, waits)
 }
 
 // testCacheStale freezes a rebuilder halfway through its rebuild until its
-// lease expires; another rebuilds the cache from scratch; the first is
+// lease expires; another, waiting for the write lock until then, rebuilds
+// the cache from scratch; the first is
 // resumed and its next write, with the older token, is refused, so the
 // cache stays whole.
 func testCacheStale(t *testing.T, b backend) {
@@ -232,6 +236,9 @@ func testCacheStale(t *testing.T, b backend) {
 	}
 	if tok2 := atoi(t, m[4]); tok2 <= tok1 {
 		t.Errorf("W2's token = %d; want greater than W1's %d", tok2, tok1)
+	}
+	if !strings.Contains(stdout, "waiting for the write lock") {
+		t.Errorf("W2 did not wait for the write lock that frozen W1 held:\n%s", stdout)
 	}
 	gen := m[2]
 	t.Logf("W2 rebuilt generation %s %v after W1 was frozen", gen, time.Since(frozen).Round(time.Millisecond))
