@@ -33,7 +33,7 @@ const (
 )
 
 const usageText = `Usage:
-  fencelock [flags] run --lock NAME [--try] [--wait D] [--grace D] [--] COMMAND [ARG...]
+  fencelock [flags] run --lock NAME [--shared | --limit N] [--try] [--wait D] [--grace D] [--] COMMAND [ARG...]
   fencelock [flags] holder NAME
   fencelock [flags] leader NAME [--watch]
 
@@ -49,12 +49,20 @@ Flags (before or after the command name):
 run holds the lock while COMMAND runs, with FENCING_TOKEN and FENCELOCK_LOCK
 in its environment, and exits with COMMAND's status:
   --lock NAME      the lock to hold (required)
-  --try            do not wait: exit 75 at once if the lock is held
+  --shared         hold a shared (read) grant: shared runs of NAME hold it
+                   together, a run without --shared (the writer) alone;
+                   first come, first served, so a waiting writer is not
+                   overtaken by later readers
+  --limit N        hold one of N permits of the semaphore NAME: at most N
+                   runs at once (every run of NAME must give the same N)
+  --try            do not wait: exit 75 at once if the grant would wait
   --wait D         give up after waiting D for the lock (exit 75)
   --grace D        time between SIGTERM and SIGKILL when the lease is lost
                    (default 10s; the exit status is then 76)
 
-holder prints "token=N identity=ID" for the lock's holder (exit 3 if free).
+holder prints every holder of the lock, one line each in grant order:
+"token=N identity=ID", followed by " shared" for a shared grant or
+" permit limit=N" for a semaphore permit (exit 3 if free).
 leader prints the election's leader the same way (exit 3 if none); with
 --watch it prints every change of leader ("none" when there is none) until
 interrupted.
@@ -272,7 +280,10 @@ func (a *app) holderOf(ctx context.Context, c *common, l lock.Locker, name strin
 	return h, err
 }
 
-// formatHolder is the one-line form of a holder printed by holder and leader.
+// formatHolder is the one-line form of a holder printed by holder and
+// leader: "token=N identity=ID" for an exclusive grant, the line of the
+// command's first versions, followed by " shared" for a shared grant and
+// by " permit limit=N" for a semaphore permit.
 func formatHolder(h lock.Holder) string {
 	if h.Token == 0 {
 		return "none"
@@ -281,7 +292,14 @@ func formatHolder(h lock.Holder) string {
 	if id == "" || strings.ContainsAny(id, " \t\n\"\\=") || !strconv.CanBackquote(id) {
 		id = strconv.Quote(id)
 	}
-	return fmt.Sprintf("token=%d identity=%s", h.Token, id)
+	line := fmt.Sprintf("token=%d identity=%s", h.Token, id)
+	switch {
+	case h.Limit > 0:
+		line += " permit limit=" + strconv.Itoa(h.Limit)
+	case h.Shared:
+		line += " shared"
+	}
+	return line
 }
 
 // interruptible returns a context cancelled when a signal arrives, and a

@@ -39,6 +39,10 @@ func FuzzArgs(f *testing.F) {
 		"",
 		"run\n--grace\n0s\n--lock\na\n--\ntrue",
 		"--url\nzk://u:pw@h:1/%zz\n--identity\nx\nholder\na",
+		"run\n--shared\n--lock\na\n--try\n--\ntrue",
+		"run\n--limit\n3\n--lock\na\n--wait\n1s\n--\ntrue",
+		"run\n--shared\n--limit=2\n--lock\na\n--\ntrue",
+		"run\n--limit\n0\n--lock\na\n--\ntrue",
 	} {
 		f.Add(s)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/fencelock/fencelock/lock"
 )
@@ -20,7 +21,7 @@ func (a *app) holder(ctx context.Context, c *common, args []string) error {
 	if err != nil {
 		return err
 	}
-	return a.printHolder(ctx, c, name, "lock %q is free")
+	return a.printHolders(ctx, c, name)
 }
 
 // leader implements "fencelock leader NAME [--watch]".
@@ -102,6 +103,60 @@ func (a *app) printHolder(ctx context.Context, c *common, name, freeMsg string) 
 	}
 	fmt.Fprintln(a.stdout, formatHolder(h))
 	return nil
+}
+
+// printHolders prints every holder of name, one line each in grant
+// order, or fails with exitFree.
+func (a *app) printHolders(ctx context.Context, c *common, name string) error {
+	ictx, stop := a.interruptible(ctx)
+	defer stop()
+	l, err := a.open(ictx, c)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	hs, err := a.holdersOf(ictx, c, l, name)
+	switch {
+	case err == nil && len(hs) == 0, errors.Is(err, lock.ErrNotHeld):
+		return fail(exitFree, "lock %q is free", name)
+	case errors.Is(err, lock.ErrInvalidName):
+		return &failure{code: exitUsage, err: err}
+	case err != nil:
+		if s := stop(); s != nil {
+			return fail(signalStatus(s), "interrupted by %v", s)
+		}
+		return err
+	}
+	var b strings.Builder
+	for _, h := range hs {
+		b.WriteString(formatHolder(h))
+		b.WriteByte('\n')
+	}
+	fmt.Fprint(a.stdout, b.String())
+	return nil
+}
+
+// holdersOf lists the holders of name in grant order within the request
+// timeout. A backend that cannot list them (its Locker is no
+// lock.HolderLister) reports its earliest holder, which for an exclusive
+// lock is the whole answer. A free lock gives an empty list or an error
+// wrapping lock.ErrNotHeld.
+func (a *app) holdersOf(ctx context.Context, c *common, l lock.Locker, name string) ([]lock.Holder, error) {
+	hl, ok := l.(lock.HolderLister)
+	if !ok {
+		h, err := a.holderOf(ctx, c, l, name)
+		if err != nil {
+			return nil, err
+		}
+		return []lock.Holder{h}, nil
+	}
+	hctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	hs, err := hl.Holders(hctx, name)
+	if err != nil && ctx.Err() == nil && !errors.Is(err, lock.ErrInvalidName) {
+		return nil, fmt.Errorf("cannot reach the backend: %w", err)
+	}
+	return hs, err
 }
 
 // oneName checks that pos is exactly one valid lock name.

@@ -2,7 +2,7 @@
 //
 // Usage:
 //
-//	fencelock [flags] run --lock NAME [--try] [--wait D] [--grace D] [--] COMMAND [ARG...]
+//	fencelock [flags] run --lock NAME [--shared | --limit N] [--try] [--wait D] [--grace D] [--] COMMAND [ARG...]
 //	fencelock [flags] holder NAME
 //	fencelock [flags] leader NAME [--watch]
 //
@@ -21,6 +21,24 @@
 // to a resource that checks it: that is what keeps a command that outlived
 // its lease from doing damage.
 //
+// With --shared, run takes a shared (read) grant of NAME instead
+// (lock.SharedLocker): any number of shared runs hold NAME at once, and a
+// run without --shared, the writer, holds it alone. With --limit N, NAME
+// is a semaphore (lock.Semaphore) and run takes one of its N permits: at
+// most N runs hold it at once, and every run of NAME must give the same N.
+// Requests of a name are served in arrival order, so a writer waiting
+// behind readers is not overtaken by readers that come after it. --shared
+// and --limit exclude each other, and N must be at least 1. --try and
+// --wait apply to every kind of grant: a shared run that would wait behind
+// a writer, or a permit that would wait for a free one, exits 75 with
+// --try. A backend whose Locker lacks the interface is an error (status 1),
+// as is a request that disagrees with the name's queue: a --limit other
+// than the holders', or a lock request on a semaphore and the reverse.
+// The fencing token of a shared grant or a permit orders the requests but
+// does not exclude the other holders of the same moment: a resource they
+// share is protected by each lease still existing (the backends' guarded
+// writes), not by comparing their tokens.
+//
 // If the lease is lost while COMMAND runs (the session expired, the backend
 // became unreachable for too long), fencelock sends SIGTERM to COMMAND's
 // process group, then SIGKILL after the grace period (--grace, default 10s),
@@ -31,9 +49,21 @@
 //
 // # holder and leader
 //
-// holder prints the current holder of the lock NAME as one line
+// holder prints every current holder of the lock NAME, one line each, in
+// grant order (which is token order); waiters are not listed. The line of an
+// exclusive holder is
 //
 //	token=42 identity=host/1234/ab12cd
+//
+// and a shared grant and a semaphore permit add a marker:
+//
+//	token=42 identity=host/1234/ab12cd shared
+//	token=43 identity=host/5678/cd34ef permit limit=3
+//
+// An identity containing a space, '=', a quote, a backslash or a control
+// character, or an empty one, is printed as a Go quoted string. On a backend
+// that cannot list holders (its Locker is no lock.HolderLister), holder
+// prints the earliest one.
 //
 // leader prints the current leader of the election NAME (elections are locks,
 // so this is the same line), and with --watch keeps printing one line per
@@ -42,10 +72,15 @@
 // # Exit status
 //
 //	0    success (run: COMMAND exited with status 0)
-//	1    an error: the backend could not be reached, a request failed
-//	2    bad usage: unknown flag, missing argument, malformed URL, invalid lock name
+//	1    an error: the backend could not be reached, a request failed, the
+//	     backend offers no shared locks or semaphores, the request disagrees
+//	     with the name's queue (lock.ErrIncompatible)
+//	2    bad usage: unknown flag, missing argument, malformed URL, invalid lock
+//	     name, --shared with --limit, --limit below 1 or beyond the backend's
 //	3    holder, leader: the lock is free (there is no leader)
-//	75   run --try or --wait: the lock is held by someone else; COMMAND was not run
+//	75   run --try or --wait: the lock is held by someone else (with --shared:
+//	     held or awaited by a writer; with --limit: every permit is taken);
+//	     COMMAND was not run
 //	76   run: the lease was lost while COMMAND ran, and COMMAND was stopped
 //	126  run: COMMAND could not be started
 //	127  run: COMMAND was not found

@@ -42,6 +42,12 @@ func TestUsageErrors(t *testing.T) {
 		{"run try and wait", []string{"run", "--lock", "a", "--try", "--wait", "1s", "--", "true"}, "etcd://127.0.0.1:2379", exitUsage, "not both"},
 		{"run bad grace", []string{"run", "--lock", "a", "--grace", "0s", "--", "true"}, "etcd://127.0.0.1:2379", exitUsage, "--grace 0s"},
 		{"bad timeout", []string{"--timeout", "-1s", "holder", "a"}, "etcd://127.0.0.1:2379", exitUsage, "--timeout -1s"},
+		{"run shared and limit", []string{"run", "--shared", "--limit", "2", "--lock", "a", "--", "true"}, "etcd://127.0.0.1:2379", exitUsage, "--shared or --limit, not both"},
+		{"run limit and shared", []string{"run", "--limit=2", "--lock", "a", "--shared", "--", "true"}, "etcd://127.0.0.1:2379", exitUsage, "--shared or --limit, not both"},
+		{"run limit zero", []string{"run", "--limit", "0", "--lock", "a", "--", "true"}, "etcd://127.0.0.1:2379", exitUsage, "--limit 0: must be at least 1"},
+		{"run limit negative", []string{"run", "--limit", "-3", "--lock", "a", "--try", "--", "true"}, "etcd://127.0.0.1:2379", exitUsage, "--limit -3: must be at least 1"},
+		{"run limit not a number", []string{"run", "--limit", "two", "--lock", "a", "--", "true"}, "etcd://127.0.0.1:2379", exitUsage, `invalid value "two" for flag -limit`},
+		{"run shared with value", []string{"run", "--shared=maybe", "--lock", "a", "--", "true"}, "etcd://127.0.0.1:2379", exitUsage, `invalid boolean value "maybe" for -shared`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,6 +96,25 @@ func TestFormatHolder(t *testing.T) {
 	}
 }
 
+// The markers of shared grants and permits follow the exclusive line.
+func TestFormatHolderKinds(t *testing.T) {
+	tests := []struct {
+		h    lock.Holder
+		want string
+	}{
+		{lock.Holder{Identity: "r", Token: 5, Shared: true}, "token=5 identity=r shared"},
+		{lock.Holder{Identity: "p", Token: 6, Shared: true, Limit: 3}, "token=6 identity=p permit limit=3"},
+		{lock.Holder{Identity: "a b", Token: 7, Shared: true}, `token=7 identity="a b" shared`},
+		{lock.Holder{Identity: "w", Token: 8}, "token=8 identity=w"},
+	}
+	for _, tt := range tests {
+		h := tt.h
+		if got := formatHolder(h); got != tt.want {
+			t.Errorf("formatHolder(%+v) = %q; want %q", h, got, tt.want)
+		}
+	}
+}
+
 func TestParseInterspersed(t *testing.T) {
 	tests := []struct {
 		args  []string
@@ -114,11 +139,19 @@ func TestParseInterspersed(t *testing.T) {
 
 func runApp(t *testing.T, url string, args ...string) (int, string, string) {
 	t.Helper()
+	return runAppWith(t, url, nil, args...)
+}
+
+// runAppWith runs the command with FENCELOCK_URL=url and openURL opening
+// the backend (nil: lock.Open).
+func runAppWith(t *testing.T, url string, openURL func(context.Context, string) (lock.Locker, error), args ...string) (int, string, string) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	a := &app{
-		stdin:  strings.NewReader(""),
-		stdout: &stdout,
-		stderr: &stderr,
+		openURL: openURL,
+		stdin:   strings.NewReader(""),
+		stdout:  &stdout,
+		stderr:  &stderr,
 		getenv: func(k string) string {
 			if k == "FENCELOCK_URL" {
 				return url
