@@ -62,8 +62,8 @@ func testCache(t *testing.T, b backend) {
 
 // testCacheQueue walks the read-write lock's queue one step at a time:
 // two readers hold the lock together; a rebuilder arriving then waits; a
-// reader arriving after the rebuilder waits behind it, although only
-// readers hold; the readers leave and the rebuilder runs; halfway through,
+// reader arriving after the rebuilder is queued waits behind it, although
+// only readers hold; the readers leave and the rebuilder runs; halfway through,
 // a reader without the lock sees the half-built table, while the queued
 // reader is still waiting; the rebuild ends and the queued reader reads
 // the new generation, whole.
@@ -86,8 +86,7 @@ func testCacheQueue(t *testing.T, b backend) {
 
 	w := start(t, "cache", e.args("W", "--rebuild", "--pause")...)
 	w.expect(30*time.Second, cacheWriteWait)
-	r3 := start(t, "cache", e.args("R3")...)
-	r3.expect(30*time.Second, cacheReadWait)
+	r3 := lateReader(t, e)
 	if out := w.Stdout.String(); strings.Contains(out, "rebuilding") {
 		t.Errorf("W started its rebuild while R1 and R2 held the read lock:\n%s", out)
 	}
@@ -114,7 +113,7 @@ func testCacheQueue(t *testing.T, b backend) {
 		t.Errorf("reader without the lock during the rebuild: status %d, stderr %q; want 4 (half-built)\nstdout:\n%s", code, stderr, stdout)
 	}
 	if out := r3.Stdout.String(); strings.Contains(out, "read generation") {
-		t.Errorf("R3 read while W was rebuilding:\n%s", out)
+		t.Errorf("%s read while W was rebuilding:\n%s", r3.id, out)
 	}
 
 	w.Stdin.Close()
@@ -126,13 +125,13 @@ func testCacheQueue(t *testing.T, b backend) {
 	}
 	m = r3.expect(30*time.Second, cacheRead)
 	if m[2] != "2" {
-		t.Errorf("R3 read generation %s; want 2", m[2])
+		t.Errorf("%s read generation %s; want 2", r3.id, m[2])
 	}
 	if tokR3 := atoi(t, m[4]); tokR3 <= tokW {
-		t.Errorf("R3's token = %d; want greater than W's %d", tokR3, tokW)
+		t.Errorf("%s's token = %d; want greater than W's %d", r3.id, tokR3, tokW)
 	}
 	if code := r3.wait(30 * time.Second); code != 0 {
-		t.Errorf("R3: status = %d; want 0", code)
+		t.Errorf("%s: status = %d; want 0", r3.id, code)
 	}
 
 	log := e.log()
@@ -144,13 +143,42 @@ func testCacheQueue(t *testing.T, b backend) {
 		{"R2 read-begin", "R1 read-end"}, // R1 and R2 held together
 		{"R1 read-end", "W rebuild-begin"},
 		{"R2 read-end", "W rebuild-begin"},
-		{"W rebuild-end", "R3 read-begin"},
+		{"W rebuild-end", r3.id + " read-begin"},
 	}
 	for _, o := range order {
 		if b, a := log.seq(t, o.before), log.seq(t, o.after); b > a {
 			t.Errorf("cache_log: %q (seq %d) after %q (seq %d); want it before", o.before, b, o.after, a)
 		}
 	}
+}
+
+// lateReader starts readers until one has to wait for the read lock
+// because the rebuilder W, which found the lock in use by readers, is
+// queued: W announces that it waits before its blocking request is queued,
+// so a reader started right after the announcement can still get in ahead
+// of it (and read the old generation, which the log check accepts).
+func lateReader(t *testing.T, e *cacheEnv) *namedProc {
+	t.Helper()
+	first := regexp.MustCompile(cacheRead.String() + "|" + cacheReadWait.String())
+	for i := 1; i <= 20; i++ {
+		id := fmt.Sprintf("R3x%d", i)
+		p := start(t, "cache", e.args(id)...)
+		if m := p.expect(30*time.Second, first); cacheReadWait.MatchString(m[0]) {
+			return &namedProc{proc: p, id: id}
+		}
+		if code := p.wait(30 * time.Second); code != 0 {
+			t.Fatalf("%s: status = %d; want 0", id, code)
+		}
+		t.Logf("%s got the read lock before W was queued; starting another reader", id)
+	}
+	t.Fatalf("20 readers in turn got the read lock while W waited for the write lock; want W queued ahead of later readers")
+	return nil
+}
+
+// namedProc is a proc and the --id it was given.
+type namedProc struct {
+	*proc
+	id string
 }
 
 // testCacheConcurrent runs four looping readers and a rebuilder that
