@@ -60,8 +60,9 @@
 //	token=42 identity=host/1234/ab12cd shared
 //	token=43 identity=host/5678/cd34ef permit limit=3
 //
-// An identity containing a space, '=', a quote, a backslash or a control
-// character, or an empty one, is printed as a Go quoted string. On a backend
+// An identity that is empty or contains a space, '=', a quote, a backquote,
+// a backslash, a control character or invalid UTF-8 is printed as a Go
+// quoted string. On a backend
 // that cannot list holders (its Locker is no lock.HolderLister), holder
 // prints the earliest one.
 //

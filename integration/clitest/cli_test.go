@@ -101,6 +101,8 @@ func testCLI(t *testing.T, b backend) {
 	t.Run("Exclusion", func(t *testing.T) { testExclusion(t, b) })
 	t.Run("LostLease", func(t *testing.T) { testLostLease(t, b) })
 	t.Run("LeaderWatch", func(t *testing.T) { testLeaderWatch(t, b) })
+	t.Run("Shared", func(t *testing.T) { testShared(t, b) })
+	t.Run("Semaphore", func(t *testing.T) { testSemaphore(t, b) })
 }
 
 var tokenLine = regexp.MustCompile(`^token=(\d+) identity=(\S+)$`)
@@ -212,6 +214,162 @@ func testExclusion(t *testing.T, b backend) {
 	}
 	if n := b.records(t, name); n != 0 {
 		t.Errorf("records of %q after both runs = %d; want 0", name, n)
+	}
+}
+
+// holdScript reports the command's token, then waits for a line on stdin
+// before it ends: a command that said "started" is inside its grant until
+// the test lets it go, so a second one that starts meanwhile overlaps it.
+const holdScript = `echo "started $FENCING_TOKEN"; read x; echo "done $FENCING_TOKEN"`
+
+// release lets a command started with holdScript end, and checks that it
+// and its fencelock exit 0.
+func release(t testing.TB, p *proc, token uint64) {
+	t.Helper()
+	fmt.Fprintln(p.Stdin, "go")
+	if l := p.line(30 * time.Second); l != fmt.Sprintf("done %d", token) {
+		t.Errorf("fencelock %q: command said %q; want done %d", p.Cmd.Args[1:], l, token)
+	}
+	if code, stderr := p.wait(30 * time.Second); code != 0 {
+		t.Errorf("fencelock %q: status = %d (stderr %q); want 0", p.Cmd.Args[1:], code, stderr)
+	}
+}
+
+// holders runs "fencelock holder name" and checks that it lists want, one
+// line each, with status 0.
+func holders(t testing.TB, b backend, name, when string, want ...string) {
+	t.Helper()
+	code, stdout, stderr := fencelock(t, b.url, "holder", name)
+	if w := strings.Join(want, "\n") + "\n"; code != 0 || stdout != w {
+		t.Errorf("holder %s = %d, %q (stderr %q); want 0, %q", when, code, stdout, stderr, w)
+	}
+}
+
+// testShared: two run --shared hold the lock at once, an exclusive run
+// waits for both, a reader that comes after the waiting writer does not
+// overtake it, and holder lists every holder with its kind.
+func testShared(t *testing.T, b backend) {
+	name := testutil.UniqueName(t)
+	r1 := start(t, b.url, "--identity", "reader-1", "run", "--shared", "--lock", name, "--", "sh", "-c", holdScript)
+	tok1 := parseStarted(t, r1.line(30*time.Second))
+	// Reader 1 stays inside its command until released below, so reader 2
+	// saying "started" proves the two overlap; if it had to wait, line
+	// fails after 30s.
+	r2 := start(t, b.url, "--identity", "reader-2", "run", "--lock", name, "--shared", "--", "sh", "-c", holdScript)
+	tok2 := parseStarted(t, r2.line(30*time.Second))
+	if tok2 <= tok1 {
+		t.Errorf("reader 2's token = %d; want greater than reader 1's %d", tok2, tok1)
+	}
+	readers := []string{
+		fmt.Sprintf("token=%d identity=reader-1 shared", tok1),
+		fmt.Sprintf("token=%d identity=reader-2 shared", tok2),
+	}
+	holders(t, b, name, "with two readers", readers...)
+
+	w := start(t, b.url, "--identity", "writer", "run", "--lock", name, "--", "sh", "-c", holdScript)
+	testutil.Eventually(t, 30*time.Second, "writer queued behind the readers", func() bool { return b.records(t, name) == 3 })
+	holders(t, b, name, "with two readers and a waiting writer", readers...)
+
+	// A reader that comes now queues behind the writer, so --try refuses
+	// it although only readers hold the lock; a blocking one waits.
+	code, stdout, stderr := fencelock(t, b.url, "run", "--shared", "--try", "--lock", name, "--", "sh", "-c", "echo ran")
+	if code != 75 || stdout != "" {
+		t.Errorf("run --shared --try behind a waiting writer = %d, stdout %q; want 75, nothing", code, stdout)
+	}
+	oneLine(t, "run --shared --try behind a waiting writer", stderr, "held by 2 readers and a writer waits for it")
+	code, _, stderr = fencelock(t, b.url, "run", "--try", "--lock", name, "--", "sh", "-c", "echo ran")
+	if code != 75 {
+		t.Errorf("run --try while readers hold = %d; want 75", code)
+	}
+	oneLine(t, "run --try while readers hold", stderr, "held by 2 readers")
+	r3 := start(t, b.url, "--identity", "reader-3", "run", "--shared", "--lock", name, "--", "sh", "-c", holdScript)
+	testutil.Eventually(t, 30*time.Second, "reader 3 queued behind the writer", func() bool { return b.records(t, name) == 4 })
+
+	// Reader 1 leaves; the writer still waits for reader 2.
+	release(t, r1, tok1)
+	testutil.Eventually(t, 30*time.Second, "reader 1's record removed", func() bool { return b.records(t, name) == 3 })
+	if !w.Running() || w.Stdout.String() != "" {
+		t.Fatalf("writer while reader 2 holds: running %v, stdout %q; want running and silent", w.Running(), w.Stdout.String())
+	}
+	release(t, r2, tok2)
+	tokW := parseStarted(t, w.line(30*time.Second))
+	if tokW <= tok2 {
+		t.Errorf("writer's token = %d; want greater than the readers' %d", tokW, tok2)
+	}
+	// The writer's line is the exclusive one, without a marker.
+	holders(t, b, name, "while the writer holds", fmt.Sprintf("token=%d identity=writer", tokW))
+	code, _, stderr = fencelock(t, b.url, "run", "--shared", "--wait", "300ms", "--lock", name, "--", "sh", "-c", "echo ran")
+	if code != 75 {
+		t.Errorf("run --shared --wait 300ms while the writer holds = %d; want 75", code)
+	}
+	oneLine(t, "run --shared --wait while the writer holds", stderr, fmt.Sprintf("held by token=%d identity=writer", tokW))
+	if !r3.Running() || r3.Stdout.String() != "" {
+		t.Fatalf("reader 3 while the writer holds: running %v, stdout %q; want running and silent", r3.Running(), r3.Stdout.String())
+	}
+	release(t, w, tokW)
+	tok3 := parseStarted(t, r3.line(30*time.Second))
+	holders(t, b, name, "with reader 3", fmt.Sprintf("token=%d identity=reader-3 shared", tok3))
+	release(t, r3, tok3)
+	if n := b.records(t, name); n != 0 {
+		t.Errorf("records of %q after every run = %d; want 0", name, n)
+	}
+	if code, _, _ := fencelock(t, b.url, "holder", name); code != 3 {
+		t.Errorf("holder after every run = %d; want 3 (free)", code)
+	}
+}
+
+// testSemaphore: run --limit 2 admits two commands at once and refuses a
+// third with --try; a waiting third gets the permit the first to leave
+// frees; a run with another limit is refused.
+func testSemaphore(t *testing.T, b backend) {
+	name := testutil.UniqueName(t)
+	run := func(id string) *proc {
+		return start(t, b.url, "--identity", id, "run", "--limit", "2", "--lock", name, "--", "sh", "-c", holdScript)
+	}
+	p1 := run("permit-1")
+	tok1 := parseStarted(t, p1.line(30*time.Second))
+	// As in testShared: p1 is inside its command, so p2 starting proves
+	// two at once.
+	p2 := run("permit-2")
+	tok2 := parseStarted(t, p2.line(30*time.Second))
+	holders(t, b, name, "with two permits",
+		fmt.Sprintf("token=%d identity=permit-1 permit limit=2", tok1),
+		fmt.Sprintf("token=%d identity=permit-2 permit limit=2", tok2))
+
+	code, stdout, stderr := fencelock(t, b.url, "run", "--limit", "2", "--try", "--lock", name, "--", "sh", "-c", "echo ran")
+	if code != 75 || stdout != "" {
+		t.Errorf("third run --limit 2 --try = %d, stdout %q; want 75, nothing", code, stdout)
+	}
+	oneLine(t, "third run --limit 2 --try", stderr, fmt.Sprintf("semaphore %q has no free permit (2 of 2 held)", name))
+	code, _, stderr = fencelock(t, b.url, "run", "--limit", "2", "--wait", "300ms", "--lock", name, "--", "sh", "-c", "echo ran")
+	if code != 75 {
+		t.Errorf("third run --limit 2 --wait 300ms = %d (stderr %q); want 75", code, stderr)
+	}
+	for _, flags := range [][]string{{"--limit", "3"}, {"--shared"}, nil} {
+		args := append(append([]string{"run", "--try", "--lock", name}, flags...), "--", "sh", "-c", "echo ran")
+		code, stdout, stderr := fencelock(t, b.url, args...)
+		if code != 1 || stdout != "" {
+			t.Errorf("fencelock %q on a semaphore of limit 2 = %d, stdout %q; want 1, nothing", args, code, stdout)
+		}
+		oneLine(t, fmt.Sprintf("fencelock %q on a semaphore of limit 2", args), stderr, "incompatible request")
+	}
+	if n := b.records(t, name); n != 2 {
+		t.Errorf("records of %q after the refused runs = %d; want the 2 permits", name, n)
+	}
+
+	// A third that waits gets the permit of whichever holder leaves first,
+	// here the later one.
+	p3 := run("permit-3")
+	testutil.Eventually(t, 30*time.Second, "third queued", func() bool { return b.records(t, name) == 3 })
+	release(t, p2, tok2)
+	tok3 := parseStarted(t, p3.line(30*time.Second))
+	holders(t, b, name, "after the second left",
+		fmt.Sprintf("token=%d identity=permit-1 permit limit=2", tok1),
+		fmt.Sprintf("token=%d identity=permit-3 permit limit=2", tok3))
+	release(t, p1, tok1)
+	release(t, p3, tok3)
+	if n := b.records(t, name); n != 0 {
+		t.Errorf("records of %q after every run = %d; want 0", name, n)
 	}
 }
 
