@@ -175,7 +175,7 @@ func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request
 	a := &acquisition{l: l, name: name, parent: l.parent(name), req: req, try: try}
 	le, err := a.run(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("zklock: %s %q: %w", op, name, err)
+		return nil, fmt.Errorf("zklock: %s %q: %w", op, name, permission(err))
 	}
 	return le, nil
 }

@@ -75,10 +75,10 @@ func GuardedMulti(ctx context.Context, conn *zk.Conn, lease lock.Lease, ops ...a
 		return nil, fmt.Errorf("zklock: guarded multi: %w", err)
 	}
 	if err := le.endErr(); err != nil {
-		return nil, fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), err)
+		return nil, fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), permission(err))
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), err)
+		return nil, fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), permission(err))
 	}
 	res, err := conn.Multi(append([]any{le.CheckOp()}, ops...)...)
 	if len(res) > 0 {
@@ -92,7 +92,7 @@ func GuardedMulti(ctx context.Context, conn *zk.Conn, lease lock.Lease, ops ...a
 		res = res[1:]
 	}
 	if err != nil {
-		return res, fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), err)
+		return res, fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), permission(err))
 	}
 	return res, nil
 }
@@ -155,7 +155,7 @@ func SetFenced(ctx context.Context, conn *zk.Conn, path string, data []byte, tok
 	stored := fenced.Encode(token, data)
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, err)
+			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, permission(err))
 		}
 		old, stat, err := conn.Get(path)
 		if errors.Is(err, zk.ErrNoNode) {
@@ -168,16 +168,16 @@ func SetFenced(ctx context.Context, conn *zk.Conn, path string, data []byte, tok
 				continue // created by a concurrent writer: compare with its token
 			}
 			if err != nil {
-				return nil, fmt.Errorf("zklock: set fenced %q: create: %w", path, err)
+				return nil, fmt.Errorf("zklock: set fenced %q: create: %w", path, permission(err))
 			}
 			return res[1].Stat, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, err)
+			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, permission(err))
 		}
 		highest, _, err := fenced.Decode(old)
 		if err != nil {
-			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, err)
+			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, permission(err))
 		}
 		if token < highest {
 			return nil, &fencing.StaleTokenError{Resource: path, Token: token, Highest: highest}
@@ -187,7 +187,7 @@ func SetFenced(ctx context.Context, conn *zk.Conn, path string, data []byte, tok
 			continue // another write came in between: compare again
 		}
 		if err != nil {
-			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, err)
+			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, permission(err))
 		}
 		return stat, nil
 	}
@@ -206,18 +206,18 @@ func GetFenced(ctx context.Context, conn *zk.Conn, path string) ([]byte, fencing
 		return nil, 0, fmt.Errorf("zklock: get fenced: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, 0, fmt.Errorf("zklock: get fenced %q: %w", path, err)
+		return nil, 0, fmt.Errorf("zklock: get fenced %q: %w", path, permission(err))
 	}
 	stored, _, err := conn.Get(path)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("zklock: get fenced %q: %w", path, err)
+		return nil, 0, fmt.Errorf("zklock: get fenced %q: %w", path, permission(err))
 	}
 	token, data, err := fenced.Decode(stored)
 	if err != nil {
-		return nil, 0, fmt.Errorf("zklock: get fenced %q: %w", path, err)
+		return nil, 0, fmt.Errorf("zklock: get fenced %q: %w", path, permission(err))
 	}
 	return data, token, nil
 }

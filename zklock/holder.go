@@ -38,11 +38,11 @@ func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
 		}
 		if isConnErr(err) {
 			if err := l.ss.awaitConnected(ctx, nil); err != nil {
-				return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, err)
+				return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, permission(err))
 			}
 			continue
 		}
-		return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, err)
+		return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, permission(err))
 	}
 }
 

@@ -181,7 +181,13 @@ func (le *Lease) Release(ctx context.Context) error {
 		return nil
 	case errors.Is(err, zk.ErrNoNode):
 		return fmt.Errorf("zklock: release %q (token %d): %w: its znode was gone at release", le.name, le.czxid, lock.ErrLost)
+	case isRefusal(err) || errors.Is(err, lock.ErrPermission):
+		// Trying again cannot help; the znode goes with the session.
+		return fmt.Errorf("zklock: release %q: znode not deleted (it goes with the session): %w", le.name, permission(err))
 	default:
+		if rerr := le.l.ss.refusal(); rerr != nil && isConnErr(err) {
+			err = fmt.Errorf("%w: %w", rerr, err)
+		}
 		le.l.jan.add(cleanup{path: le.path})
 		return fmt.Errorf("zklock: release %q: znode not deleted yet (it will be once the connection is back, or with the session): %w", le.name, err)
 	}

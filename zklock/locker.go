@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -46,7 +47,7 @@ type Locker struct {
 func Dial(ctx context.Context, servers []string, opts ...Option) (*Locker, error) {
 	l, err := dial(ctx, servers, opts)
 	if err != nil {
-		return nil, fmt.Errorf("zklock: dial: %w", err)
+		return nil, fmt.Errorf("zklock: dial: %w", permission(err))
 	}
 	return l, nil
 }
@@ -69,6 +70,11 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 	if dialer == nil {
 		dialer = net.DialTimeout
 	}
+	if o.tls != nil {
+		r := &refusals{notify: l.ss.kickState}
+		l.ss.refused = r.last
+		dialer = tlsDialer(dialer, o.tls, r)
+	}
 	conn, _, err := zk.Connect(servers, o.sessionTimeout,
 		zk.WithDialer(ka.wrap(dialer)),
 		// The callback, unlike the event channel, never drops an event. It
@@ -81,7 +87,7 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 			}
 			l.ss.event(ev)
 		}),
-		zk.WithLogger(zkLogger{o.Logger}),
+		zk.WithLogger(zkLogger{o.Logger, o.secrets()}),
 		zk.WithLogInfo(false),
 	)
 	if err != nil {
@@ -102,6 +108,12 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 	if err := o.checkNegotiated(ka.negotiated()); err != nil {
 		l.Close()
 		return nil, err
+	}
+	// Before any request of the Locker's own: the ones that need the
+	// credentials come after Dial returns.
+	if err := l.addAuth(ctx); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("%v: %w", servers, err)
 	}
 	return l, nil
 }
@@ -158,6 +170,12 @@ func New(conn *zk.Conn, events <-chan zk.Event, opts ...Option) (*Locker, error)
 	}
 	if o.dialer != nil {
 		return nil, fmt.Errorf("zklock: new: %w: WithDialer applies to Dial only", lock.ErrInvalidConfig)
+	}
+	if o.tls != nil {
+		return nil, fmt.Errorf("zklock: new: %w: WithTLS applies to Dial only (give zk.Connect a TLS dialer)", lock.ErrInvalidConfig)
+	}
+	if len(o.creds()) > 0 {
+		return nil, fmt.Errorf("zklock: new: %w: WithDigest and WithAuth apply to Dial only (call conn.AddAuth, and give WithACL)", lock.ErrInvalidConfig)
 	}
 	l := newLocker(o, nil, true)
 	l.start(conn, events)
@@ -260,9 +278,13 @@ func (l *Locker) negotiatedTimeout(timeout time.Duration) {
 	}
 }
 
-// zkLogger sends go-zookeeper's log lines to slog at debug level.
-type zkLogger struct{ l *slog.Logger }
+// zkLogger sends go-zookeeper's log lines to slog at debug level. It
+// never logs credentials, but its lines go through Redact all the same.
+type zkLogger struct {
+	l       *slog.Logger
+	secrets []string
+}
 
 func (z zkLogger) Printf(format string, args ...any) {
-	z.l.Debug("zk: " + fmt.Sprintf(format, args...))
+	z.l.Debug("zk: " + secure.Redact(fmt.Sprintf(format, args...), z.secrets...))
 }

@@ -75,7 +75,7 @@ func (o *observation) run(ctx context.Context) {
 	defer close(o.out)
 	fail := func(err error) {
 		o.mu.Lock()
-		o.err = fmt.Errorf("zklock: observe %q: %w", o.name, err)
+		o.err = fmt.Errorf("zklock: observe %q: %w", o.name, permission(err))
 		o.mu.Unlock()
 	}
 	var watch <-chan zk.Event

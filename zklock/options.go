@@ -1,6 +1,7 @@
 package zklock
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"time"
@@ -54,7 +55,10 @@ type options struct {
 	root           string
 	sessionTimeout time.Duration
 	timeoutSet     bool
-	acl            []zk.ACL
+	acl            []zk.ACL    // nil: defaultACL
+	digest         *digest     // WithDigest
+	auth           []authCred  // WithAuth
+	tls            *tls.Config // WithTLS; nil: plain TCP
 	dialer         zk.Dialer   // nil: net.DialTimeout
 	clock          clock.Clock // the loss deadline's and keepalive's; unit tests set a fake
 }
@@ -107,8 +111,36 @@ func WithIdentity(id string) Option {
 	}
 }
 
-// WithACL sets the ACL of every znode the Locker creates (default
-// zk.WorldACL(zk.PermAll)). It must be non-empty.
+// WithACL sets the ACL of every znode the Locker creates: the root and
+// its missing ancestors, each lock's parent (and the intermediate znodes
+// of a multi-segment name), and each lease's znode. It must be non-empty.
+//
+// The default depends on the credentials:
+//
+//   - without credentials, zk.WorldACL(zk.PermAll): anyone may do
+//     anything, as before credentials existed;
+//   - with [WithDigest], the digest user has every permission and anyone
+//     may read (zk.DigestACL(zk.PermAll, user, password) plus
+//     zk.WorldACL(zk.PermRead));
+//   - with [WithAuth] only, zk.AuthACL(zk.PermAll) plus
+//     zk.WorldACL(zk.PermRead).
+//
+// With credentials, then, only the Locker's own identity can create a
+// record under a lock's parent (queue for the lock), delete a record
+// (ZooKeeper checks a delete against the parent's DELETE permission) or
+// change one; any client, authenticated or not, can read them, so that
+// [Locker.Holder], [Locker.Holders] and [Locker.Observe] work for a
+// reader with other (or no) credentials. Another client's attempt to
+// write gets zk.ErrNoAuth from the server, which the Locker of that
+// client reports as an error wrapping [lock.ErrPermission]. ZooKeeper
+// ACLs are not inherited: a root created beforehand keeps its own ACL,
+// and the Locker's apply only to what it creates.
+//
+// WithACL replaces the default entirely, with or without credentials.
+// The Locker needs READ, CREATE and DELETE on the root and the lock
+// parents and READ on its records; an ACL that denies its own identity
+// those makes its calls fail with [lock.ErrPermission]. To let several
+// identities share locks, give every one of them all permissions here.
 func WithACL(acl []zk.ACL) Option {
 	return func(o *options) {
 		if len(acl) == 0 {
@@ -198,11 +230,13 @@ func buildOptions(opts []Option) (*options, error) {
 	o := &options{
 		root:           DefaultRoot,
 		sessionTimeout: DefaultSessionTimeout,
-		acl:            zk.WorldACL(zk.PermAll),
 		clock:          clock.Real(),
 	}
 	if err := config.Apply(o, &o.Common, opts); err != nil {
 		return nil, err
+	}
+	if o.acl == nil {
+		o.acl = o.defaultACL()
 	}
 	if o.LossMargin != 0 && o.LossMargin > maxMargin(o.sessionTimeout) {
 		return nil, fmt.Errorf("%w: loss margin %v: must be at most five sixths of the session timeout %v", lock.ErrInvalidConfig, o.LossMargin, o.sessionTimeout)

@@ -58,6 +58,9 @@ type sessions struct {
 	// onEnd (a session ended) and onHealthy (the connection has a session)
 	// are called with mu held: they must only wake someone.
 	onEnd, onHealthy func()
+	// refused returns why the servers refused the latest connection
+	// attempt (wrapping lock.ErrPermission), or nil; nil for none.
+	refused func() error
 
 	kick      chan struct{} // wakes run
 	expired   atomic.Int64  // StateExpired events seen
@@ -309,6 +312,9 @@ func (ss *sessions) get(ctx context.Context) (*session, error) {
 		}
 		ch := ss.changed
 		ss.mu.Unlock()
+		if err := ss.refusal(); err != nil {
+			return nil, err
+		}
 		ss.kickState()
 		select {
 		case <-ch:
@@ -333,6 +339,9 @@ func (ss *sessions) awaitConnected(ctx context.Context, s *session) error {
 		if ss.conn.State() == zk.StateHasSession {
 			return nil
 		}
+		if err := ss.refusal(); err != nil {
+			return &stopError{err}
+		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -350,4 +359,13 @@ func (ss *sessions) isClosed() bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return ss.closed
+}
+
+// refusal returns why the servers refused the latest connection attempt,
+// or nil.
+func (ss *sessions) refusal() error {
+	if ss.refused == nil {
+		return nil
+	}
+	return ss.refused()
 }

@@ -85,11 +85,11 @@ func (l *Locker) Holders(ctx context.Context, name string) ([]lock.Holder, error
 			return hs, nil
 		}
 		if err != nil && !isConnErr(err) {
-			return nil, fmt.Errorf("zklock: holders %q: %w", name, err)
+			return nil, fmt.Errorf("zklock: holders %q: %w", name, permission(err))
 		}
 		if err != nil {
 			if err := l.ss.awaitConnected(ctx, nil); err != nil {
-				return nil, fmt.Errorf("zklock: holders %q: %w", name, err)
+				return nil, fmt.Errorf("zklock: holders %q: %w", name, permission(err))
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -17,6 +18,15 @@ func init() { lock.Register("zk", driver{}) }
 // /app/locks. The query keys are
 // session_timeout and loss_margin (durations, see [WithSessionTimeout] and
 // [WithLossMargin]) and identity (see [WithIdentity]).
+//
+// Security: user information ("zk://app:secret@h:2181/root", or
+// "zk://app@h:2181/root?password_env=APP_ZK_PASSWORD" to read the password
+// from that environment variable) is given to [WithDigest]; the keys tls,
+// ca_file, cert_file, key_file and server_name (package-neutral, the same
+// as etcdlock's) configure [WithTLS], and the servers must then be
+// secure client ports. Unreadable files, a certificate without its key, a
+// user without a password and the like are errors wrapping
+// [lock.ErrInvalidConfig] that never show the password or a key.
 type driver struct{}
 
 func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
@@ -28,18 +38,29 @@ func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zklock: open: %w", err)
 	}
-	if u.User != nil {
-		return nil, fmt.Errorf("zklock: open: %w: user information in the URL is not supported yet", lock.ErrInvalidConfig)
-	}
 	root, err := lock.URLPath(u)
 	if err != nil {
 		return nil, fmt.Errorf("zklock: open: %w", err)
 	}
-	q, err := lock.CheckQuery(u, "session_timeout", "loss_margin", "identity")
+	q, err := lock.CheckQuery(u, append([]string{"session_timeout", "loss_margin", "identity"}, secure.QueryKeys...)...)
 	if err != nil {
 		return nil, fmt.Errorf("zklock: open: %w", err)
 	}
 	var opts []Option
+	creds, ok, err := secure.CredentialsFromURL(u, q, nil)
+	if err != nil {
+		return nil, fmt.Errorf("zklock: open: %w", err)
+	}
+	if ok {
+		opts = append(opts, WithDigest(creds.User, creds.Password))
+	}
+	tlsCfg, err := secure.TLSFromQuery(q)
+	if err != nil {
+		return nil, fmt.Errorf("zklock: open: %w", err)
+	}
+	if tlsCfg != nil {
+		opts = append(opts, WithTLS(tlsCfg))
+	}
 	if root != "" {
 		opts = append(opts, WithRoot(root))
 	}

@@ -1,0 +1,166 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/lock"
+)
+
+// Authentication and ACLs.
+//
+// ZooKeeper authenticates a connection, not a session: every new TCP
+// connection starts anonymous (or with the identity of its TLS client
+// certificate) and must send its credentials again. go-zookeeper keeps
+// the credentials a successful AddAuth sent and, after each reconnect,
+// re-sends them before any queued request (conn.go, resendZkAuth; a
+// failed re-send drops the connection and it reconnects), so Dial sends
+// them once and the connection does the rest. TestSecurity in
+// integration/zktest checks that a Locker keeps its rights across a
+// restart of the server it was on.
+//
+// The server's digest provider accepts any "user:password" pair: a wrong
+// password is not refused at AddAuth but yields an identity that no ACL
+// names, so its requests fail with zk.ErrNoAuth.
+
+// authCred is one credential sent with AddAuth.
+type authCred struct {
+	scheme string
+	secret []byte
+}
+
+// digest is the user and password of WithDigest.
+type digest struct {
+	user, password string
+}
+
+// WithDigest authenticates every connection of the Locker with
+// ZooKeeper's digest scheme as user with password (AddAuth("digest",
+// "user:password"), re-sent after every reconnect), and, unless [WithACL]
+// says otherwise, makes everything the Locker creates owned by that user:
+// see [WithACL] for the default ACL. The user must be non-empty without
+// ':'; the password non-empty. A later WithDigest replaces an earlier one.
+//
+// Neither the password nor its digest appears in an error or log line of
+// the Locker.
+func WithDigest(user, password string) Option {
+	return func(o *options) {
+		switch {
+		case user == "":
+			o.Fail("digest: empty user")
+			return
+		case strings.ContainsRune(user, ':'):
+			o.Fail("digest: user %q contains ':'", user)
+			return
+		case password == "":
+			o.Fail("digest: empty password for user %q", user)
+			return
+		}
+		o.digest = &digest{user: user, password: password}
+	}
+}
+
+// WithAuth adds a credential of another scheme, sent with AddAuth on
+// every connection as WithDigest's is (for digest itself prefer
+// WithDigest, which also sets the default ACL). Unless WithDigest or
+// [WithACL] is given, the default ACL becomes zk.AuthACL(zk.PermAll),
+// which the server turns into every identity the creating connection has
+// authenticated, plus zk.PermRead for anyone. The scheme must be
+// non-empty and the secret non-empty; WithAuth may be given several
+// times.
+func WithAuth(scheme string, secret []byte) Option {
+	return func(o *options) {
+		if scheme == "" || len(secret) == 0 {
+			o.Fail("auth: empty scheme or secret")
+			return
+		}
+		o.auth = append(o.auth, authCred{scheme: scheme, secret: append([]byte(nil), secret...)})
+	}
+}
+
+// creds returns every credential to send, digest first.
+func (o *options) creds() []authCred {
+	var cs []authCred
+	if o.digest != nil {
+		cs = append(cs, authCred{scheme: "digest", secret: []byte(o.digest.user + ":" + o.digest.password)})
+	}
+	return append(cs, o.auth...)
+}
+
+// secrets returns the strings that must never be printed.
+func (o *options) secrets() []string {
+	var s []string
+	if o.digest != nil {
+		s = append(s, o.digest.password, o.digest.user+":"+o.digest.password)
+	}
+	for _, c := range o.auth {
+		s = append(s, string(c.secret))
+	}
+	return s
+}
+
+// defaultACL is the ACL of what the Locker creates when WithACL is not
+// given. See WithACL.
+func (o *options) defaultACL() []zk.ACL {
+	switch {
+	case o.digest != nil:
+		return append(zk.DigestACL(zk.PermAll, o.digest.user, o.digest.password), zk.WorldACL(zk.PermRead)...)
+	case len(o.auth) > 0:
+		return append(zk.AuthACL(zk.PermAll), zk.WorldACL(zk.PermRead)...)
+	default:
+		return zk.WorldACL(zk.PermAll)
+	}
+}
+
+// addAuth sends the Locker's credentials on its connection, again while
+// the connection fails under the request, until the server has them, ctx
+// ends or the server refuses the connection.
+func (l *Locker) addAuth(ctx context.Context) error {
+	for _, c := range l.o.creds() {
+		for {
+			_, err := call(ctx, l.g, nil, func() (struct{}, error) {
+				return struct{}{}, l.conn.AddAuth(c.scheme, c.secret)
+			})
+			if err == nil {
+				break
+			}
+			if isStop(err) || !isConnErr(err) {
+				return fmt.Errorf("add %s credentials: %w", c.scheme, permission(err))
+			}
+			if err := l.ss.awaitConnected(ctx, nil); err != nil {
+				return fmt.Errorf("add %s credentials: %w", c.scheme, err)
+			}
+			// awaitConnected sees the state; wait a little for a
+			// connection that flaps between connected and refused.
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
+	}
+	return nil
+}
+
+// permission returns err wrapped with [lock.ErrPermission] when it says
+// that the server refused the client: zk.ErrNoAuth (an ACL does not let
+// this identity do it), zk.ErrAuthFailed (the server refused the
+// credentials), or a TLS handshake the server or the client refused.
+// Other errors, and errors that wrap ErrPermission already, are returned
+// as they are.
+func permission(err error) error {
+	if err == nil || errors.Is(err, lock.ErrPermission) || !isRefusal(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", lock.ErrPermission, err)
+}
+
+// isRefusal reports whether err is one that permission wraps.
+func isRefusal(err error) bool {
+	return errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrAuthFailed) || isTLSRefusal(err)
+}
