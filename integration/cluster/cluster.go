@@ -69,6 +69,8 @@ type Cluster struct {
 	Members []Member
 	// impl carries provider-neutral helpers (leader lookup, health).
 	impl clusterImpl
+	// secureEndpoints are the TLS client addresses (WithZKSecurity).
+	secureEndpoints []string
 }
 
 type clusterImpl interface {
@@ -115,6 +117,7 @@ type options struct {
 	// zookeeper
 	tickTime       time.Duration
 	maxSessionTime time.Duration
+	zkSecurity     *ZKSecurity // secure_zk.go
 }
 
 // WithMembers sets the number of members (default 3).
@@ -161,6 +164,9 @@ func buildOptions(opts []Option) (options, error) {
 		return o, fmt.Errorf("cluster: tick time %v: want at least 1ms", o.tickTime)
 	case o.maxSessionTime < 2*o.tickTime:
 		return o, fmt.Errorf("cluster: max session timeout %v: want at least two ticks (%v)", o.maxSessionTime, 2*o.tickTime)
+	}
+	if err := checkZKSecurity(o.zkSecurity); err != nil {
+		return o, err
 	}
 	return o, nil
 }

@@ -252,7 +252,11 @@ func ctrEnsureImage(ctx context.Context, cli *tc.DockerClient, image string) err
 func ctrStartCluster(ctx context.Context, t testing.TB, cli *tc.DockerClient, prov *tc.DockerProvider, kind Kind, image string, o options) (*Cluster, error) {
 	perMember := 2 // etcd: client, peer
 	if kind == ZooKeeper {
-		perMember = 3 // client, quorum, election
+		perMember = 3 + zkSecurePorts(o) // client, quorum, election[, secure client]
+	}
+	binds, err := zkSecureBinds(o)
+	if err != nil {
+		return nil, err
 	}
 	lease, err := reserveLoopbackPorts(o.members * perMember)
 	if err != nil {
@@ -290,6 +294,7 @@ func ctrStartCluster(ctx context.Context, t testing.TB, cli *tc.DockerClient, pr
 			},
 			HostConfigModifier: func(hc *container.HostConfig) {
 				hc.NetworkMode = "host"
+				hc.Binds = append(hc.Binds, binds...)
 			},
 			WaitingFor: ctrDial{addr: fmt.Sprintf("127.0.0.1:%d", ports[i][0])},
 		}
@@ -352,6 +357,7 @@ func ctrStartCluster(ctx context.Context, t testing.TB, cli *tc.DockerClient, pr
 		iface[i] = m
 	}
 	c := &Cluster{Kind: kind, Members: iface, impl: newMemberHealth(kind, iface)}
+	c.secureEndpoints = zkSecureAddrs(kind, o, ports)
 	if err := ctrWaitStarted(ctx, c, members); err != nil {
 		teardown()
 		return nil, err
@@ -447,6 +453,7 @@ func ctrZooCfg(i int, ports [][]int, o options) string {
 			fmt.Fprintf(&cfg, "server.%d=127.0.0.1:%d:%d\n", j+1, p[1], p[2])
 		}
 	}
+	cfg.WriteString(zkSecureCfg(o, ports[i]))
 	return cfg.String()
 }
 

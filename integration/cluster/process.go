@@ -133,6 +133,7 @@ func startProcesses(t testing.TB, kind Kind, o options, lay layout, dir string) 
 		iface[i] = m
 	}
 	c := &Cluster{Kind: kind, Members: iface, impl: newMemberHealth(kind, iface)}
+	c.secureEndpoints = zkSecureAddrs(kind, o, ports)
 
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()

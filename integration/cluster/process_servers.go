@@ -130,12 +130,15 @@ func zkLayout(o options) (layout, error) {
 	if err != nil {
 		return layout{}, err
 	}
+	if cp, err = zkSecureClasspath(o, cp); err != nil {
+		return layout{}, err
+	}
 	ticks := func(d time.Duration, min int) int {
 		n := int((d + o.tickTime - 1) / o.tickTime)
 		return max(n, min)
 	}
 	return layout{
-		portsPerMember: 3,
+		portsPerMember: 3 + zkSecurePorts(o), // client, quorum, election[, secure client]
 		files: func(i int, dir string, ports [][]int) ([]string, error) {
 			data := filepath.Join(dir, "data")
 			if err := os.MkdirAll(data, 0o755); err != nil {
@@ -165,6 +168,7 @@ func zkLayout(o options) (layout, error) {
 					fmt.Fprintf(&cfg, "server.%d=127.0.0.1:%d:%d\n", j+1, p[1], p[2])
 				}
 			}
+			cfg.WriteString(zkSecureCfg(o, ports[i]))
 			conf := filepath.Join(dir, "zoo.cfg")
 			if err := os.WriteFile(conf, []byte(cfg.String()), 0o644); err != nil {
 				return nil, err
