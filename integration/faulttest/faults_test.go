@@ -253,10 +253,9 @@ func faultBlackholeHolder(r *run) error {
 // through.
 const replyDelay = 250 * time.Millisecond
 
-// clientRecords returns the keys of the lock records of client id on the
-// server (the records carry the client's identity): those of the
-// register's lock, not the semaphore workload's permits.
-func (r *run) clientRecords(id int) (map[string]bool, error) {
+// clientRecords returns the keys of client id's records of the lock or
+// semaphore name on the server (the records carry the client's identity).
+func (r *run) clientRecords(id int, name string) (map[string]bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	recs, err := r.b.records(ctx, r.ns)
@@ -266,7 +265,7 @@ func (r *run) clientRecords(id int) (map[string]bool, error) {
 	identity := fmt.Sprintf("client-%d", id)
 	keys := map[string]bool{}
 	for _, rec := range recs {
-		if rec.identity == identity && strings.Contains(rec.key, "/"+r.client(id).cfg.Lock+"/") {
+		if rec.identity == identity && strings.Contains(rec.key, "/"+name+"/") {
 			keys[rec.key] = true
 		}
 	}
@@ -296,11 +295,20 @@ func firstEvent(p *clientProc, since int64, kinds ...string) (event, bool) {
 // the client's connections: the request took effect, and the reply, still
 // held by the proxies, is lost. The client's answer must come after the
 // reset.
-func faultReplyLost(kind string) fault {
+func faultReplyLost(req string) fault {
 	return func(r *run) error {
+		// In the semaphore workload a client takes a permit before the
+		// lock: its first acquire after the delay is the permit's.
+		kind, name := req, ""
+		if req == "acq" && r.cfg.workload == workloadSemaphore {
+			kind, name = "sem", semName
+		}
 		var target *clientProc
 		if _, err := r.nextAccepted(isWrite, func(e serverEvent) {
 			target = r.client(e.Client)
+			if name == "" {
+				name = target.cfg.Lock
+			}
 			for _, p := range target.proxies {
 				p.SetDelay(replyDelay)
 			}
@@ -328,14 +336,14 @@ func faultReplyLost(kind string) fault {
 		}
 		// What the client had on the server when it sent the request,
 		// which reaches the server only replyDelay later.
-		before, err := r.clientRecords(target.id)
+		before, err := r.clientRecords(target.id, name)
 		if err != nil {
 			return fail("listing client %d's records: %v", target.id, err)
 		}
 		switch {
-		case kind == "acq" && len(before) > 0:
+		case req == "acq" && len(before) > 0:
 			return fail("client %d already had records %v when the test looked, right after it sent its acquire (was the request not delayed?); cannot tell the acquire's effect", target.id, before)
-		case kind == "rel" && len(before) == 0:
+		case req == "rel" && len(before) == 0:
 			return fail("client %d had no record on the server when it sent its release", target.id)
 		}
 		// The request's effect on the server, seen while the client
@@ -347,11 +355,11 @@ func faultReplyLost(kind string) fault {
 				answeredEarly = e
 				return true
 			}
-			now, err := r.clientRecords(target.id)
+			now, err := r.clientRecords(target.id, name)
 			if err != nil {
 				return false
 			}
-			if kind == "acq" {
+			if req == "acq" {
 				took = len(now) > 0
 			} else {
 				took = true
