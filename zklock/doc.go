@@ -93,6 +93,23 @@
 // go-zookeeper opens a new one on the same connection and the next Acquire
 // uses it.
 //
+// # Security
+//
+// [WithTLS] (or the URL keys tls, ca_file, cert_file, key_file and
+// server_name) speaks TLS to the servers' secure client ports.
+// [WithDigest] (or the URL's user information, with the password in it or
+// in the environment variable named by password_env) authenticates every
+// connection, and go-zookeeper sends the credentials again after each
+// reconnect, before any other request. With credentials, what the Locker
+// creates is writable by its digest user only and readable by anyone (see
+// [WithACL]): other clients cannot queue for, delete or change its
+// records. A server's refusal (zk.ErrNoAuth, zk.ErrAuthFailed, a TLS
+// handshake refused on either side) is reported as an error wrapping
+// [lock.ErrPermission], at once: a refused handshake ends Dial and every
+// call waiting for a connection instead of letting them retry until their
+// deadline. Errors and log lines never contain the password or key
+// material.
+//
 // # What is not guaranteed
 //
 // A lease can be lost at any moment, and its holder may learn of it too
