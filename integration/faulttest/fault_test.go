@@ -3,6 +3,7 @@ package faulttest
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -100,6 +101,44 @@ var workloads = []workload{
 	{name: "semaphore", workload: workloadSemaphore, limit: 2},
 }
 
+// faultWorkloads returns the workloads TestFault runs: all of them, or
+// those FENCELOCK_FAULT_WORKLOADS lists (comma-separated: mutex, rw,
+// semaphore), which is printed. make test's containers stage runs the
+// mutex only: the workloads differ in what the clients ask the backend,
+// not in how its servers were started, and the process stage runs them
+// all.
+func faultWorkloads(t *testing.T) []workload {
+	env := os.Getenv("FENCELOCK_FAULT_WORKLOADS")
+	if env == "" {
+		return workloads
+	}
+	var out []workload
+	for _, n := range strings.Split(env, ",") {
+		n = strings.TrimSpace(n)
+		found := false
+		for _, w := range workloads {
+			if n == w.label() {
+				out, found = append(out, w), true
+			}
+		}
+		if !found {
+			t.Fatalf("FENCELOCK_FAULT_WORKLOADS=%q: unknown workload %q (known: mutex, rw, semaphore)", env, n)
+		}
+	}
+	msg := fmt.Sprintf("faulttest: FENCELOCK_FAULT_WORKLOADS=%s: running only these workloads", env)
+	t.Log(msg)
+	fmt.Println(msg)
+	return out
+}
+
+// label is the workload's name, "mutex" for the mutex.
+func (w workload) label() string {
+	if w.name == "" {
+		return "mutex"
+	}
+	return w.name
+}
+
 // key names sc run with w: the scenario's own name for the mutex,
 // "workload/scenario" for the others.
 func (w workload) key(sc scenario) string {
@@ -127,7 +166,7 @@ func TestFault(t *testing.T) {
 		var total stats
 		t.Run(string(kind), func(t *testing.T) {
 			b := startBackend(t, kind)
-			for _, w := range workloads {
+			for _, w := range faultWorkloads(t) {
 				var wtotal stats
 				for _, sc := range scenarios {
 					t.Run(w.key(sc), func(t *testing.T) {
