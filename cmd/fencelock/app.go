@@ -42,6 +42,19 @@ Flags (before or after the command name):
                    zk://host:port[,...]/root?session_timeout=10s
                    (default: $FENCELOCK_URL)
   --identity ID    identity stored with the lock (default host/pid/random)
+  --ca-file F      TLS: PEM file of the certificates that verify the servers
+                   (default: the system's roots, once TLS is on)
+  --cert-file F    TLS: PEM file of the client certificate (with --key-file)
+  --key-file F     TLS: PEM file of the client certificate's key
+  --server-name N  TLS: the name to verify in the servers' certificates
+  --user NAME      the user to authenticate as (etcd user, ZooKeeper digest
+                   user); the password is read from $FENCELOCK_PASSWORD,
+                   never from the command line
+  The last five also come from $FENCELOCK_CA_FILE, $FENCELOCK_CERT_FILE,
+  $FENCELOCK_KEY_FILE, $FENCELOCK_SERVER_NAME and $FENCELOCK_USER; a flag
+  wins over its variable. They become the URL keys ca_file, cert_file,
+  key_file, server_name and the URL's user (with
+  password_env=FENCELOCK_PASSWORD), which the URL must not give as well.
   --timeout D      bound on connecting and on each request, not on the
                    wait for the lock (default 10s)
   -v               report progress, and the backend's log, on stderr
@@ -114,6 +127,31 @@ type common struct {
 	identity string
 	timeout  time.Duration
 	verbose  bool
+	// The TLS and credential settings (see secure below).
+	caFile, certFile, keyFile, serverName, user string
+}
+
+// secureSetting is one TLS or credential setting of the command line: its
+// flag's value, the environment variable read when the flag is not given,
+// and the URL query key it becomes ("" for the user, which becomes the
+// URL's user information).
+type secureSetting struct {
+	flag, env, key string
+	value          *string
+}
+
+// passwordEnv is the variable the password is read from; only its name
+// ever travels, in the URL's password_env key.
+const passwordEnv = "FENCELOCK_PASSWORD"
+
+func (c *common) secureSettings() []secureSetting {
+	return []secureSetting{
+		{"--ca-file", "FENCELOCK_CA_FILE", "ca_file", &c.caFile},
+		{"--cert-file", "FENCELOCK_CERT_FILE", "cert_file", &c.certFile},
+		{"--key-file", "FENCELOCK_KEY_FILE", "key_file", &c.keyFile},
+		{"--server-name", "FENCELOCK_SERVER_NAME", "server_name", &c.serverName},
+		{"--user", "FENCELOCK_USER", "", &c.user},
+	}
 }
 
 // register adds the common flags to fs, with the values parsed so far as
@@ -123,6 +161,9 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.identity, "identity", c.identity, "identity stored with the lock")
 	fs.DurationVar(&c.timeout, "timeout", c.timeout, "bound on connecting and on each request")
 	fs.BoolVar(&c.verbose, "v", c.verbose, "verbose")
+	for _, st := range c.secureSettings() {
+		fs.StringVar(st.value, strings.TrimPrefix(st.flag, "--"), *st.value, st.flag)
+	}
 }
 
 func newFlagSet(name string) *flag.FlagSet {
@@ -223,26 +264,9 @@ func (a *app) open(ctx context.Context, c *common) (lock.Locker, error) {
 	if raw == "" {
 		return nil, usageError("no backend: give --url or set FENCELOCK_URL (etcd://host:port/prefix or zk://host:port/root)")
 	}
-	if c.identity != "" {
-		u, err := url.Parse(raw)
-		if err != nil {
-			// url.Error repeats the URL, password included.
-			var uerr *url.Error
-			if errors.As(err, &uerr) {
-				err = uerr.Err
-			}
-			return nil, usageError("bad backend URL: %v", err)
-		}
-		q, err := url.ParseQuery(u.RawQuery)
-		if err != nil {
-			return nil, usageError("bad backend URL %q: %v", u.Redacted(), err)
-		}
-		if q.Has("identity") {
-			return nil, usageError("identity given twice: by --identity and in the URL")
-		}
-		q.Set("identity", c.identity)
-		u.RawQuery = q.Encode()
-		raw = u.String()
+	raw, err := a.addSettings(c, raw)
+	if err != nil {
+		return nil, err
 	}
 	if !c.verbose {
 		// Keep the backends' own logs off stderr, where the one-line error
@@ -266,6 +290,65 @@ func (a *app) open(ctx context.Context, c *common) (lock.Locker, error) {
 		return nil, fmt.Errorf("cannot connect: %w", err)
 	}
 	return l, nil
+}
+
+// addSettings returns raw with --identity and the TLS and credential
+// settings (flags, else their environment variables) added as URL keys.
+// A setting the URL already has is a usage error, not a silent choice.
+func (a *app) addSettings(c *common, raw string) (string, error) {
+	type add struct{ what, key, value string }
+	var adds []add
+	if c.identity != "" {
+		adds = append(adds, add{"--identity", "identity", c.identity})
+	}
+	user, userFrom := "", ""
+	for _, st := range c.secureSettings() {
+		v, from := *st.value, st.flag
+		if v == "" {
+			v, from = a.getenv(st.env), "$"+st.env
+		}
+		switch {
+		case v == "":
+		case st.key == "":
+			user, userFrom = v, from
+		default:
+			adds = append(adds, add{from, st.key, v})
+		}
+	}
+	if len(adds) == 0 && user == "" {
+		return raw, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		// url.Error repeats the URL, password included.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return "", usageError("bad backend URL: %v", err)
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return "", usageError("bad backend URL %q: %v", u.Redacted(), err)
+	}
+	for _, ad := range adds {
+		if q.Has(ad.key) {
+			return "", usageError("%s given twice: by %s and in the URL", ad.key, ad.what)
+		}
+		q.Set(ad.key, ad.value)
+	}
+	if user != "" {
+		if u.User != nil {
+			return "", usageError("user given twice: by %s and in the URL", userFrom)
+		}
+		if q.Has("password_env") {
+			return "", usageError("password_env given twice: by %s (which reads $%s) and in the URL", userFrom, passwordEnv)
+		}
+		u.User = url.User(user)
+		q.Set("password_env", passwordEnv)
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
 
 // holderOf reads the holder of name within the request timeout. It doubles

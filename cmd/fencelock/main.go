@@ -12,6 +12,19 @@
 //	etcd://127.0.0.1:2379,127.0.0.1:22379/myapp?ttl=10s
 //	zk://127.0.0.1:2181/myapp?session_timeout=10s
 //
+// # TLS and credentials
+//
+// --ca-file, --cert-file, --key-file and --server-name (or the variables
+// FENCELOCK_CA_FILE, FENCELOCK_CERT_FILE, FENCELOCK_KEY_FILE and
+// FENCELOCK_SERVER_NAME) turn on TLS to the backend, and --user (or
+// FENCELOCK_USER) authenticates as that user, an etcd user or a ZooKeeper
+// digest user, with the password read from FENCELOCK_PASSWORD: a password
+// is never taken from the command line, where other users of the machine
+// can read it. They become the URL keys that package lock's Open reads
+// (ca_file, cert_file, key_file, server_name, the URL's user and
+// password_env=FENCELOCK_PASSWORD); giving one both ways is a usage
+// error. No password or key appears in fencelock's output or errors.
+//
 // # run
 //
 // run acquires the lock called NAME (waiting for it, unless --try), then
