@@ -187,6 +187,52 @@
 // 6 trials per run the resumed leader then revoked the new holder's lease,
 // which its successor had kept alive.
 //
+// # Security
+//
+// TLS and etcd's users and roles work through [lock.Open] and through the
+// client given to [New].
+//
+// With [lock.Open], the URL says it all (see the driver's documentation
+// on the "etcd" scheme for every key):
+//
+//	etcd://app@10.0.0.1:2379/myapp/locks?password_env=APP_ETCD_PASSWORD&ca_file=/etc/app/etcd-ca.crt&cert_file=/etc/app/client.crt&key_file=/etc/app/client.key
+//
+// With [New], the Locker borrows the caller's *clientv3.Client, and TLS
+// and credentials are the client's: set clientv3.Config's TLS (for
+// instance from go.etcd.io/etcd/client/pkg/v3/transport.TLSInfo) and its
+// Username and Password. The Locker reads neither.
+//
+// The role an application needs is read and write on its prefix, and
+// nothing else: every key the Locker reads or writes, its records and its
+// session guards, is under the prefix (see Key layout), and its leases
+// need no permission of their own. For the prefix "myapp/locks":
+//
+//	etcdctl role add myapp-locks
+//	etcdctl role grant-permission myapp-locks --prefix=true readwrite myapp/locks/
+//	etcdctl user add myapp --new-user-password="$APP_ETCD_PASSWORD"   # or --interactive
+//	etcdctl user grant-role myapp myapp-locks
+//	etcdctl auth enable                                                  # once per cluster, needs the root user
+//
+// (With --client-cert-auth, a client certificate whose common name is
+// "myapp" also authenticates as that user, without a password.) A
+// read-only role lets [Locker.Holder] and [Locker.Holders] work and
+// refuses every acquisition.
+//
+// A call the cluster refuses returns at once, without retrying, an error
+// wrapping [lock.ErrPermission]: a role that does not cover the prefix,
+// a user that does not exist or no credentials where auth is on, and, for
+// a Locker opened by URL, a wrong password (at Open, which logs in) and a
+// TLS handshake that fails over a certificate: the members' does not
+// verify, or they refuse ours (unknown authority, expired, revoked,
+// missing). A refused client writes nothing, so it cannot remove or change
+// anyone's record. The Locker of a borrowed client cannot see its TLS
+// handshakes: there a refused handshake shows as the client's connection
+// error, after the call's context or request timeout ends.
+//
+// No error or log line of the package repeats a password or the contents
+// of a key file, and an error of [lock.Open] names the hosts and the user,
+// never the URL's password.
+//
 // # Opening by URL
 //
 // Importing the package registers the "etcd" scheme with [lock.Open]:
@@ -194,5 +240,7 @@
 //	etcd://127.0.0.1:2379,127.0.0.1:22379/myapp?ttl=10s&identity=worker-1&loss_margin=2s
 //
 // See [WithPrefix], [WithTTL], [WithIdentity] and [WithLossMargin] for the
-// defaults and limits.
+// defaults and limits, and Security above for TLS and credentials
+// (ca_file, cert_file, key_file, server_name, tls, password_env and
+// "user:password@").
 package etcdlock

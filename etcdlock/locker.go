@@ -25,6 +25,7 @@ type Locker struct {
 	opts       *options
 	ownsClient bool
 	clk        clock.Clock // the loss deadline's clock: clock.Real() but in unit tests
+	tls        *tlsWatch   // the TLS handshakes of a client the Locker made; nil for a borrowed one
 
 	// life is cancelled at the end of Close: it bounds every background
 	// goroutine. closing is cancelled at the start of Close: it interrupts
@@ -61,6 +62,16 @@ var (
 // network path) stays silent, and a waiter on it is served only when the
 // member answers again. Keepalives and requests do not depend on this:
 // they time out and retry on another member.
+//
+// TLS and authentication are the client's: configure clientv3.Config's
+// TLS, Username and Password (see Security in the package documentation
+// for the role the user needs). A request the cluster refuses (permission
+// denied, no or wrong credentials) fails at once with an error wrapping
+// [lock.ErrPermission]; a TLS handshake the client cannot complete shows
+// as the client's connection error, at the end of the call's context or
+// of the request timeout, since the Locker cannot see the handshakes of
+// a borrowed client (a Locker opened by [lock.Open] can, and fails such
+// calls at once).
 //
 // New does no I/O: the session lease is granted by the first Acquire or
 // TryAcquire.
@@ -175,9 +186,14 @@ func (l *Locker) session(ctx context.Context) (*session, error) {
 		return s, err
 	}
 	sent := l.clk.Now()
-	resp, err := l.client.Grant(ctx, int64(l.opts.ttl/time.Second))
+	gctx, release := l.tls.context(ctx)
+	resp, err := l.client.Grant(gctx, int64(l.opts.ttl/time.Second))
+	release()
 	if err != nil {
-		return nil, fmt.Errorf("grant session lease: %w", err)
+		if rerr := l.tls.err(); rerr != nil {
+			err = rerr
+		}
+		return nil, fmt.Errorf("grant session lease: %w", refusal(err))
 	}
 	s := newSession(l, resp.ID, sent)
 	l.mu.Lock()
@@ -239,8 +255,9 @@ func (l *Locker) closeWait() time.Duration { return min(l.opts.ttl, maxCloseWait
 // documentation).
 //
 // Errors wrap [lock.ErrInvalidName], [lock.ErrClosed], [lock.ErrLost] (the
-// session ended while waiting; the next call starts a new one) or ctx's
-// error.
+// session ended while waiting; the next call starts a new one),
+// [lock.ErrPermission] (the cluster refused the client; see Security in
+// the package documentation) or ctx's error.
 func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, fmt.Errorf("etcdlock: acquire %q: %w", name, err)

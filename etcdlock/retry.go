@@ -19,25 +19,35 @@ const retryDelay = 50 * time.Millisecond
 // nil, the session ends. An attempt that times out is retried at once: the
 // client sends the next one to another member, which matters when the one
 // it used stopped answering without closing the connection. Only ops that
-// are safe to repeat go through call.
+// are safe to repeat go through call. A refusal (see isRefusal) is not
+// retried: call returns it at once, wrapping lock.ErrPermission, also when
+// it is a TLS handshake the Locker's own client saw fail (see tlsWatch).
 func (l *Locker) call(ctx context.Context, s *session, op func(context.Context) error) error {
 	var sessionDone <-chan struct{}
 	if s != nil {
 		sessionDone = s.done
 	}
 	for {
-		actx, cancel := context.WithTimeout(ctx, l.requestTimeout())
+		if err := l.tls.err(); err != nil {
+			return err
+		}
+		wctx, release := l.tls.context(ctx)
+		actx, cancel := context.WithTimeout(wctx, l.requestTimeout())
 		err := op(actx)
 		cancel()
+		release()
 		if err == nil {
 			return nil
+		}
+		if rerr := l.tls.err(); rerr != nil {
+			return rerr
 		}
 		delay := retryDelay
 		switch {
 		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
 			delay = 0
 		case !retryable(err):
-			return err
+			return refusal(err)
 		}
 		t := time.NewTimer(delay)
 		select {

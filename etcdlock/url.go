@@ -2,12 +2,17 @@ package etcdlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
+	"os"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -18,18 +23,47 @@ type driver struct{}
 
 // Open implements [lock.Driver] for URLs of the form
 //
-//	etcd://host:port[,host:port...][/prefix]?ttl=10s&identity=name&loss_margin=2s
+//	etcd://[user[:password]@]host:port[,host:port...][/prefix]?ttl=10s&identity=name&loss_margin=2s
+//	    &ca_file=ca.crt&cert_file=client.crt&key_file=client.key&server_name=etcd.example
+//	    &tls=true&password_env=VAR
 //
 // The path after the slash that ends the host list is given to
 // [WithPrefix] as is (default [DefaultPrefix]): "etcd://h:2379/app/locks"
 // keeps its records under "app/locks/…" and "etcd://h:2379//app/locks"
-// (two slashes) under "/app/locks/…". The query keys map to [WithTTL],
-// [WithIdentity] and [WithLossMargin]. Any other query key, a repeated one,
-// user information, a fragment or a bad value is an error wrapping
-// [lock.ErrInvalidConfig] (see [lock.Open]). The Locker owns the client it creates and closes
-// it in Close. The client pings its connections (every 5s, 2s timeout) so
-// that a member that stops answering is left behind. No request is sent
-// before the first call that needs one.
+// (two slashes) under "/app/locks/…". The query keys ttl, identity and
+// loss_margin map to [WithTTL], [WithIdentity] and [WithLossMargin].
+//
+// TLS is on when any of ca_file, cert_file, key_file or server_name is
+// given, or with tls=true (which alone verifies the members with the
+// system's roots). ca_file names the PEM certificates that verify the
+// members, cert_file and key_file the client's certificate and key (for
+// etcd's --client-cert-auth), server_name the name to verify in the
+// members' certificates when it is not the host of the URL. The files are
+// read once, by Open.
+//
+// The user information is etcd's user name and password (etcd
+// authentication): "etcd://app:secret@h:2379/…", or, to keep the password
+// off the command line and out of the URL, "etcd://app@h:2379/…?password_env=APP_ETCD_PASSWORD",
+// which reads it from that environment variable. A client certificate
+// without a user name authenticates as the certificate's common name when
+// the cluster runs with --client-cert-auth. See the package documentation,
+// "Security", for the role an application needs.
+//
+// Any other query key, a repeated one, a fragment, a bad value, a file
+// that cannot be read or parsed, a certificate without its key, or a user
+// without a password is an error wrapping [lock.ErrInvalidConfig] (see
+// [lock.Open]). With credentials, Open logs in, bounded by ctx and by 5s:
+// a cluster that does not answer is an error wrapping
+// context.DeadlineExceeded, a wrong
+// user or password is an error wrapping [lock.ErrPermission], as is a
+// certificate the members refuse or one of theirs that does not verify.
+// Without credentials no request is sent before the first call that needs
+// one. No error and no log line repeats the password or the contents of a
+// key file.
+//
+// The Locker owns the client it creates and closes it in Close. The
+// client pings its connections (every 5s, 2s timeout) so that a member
+// that stops answering is left behind.
 func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	if ctx == nil || u == nil {
 		return nil, fmt.Errorf("etcdlock: open: %w: nil context or URL", lock.ErrInvalidConfig)
@@ -38,14 +72,19 @@ func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
-	if u.User != nil {
-		return nil, fmt.Errorf("etcdlock: open: %w: user information in the URL is not supported yet", lock.ErrInvalidConfig)
-	}
 	path, err := lock.URLPath(u)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
-	q, err := lock.CheckQuery(u, "ttl", "identity", "loss_margin")
+	q, err := lock.CheckQuery(u, append([]string{"ttl", "identity", "loss_margin"}, secure.QueryKeys...)...)
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: open: %w", err)
+	}
+	creds, hasCreds, err := secure.CredentialsFromURL(u, q, os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: open: %w", err)
+	}
+	tlsCfg, err := secure.TLSFromQuery(q)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
@@ -73,18 +112,77 @@ func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
-	client, err := clientv3.New(clientv3.Config{
+	cfg := clientv3.Config{
 		Endpoints: hosts,
 		// Pings find a member that stopped answering without closing
 		// its connections, so that watches move to another member.
 		// 5s is the server's default minimum ping interval.
 		DialKeepAliveTime:    5 * time.Second,
 		DialKeepAliveTimeout: 2 * time.Second,
-	})
+		// Bounds the login that clientv3.New does with credentials.
+		DialTimeout: loginTimeout,
+	}
+	var watch *tlsWatch
+	if tlsCfg != nil {
+		watch = newTLSWatch(len(hosts))
+		cfg.TLS = tlsCfg
+		// Given after the client's own credentials, these replace them:
+		// the same TLS, seen by the watch.
+		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(watch.credentials(tlsCfg))}
+	}
+	if hasCreds {
+		cfg.Username, cfg.Password = creds.User, creds.Password
+	}
+	client, err := newClient(ctx, cfg, watch)
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: open %q: %w: %w", u.String(), lock.ErrInvalidConfig, err)
+		who := strings.Join(hosts, ",")
+		if hasCreds {
+			who += fmt.Sprintf(" as user %q", creds.User)
+		}
+		return nil, fmt.Errorf("etcdlock: open %s: %w", who, err)
 	}
 	l := newLocker(client, o)
 	l.ownsClient = true
+	l.tls = watch
 	return l, nil
+}
+
+// loginTimeout bounds the login of Open, when ctx does not end sooner.
+const loginTimeout = 5 * time.Second
+
+// newClient creates the client of cfg. With credentials the client logs
+// in before it returns, and newClient bounds that by ctx and ends it as
+// soon as watch sees every member refuse the TLS handshake. Its error
+// wraps lock.ErrPermission for a refusal, ctx's error when ctx ended, and
+// lock.ErrInvalidConfig otherwise; its text never repeats the password.
+func newClient(ctx context.Context, cfg clientv3.Config, watch *tlsWatch) (*clientv3.Client, error) {
+	life, cancel := context.WithCancel(context.Background())
+	cfg.Context = life
+	stopCtx := context.AfterFunc(ctx, cancel)
+	stopWatch := watch.onRefusal(cancel)
+	client, err := clientv3.New(cfg)
+	stopWatch()
+	stopCtx()
+	if err == nil && life.Err() != nil {
+		// Ended between the login and the return of New.
+		client.Close()
+		err = life.Err()
+	}
+	if err == nil {
+		return client, nil
+	}
+	cancel()
+	// The client's errors do not carry the password; make sure.
+	msg := secure.Redact(err.Error(), cfg.Password)
+	switch {
+	case watch.err() != nil:
+		return nil, watch.err()
+	case isRefusal(err):
+		return nil, fmt.Errorf("%w: %s", lock.ErrPermission, msg)
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("log in: %w: %s", ctx.Err(), msg)
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, fmt.Errorf("log in: no answer within %v: %w", loginTimeout, context.DeadlineExceeded)
+	}
+	return nil, fmt.Errorf("%w: %s", lock.ErrInvalidConfig, msg)
 }

@@ -1,0 +1,251 @@
+package etcdlock
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"reflect"
+	"sync"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"github.com/fencelock/fencelock/lock"
+)
+
+// refusal returns err wrapped with lock.ErrPermission when it says that
+// the cluster refused the client (see isRefusal), and err unchanged
+// otherwise.
+func refusal(err error) error {
+	if err == nil || errors.Is(err, lock.ErrPermission) || !isRefusal(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", lock.ErrPermission, err)
+}
+
+// isRefusal reports whether err is the cluster refusing the client, an
+// answer that a second attempt would get again:
+//
+//   - etcd's auth errors: permission denied (the user's roles do not cover
+//     the key), authentication failed (wrong user or password), user name
+//     empty (auth is on and the request carried no credentials), invalid
+//     auth token (the client could not get a valid one again), user not
+//     found;
+//   - gRPC's PermissionDenied and Unauthenticated codes, from a proxy or a
+//     server that does not speak etcd's error texts;
+//   - a certificate the TLS handshake rejected, on either side.
+//
+// ErrAuthNotEnabled is not one: the client ignores it when it logs in, so
+// credentials given to a cluster without auth are simply unused.
+func isRefusal(err error) bool {
+	for _, e := range []error{rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrUserEmpty,
+		rpctypes.ErrInvalidAuthToken, rpctypes.ErrUserNotFound} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var ee rpctypes.EtcdError
+	if !errors.As(err, &ee) {
+		if s, ok := status.FromError(err); ok {
+			switch s.Code() {
+			case codes.PermissionDenied, codes.Unauthenticated:
+				return true
+			}
+		}
+	}
+	return isCertRefusal(err)
+}
+
+// isCertRefusal reports whether err is a TLS handshake that failed over a
+// certificate: this side could not verify the server's (unknown
+// authority, expired, wrong name), or the server sent an alert about ours
+// (bad, unknown, expired, revoked, missing).
+func isCertRefusal(err error) bool {
+	var (
+		verr *tls.CertificateVerificationError
+		uerr x509.UnknownAuthorityError
+		cerr x509.CertificateInvalidError
+		herr x509.HostnameError
+	)
+	if errors.As(err, &verr) || errors.As(err, &uerr) || errors.As(err, &cerr) || errors.As(err, &herr) {
+		return true
+	}
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "remote error" || op.Err == nil {
+		return false
+	}
+	// crypto/tls reports a received alert as a *net.OpError around its
+	// unexported alert type, a uint8 holding the alert's code (RFC 8446,
+	// section 6).
+	v := reflect.ValueOf(op.Err)
+	if t := v.Type(); t.PkgPath() != "crypto/tls" || v.Kind() != reflect.Uint8 {
+		return false
+	}
+	switch v.Uint() {
+	case 42, // bad_certificate
+		43,  // unsupported_certificate
+		44,  // certificate_revoked
+		45,  // certificate_expired
+		46,  // certificate_unknown
+		48,  // unknown_ca
+		49,  // access_denied
+		116: // certificate_required
+		return true
+	}
+	return false
+}
+
+// tlsWatch sees every TLS connection of a client that a Locker opened
+// (lock.Open) and remembers, per member address, the last handshake that
+// failed over a certificate, until a connection to that member works. The
+// client itself only retries such a connection with backoff while
+// requests wait for it, so without this a refused client would learn it
+// only from its context's deadline. When every endpoint refused, calls
+// fail at once with an error wrapping lock.ErrPermission, and calls in
+// flight are interrupted.
+type tlsWatch struct {
+	endpoints int
+
+	mu      sync.Mutex
+	refused map[string]error // by address: the certificate error
+	waiters map[*refusalWaiter]struct{}
+}
+
+type refusalWaiter struct{ cancel func() }
+
+func newTLSWatch(endpoints int) *tlsWatch {
+	return &tlsWatch{endpoints: max(endpoints, 1), refused: map[string]error{}, waiters: map[*refusalWaiter]struct{}{}}
+}
+
+// err returns an error wrapping lock.ErrPermission while every endpoint
+// refuses the client, and nil otherwise.
+func (w *tlsWatch) err() error {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.errLocked()
+}
+
+func (w *tlsWatch) errLocked() error {
+	if len(w.refused) < w.endpoints {
+		return nil
+	}
+	var last error
+	var addr string
+	for a, e := range w.refused {
+		if addr == "" || a < addr {
+			addr, last = a, e
+		}
+	}
+	return fmt.Errorf("%w: TLS handshake with %s: %w", lock.ErrPermission, addr, last)
+}
+
+// note records the outcome of a connection to addr: err is nil when it
+// worked.
+func (w *tlsWatch) note(addr string, err error) {
+	w.mu.Lock()
+	if err == nil {
+		delete(w.refused, addr)
+		w.mu.Unlock()
+		return
+	}
+	w.refused[addr] = err
+	var fire []*refusalWaiter
+	if w.errLocked() != nil {
+		for rw := range w.waiters {
+			fire = append(fire, rw)
+		}
+		clear(w.waiters)
+	}
+	w.mu.Unlock()
+	for _, rw := range fire {
+		rw.cancel()
+	}
+}
+
+// context returns ctx, also cancelled once every endpoint refuses the
+// client, and the function that releases it.
+func (w *tlsWatch) context(ctx context.Context) (context.Context, context.CancelFunc) {
+	if w == nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stop := w.onRefusal(cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// onRefusal calls f once every endpoint refuses the client (at once if
+// they already do), unless stop was called first.
+func (w *tlsWatch) onRefusal(f func()) (stop func()) {
+	if w == nil {
+		return func() {}
+	}
+	rw := &refusalWaiter{cancel: f}
+	w.mu.Lock()
+	if w.errLocked() != nil {
+		w.mu.Unlock()
+		f()
+		return func() {}
+	}
+	w.waiters[rw] = struct{}{}
+	w.mu.Unlock()
+	return func() {
+		w.mu.Lock()
+		delete(w.waiters, rw)
+		w.mu.Unlock()
+	}
+}
+
+// credentials wraps the client's TLS credentials so that w sees each
+// handshake and the first read after it.
+func (w *tlsWatch) credentials(cfg *tls.Config) credentials.TransportCredentials {
+	return &watchedCreds{TransportCredentials: credentials.NewTLS(cfg), w: w}
+}
+
+type watchedCreds struct {
+	credentials.TransportCredentials
+	w *tlsWatch
+}
+
+func (c *watchedCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	if err != nil {
+		if isCertRefusal(err) {
+			c.w.note(authority, err)
+		}
+		return nil, nil, err
+	}
+	return &watchedConn{Conn: conn, w: c.w, addr: authority}, info, nil
+}
+
+func (c *watchedCreds) Clone() credentials.TransportCredentials {
+	return &watchedCreds{TransportCredentials: c.TransportCredentials.Clone(), w: c.w}
+}
+
+// watchedConn reports the first read of a connection: with TLS 1.3 the
+// server checks the client's certificate after the client's handshake has
+// returned, and its verdict arrives as an alert on that read.
+type watchedConn struct {
+	net.Conn
+	w     *tlsWatch
+	addr  string
+	first sync.Once
+}
+
+func (c *watchedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	switch {
+	case n > 0:
+		c.first.Do(func() { c.w.note(c.addr, nil) })
+	case err != nil && isCertRefusal(err):
+		c.first.Do(func() { c.w.note(c.addr, err) })
+	}
+	return n, err
+}
