@@ -114,6 +114,7 @@ type options struct {
 	members int
 	// etcd
 	etcdArgs []string
+	etcdSec  *EtcdSecurity // TLS for clients and peers (secure_etcd.go)
 	// zookeeper
 	tickTime       time.Duration
 	maxSessionTime time.Duration

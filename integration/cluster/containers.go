@@ -407,10 +407,10 @@ func ctrWaitStarted(ctx context.Context, c *Cluster, members []*ctrMember) error
 func ctrEtcdArgs(i int, ports [][]int, token string, o options) []string {
 	var initial []string
 	for j, p := range ports {
-		initial = append(initial, fmt.Sprintf("etcd-%d=http://127.0.0.1:%d", j+1, p[1]))
+		initial = append(initial, fmt.Sprintf("etcd-%d=%s://127.0.0.1:%d", j+1, etcdScheme(o), p[1]))
 	}
-	clientURL := fmt.Sprintf("http://127.0.0.1:%d", ports[i][0])
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[i][1])
+	clientURL := fmt.Sprintf("%s://127.0.0.1:%d", etcdScheme(o), ports[i][0])
+	peerURL := fmt.Sprintf("%s://127.0.0.1:%d", etcdScheme(o), ports[i][1])
 	args := []string{
 		"--name", fmt.Sprintf("etcd-%d", i+1),
 		"--data-dir", "/var/lib/etcd/data",
@@ -425,6 +425,7 @@ func ctrEtcdArgs(i int, ports [][]int, token string, o options) []string {
 		"--election-timeout", "1000",
 		"--log-outputs", "stdout",
 	}
+	args = append(args, etcdSecArgs(o, fmt.Sprintf("127.0.0.1:%d", ports[i][0]))...)
 	return append(args, o.etcdArgs...)
 }
 

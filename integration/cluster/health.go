@@ -68,6 +68,7 @@ func probeEtcd(ctx context.Context, addr string) (memberState, error) {
 		Endpoints: []string{addr},
 		Logger:    zap.NewNop(),
 		Context:   ctx,
+		TLS:       probeTLS(addr), // nil but for a secured member (secure_etcd.go)
 	})
 	if err != nil {
 		return memberState{}, err

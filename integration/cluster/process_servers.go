@@ -54,10 +54,10 @@ func etcdLayout(o options) (layout, error) {
 		files: func(i int, dir string, ports [][]int) ([]string, error) {
 			var initial []string
 			for j, p := range ports {
-				initial = append(initial, fmt.Sprintf("etcd-%d=http://127.0.0.1:%d", j+1, p[1]))
+				initial = append(initial, fmt.Sprintf("etcd-%d=%s://127.0.0.1:%d", j+1, etcdScheme(o), p[1]))
 			}
-			client := fmt.Sprintf("http://127.0.0.1:%d", ports[i][0])
-			peer := fmt.Sprintf("http://127.0.0.1:%d", ports[i][1])
+			client := fmt.Sprintf("%s://127.0.0.1:%d", etcdScheme(o), ports[i][0])
+			peer := fmt.Sprintf("%s://127.0.0.1:%d", etcdScheme(o), ports[i][1])
 			argv := []string{
 				bin,
 				"--name", fmt.Sprintf("etcd-%d", i+1),
@@ -75,6 +75,7 @@ func etcdLayout(o options) (layout, error) {
 				"--election-timeout", "1000",
 				"--log-outputs", "stdout",
 			}
+			argv = append(argv, etcdSecArgs(o, fmt.Sprintf("127.0.0.1:%d", ports[i][0]))...)
 			return append(argv, o.etcdArgs...), nil
 		},
 	}, nil
