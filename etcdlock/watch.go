@@ -330,7 +330,7 @@ func (w *recordWatcher) handle(resp *pb.WatchResponse, gen int) error {
 		if ev.Type != mvccpb.DELETE || string(ev.Kv.Key) != rw.le.key {
 			continue
 		}
-		rw.le.recordDeleted(fmt.Errorf("%w: record %q was deleted at revision %d", lock.ErrLost, rw.le.key, ev.Kv.ModRevision))
+		rw.le.recordDeleted(recordDeletedCause(rw.le.key, ev.Kv.ModRevision))
 		return nil
 	}
 	if resp.Canceled {

@@ -18,7 +18,8 @@ var (
 	// would have to wait (see [SharedLocker] and [Semaphore]).
 	ErrLocked = errors.New("locked by another holder")
 
-	// ErrNotHeld is returned by Holder when nobody holds the lock.
+	// ErrNotHeld is returned by Holder when nobody holds the lock, and by
+	// [Revoker.Revoke] when no current holder has the token it names.
 	ErrNotHeld = errors.New("not held")
 
 	// ErrLost is wrapped by Lease.Err, Release and a waiting Acquire when

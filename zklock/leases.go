@@ -1,7 +1,6 @@
 package zklock
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -113,7 +112,7 @@ func (t *leaseTable) hold(le *Lease, own <-chan zk.Event) error {
 	t.mu.Unlock()
 	switch {
 	case deleted:
-		le.lose(fmt.Errorf("%w: its znode %s was deleted", lock.ErrLost, le.path))
+		le.lose(znodeDeleted(le.path))
 	case changed:
 		t.rearm(le)
 	}

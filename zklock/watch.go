@@ -133,7 +133,7 @@ func (t *leaseTable) handleEvents() {
 		}
 		switch w.typ {
 		case zk.EventNodeDeleted:
-			w.le.lose(fmt.Errorf("%w: its znode %s was deleted", lock.ErrLost, w.le.path))
+			w.le.lose(znodeDeleted(w.le.path))
 		case zk.EventNodeDataChanged:
 			// The znode is still there, and the watch is spent.
 			t.rearm(w.le)
@@ -172,7 +172,7 @@ func (t *leaseTable) rearm(le *Lease) {
 			}
 			switch {
 			case err == nil && !r.ok:
-				le.lose(fmt.Errorf("%w: its znode %s was deleted", lock.ErrLost, le.path))
+				le.lose(znodeDeleted(le.path))
 			case err == nil:
 				t.mu.Lock()
 				if e := t.watched[le.path]; e != nil {

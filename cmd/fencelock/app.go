@@ -36,6 +36,8 @@ const usageText = `Usage:
   fencelock [flags] run --lock NAME [--shared | --limit N] [--try] [--wait D] [--grace D] [--] COMMAND [ARG...]
   fencelock [flags] holder NAME
   fencelock [flags] leader NAME [--watch]
+  fencelock [flags] revoke NAME --token T
+  fencelock [flags] queue NAME
 
 Flags (before or after the command name):
   --url URL        backend: etcd://host:port[,...]/prefix?ttl=10s or
@@ -80,7 +82,14 @@ leader prints the election's leader the same way (exit 3 if none); with
 --watch it prints every change of leader ("none" when there is none) until
 interrupted.
 
-Exit status: 0 ok, 1 error, 2 bad usage, 3 free, 75 held, 76 lease lost,
+revoke ends the grant of NAME whose fencing token is T, without the
+holder's help, and prints "revoked token=T"; the next waiter is granted,
+and the revoked holder's writes are refused by resources that check
+tokens. Exit 3 if no current holder of NAME has token T (a waiter's or an
+ended grant's token ends nothing).
+
+Exit status: 0 ok, 1 error, 2 bad usage, 3 free (revoke: no such
+holder), 75 held, 76 lease lost,
 126/127 COMMAND not runnable/not found, else COMMAND's status (128+signal).
 `
 
@@ -183,7 +192,7 @@ func (a *app) main(ctx context.Context, args []string) int {
 	case err != nil:
 		err = a.flagError("", err)
 	case fs.NArg() == 0:
-		err = usageError("no command given: want run, holder or leader (fencelock help shows the usage)")
+		err = usageError("no command given: want run, holder, leader, revoke or queue (fencelock help shows the usage)")
 	default:
 		switch cmd, rest := fs.Arg(0), fs.Args()[1:]; cmd {
 		case "run":
@@ -192,10 +201,12 @@ func (a *app) main(ctx context.Context, args []string) int {
 			err = a.holder(ctx, c, rest)
 		case "leader":
 			err = a.leader(ctx, c, rest)
+		case "revoke":
+			err = a.revoke(ctx, c, rest)
 		case "help":
 			fmt.Fprint(a.stdout, usageText)
 		default:
-			err = usageError("unknown command %q: want run, holder or leader", cmd)
+			err = usageError("unknown command %q: want run, holder, leader, revoke or queue", cmd)
 		}
 	}
 	return a.exit(err)

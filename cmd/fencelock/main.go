@@ -5,6 +5,7 @@
 //	fencelock [flags] run --lock NAME [--shared | --limit N] [--try] [--wait D] [--grace D] [--] COMMAND [ARG...]
 //	fencelock [flags] holder NAME
 //	fencelock [flags] leader NAME [--watch]
+//	fencelock [flags] revoke NAME --token T
 //
 // The backend is the URL given by --url, or else by the FENCELOCK_URL
 // environment variable, in the form package lock's Open accepts:
@@ -83,6 +84,23 @@
 // so this is the same line), and with --watch keeps printing one line per
 // change of leader, "none" when there is no leader, until interrupted.
 //
+// # revoke
+//
+// revoke ends the grant of the lock NAME whose fencing token is T
+// (lock.Revoker), and prints
+//
+//	revoked token=42
+//
+// It needs nothing from the holder's process, which may be frozen or cut
+// off: the holder's record is deleted, the next waiter is granted, and the
+// revoked lease ends with lock.ErrLost once its process hears of it. The
+// revoked holder can still write until then; the resources it writes to
+// refuse it when they check tokens (the next holder's is higher) or use
+// the backends' guarded writes. Only a current holder's token is accepted:
+// a waiter's, an ended grant's or an unknown token ends nothing and exits
+// 3. With a read-write lock or a semaphore, only the holder with token T
+// loses its grant. A backend whose Locker cannot revoke is an error.
+//
 // # Exit status
 //
 //	0    success (run: COMMAND exited with status 0)
@@ -91,7 +109,8 @@
 //	     with the name's queue (lock.ErrIncompatible)
 //	2    bad usage: unknown flag, missing argument, malformed URL, invalid lock
 //	     name, --shared with --limit, --limit below 1 or beyond the backend's
-//	3    holder, leader: the lock is free (there is no leader)
+//	3    holder, leader: the lock is free (there is no leader); revoke: no
+//	     current holder of NAME has the token
 //	75   run --try or --wait: the lock is held by someone else (with --shared:
 //	     held or awaited by a writer; with --limit: every permit is taken);
 //	     COMMAND was not run

@@ -32,7 +32,23 @@ var (
 	_ locktest.SessionExpirer = (*harness)(nil)
 	_ locktest.SessionStaller = (*harness)(nil)
 	_ locktest.RecordLister   = (*harness)(nil)
+	_ locktest.SessionFreezer = (*harness)(nil)
 )
+
+// FreezeSession cuts the Locker's client off from every member, as a
+// frozen or partitioned process is cut off, until thawed; its session
+// lease lives on in the cluster until its TTL runs out.
+func (h *harness) FreezeSession(t *testing.T, l lock.Locker) func() {
+	t.Helper()
+	h.mu.Lock()
+	g := h.gates[l.(*etcdlock.Locker)]
+	h.mu.Unlock()
+	if g == nil {
+		t.Fatalf("FreezeSession: the Locker was not made by NewLocker")
+	}
+	g.Cut()
+	return g.Heal
+}
 
 // NewLocker returns a Locker with a client of its own, which connects
 // through a Gate so that StallSession can cut it off.

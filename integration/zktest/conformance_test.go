@@ -3,8 +3,27 @@ package zktest
 import (
 	"testing"
 
+	"github.com/fencelock/fencelock/lock"
 	"github.com/fencelock/fencelock/lock/locktest"
+	"github.com/fencelock/fencelock/zklock"
 )
+
+var _ locktest.SessionFreezer = (*harness)(nil)
+
+// FreezeSession cuts the Locker off from every server, as a frozen or
+// partitioned process is cut off, until thawed; its session lives on in
+// the ensemble meanwhile (the suite thaws well within sessionTimeout).
+func (h *harness) FreezeSession(t *testing.T, l lock.Locker) func() {
+	t.Helper()
+	h.mu.Lock()
+	g := h.gates[l.(*zklock.Locker)]
+	h.mu.Unlock()
+	if g == nil {
+		t.Fatalf("FreezeSession: the Locker was not made by NewLocker")
+	}
+	g.Cut()
+	return g.Heal
+}
 
 // TestZKConformance runs the conformance suite against zklock on a real
 // ensemble, with server-side session expiry and record listing.

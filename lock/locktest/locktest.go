@@ -25,8 +25,14 @@
 // or mix semaphore and lock requests refused with [lock.ErrIncompatible]
 // and never admitted, a limit below 1 refused, and the same handovers. When
 // it implements [lock.HolderLister]: every holder listed, in grant order,
-// with Shared and Limit set, and no waiter. Each of these checks also
-// requires that no record is left behind.
+// with Shared and Limit set, and no waiter. When it implements
+// [lock.Revoker]: Revoke of any token but the holder's (an ended grant's,
+// 0, the queued waiter's, another name's) ends nothing and wraps
+// [lock.ErrNotHeld]; Revoke of the holder's token ends that lease with
+// [lock.ErrLost] and admits the waiter; a revoked semaphore permit leaves
+// the other holder alone; and, with a [SessionFreezer], a holder cut off
+// from the server is revoked and replaced without its help. Each of these
+// checks also requires that no record is left behind.
 //
 // Like testing/fstest.TestFS it looks for optional interfaces, and runs the
 // checks that need one only when it is present: a Harness that also
@@ -130,6 +136,20 @@ type SessionStaller interface {
 	StallSession(t *testing.T, l lock.Locker)
 }
 
+// SessionFreezer is implemented by a [Harness] that can cut a Locker off
+// from the server for a moment, as a frozen (SIGSTOPped) or partitioned
+// process is: the Locker neither hears from the server nor reaches it,
+// and its session stays alive on the server until its timeout runs out.
+// The suite uses it to check that [lock.Revoker.Revoke] needs no help from
+// the revoked holder's process.
+type SessionFreezer interface {
+	// FreezeSession cuts l off from the server and returns a function
+	// that lets it reach the server again. The suite calls the function
+	// well within the session's timeout, and once. l was returned by the
+	// same Harness's NewLocker.
+	FreezeSession(t *testing.T, l lock.Locker) (thaw func())
+}
+
 // RecordLister is implemented by a [Harness] that can list the records
 // (etcd keys, ZooKeeper znodes) that exist for a lock name.
 type RecordLister interface {
@@ -172,8 +192,9 @@ type Options struct {
 	ObserveMaySkip bool
 
 	// RequireOptional makes a missing optional interface ([SessionExpirer],
-	// [SessionStaller], [lock.Observer], [lock.SharedLocker],
-	// [lock.Semaphore], [lock.HolderLister]) a test failure. By default the
+	// [SessionStaller], [SessionFreezer], [lock.Observer],
+	// [lock.SharedLocker], [lock.Semaphore], [lock.HolderLister],
+	// [lock.Revoker]) a test failure. By default the
 	// checks that need it are left out and listed with t.Log. A backend's
 	// own conformance test sets it, so that a harness that loses an
 	// interface cannot quietly drop checks.
@@ -181,8 +202,8 @@ type Options struct {
 
 	// Unimplemented names optional interfaces the backend is known not to
 	// implement yet ("lock.SharedLocker", "lock.Semaphore",
-	// "lock.HolderLister", "lock.Observer", "SessionExpirer",
-	// "SessionStaller"): with RequireOptional, the checks that need them
+	// "lock.HolderLister", "lock.Revoker", "lock.Observer",
+	// "SessionExpirer", "SessionStaller", "SessionFreezer"): with RequireOptional, the checks that need them
 	// are listed in the log as not implemented instead of failing. It is
 	// an explicit, printed choice, and it must stay true: a listed
 	// interface that the backend does implement, or an unknown name, fails
@@ -229,6 +250,7 @@ func TestLockerWith(t *testing.T, h Harness, opts Options) {
 	s := &suite{h: h, o: opts.withDefaults()}
 	s.expirer, _ = h.(SessionExpirer)
 	s.staller, _ = h.(SessionStaller)
+	s.freezer, _ = h.(SessionFreezer)
 	s.lister, _ = h.(RecordLister)
 	// Whether the backend's Lockers are Observers is a property of the
 	// Locker type: ask one.
@@ -240,6 +262,7 @@ func TestLockerWith(t *testing.T, h Harness, opts Options) {
 	_, s.shared = probe.(lock.SharedLocker)
 	_, s.sem = probe.(lock.Semaphore)
 	_, s.holders = probe.(lock.HolderLister)
+	_, s.revoker = probe.(lock.Revoker)
 	if err := probe.Close(); err != nil {
 		t.Errorf("Close() of an unused Locker = %v; want nil", err)
 	}
@@ -276,10 +299,12 @@ func (s *suite) present() map[string]bool {
 	return map[string]bool{
 		"SessionExpirer":    s.expirer != nil,
 		"SessionStaller":    s.staller != nil,
+		"SessionFreezer":    s.freezer != nil,
 		"lock.Observer":     s.observer,
 		"lock.SharedLocker": s.shared,
 		"lock.Semaphore":    s.sem,
 		"lock.HolderLister": s.holders,
+		"lock.Revoker":      s.revoker,
 	}
 }
 
@@ -294,7 +319,7 @@ func (s *suite) checkUnimplemented(t *testing.T) map[string]bool {
 		impl, known := present[name]
 		switch {
 		case !known:
-			t.Errorf("locktest: Options.Unimplemented lists %q, not an optional interface (known: SessionExpirer, SessionStaller, lock.Observer, lock.SharedLocker, lock.Semaphore, lock.HolderLister)", name)
+			t.Errorf("locktest: Options.Unimplemented lists %q, not an optional interface (known: SessionExpirer, SessionStaller, SessionFreezer, lock.Observer, lock.SharedLocker, lock.Semaphore, lock.HolderLister, lock.Revoker)", name)
 		case impl:
 			t.Errorf("locktest: Options.Unimplemented lists %q, but the backend implements it: remove it from the list", name)
 		}

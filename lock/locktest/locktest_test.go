@@ -61,7 +61,7 @@ func TestFaulty(t *testing.T) {
 	// Faults in how a backend's test declares what it lacks.
 	// plainHarness lacks the Harness's optional interfaces; its Lockers
 	// keep theirs.
-	harnessOptional := []string{"SessionExpirer", "SessionStaller"}
+	harnessOptional := []string{"SessionExpirer", "SessionStaller", "SessionFreezer"}
 	switch fault {
 	case "declared-unimplemented":
 		opts.RequireOptional, opts.Unimplemented = true, harnessOptional
@@ -148,10 +148,14 @@ func TestSuiteCatchesFaults(t *testing.T) {
 		{"close-noop", "SemaphoreHandover", true, "permit after Close of its Locker"},
 		{"retry-on-lost", "SemaphoreSessionExpiry", true, "AcquireSemaphore waiting on an expired session did not return"},
 		{"expiry-reports-released", "SemaphoreSessionExpiry", true, "permit Err() after session expiry"},
+		{"revoke-any-token", "Revoke", true, "while token"},
+		{"expiry-reports-released", "Revoke", true, "revoked lease: Err() = "},
+		{"revoke-all-permits", "RevokeSemaphore", true, "Err() = "},
+		{"revoke-needs-holder", "RevokeFrozenHolder", true, "waiter's Acquire after a frozen holder was revoked did not return"},
 		{"holders-reversed", "Holders", true, "(grant order)"},
 		{"holders-not-shared", "Holders", true, "two readers and a queued writer"},
 		{"declared-unimplemented", "AcquireRelease", false, "PASS"},
-		{"undeclared-unimplemented", "AcquireRelease", true, "LossDoneBeforeNextGrant (needs SessionStaller (Harness)); Options.RequireOptional is set"},
+		{"undeclared-unimplemented", "AcquireRelease", true, "RevokeFrozenHolder (needs lock.Revoker (Locker) and SessionFreezer (Harness)); Options.RequireOptional is set"},
 		{"declared-but-implemented", "AcquireRelease", true, `lists "lock.SharedLocker", but the backend implements it`},
 		{"declared-unknown", "AcquireRelease", true, `lists "lock.Sharedlocker", not an optional interface`},
 	}
@@ -195,8 +199,9 @@ type faultyHarness struct {
 	m     *locktest.Memory
 
 	mu     sync.Mutex
-	mems   []*locktest.Memory       // split-brain: one Memory per Locker
-	perTok map[string]fencing.Token // token-per-name: one counter per name
+	mems   []*locktest.Memory        // split-brain: one Memory per Locker
+	frozen map[*faulty]chan struct{} // closed when the Locker thaws
+	perTok map[string]fencing.Token  // token-per-name: one counter per name
 }
 
 func (h *faultyHarness) NewLocker(t *testing.T, identity string) lock.Locker {
@@ -218,6 +223,25 @@ func (h *faultyHarness) NewLocker(t *testing.T, identity string) lock.Locker {
 		t.Cleanup(func() { _ = f.shadow.Close() })
 	}
 	return f
+}
+
+// FreezeSession marks the Locker frozen until thawed: only the
+// revoke-needs-holder fault looks at it, as a Memory has no network.
+func (h *faultyHarness) FreezeSession(t *testing.T, l lock.Locker) func() {
+	f := l.(*faulty)
+	thawed := make(chan struct{})
+	h.mu.Lock()
+	if h.frozen == nil {
+		h.frozen = map[*faulty]chan struct{}{}
+	}
+	h.frozen[f] = thawed
+	h.mu.Unlock()
+	return func() {
+		h.mu.Lock()
+		delete(h.frozen, f)
+		h.mu.Unlock()
+		close(thawed)
+	}
 }
 
 func (h *faultyHarness) StallSession(t *testing.T, l lock.Locker) {
@@ -895,4 +919,55 @@ func (f *faulty) Holders(ctx context.Context, name string) ([]lock.Holder, error
 		}
 	}
 	return hs, err
+}
+
+// Revoke faults. Lockers of a harness find one another's leases through
+// the harness.
+func (f *faulty) Revoke(ctx context.Context, name string, token fencing.Token) error {
+	switch f.fault {
+	case "revoke-any-token":
+		// Revokes whoever holds name, whatever the token: a revocation
+		// keyed by name.
+		h, err := f.MemLocker.Holder(ctx, name)
+		if err != nil {
+			return err
+		}
+		return f.MemLocker.Revoke(ctx, name, h.Token)
+	case "revoke-all-permits":
+		// Revokes every holder of name once one of them matches.
+		hs, err := f.MemLocker.Holders(ctx, name)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(hs, func(h lock.Holder) bool { return h.Token == token }) {
+			return f.MemLocker.Revoke(ctx, name, token)
+		}
+		for _, h := range hs {
+			if err := f.MemLocker.Revoke(ctx, name, h.Token); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "revoke-needs-holder":
+		// The holder's process does the deletion: while it is frozen,
+		// nothing happens.
+		f.h.mu.Lock()
+		var wait chan struct{}
+		for g, thawed := range f.h.frozen {
+			g.mu.Lock()
+			if le := g.latest[name]; le != nil && le.Token() == token {
+				wait = thawed
+			}
+			g.mu.Unlock()
+		}
+		f.h.mu.Unlock()
+		if wait != nil {
+			go func() {
+				<-wait
+				_ = f.MemLocker.Revoke(context.Background(), name, token)
+			}()
+			return nil
+		}
+	}
+	return f.MemLocker.Revoke(ctx, name, token)
 }

@@ -194,7 +194,7 @@ func (m *Memory) notifyLocked(name string, before lock.Holder) {
 }
 
 // MemLocker is a [lock.Locker], [lock.Observer], [lock.SharedLocker],
-// [lock.Semaphore] and [lock.HolderLister] on a [Memory]. It is safe for
+// [lock.Semaphore], [lock.HolderLister] and [lock.Revoker] on a [Memory]. It is safe for
 // concurrent use. Holder and Observe report the earliest holder of a name
 // (for a shared lock or a semaphore, the one with the lowest token);
 // Holders reports all of them. Its leases are [lock.Lease]s; Release and Close never
@@ -544,7 +544,8 @@ loop:
 }
 
 // MemoryHarness returns a [Harness] whose Lockers are [MemLocker]s on m. It
-// also implements [SessionExpirer], [SessionStaller] and [RecordLister], so
+// also implements [SessionExpirer], [SessionStaller], [SessionFreezer] and
+// [RecordLister], so
 //
 //	locktest.TestLocker(t, locktest.MemoryHarness(locktest.NewMemory()))
 //
@@ -575,6 +576,13 @@ func (h memHarness) ExpireSession(t *testing.T, l lock.Locker) {
 func (h memHarness) StallSession(t *testing.T, l lock.Locker) {
 	t.Helper()
 	h.ExpireSession(t, l)
+}
+
+// FreezeSession does nothing: a Memory has no network, so a MemLocker
+// needs nothing from its caller for its records to be deleted and its
+// leases to end.
+func (h memHarness) FreezeSession(t *testing.T, l lock.Locker) func() {
+	return func() {}
 }
 
 func (h memHarness) Records(t *testing.T, name string) []string {

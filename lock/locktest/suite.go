@@ -18,11 +18,13 @@ type suite struct {
 	o        Options
 	expirer  SessionExpirer // nil if h does not implement it
 	staller  SessionStaller // nil if h does not implement it
+	freezer  SessionFreezer // nil if h does not implement it
 	lister   RecordLister   // nil if h does not implement it
 	observer bool           // the Lockers implement lock.Observer
 	shared   bool           // the Lockers implement lock.SharedLocker
 	sem      bool           // the Lockers implement lock.Semaphore
 	holders  bool           // the Lockers implement lock.HolderLister
+	revoker  bool           // the Lockers implement lock.Revoker
 }
 
 // A subtest is one check. needs names the optional interface it depends
@@ -42,9 +44,13 @@ const (
 	needsShared   = "lock.SharedLocker (Locker)"
 	needsSem      = "lock.Semaphore (Locker)"
 	needsHolders  = "lock.HolderLister (Locker)"
+	needsRevoker  = "lock.Revoker (Locker)"
+	needsFreezer  = "SessionFreezer (Harness)"
 	// Two interfaces at once.
 	needsSharedExpirer = needsShared + " and " + needsExpirer
 	needsSemExpirer    = needsSem + " and " + needsExpirer
+	needsRevokerSem    = needsRevoker + " and " + needsSem
+	needsRevokerFreeze = needsRevoker + " and " + needsFreezer
 )
 
 func (s *suite) subtests() []subtest {
@@ -89,6 +95,9 @@ func (s *suite) subtests() []subtest {
 		{"SemaphoreHandover", s.testSemaphoreHandover, needsSem},
 		{"SemaphoreSessionExpiry", s.testSemaphoreSessionExpiry, needsSemExpirer},
 		{"Holders", s.testHolders, needsHolders},
+		{"Revoke", s.testRevoke, needsRevoker},
+		{"RevokeSemaphore", s.testRevokeSemaphore, needsRevokerSem},
+		{"RevokeFrozenHolder", s.testRevokeFrozen, needsRevokerFreeze},
 	}
 }
 
@@ -113,6 +122,14 @@ func (s *suite) has(need string) bool {
 		return s.shared && s.expirer != nil
 	case needsSemExpirer:
 		return s.sem && s.expirer != nil
+	case needsRevoker:
+		return s.revoker
+	case needsFreezer:
+		return s.freezer != nil
+	case needsRevokerSem:
+		return s.revoker && s.sem
+	case needsRevokerFreeze:
+		return s.revoker && s.freezer != nil
 	}
 	panic("locktest: unknown optional interface " + need)
 }

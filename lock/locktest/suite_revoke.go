@@ -1,0 +1,163 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/lock"
+)
+
+// revokeSpan is how many tokens above the holder's the Revoke check tries
+// (and requires to be refused): on a quiet backend the queued waiter's
+// token is among them.
+const revokeSpan = 16
+
+// revoker returns l as a lock.Revoker or stops the test.
+func revoker(t *testing.T, l lock.Locker) lock.Revoker {
+	t.Helper()
+	rv, ok := l.(lock.Revoker)
+	if !ok {
+		t.Fatalf("%T does not implement lock.Revoker", l)
+	}
+	return rv
+}
+
+// checkRevoked checks a lease that Revoke ended: Done closed, Err and
+// Release wrapping ErrLost.
+func (s *suite) checkRevoked(t *testing.T, ctx context.Context, le lock.Lease, what string) {
+	t.Helper()
+	s.waitDone(t, le, what)
+	if err := le.Err(); !errors.Is(err, lock.ErrLost) {
+		t.Errorf("%s: Err() = %v; want an error wrapping %v", what, err, lock.ErrLost)
+	}
+	if err := le.Release(ctx); !errors.Is(err, lock.ErrLost) {
+		t.Errorf("%s: Release() = %v; want an error wrapping %v", what, err, lock.ErrLost)
+	}
+}
+
+// testRevoke checks that Revoke of any token but the holder's ends nothing
+// (an ended grant's, 0, another name's, the tokens right above the
+// holder's, among them the queued waiter's), and that Revoke of the
+// holder's token, from a third Locker, ends that lease with ErrLost and
+// admits the waiter, and a second Revoke of it is refused.
+func (s *suite) testRevoke(t *testing.T) {
+	ctx := s.ctx(t)
+	name := lockName(t)
+	aID, bID := identity("a"), identity("b")
+	a, b := s.newLocker(t, aID), s.newLocker(t, bID)
+	c := s.newLocker(t, identity("c"))
+	rv := revoker(t, c)
+
+	old := s.mustAcquire(t, ctx, a, name)
+	oldTok := old.Token()
+	mustRelease(t, ctx, old)
+	if err := rv.Revoke(ctx, name, oldTok); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("Revoke(%q, %d) of a free lock = %v; want an error wrapping %v", name, oldTok, err, lock.ErrNotHeld)
+	}
+
+	held := s.mustAcquire(t, ctx, a, name)
+	tok := held.Token()
+	ch := goAcquire(ctx, b, name)
+	s.waitRecords(t, name, 2, "waiter queued")
+
+	wrong := []fencing.Token{0, oldTok}
+	for d := fencing.Token(1); d <= revokeSpan; d++ {
+		wrong = append(wrong, tok+d)
+	}
+	for _, w := range wrong {
+		if err := rv.Revoke(ctx, name, w); !errors.Is(err, lock.ErrNotHeld) {
+			t.Errorf("Revoke(%q, %d) while token %d holds = %v; want an error wrapping %v", name, w, tok, err, lock.ErrNotHeld)
+		}
+	}
+	other := name + "/other"
+	if err := rv.Revoke(ctx, other, tok); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("Revoke(%q, %d) of another name's holder = %v; want an error wrapping %v", other, tok, err, lock.ErrNotHeld)
+	}
+	if err := rv.Revoke(ctx, "bad//name", tok); !errors.Is(err, lock.ErrInvalidName) {
+		t.Errorf("Revoke of an invalid name = %v; want an error wrapping %v", err, lock.ErrInvalidName)
+	}
+	checkHeld(t, held, name)
+	notReturned(t, ch, "Acquire behind a holder after Revoke of other tokens")
+	s.checkRecords(t, name, 2, "after Revoke of tokens that are not the holder's")
+	s.holderIs(t, ctx, c, name, lock.Holder{Identity: aID, Token: tok})
+
+	if err := rv.Revoke(ctx, name, tok); err != nil {
+		t.Fatalf("Revoke(%q, %d) of the holder = %v; want nil", name, tok, err)
+	}
+	next := s.awaitLease(t, ch, "waiter's Acquire after the holder was revoked")
+	if next.Token() <= tok {
+		t.Errorf("token after a revoked grant = %d; want > %d", next.Token(), tok)
+	}
+	s.checkRevoked(t, ctx, held, "revoked lease")
+	if err := rv.Revoke(ctx, name, tok); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("second Revoke(%q, %d) = %v; want an error wrapping %v", name, tok, err, lock.ErrNotHeld)
+	}
+	checkHeld(t, next, name)
+	s.holderIs(t, ctx, a, name, lock.Holder{Identity: bID, Token: next.Token()})
+	mustRelease(t, ctx, next)
+	// The revoked holder's Locker is not harmed.
+	again := s.mustAcquire(t, ctx, a, name)
+	mustRelease(t, ctx, again)
+	s.noOrphans(t, name, "Revoke and Release")
+}
+
+// testRevokeSemaphore checks that Revoke of one permit of a full semaphore
+// ends that permit only: the other holder keeps its own, and the waiter
+// is admitted.
+func (s *suite) testRevokeSemaphore(t *testing.T) {
+	ctx := s.ctx(t)
+	name := lockName(t)
+	const limit = 2
+	a, b, c := s.newLocker(t, identity("a")), s.newLocker(t, identity("b")), s.newLocker(t, identity("c"))
+	rv := revoker(t, s.newLocker(t, identity("d")))
+
+	p1 := mustTrySem(t, ctx, a, name, limit, "of a free semaphore")
+	p2 := mustTrySem(t, ctx, b, name, limit, "with one permit taken")
+	ch := goSem(ctx, c, name, limit)
+	s.waitRecords(t, name, limit+1, "semaphore waiter queued")
+	if err := rv.Revoke(ctx, name, p2.Token()); err != nil {
+		t.Fatalf("Revoke(%q, %d) of the later permit = %v; want nil", name, p2.Token(), err)
+	}
+	p3 := s.awaitLease(t, ch, "AcquireSemaphore after a permit was revoked")
+	s.checkRevoked(t, ctx, p2, "revoked permit")
+	checkHeld(t, p1, name)
+	if err := rv.Revoke(ctx, name, p2.Token()); !errors.Is(err, lock.ErrNotHeld) {
+		t.Errorf("second Revoke(%q, %d) of a permit = %v; want an error wrapping %v", name, p2.Token(), err, lock.ErrNotHeld)
+	}
+	mustRelease(t, ctx, p1)
+	mustRelease(t, ctx, p3)
+	s.noOrphans(t, name, "Revoke of a permit and Release")
+}
+
+// testRevokeFrozen checks that Revoke needs nothing from the holder's
+// process: with the holder's Locker cut off from the server, Revoke ends
+// its grant and the waiter is admitted; once the Locker reaches the server
+// again, its lease has ended with ErrLost.
+func (s *suite) testRevokeFrozen(t *testing.T) {
+	ctx := s.ctx(t)
+	name := lockName(t)
+	a, b := s.newLocker(t, identity("a")), s.newLocker(t, identity("b"))
+	rv := revoker(t, s.newLocker(t, identity("c")))
+
+	held := s.mustAcquire(t, ctx, a, name)
+	ch := goAcquire(ctx, b, name)
+	s.waitRecords(t, name, 2, "waiter queued")
+	var once sync.Once
+	thawFn := s.freezer.FreezeSession(t, a)
+	thaw := func() { once.Do(thawFn) }
+	t.Cleanup(thaw)
+	if err := rv.Revoke(ctx, name, held.Token()); err != nil {
+		t.Fatalf("Revoke(%q, %d) of a frozen holder = %v; want nil", name, held.Token(), err)
+	}
+	next := s.awaitLease(t, ch, "waiter's Acquire after a frozen holder was revoked")
+	thaw()
+	if next.Token() <= held.Token() {
+		t.Errorf("token after a revoked grant = %d; want > %d", next.Token(), held.Token())
+	}
+	s.checkRevoked(t, ctx, held, "revoked lease of a thawed Locker")
+	mustRelease(t, ctx, next)
+	s.noOrphans(t, name, "Revoke of a frozen holder and Release")
+}

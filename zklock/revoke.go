@@ -1,0 +1,136 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/queue"
+	"github.com/fencelock/fencelock/lock"
+)
+
+var _ lock.Revoker = (*Locker)(nil)
+
+// Revoke ends the lease of name's current holder whose token is token (see
+// [lock.Revoker]). It lists name's znodes, reads the admitted ones (one
+// pipelined round trip, as [Locker.Holders] does), and deletes the one
+// whose czxid is token with a delete guarded by the version it read. A
+// lock znode's name carries a random prefix of its own, so its path is
+// never used again, and the guarded delete removes that grant or nothing.
+//
+// The holder's Locker learns of the deletion from the watch on its znode,
+// at once or when it reconnects within its session, and ends the lease
+// with [lock.ErrLost] and a cause saying that its znode was deleted by
+// another client (the deletion of an ephemeral znode of a live session is
+// always someone else's). A token that is not a current holder's returns
+// an error wrapping [lock.ErrNotHeld]. If the connection fails while the
+// delete is on its way, Revoke sends it again once connected, and a second
+// attempt that finds the znode gone reports ErrNotHeld although the first
+// one revoked it. The listing comes from the server the connection is on,
+// which may lag the leader by a moment: a grant made a moment ago may not
+// be found yet (ErrNotHeld), but a grant that has ended is never deleted
+// in place of another.
+func (l *Locker) Revoke(ctx context.Context, name string, token fencing.Token) error {
+	if err := l.usable(ctx); err != nil {
+		return fmt.Errorf("zklock: revoke %q token %d: %w", name, token, err)
+	}
+	if err := lock.ValidateName(name); err != nil {
+		return fmt.Errorf("zklock: revoke: %w", err)
+	}
+	if err := l.enter(); err != nil {
+		return fmt.Errorf("zklock: revoke %q token %d: %w", name, token, err)
+	}
+	defer l.leave()
+	for {
+		err := l.revoke(ctx, l.parent(name), token)
+		if err == nil {
+			return nil
+		}
+		if isConnErr(err) && !isStop(err) {
+			if err := l.ss.awaitConnected(ctx, nil); err != nil {
+				return fmt.Errorf("zklock: revoke %q token %d: %w", name, token, permission(err))
+			}
+			continue
+		}
+		return fmt.Errorf("zklock: revoke %q token %d: %w", name, token, permission(err))
+	}
+}
+
+// revoke is one attempt of Revoke.
+func (l *Locker) revoke(ctx context.Context, parent string, token fencing.Token) error {
+	if token == 0 {
+		return fmt.Errorf("%w: no znode has czxid 0", lock.ErrNotHeld)
+	}
+	path, version, err := l.findHolder(ctx, parent, token)
+	if err != nil {
+		return err
+	}
+	_, err = call(ctx, l.g, nil, func() (struct{}, error) {
+		return struct{}{}, l.conn.Delete(path, version)
+	})
+	switch {
+	case errors.Is(err, zk.ErrNoNode):
+		return fmt.Errorf("%w: the grant ended meanwhile", lock.ErrNotHeld)
+	case errors.Is(err, zk.ErrBadVersion):
+		// Someone changed the znode's data since it was read: it is
+		// still the same grant (its path is unique), but a guarded delete
+		// must not guess. Read again.
+		return fmt.Errorf("%w: znode %s changed while it was revoked; try again", lock.ErrNotHeld, path)
+	case err != nil:
+		return err
+	}
+	return nil
+}
+
+// findHolder returns the path and data version of the admitted znode of
+// parent whose czxid is token, or an error wrapping lock.ErrNotHeld.
+func (l *Locker) findHolder(ctx context.Context, parent string, token fencing.Token) (string, int32, error) {
+	kids, err := call(ctx, l.g, nil, childrenOf(l.conn, parent))
+	if errors.Is(err, zk.ErrNoNode) {
+		return "", 0, fmt.Errorf("%w: the name has no requests", lock.ErrNotHeld)
+	}
+	if err != nil {
+		return "", 0, err
+	}
+	q := queueOf(kids.names)
+	reqs := requestsOf(q)
+	var futures []*future[*zk.Stat]
+	for i, k := range q {
+		if !queue.Admitted(reqs, i) {
+			break
+		}
+		futures = append(futures, start(l.g, func() (*zk.Stat, error) {
+			_, st, err := l.conn.Exists(parent + "/" + k)
+			return st, err
+		}, nil))
+	}
+	var errs []error
+	path, version := "", int32(0)
+	for i, f := range futures {
+		st, err := f.wait(ctx, l.g, nil)
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case st != nil && st.Czxid == int64(token):
+			path, version = parent+"/"+q[i], st.Version
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return "", 0, err
+	}
+	if path == "" {
+		return "", 0, fmt.Errorf("%w: no holder of the name has that token", lock.ErrNotHeld)
+	}
+	return path, version, nil
+}
+
+// znodeDeleted is the cause of the loss of a held lease whose znode was
+// deleted by anyone but its own Release. The event reached the lease's
+// live session, so the session did not end: another client deleted the
+// znode, by [Locker.Revoke] or by hand.
+func znodeDeleted(path string) error {
+	return fmt.Errorf("%w: its znode %s was deleted by another client (revoked, or removed by hand)", lock.ErrLost, path)
+}
