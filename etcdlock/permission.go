@@ -9,6 +9,8 @@ import (
 	"net"
 	"reflect"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -231,21 +233,61 @@ func (c *watchedCreds) Clone() credentials.TransportCredentials {
 
 // watchedConn reports the first read of a connection: with TLS 1.3 the
 // server checks the client's certificate after the client's handshake has
-// returned, and its verdict arrives as an alert on that read.
+// returned, and its verdict arrives as an alert on that read. gRPC writes
+// its preface at once; when the server has already closed the connection,
+// that write fails and gRPC closes the connection, which would lose the
+// alert waiting in it: so a failed write, and a close before the server
+// said anything, first read what the server sent.
 type watchedConn struct {
 	net.Conn
 	w     *tlsWatch
 	addr  string
+	heard atomic.Bool // the first read has returned
 	first sync.Once
 }
 
+// lastWordsWait bounds the read of a connection's last words.
+const lastWordsWait = 100 * time.Millisecond
+
 func (c *watchedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
+	c.saw(n, err)
+	return n, err
+}
+
+func (c *watchedConn) saw(n int, err error) {
 	switch {
 	case n > 0:
+		c.heard.Store(true)
 		c.first.Do(func() { c.w.note(c.addr, nil) })
 	case err != nil && isCertRefusal(err):
+		c.heard.Store(true)
 		c.first.Do(func() { c.w.note(c.addr, err) })
 	}
+}
+
+func (c *watchedConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil {
+		c.lastWords()
+	}
 	return n, err
+}
+
+func (c *watchedConn) Close() error {
+	c.lastWords()
+	return c.Conn.Close()
+}
+
+// lastWords reads, briefly, what a server that has not been heard from
+// sent before it closed the connection: an alert refusing our certificate.
+func (c *watchedConn) lastWords() {
+	if c.heard.Load() {
+		return
+	}
+	if c.Conn.SetReadDeadline(time.Now().Add(lastWordsWait)) != nil {
+		return
+	}
+	n, err := c.Conn.Read(make([]byte, 1))
+	c.saw(n, err)
 }
