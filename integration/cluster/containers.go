@@ -258,6 +258,9 @@ func ctrStartCluster(ctx context.Context, t testing.TB, cli *tc.DockerClient, pr
 	if err != nil {
 		return nil, err
 	}
+	if kind == Etcd {
+		binds = append(binds, etcdSecBinds(o)...)
+	}
 	lease, err := reserveLoopbackPorts(o.members * perMember)
 	if err != nil {
 		return nil, err

@@ -108,6 +108,15 @@ func etcdScheme(o options) string {
 	return "http"
 }
 
+// etcdSecBinds returns the bind mount of s.Dir, read-only at the same
+// path, for the containers provider.
+func etcdSecBinds(o options) []string {
+	if o.etcdSec == nil {
+		return nil
+	}
+	return []string{o.etcdSec.Dir + ":" + o.etcdSec.Dir + ":ro"}
+}
+
 // etcdSecArgs returns the TLS flags of a member whose client address is
 // addr, and registers addr so that health checks use TLS for it.
 func etcdSecArgs(o options, addr string) []string {
