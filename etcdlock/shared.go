@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -74,27 +72,13 @@ func (l *Locker) Holders(ctx context.Context, name string) ([]lock.Holder, error
 	if err := lock.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("etcdlock: holders: %w", err)
 	}
-	if l.isClosed() {
-		return nil, fmt.Errorf("etcdlock: holders %q: %w", name, lock.ErrClosed)
-	}
-	cctx, cancel := l.withClosing(ctx)
-	defer cancel()
-	var resp *clientv3.GetResponse
-	err := l.call(cctx, nil, func(ctx context.Context) error {
-		var err error
-		resp, err = l.client.Get(ctx, l.namePrefix(name), clientv3.WithPrefix(),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-		return err
-	})
+	kvs, err := l.readQueue(ctx, name)
 	if err != nil {
-		if ctx.Err() == nil && l.closing.Err() != nil {
-			err = lock.ErrClosed
-		}
 		return nil, fmt.Errorf("etcdlock: holders %q: %w", name, err)
 	}
-	q := requestsOf(resp.Kvs)
+	q := requestsOf(kvs)
 	hs := []lock.Holder{}
-	for i, kv := range resp.Kvs {
+	for i, kv := range kvs {
 		if !queue.Admitted(q, i) {
 			break
 		}

@@ -88,6 +88,11 @@ and the revoked holder's writes are refused by resources that check
 tokens. Exit 3 if no current holder of NAME has token T (a waiter's or an
 ended grant's token ends nothing).
 
+queue prints every request of NAME in queue order, holders first, one line
+each: "position=N held|waiting token=T identity=ID", the kind as holder
+prints it, and " since=TIME" (UTC) when the backend records it (ZooKeeper:
+yes; etcd: no). Exit 3 if nobody holds or waits for NAME.
+
 Exit status: 0 ok, 1 error, 2 bad usage, 3 free (revoke: no such
 holder), 75 held, 76 lease lost,
 126/127 COMMAND not runnable/not found, else COMMAND's status (128+signal).
@@ -203,6 +208,8 @@ func (a *app) main(ctx context.Context, args []string) int {
 			err = a.leader(ctx, c, rest)
 		case "revoke":
 			err = a.revoke(ctx, c, rest)
+		case "queue":
+			err = a.queue(ctx, c, rest)
 		case "help":
 			fmt.Fprint(a.stdout, usageText)
 		default:

@@ -6,6 +6,7 @@
 //	fencelock [flags] holder NAME
 //	fencelock [flags] leader NAME [--watch]
 //	fencelock [flags] revoke NAME --token T
+//	fencelock [flags] queue NAME
 //
 // The backend is the URL given by --url, or else by the FENCELOCK_URL
 // environment variable, in the form package lock's Open accepts:
@@ -101,6 +102,22 @@
 // 3. With a read-write lock or a semaphore, only the holder with token T
 // loses its grant. A backend whose Locker cannot revoke is an error.
 //
+// # queue
+//
+// queue prints every request of the lock NAME in queue order
+// (lock.QueueLister): the holders first, then the waiters in the order
+// they will be served, one line each:
+//
+//	position=0 held token=42 identity=host/1234/ab12cd since=2026-01-02T15:04:05.123Z
+//	position=1 waiting token=45 identity=host/5678/cd34ef since=2026-01-02T15:04:06.5Z
+//
+// with the kind markers of holder (" shared", " permit limit=N") after
+// the identity. since is when the request was made, by the backend's
+// clock, in UTC; etcd does not record it, and its lines have none. A
+// waiter's token is already fixed, and it cannot be revoked. The listing
+// is one read: requests may join or leave a moment later. A backend whose
+// Locker cannot list a queue is an error.
+//
 // # Exit status
 //
 //	0    success (run: COMMAND exited with status 0)
@@ -110,7 +127,8 @@
 //	2    bad usage: unknown flag, missing argument, malformed URL, invalid lock
 //	     name, --shared with --limit, --limit below 1 or beyond the backend's
 //	3    holder, leader: the lock is free (there is no leader); revoke: no
-//	     current holder of NAME has the token
+//	     current holder of NAME has the token; queue: nobody holds or
+//	     waits for NAME
 //	75   run --try or --wait: the lock is held by someone else (with --shared:
 //	     held or awaited by a writer; with --limit: every permit is taken);
 //	     COMMAND was not run

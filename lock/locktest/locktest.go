@@ -31,8 +31,13 @@
 // [lock.ErrNotHeld]; Revoke of the holder's token ends that lease with
 // [lock.ErrLost] and admits the waiter; a revoked semaphore permit leaves
 // the other holder alone; and, with a [SessionFreezer], a holder cut off
-// from the server is revoked and replaced without its help. Each of these
-// checks also requires that no record is left behind.
+// from the server is revoked and replaced without its help. When it
+// implements [lock.QueueLister]: the holder and the waiters listed in
+// arrival order with rising tokens, positions and kinds (readers holding
+// together ahead of a waiting writer), the listing updated as grants are
+// released, a waiter's token unchanged when it is granted and, with a
+// Revoker, not revocable. Each of these checks also requires that no
+// record is left behind.
 //
 // Like testing/fstest.TestFS it looks for optional interfaces, and runs the
 // checks that need one only when it is present: a Harness that also
@@ -194,7 +199,7 @@ type Options struct {
 	// RequireOptional makes a missing optional interface ([SessionExpirer],
 	// [SessionStaller], [SessionFreezer], [lock.Observer],
 	// [lock.SharedLocker], [lock.Semaphore], [lock.HolderLister],
-	// [lock.Revoker]) a test failure. By default the
+	// [lock.Revoker], [lock.QueueLister]) a test failure. By default the
 	// checks that need it are left out and listed with t.Log. A backend's
 	// own conformance test sets it, so that a harness that loses an
 	// interface cannot quietly drop checks.
@@ -202,7 +207,7 @@ type Options struct {
 
 	// Unimplemented names optional interfaces the backend is known not to
 	// implement yet ("lock.SharedLocker", "lock.Semaphore",
-	// "lock.HolderLister", "lock.Revoker", "lock.Observer",
+	// "lock.HolderLister", "lock.Revoker", "lock.QueueLister", "lock.Observer",
 	// "SessionExpirer", "SessionStaller", "SessionFreezer"): with RequireOptional, the checks that need them
 	// are listed in the log as not implemented instead of failing. It is
 	// an explicit, printed choice, and it must stay true: a listed
@@ -263,6 +268,7 @@ func TestLockerWith(t *testing.T, h Harness, opts Options) {
 	_, s.sem = probe.(lock.Semaphore)
 	_, s.holders = probe.(lock.HolderLister)
 	_, s.revoker = probe.(lock.Revoker)
+	_, s.queuer = probe.(lock.QueueLister)
 	if err := probe.Close(); err != nil {
 		t.Errorf("Close() of an unused Locker = %v; want nil", err)
 	}
@@ -305,6 +311,7 @@ func (s *suite) present() map[string]bool {
 		"lock.Semaphore":    s.sem,
 		"lock.HolderLister": s.holders,
 		"lock.Revoker":      s.revoker,
+		"lock.QueueLister":  s.queuer,
 	}
 }
 
@@ -319,7 +326,7 @@ func (s *suite) checkUnimplemented(t *testing.T) map[string]bool {
 		impl, known := present[name]
 		switch {
 		case !known:
-			t.Errorf("locktest: Options.Unimplemented lists %q, not an optional interface (known: SessionExpirer, SessionStaller, SessionFreezer, lock.Observer, lock.SharedLocker, lock.Semaphore, lock.HolderLister, lock.Revoker)", name)
+			t.Errorf("locktest: Options.Unimplemented lists %q, not an optional interface (known: SessionExpirer, SessionStaller, SessionFreezer, lock.Observer, lock.SharedLocker, lock.Semaphore, lock.HolderLister, lock.Revoker, lock.QueueLister)", name)
 		case impl:
 			t.Errorf("locktest: Options.Unimplemented lists %q, but the backend implements it: remove it from the list", name)
 		}

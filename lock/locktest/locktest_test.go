@@ -152,6 +152,10 @@ func TestSuiteCatchesFaults(t *testing.T) {
 		{"expiry-reports-released", "Revoke", true, "revoked lease: Err() = "},
 		{"revoke-all-permits", "RevokeSemaphore", true, "Err() = "},
 		{"revoke-needs-holder", "RevokeFrozenHolder", true, "waiter's Acquire after a frozen holder was revoked did not return"},
+		{"queue-waiters-reversed", "Queue", true, "want rising tokens (queue order)"},
+		{"queue-stale", "Queue", true, "after the holder released"},
+		{"queue-all-held", "Queue", true, "Held:true Position:1"},
+		{"queue-no-kind", "QueueShared", true, "shared true, token"},
 		{"holders-reversed", "Holders", true, "(grant order)"},
 		{"holders-not-shared", "Holders", true, "two readers and a queued writer"},
 		{"declared-unimplemented", "AcquireRelease", false, "PASS"},
@@ -280,11 +284,12 @@ type faulty struct {
 
 	mu      sync.Mutex
 	nextTok fencing.Token
-	held    map[string]lock.Lease  // reentrant
-	latest  map[string]lock.Lease  // the last lease granted per name
-	seen    map[string]lock.Holder // holder-cached
-	closers int                    // close-concurrent-early: Close calls in progress
-	arrived chan struct{}          // close-concurrent-early: closed when a second Close arrives
+	held    map[string]lock.Lease        // reentrant
+	latest  map[string]lock.Lease        // the last lease granted per name
+	seen    map[string]lock.Holder       // holder-cached
+	queues  map[string][]lock.QueueEntry // queue-stale
+	closers int                          // close-concurrent-early: Close calls in progress
+	arrived chan struct{}                // close-concurrent-early: closed when a second Close arrives
 }
 
 func (f *faulty) Acquire(ctx context.Context, name string) (lock.Lease, error) {
@@ -970,4 +975,45 @@ func (f *faulty) Revoke(ctx context.Context, name string, token fencing.Token) e
 		}
 	}
 	return f.MemLocker.Revoke(ctx, name, token)
+}
+
+func (f *faulty) Queue(ctx context.Context, name string) ([]lock.QueueEntry, error) {
+	es, err := f.MemLocker.Queue(ctx, name)
+	if err != nil {
+		return es, err
+	}
+	switch f.fault {
+	case "queue-waiters-reversed":
+		// Waiters listed newest first, as by a listing sorted the wrong
+		// way; positions renumbered.
+		i := slices.IndexFunc(es, func(e lock.QueueEntry) bool { return !e.Held })
+		if i >= 0 {
+			slices.Reverse(es[i:])
+		}
+		for j := range es {
+			es[j].Position = j
+		}
+	case "queue-stale":
+		// Remembers the first non-empty listing of each name.
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.queues == nil {
+			f.queues = map[string][]lock.QueueEntry{}
+		}
+		if old, ok := f.queues[name]; ok {
+			return old, nil
+		}
+		if len(es) > 0 {
+			f.queues[name] = es
+		}
+	case "queue-all-held":
+		for j := range es {
+			es[j].Held = true
+		}
+	case "queue-no-kind":
+		for j := range es {
+			es[j].Shared, es[j].Limit = false, 0
+		}
+	}
+	return es, nil
 }

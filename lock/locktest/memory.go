@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/queue"
@@ -45,6 +46,7 @@ type record struct {
 	gone  chan struct{} // closed when the record is deleted
 	why   error         // why it was deleted by someone else than its waiter
 	lease *memLease     // set when granted
+	since time.Time     // when it was created
 }
 
 // session groups a MemLocker's records, as an etcd lease or a ZooKeeper
@@ -154,7 +156,7 @@ func (m *Memory) createLocked(l *MemLocker, s *session, name string, req queue.R
 		m.queues = map[string][]*record{}
 	}
 	m.rev++
-	r := &record{name: name, token: m.rev, req: req, owner: l, sess: s, gone: make(chan struct{})}
+	r := &record{name: name, token: m.rev, req: req, owner: l, sess: s, gone: make(chan struct{}), since: time.Now()}
 	m.queues[name] = append(m.queues[name], r)
 	s.records[r] = true
 	m.notifyLocked(name, before)
@@ -194,7 +196,8 @@ func (m *Memory) notifyLocked(name string, before lock.Holder) {
 }
 
 // MemLocker is a [lock.Locker], [lock.Observer], [lock.SharedLocker],
-// [lock.Semaphore], [lock.HolderLister] and [lock.Revoker] on a [Memory]. It is safe for
+// [lock.Semaphore], [lock.HolderLister], [lock.Revoker] and
+// [lock.QueueLister] on a [Memory]. It is safe for
 // concurrent use. Holder and Observe report the earliest holder of a name
 // (for a shared lock or a semaphore, the one with the lowest token);
 // Holders reports all of them. Its leases are [lock.Lease]s; Release and Close never

@@ -25,6 +25,7 @@ type suite struct {
 	sem      bool           // the Lockers implement lock.Semaphore
 	holders  bool           // the Lockers implement lock.HolderLister
 	revoker  bool           // the Lockers implement lock.Revoker
+	queuer   bool           // the Lockers implement lock.QueueLister
 }
 
 // A subtest is one check. needs names the optional interface it depends
@@ -46,11 +47,13 @@ const (
 	needsHolders  = "lock.HolderLister (Locker)"
 	needsRevoker  = "lock.Revoker (Locker)"
 	needsFreezer  = "SessionFreezer (Harness)"
+	needsQueue    = "lock.QueueLister (Locker)"
 	// Two interfaces at once.
 	needsSharedExpirer = needsShared + " and " + needsExpirer
 	needsSemExpirer    = needsSem + " and " + needsExpirer
 	needsRevokerSem    = needsRevoker + " and " + needsSem
 	needsRevokerFreeze = needsRevoker + " and " + needsFreezer
+	needsQueueShared   = needsQueue + " and " + needsShared
 )
 
 func (s *suite) subtests() []subtest {
@@ -98,6 +101,8 @@ func (s *suite) subtests() []subtest {
 		{"Revoke", s.testRevoke, needsRevoker},
 		{"RevokeSemaphore", s.testRevokeSemaphore, needsRevokerSem},
 		{"RevokeFrozenHolder", s.testRevokeFrozen, needsRevokerFreeze},
+		{"Queue", s.testQueue, needsQueue},
+		{"QueueShared", s.testQueueShared, needsQueueShared},
 	}
 }
 
@@ -130,6 +135,10 @@ func (s *suite) has(need string) bool {
 		return s.revoker && s.sem
 	case needsRevokerFreeze:
 		return s.revoker && s.freezer != nil
+	case needsQueue:
+		return s.queuer
+	case needsQueueShared:
+		return s.queuer && s.shared
 	}
 	panic("locktest: unknown optional interface " + need)
 }

@@ -1,0 +1,101 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/internal/queue"
+	"github.com/fencelock/fencelock/lock"
+)
+
+var _ lock.QueueLister = (*Locker)(nil)
+
+// Queue returns every request of name in queue order, holders first (see
+// [lock.QueueLister]). It lists name's znodes and reads them all, in one
+// pipelined round trip after the listing, as [Locker.Holders] reads the
+// admitted ones; if one of them goes meanwhile, it reads again. Each
+// entry's Since is its znode's ctime, the clock of the server that was
+// leader when the request was made, to the millisecond. The answer comes
+// from the server the connection is on, which may lag the leader by a
+// moment.
+func (l *Locker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, error) {
+	if err := l.usable(ctx); err != nil {
+		return nil, fmt.Errorf("zklock: queue %q: %w", name, err)
+	}
+	if err := lock.ValidateName(name); err != nil {
+		return nil, fmt.Errorf("zklock: queue: %w", err)
+	}
+	if err := l.enter(); err != nil {
+		return nil, fmt.Errorf("zklock: queue %q: %w", name, err)
+	}
+	defer l.leave()
+	for {
+		es, err := l.queue(ctx, l.parent(name))
+		if err == nil && es != nil {
+			return es, nil
+		}
+		if err != nil && !isConnErr(err) {
+			return nil, fmt.Errorf("zklock: queue %q: %w", name, permission(err))
+		}
+		if err != nil {
+			if err := l.ss.awaitConnected(ctx, nil); err != nil {
+				return nil, fmt.Errorf("zklock: queue %q: %w", name, permission(err))
+			}
+		}
+	}
+}
+
+// queue reads every lock znode under parent. A nil list and a nil error
+// mean that one of them went meanwhile: read again.
+func (l *Locker) queue(ctx context.Context, parent string) ([]lock.QueueEntry, error) {
+	kids, err := call(ctx, l.g, nil, childrenOf(l.conn, parent))
+	if errors.Is(err, zk.ErrNoNode) {
+		return []lock.QueueEntry{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	q := queueOf(kids.names)
+	reqs := requestsOf(q)
+	type gd struct {
+		data []byte
+		stat *zk.Stat
+	}
+	futures := make([]*future[gd], len(q))
+	for i, k := range q {
+		futures[i] = start(l.g, func() (gd, error) {
+			d, st, err := l.conn.Get(parent + "/" + k)
+			return gd{d, st}, err
+		}, nil)
+	}
+	es := make([]lock.QueueEntry, 0, len(q))
+	var errs []error
+	gone := false
+	for i, f := range futures {
+		r, err := f.wait(ctx, l.g, nil)
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			gone = true
+		case err != nil:
+			errs = append(errs, err)
+		default:
+			es = append(es, lock.QueueEntry{
+				Holder:   holderOf(q[i], r.data, r.stat),
+				Held:     queue.Admitted(reqs, i),
+				Position: i,
+				Since:    time.UnixMilli(r.stat.Ctime),
+			})
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if gone {
+		return nil, nil
+	}
+	return es, nil
+}
