@@ -25,8 +25,9 @@
 // next to it (the same name ending in .txt). FENCELOCK_BENCH_QUICK=1 shrinks
 // every measurement for a smoke run, FENCELOCK_BENCH_BACKENDS=etcd (or
 // zookeeper) runs one backend only, and FENCELOCK_BENCH_ONLY lists the
-// measurements to run (uncontended, contended, failover, leases, waiters,
-// shared, semaphore).
+// measurements to run (uncontended, tls, contended, failover, leases,
+// waiters, shared, semaphore; tls, etcd only, is plain vs TLS with client
+// certificates and auth on a second, secured cluster).
 //
 // Recipes are compared on the same servers: single-client measurements
 // connect every recipe to the same follower, and the i-th client of a
