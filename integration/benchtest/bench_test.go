@@ -106,7 +106,7 @@ type backendReport struct {
 	Waiters       []waitersResult     `json:"waiters"`
 	Shared        []sharedResult      `json:"shared"`
 	Semaphore     []sharedResult      `json:"semaphore"`
-	TLS           []uncontendedResult `json:"tls,omitempty"` // etcd: plain vs TLS (tls_test.go)
+	TLS           []uncontendedResult `json:"tls,omitempty"` // plain vs TLS (tls_test.go)
 	Targets       []target            `json:"targets"`
 }
 
@@ -234,12 +234,14 @@ func runBackend(t *testing.T, kind cluster.Kind, cfg config) *backendReport {
 		skipUnlessSelected(t, "uncontended")
 		br.Uncontended = measureUncontended(t, byRole(roleFencelock, roleReference, roleFloor), at, cfg)
 	})
-	if kind == cluster.Etcd {
-		t.Run("tls", func(t *testing.T) {
-			skipUnlessSelected(t, "tls")
+	t.Run("tls", func(t *testing.T) {
+		skipUnlessSelected(t, "tls")
+		if kind == cluster.Etcd {
 			br.TLS = measureTLS(t, at, cfg)
-		})
-	}
+		} else {
+			br.TLS = measureZKTLS(t, at, cfg)
+		}
+	})
 	t.Run("contended", func(t *testing.T) {
 		skipUnlessSelected(t, "contended")
 		// Each recipe's window is cut into cfg.Repeats parts, run in
@@ -342,7 +344,7 @@ func printBackend(w io.Writer, br *backendReport, cfg config) {
 		fmt.Fprintf(tw, "%s\t %s\t %.2f\t %.2f\t %.0f\t %.1f\t %.0f\t %s\t %s\t %s\t\n", u.Recipe, u.Role, u.Latency.P50, u.Latency.P99, u.CyclesPerSec, u.RequestsPerCycle, u.ClientCPUUs, vsRef, vsFloor, cyc)
 	}
 	tw.Flush()
-	printTLS(w, br.TLS, cfg)
+	printTLS(w, br.Backend, br.TLS, cfg)
 
 	fmt.Fprintf(w, "\nContended handoff, one lock, each client its own connection and session, %.0fs window per row (%d parts, recipes in alternating order); requests and watch events counted on every client's connection (herd check):\n", cfg.WindowSec, cfg.Repeats)
 	fmt.Fprintln(tw, "clients\t recipe\t grants/s\t wait p50 ms\t wait p99 ms\t handoff p50 ms\t handoff p99 ms\t requests/grant\t events/grant\t client CPU µs/grant\t grants/s vs ref\t")

@@ -2,9 +2,12 @@ package benchtest
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -15,7 +18,9 @@ import (
 
 	"github.com/fencelock/fencelock/etcdlock"
 	"github.com/fencelock/fencelock/integration/cluster"
+	"github.com/fencelock/fencelock/integration/internal/certs"
 	"github.com/fencelock/fencelock/lock"
+	"github.com/fencelock/fencelock/zklock"
 )
 
 // The cost of TLS: uncontended acquire+release on the plain cluster of the
@@ -102,24 +107,115 @@ func measureTLS(t *testing.T, plainAt placement, cfg config) []uncontendedResult
 	return measureUncontended(t, rs, plainAt, cfg)
 }
 
+// measureZKTLS is measureTLS for ZooKeeper: the plain zklock row of the
+// run's ensemble against a second ensemble with a TLS client port per
+// server (client certificates required; quorum traffic stays plain) and
+// digest credentials, whose ACLs then guard every znode the Locker
+// creates. Rows: the plain zklock recipe; zklock.Dial with WithTLS and
+// WithDigest; and lock.Open from a URL with the certificate files, the
+// user and password_env. Requests are not counted on the TLS rows (the
+// counting dialer reads frames of the plain protocol).
+func measureZKTLS(t *testing.T, plainAt placement, cfg config) []uncontendedResult {
+	ca, err := certs.NewAuthority(t.TempDir(), "benchzk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := ca.Issue("zk-server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := ca.Issue("bench-client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := cluster.FromEnv(t).Start(t, cluster.ZooKeeper, cluster.WithZKSecurity(cluster.ZKSecurity{KeyStore: server.BundleFile, TrustStore: ca.CAFile}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leader, err := sc.Leader(ctx)
+	if err != nil {
+		t.Fatalf("Leader() = %v", err)
+	}
+	follower := sc.SecureEndpoints()[(leader+1)%len(sc.Members)]
+	pem, err := os.ReadFile(ca.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		t.Fatalf("%s holds no certificate", ca.CAFile)
+	}
+	pair, err := tls.LoadX509KeyPair(client.CertFile, client.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsCfg := &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	pw := cluster.RandomSecret()
+	t.Setenv("FENCELOCK_BENCH_TLS_PW", pw)
+	q := url.Values{"ca_file": {ca.CAFile}, "cert_file": {client.CertFile}, "key_file": {client.KeyFile}, "password_env": {"FENCELOCK_BENCH_TLS_PW"}}
+
+	plain := zkRecipes(nil)[0] // "zklock"
+	if plain.name != "zklock" {
+		t.Fatalf("the first ZooKeeper recipe is %q; want zklock", plain.name)
+	}
+	plain.name = "zklock, plain"
+	rs := []recipe{
+		plain,
+		{
+			name: "zklock, TLS+digest",
+			role: roleFencelock,
+			dial: func(_ []string, _ *counters, ttl time.Duration) (conn, error) {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				l, err := zklock.Dial(ctx, []string{follower}, zklock.WithRoot(fencelockRoot), zklock.WithSessionTimeout(ttl),
+					zklock.WithTLS(tlsCfg), zklock.WithDigest("bench", pw))
+				if err != nil {
+					return nil, err
+				}
+				return zklockConn{l}, nil
+			},
+		},
+		{
+			name: "lock.Open, TLS+digest",
+			role: roleFencelock,
+			dial: func(_ []string, _ *counters, ttl time.Duration) (conn, error) {
+				u := url.URL{Scheme: "zk", User: url.User("bench"), Host: follower, Path: fencelockRoot,
+					RawQuery: q.Encode() + "&session_timeout=" + ttl.String()}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				l, err := lock.Open(ctx, u.String())
+				if err != nil {
+					return nil, err
+				}
+				return openConn{l}, nil
+			},
+		},
+	}
+	return measureUncontended(t, rs, plainAt, cfg)
+}
+
 // openConn is a Locker that owns its client.
 type openConn struct{ l lock.Locker }
 
 func (c openConn) client() (client, error) { return lockerClient{c.l}, nil }
 func (c openConn) close() error            { return c.l.Close() }
 
-// printTLS prints the rows of measureTLS, each against the plain row.
-func printTLS(w io.Writer, rows []uncontendedResult, cfg config) {
+// printTLS prints the rows of measureTLS or measureZKTLS, each against
+// the plain row.
+func printTLS(w io.Writer, kind cluster.Kind, rows []uncontendedResult, cfg config) {
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nTLS cost: uncontended acquire+release, 1 client connected to a follower, plain cluster vs one with TLS (clients and peers), client certificates and auth, %d cycles each (%d interleaved rounds):\n", cfg.Rounds*cfg.Cycles, cfg.Rounds)
+	secured := "one with TLS (clients and peers), client certificates and auth"
+	if kind == cluster.ZooKeeper {
+		secured = "one with a TLS client port (client certificates required) and digest credentials with ACLs"
+	}
+	fmt.Fprintf(w, "\nTLS cost: uncontended acquire+release, 1 client connected to a follower, plain cluster vs %s, %d cycles each (%d interleaved rounds):\n", secured, cfg.Rounds*cfg.Cycles, cfg.Rounds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "recipe\t p50 ms\t p99 ms\t cycles/s\t requests/cycle\t client CPU µs/cycle\t p50 vs plain\t cycles/s vs plain\t")
 	base := rows[0]
 	for _, u := range rows {
 		reqs := fmt.Sprintf("%.1f", u.RequestsPerCycle)
-		if strings.HasPrefix(u.Recipe, "lock.Open") {
+		if strings.HasPrefix(u.Recipe, "lock.Open") || u.Recipe == "zklock, TLS+digest" {
 			reqs = "-"
 		}
 		fmt.Fprintf(tw, "%s\t %.2f\t %.2f\t %.0f\t %s\t %.0f\t %s\t %s\t\n", u.Recipe, u.Latency.P50, u.Latency.P99, u.CyclesPerSec, reqs, u.ClientCPUUs,
