@@ -5,26 +5,42 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/lock"
 )
 
 // Observe sends the current holder of name, then every change of holder,
-// in order, until ctx is done, the Locker closes, or the watch fails. A zero
-// Holder (Token 0) means the lock is free. The channel is unbuffered and
-// closed at the end; the returned function then tells why (ctx's error, an
-// error wrapping [lock.ErrClosed], or the watch's failure).
+// in order, until ctx is done or the Locker closes. A zero Holder (Token 0)
+// means the lock is free; a holder is never sent twice in a row. The
+// channel is unbuffered and closed at the end; the returned function then
+// tells why (ctx's error or an error wrapping [lock.ErrClosed]).
 //
-// It reads the holder once and then follows a watch on name's records, so
-// it costs no polling. When the holder's record is deleted, the next holder
-// is read at the revision of that deletion, so no holder between two events
-// is skipped. A watch that the server cancels (for instance because the
-// revisions it needs were compacted) ends the observation with an error.
-// The read of the next holder is retried like [Locker.Holder]'s, each
-// attempt bounded; every request of the observation ends when ctx is done
-// or Close starts, so Close never waits on an unreachable cluster.
+// It reads the holder once and then follows a watch on name's records from
+// the revision of that read, so it costs no polling and sees every event:
+// each grant, each release, and the free moment between a release and a
+// grant that was not already queued. When the holder's record is deleted,
+// the next holder is read at the revision of that deletion, so no holder
+// between two events is skipped.
+//
+// The observation does not end when the watch does. A watch that the
+// client resumes after a lost connection or a member's restart goes on
+// from the last revision it delivered. A watch the server cancels for
+// another reason (a member that lost its leader, a leader change) is
+// created again from the revision after the last event it delivered, so
+// again nothing is missed. Only a compaction of the revisions the
+// observation still needs (it was cut off, or its reader stalled, for
+// longer than the cluster keeps history) loses events: the observation
+// then reads the current holder, sends it if it is not the one last sent,
+// and watches again from that read. Across a compaction it therefore
+// reports the state before and the state after, not the grants that came
+// and went in between. Failed reads are retried with backoff for as long
+// as the observation lasts, each attempt bounded; every request of the
+// observation ends when ctx is done or Close starts, so Close never waits
+// on an unreachable cluster.
 func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, nil, fmt.Errorf("etcdlock: observe %q: %w", name, err)
@@ -89,48 +105,126 @@ func firstHolder(resp *clientv3.GetResponse) (lock.Holder, string) {
 	return holderOf(resp.Kvs[0]), string(resp.Kvs[0].Key)
 }
 
-// observation is one Observe's state: the holder last sent and the key
-// of its record.
+// observation is one Observe's state: the holder last sent, the key of
+// its record, and the revision up to which the observation has seen every
+// event.
 type observation struct {
-	l        *Locker
-	ctx      context.Context // the caller's
-	wctx     context.Context // ends with ctx and with Close
-	pfx      string
-	ch       chan<- lock.Holder
-	cur      lock.Holder
-	curKey   string
-	firstRev int64
+	l      *Locker
+	ctx    context.Context // the caller's
+	wctx   context.Context // ends with ctx and with Close
+	pfx    string
+	ch     chan<- lock.Holder
+	cur    lock.Holder
+	curKey string
+	rev    int64
 }
 
+// errResync says that the events since o.rev cannot all be had (they were
+// compacted, or the next holder could not be read at its revision): the
+// observation must read the current holder instead.
+var errResync = errors.New("events compacted")
+
+// observeBackoffMax caps the pause between two attempts to re-establish
+// an observation that keeps failing.
+const observeBackoffMax = 2 * time.Second
+
 func (l *Locker) observe(ctx, wctx context.Context, pfx string, first *clientv3.GetResponse, ch chan<- lock.Holder) error {
-	o := &observation{l: l, ctx: ctx, wctx: wctx, pfx: pfx, ch: ch, firstRev: first.Header.Revision}
+	o := &observation{l: l, ctx: ctx, wctx: wctx, pfx: pfx, ch: ch, rev: first.Header.Revision}
 	o.cur, o.curKey = firstHolder(first)
 	if err := o.send(); err != nil {
 		return err
 	}
-	wch := l.client.Watch(wctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(o.firstRev+1))
+	backoff := time.Duration(0)
+	for {
+		progressed, err := o.follow()
+		if stop := o.stopped(); stop != nil {
+			return stop
+		}
+		if progressed {
+			backoff = 0
+		}
+		if errors.Is(err, errResync) {
+			l.opts.Logger.Info("etcdlock: observe: events compacted; reading the current holder", "prefix", pfx, "revision", o.rev, "err", err)
+			if err := o.resync(); err != nil {
+				if stop := o.stopped(); stop != nil {
+					return stop
+				}
+				l.opts.Logger.Warn("etcdlock: observe: cannot read the current holder; retrying", "prefix", pfx, "err", err)
+				// o.rev is unchanged, so the next watch fails the
+				// same way and the read is tried again.
+			}
+		} else {
+			l.opts.Logger.Debug("etcdlock: observe: watch ended; watching again", "prefix", pfx, "from_revision", o.rev+1, "err", err)
+		}
+		if !o.pause(backoff) {
+			return o.stopped()
+		}
+		backoff = min(max(2*backoff, retryDelay), observeBackoffMax)
+	}
+}
+
+// stopped returns why the observation must end (ctx's error or
+// lock.ErrClosed), or nil while it goes on.
+func (o *observation) stopped() error {
+	switch {
+	case o.ctx.Err() != nil:
+		return o.ctx.Err()
+	case o.l.closing.Err() != nil:
+		return lock.ErrClosed
+	}
+	return nil
+}
+
+// pause waits d, and reports false if the observation ended meanwhile.
+func (o *observation) pause(d time.Duration) bool {
+	if d <= 0 {
+		return o.stopped() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-o.wctx.Done():
+		return false
+	}
+}
+
+// follow watches the records from o.rev+1 and sends the changes of holder
+// it sees, until the watch ends. progressed says that the watch delivered
+// something; errResync that the events it needs are gone.
+func (o *observation) follow() (progressed bool, err error) {
+	// The watch gets a context of its own, so that the client's watcher
+	// is released when this one ends, whatever ended it. A member cut off
+	// from the leader cancels the watch rather than keep it open and
+	// silent.
+	fctx, cancel := context.WithCancel(clientv3.WithRequireLeader(o.wctx))
+	defer cancel()
+	wch := o.l.client.Watch(fctx, o.pfx, clientv3.WithPrefix(), clientv3.WithRev(o.rev+1))
 	for {
 		var wr clientv3.WatchResponse
 		var ok bool
 		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-l.closing.Done():
-			return lock.ErrClosed
+		case <-o.wctx.Done():
+			return progressed, o.wctx.Err()
 		case wr, ok = <-wch:
 		}
 		switch {
 		case !ok:
-			return l.observeEnd(ctx, lock.ErrClosed)
+			return progressed, errors.New("watch channel closed")
+		case wr.CompactRevision != 0 || errors.Is(wr.Err(), rpctypes.ErrCompacted):
+			return progressed, fmt.Errorf("%w: watch from revision %d, compacted up to %d", errResync, o.rev+1, wr.CompactRevision)
 		case wr.Err() != nil:
-			return l.observeEnd(ctx, wr.Err())
+			return progressed, wr.Err()
 		case wr.Canceled:
-			return errors.New("watch cancelled by the server")
+			return progressed, errors.New("watch cancelled by the server")
 		}
+		progressed = true
 		for _, ev := range wr.Events {
 			if err := o.event(ev); err != nil {
-				return err
+				return progressed, err
 			}
+			o.rev = ev.Kv.ModRevision
 		}
 	}
 }
@@ -147,14 +241,22 @@ func (o *observation) send() error {
 	}
 }
 
+// move sends next as the holder unless it is the one last sent.
+func (o *observation) move(next lock.Holder, nextKey string) error {
+	if next == o.cur {
+		o.curKey = nextKey
+		return nil
+	}
+	o.cur, o.curKey = next, nextKey
+	return o.send()
+}
+
 // event takes one change of the lock's records and sends the holder it
 // leads to, if that is a new one.
 func (o *observation) event(ev *clientv3.Event) error {
-	var next lock.Holder
-	var nextKey string
 	switch {
 	case ev.Type == clientv3.EventTypePut && o.curKey == "" && ev.IsCreate():
-		next, nextKey = holderOf(ev.Kv), string(ev.Kv.Key)
+		return o.move(holderOf(ev.Kv), string(ev.Kv.Key))
 	case ev.Type == clientv3.EventTypeDelete && string(ev.Kv.Key) == o.curKey:
 		// Each attempt is bounded too (see call), so a member that
 		// stopped answering is left for another.
@@ -165,28 +267,35 @@ func (o *observation) event(ev *clientv3.Event) error {
 			return err
 		})
 		if err != nil {
-			return o.l.observeEnd(o.ctx, fmt.Errorf("read the next holder: %w", err))
+			if stop := o.stopped(); stop != nil {
+				return stop
+			}
+			// Compacted, or refused: the state at that revision is
+			// out of reach, the current one is not.
+			return fmt.Errorf("%w: read the next holder at revision %d: %w", errResync, ev.Kv.ModRevision, err)
 		}
-		next, nextKey = firstHolder(resp)
-	default:
-		return nil
+		next, nextKey := firstHolder(resp)
+		return o.move(next, nextKey)
 	}
-	if next == o.cur {
-		return nil
-	}
-	o.cur, o.curKey = next, nextKey
-	return o.send()
+	return nil
 }
 
-// observeEnd returns why an observation ended when a request or the watch
-// failed: ctx's error if ctx is done, lock.ErrClosed if the Locker is
-// closing (wctx ends with both), and err otherwise.
-func (l *Locker) observeEnd(ctx context.Context, err error) error {
-	switch {
-	case ctx.Err() != nil:
-		return ctx.Err()
-	case l.closing.Err() != nil:
-		return lock.ErrClosed
+// resync reads the current holder, sends it if it is not the one last
+// sent, and moves the observation to the revision of the read.
+func (o *observation) resync() error {
+	var resp *clientv3.GetResponse
+	err := o.l.call(o.wctx, nil, func(actx context.Context) error {
+		var err error
+		resp, err = o.l.client.Get(actx, o.pfx, clientv3.WithFirstCreate()...)
+		return err
+	})
+	if err != nil {
+		return err
 	}
-	return err
+	next, nextKey := firstHolder(resp)
+	if err := o.move(next, nextKey); err != nil {
+		return err
+	}
+	o.rev = resp.Header.Revision
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -13,22 +14,40 @@ import (
 )
 
 // Observe sends the current holder of name, then every change of holder,
-// until ctx ends, the Locker is closed, or a request fails for a reason
-// other than a passing disconnection. A zero Holder means the lock is free.
-// The changes are queued inside the observation, so a slow reader misses
-// nothing the observation saw.
+// until ctx ends or the Locker is closed. A zero Holder means the lock is
+// free; a holder is never sent twice in a row. The changes are queued
+// inside the observation, so a slow reader misses nothing the observation
+// saw. The channel is closed at the end; the returned function then tells
+// why (ctx's cause or an error wrapping [lock.ErrClosed]).
 //
 // The observation follows a child watch on the lock's parent and lists the
-// children after every change. go-zookeeper v1.0.4 has no persistent
-// watches, and a listing shows only the present, so:
+// children after every change. It does not end when the connection does:
+// a watch that a reconnection in the same session restores fires at once
+// if anything changed meanwhile, one that an expired session drops fires
+// too, and either way the observation lists the children again on the new
+// connection or session and sets a new watch. A request that fails for
+// another reason (a refusal, say) is logged and retried with backoff.
 //
-//   - A grant whose znode is created and deleted between two listings
-//     (within about one round trip) is not seen and not reported.
-//   - A free moment between two grants is reported when the parent's child
-//     version shows that the old holder's znode was deleted before the new
-//     one was created (ZooKeeper numbers sequential children with that
-//     version); when other changes in between make it ambiguous, it is not.
-//   - What is reported is in grant order: tokens rise.
+// go-zookeeper v1.0.4 has no persistent watches: a child watch fires once,
+// and a listing shows only the present. What is and is not reported
+// follows from that (see the package doc, "What Observe reports"):
+//
+//   - The final state is always reported: once the lock stops changing,
+//     the next listing shows it.
+//   - A holder that still holds when the first listing after its grant is
+//     served is reported. That listing starts when the watch event of the
+//     change before it arrives, so a grant that lasts longer than one round
+//     trip (event to the client, listing to the server) plus the client's
+//     own delays is reported; a grant created and deleted inside that
+//     window is not. While the Locker is disconnected the window lasts
+//     until it has reconnected.
+//   - A free moment between two grants is reported when a listing shows
+//     the lock free, or when the parent's child version shows that the old
+//     holder's znode was deleted before the new one was created (ZooKeeper
+//     numbers sequential children with that version); when other changes
+//     in between make it ambiguous, it is not.
+//   - What is reported is in grant order: tokens rise, with at most one
+//     zero Holder between two holders.
 func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, nil, fmt.Errorf("zklock: observe %q: %w", name, err)
@@ -51,12 +70,12 @@ type observation struct {
 	parent string
 	out    chan lock.Holder
 
-	mu  sync.Mutex
-	err error
-
+	mu    sync.Mutex
+	err   error
 	queue []lock.Holder // changes not yet sent
 
-	// What the last listing showed.
+	// What the last listing showed, and what it reported: touched only by
+	// the one listing that runs at a time.
 	listed      bool
 	parentCzxid int64
 	cversion    int32
@@ -71,50 +90,95 @@ func (o *observation) error() error {
 	return o.err
 }
 
+// run feeds the reader from the queue and keeps one listing or one watch
+// going at all times. A listing runs on its own goroutine, so that a
+// listing waiting for the connection never holds back what is queued.
 func (o *observation) run(ctx context.Context) {
 	defer close(o.out)
-	fail := func(err error) {
+	end := func(err error) {
 		o.mu.Lock()
-		o.err = fmt.Errorf("zklock: observe %q: %w", o.name, permission(err))
+		o.err = fmt.Errorf("zklock: observe %q: %w", o.name, err)
 		o.mu.Unlock()
 	}
-	var watch <-chan zk.Event
-	for {
-		if watch == nil {
+	type listed struct {
+		watch <-chan zk.Event
+		err   error
+	}
+	results := make(chan listed, 1) // at most one listing runs
+	listing := false
+	relist := func() {
+		listing = true
+		o.l.g.spawn(func() {
 			w, err := o.list(ctx)
-			switch {
-			case err == nil:
-				watch = w
-			case isConnErr(err):
-				if err := o.l.ss.awaitConnected(ctx, nil); err != nil {
-					fail(err)
-					return
-				}
-				continue
-			default:
-				fail(err)
-				return
+			if err != nil && !isStop(err) && isConnErr(err) {
+				// Requests queue in go-zookeeper while it reconnects;
+				// waiting here keeps a connection that fails at once
+				// from spinning.
+				_ = o.l.ss.awaitConnected(ctx, nil)
 			}
-		}
+			results <- listed{w, err}
+		})
+	}
+	var (
+		watch   <-chan zk.Event
+		retry   <-chan time.Time
+		backoff time.Duration
+	)
+	relist()
+	for {
 		var send chan lock.Holder
 		var head lock.Holder
+		o.mu.Lock()
 		if len(o.queue) > 0 {
 			send, head = o.out, o.queue[0]
 		}
+		o.mu.Unlock()
 		select {
 		case send <- head:
+			o.mu.Lock()
 			o.queue = o.queue[1:]
+			o.mu.Unlock()
+		case r := <-results:
+			listing = false
+			switch {
+			case r.err == nil:
+				watch, backoff = r.watch, 0
+			case ctx.Err() != nil || o.l.ss.isClosed():
+				// The select ends it below.
+			case isConnErr(r.err):
+				o.l.o.Logger.Debug("zklock: observe: listing failed with the connection; listing again", "name", o.name, "err", r.err)
+				relist()
+			default:
+				backoff = min(max(2*backoff, observeRetryMin), observeRetryMax)
+				o.l.o.Logger.Warn("zklock: observe: listing failed; retrying", "name", o.name, "in", backoff, "err", permission(r.err))
+				retry = time.After(backoff)
+			}
 		case <-watch:
 			watch = nil
+			if !listing && retry == nil {
+				relist()
+			}
+		case <-retry:
+			retry = nil
+			if !listing {
+				relist()
+			}
 		case <-ctx.Done():
-			fail(context.Cause(ctx))
+			end(context.Cause(ctx))
 			return
 		case <-o.l.g.closing:
-			fail(lock.ErrClosed)
+			end(lock.ErrClosed)
 			return
 		}
 	}
 }
+
+// observeRetryMin and observeRetryMax bound the backoff of an observation
+// whose listings fail for a reason other than the connection.
+const (
+	observeRetryMin = 50 * time.Millisecond
+	observeRetryMax = 2 * time.Second
+)
 
 // list takes one listing, queues the changes it reveals, and returns the
 // watch for the next change.
@@ -209,7 +273,9 @@ func (o *observation) report(child string, h lock.Holder) {
 	}
 	o.reported = true
 	o.holder = child
+	o.mu.Lock()
 	o.queue = append(o.queue, h)
+	o.mu.Unlock()
 }
 
 // freeBetween reports whether, according to the parent's child version,

@@ -130,6 +130,10 @@ func TestSuiteCatchesFaults(t *testing.T) {
 		{"cancel-drops-late-grant", "CancelInFlight", true, "--- FAIL"},
 		{"release-cancelled-noop", "ReleaseCancelledContext", true, "Done() open after Release returned"},
 		{"observe-outlives-close", "ObserveEndsOnClose", true, "channel open after Close returned"},
+		{"none", "ObserveSessionLoss", false, "PASS"},
+		{"observe-ends-on-loss", "ObserveSessionLoss", true, "observation ended: observe: watch lost with the connection"},
+		{"observe-deaf-after-loss", "ObserveSessionLoss", true, "no holder observed within"},
+		{"observe-repeats-after-loss", "ObserveSessionLoss", true, "twice in a row"},
 		{"shared-is-exclusive", "SharedExclusion", true, "AcquireShared while another Locker's reader holds did not return"},
 		{"shared-ignores-writer", "SharedExclusion", true, "TryAcquire while readers hold = "},
 		{"readers-overtake", "SharedFIFO", true, "reader that arrived after a queued writer returned"},
@@ -234,6 +238,7 @@ func (h *faultyHarness) NewLocker(t *testing.T, identity string) lock.Locker {
 func (h *faultyHarness) FreezeSession(t *testing.T, l lock.Locker) func() {
 	f := l.(*faulty)
 	thawed := make(chan struct{})
+	f.cutOff()
 	h.mu.Lock()
 	if h.frozen == nil {
 		h.frozen = map[*faulty]chan struct{}{}
@@ -254,6 +259,7 @@ func (h *faultyHarness) StallSession(t *testing.T, l lock.Locker) {
 
 func (h *faultyHarness) ExpireSession(t *testing.T, l lock.Locker) {
 	f := l.(*faulty)
+	f.cutOff()
 	f.m.ExpireSession(f.MemLocker)
 }
 
@@ -288,6 +294,7 @@ type faulty struct {
 	latest  map[string]lock.Lease        // the last lease granted per name
 	seen    map[string]lock.Holder       // holder-cached
 	queues  map[string][]lock.QueueEntry // queue-stale
+	cut     chan struct{}                // closed and replaced when the harness cuts the Locker off
 	closers int                          // close-concurrent-early: Close calls in progress
 	arrived chan struct{}                // close-concurrent-early: closed when a second Close arrives
 }
@@ -493,6 +500,9 @@ func (f *faulty) Observe(ctx context.Context, name string) (<-chan lock.Holder, 
 	}
 	out := make(chan lock.Holder)
 	switch f.fault {
+	case "observe-ends-on-loss", "observe-deaf-after-loss", "observe-repeats-after-loss":
+		out, errf := f.observeAfterLoss(ctx, ch, errf)
+		return out, errf, nil
 	case "observe-outlives-close":
 		// Forwards until ctx ends, not when the Locker closes.
 		go func() {
@@ -550,6 +560,86 @@ func (f *faulty) Observe(ctx context.Context, name string) (<-chan lock.Holder, 
 		}
 	}()
 	return out, errf, nil
+}
+
+// cutOff tells the observe-*-after-loss faults that the harness cut the
+// Locker off (froze, stalled or expired its session).
+func (f *faulty) cutOff() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cut != nil {
+		close(f.cut)
+	}
+	f.cut = make(chan struct{})
+}
+
+func (f *faulty) cutChan() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cut == nil {
+		f.cut = make(chan struct{})
+	}
+	return f.cut
+}
+
+// observeAfterLoss forwards an observation until the harness cuts the
+// Locker off, and then, by fault: ends it (as an observer that treats a
+// lost connection as the end), stops forwarding (one whose watch is not
+// set again on the new connection), or sends the last holder again (one
+// that reports the listing it takes after reconnecting unconditionally).
+func (f *faulty) observeAfterLoss(ctx context.Context, ch <-chan lock.Holder, errf func() error) (<-chan lock.Holder, func() error) {
+	out := make(chan lock.Holder)
+	var mu sync.Mutex
+	var endErr error
+	cut := f.cutChan()
+	go func() {
+		defer close(out)
+		var last lock.Holder
+		have := false
+		for {
+			select {
+			case h, ok := <-ch:
+				if !ok {
+					return
+				}
+				last, have = h, true
+				select {
+				case out <- h:
+				case <-ctx.Done():
+					return
+				}
+			case <-cut:
+				switch f.fault {
+				case "observe-ends-on-loss":
+					mu.Lock()
+					endErr = errors.New("observe: watch lost with the connection")
+					mu.Unlock()
+					return
+				case "observe-deaf-after-loss":
+					<-ctx.Done()
+					return
+				}
+				cut = f.cutChan()
+				if have {
+					select {
+					case out <- last:
+					case <-ctx.Done():
+						return
+					}
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if endErr != nil {
+			return endErr
+		}
+		return errf()
+	}
 }
 
 func validName(name string) string {

@@ -54,6 +54,7 @@ const (
 	needsRevokerSem    = needsRevoker + " and " + needsSem
 	needsRevokerFreeze = needsRevoker + " and " + needsFreezer
 	needsQueueShared   = needsQueue + " and " + needsShared
+	needsObserveLoss   = needsObserver + " and " + needsStaller
 )
 
 func (s *suite) subtests() []subtest {
@@ -86,6 +87,7 @@ func (s *suite) subtests() []subtest {
 		{"LossDoneBeforeNextGrant", s.testLossDoneBeforeNextGrant, needsStaller},
 		{"Observe", s.testObserve, needsObserver},
 		{"ObserveEndsOnClose", s.testObserveEndsOnClose, needsObserver},
+		{"ObserveSessionLoss", s.testObserveSessionLoss, needsObserveLoss},
 		{"SharedExclusion", s.testSharedExclusion, needsShared},
 		{"SharedFIFO", s.testSharedFIFO, needsShared},
 		{"TryAcquireShared", s.testTryAcquireShared, needsShared},
@@ -139,6 +141,8 @@ func (s *suite) has(need string) bool {
 		return s.queuer
 	case needsQueueShared:
 		return s.queuer && s.shared
+	case needsObserveLoss:
+		return s.observer && s.staller != nil
 	}
 	panic("locktest: unknown optional interface " + need)
 }

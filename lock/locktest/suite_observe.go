@@ -190,3 +190,161 @@ func (s *suite) testObserveEndsOnClose(t *testing.T) {
 	mustRelease(t, ctx, le)
 	s.noOrphans(t, name, "Release")
 }
+
+// observed reads one observation for a check, and fails the check when the
+// channel closes or the same holder is sent twice in a row.
+type observed struct {
+	s       *suite
+	ch      <-chan lock.Holder
+	errf    func() error
+	last    lock.Holder
+	started bool
+}
+
+// next returns the next holder observed.
+func (ob *observed) next(t *testing.T, what string) lock.Holder {
+	t.Helper()
+	timer := time.NewTimer(ob.s.o.Timeout)
+	defer timer.Stop()
+	select {
+	case h, ok := <-ob.ch:
+		if !ok {
+			t.Fatalf("%s: observation ended: %v; want it to go on until its context ends", what, ob.errf())
+		}
+		if ob.started && h == ob.last {
+			t.Errorf("%s: observed %+v twice in a row; want each change reported once", what, h)
+		}
+		ob.started, ob.last = true, h
+		return h
+	case <-timer.C:
+		t.Fatalf("%s: no holder observed within %v", what, ob.s.o.Timeout)
+		return lock.Holder{}
+	}
+}
+
+// expect checks that the next holder observed is want.
+func (ob *observed) expect(t *testing.T, want lock.Holder, what string) {
+	t.Helper()
+	if got := ob.next(t, what); got != want {
+		t.Errorf("%s: observed %+v; want %+v", what, got, want)
+	}
+}
+
+// reach reads until the observation reports want, the state after changes
+// made while the observing Locker was cut off. What it reports before must
+// be, in order, some of between: a backend that lost track of the events
+// of the outage (an etcd compaction, a ZooKeeper watch that fired once)
+// may report only the state it finds afterwards, but never a state that did
+// not happen or one out of order.
+func (ob *observed) reach(t *testing.T, want lock.Holder, between []lock.Holder, what string) []lock.Holder {
+	t.Helper()
+	var seen []lock.Holder
+	for rest := between; ; {
+		got := ob.next(t, what)
+		seen = append(seen, got)
+		if got == want {
+			return seen
+		}
+		i := slices.Index(rest, got)
+		if i < 0 {
+			t.Fatalf("%s: observed %+v; want, in order, a subsequence of %+v, then %+v (observed so far: %+v)", what, got, between, want, seen)
+		}
+		rest = rest[i+1:]
+	}
+}
+
+// testObserveSessionLoss checks that an observation outlives the loss of
+// its Locker's connection and session: frozen for a moment
+// (SessionFreezer), cut off until the server expired its session
+// (SessionStaller), and its session ended by the server (SessionExpirer).
+// After each, the observation reports the state the lock is in (having
+// reported, in order, at most the states in between), and afterwards
+// every change one at a time, vacancy included; it reports no holder
+// twice in a row and ends only with its context.
+func (s *suite) testObserveSessionLoss(t *testing.T) {
+	ctx := s.ctx(t)
+	name := lockName(t)
+	idA, idB := identity("a"), identity("b")
+	watcher := s.newLocker(t, identity("w"))
+	o := watcher.(lock.Observer) // run only for Observers
+	a := s.newLocker(t, idA)
+	b := s.newLocker(t, idB)
+
+	// The harness can only stall or expire a session that exists: the
+	// watcher holds a lock of its own.
+	own := s.mustAcquire(t, ctx, watcher, name+"-own")
+
+	octx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, errf, err := o.Observe(octx, name)
+	if err != nil {
+		t.Fatalf("Observe(%q) = %v; want nil", name, err)
+	}
+	ob := &observed{s: s, ch: ch, errf: errf}
+	free := lock.Holder{}
+	ob.expect(t, free, "initial state (free)")
+	la := s.mustAcquire(t, ctx, a, name)
+	ob.expect(t, lock.Holder{Identity: idA, Token: la.Token()}, "a acquired")
+
+	// Changes while the watcher is frozen.
+	cur := la
+	if s.freezer != nil {
+		thaw := s.freezer.FreezeSession(t, watcher)
+		mustRelease(t, ctx, la)
+		lb := s.mustAcquire(t, ctx, b, name)
+		thaw()
+		seen := ob.reach(t, lock.Holder{Identity: idB, Token: lb.Token()}, []lock.Holder{free}, "b acquired while the watcher was frozen")
+		t.Logf("observed across a freeze: %+v", seen)
+		cur = lb
+	}
+
+	// Changes while the watcher is cut off until its session expires:
+	// made once the watcher's own lease has ended, which it must see
+	// before the server expires its session.
+	during := make(chan result, 1)
+	go func() {
+		select {
+		case <-own.Done():
+		case <-ctx.Done():
+			during <- result{err: ctx.Err()}
+			return
+		}
+		if err := cur.Release(ctx); err != nil {
+			during <- result{err: fmt.Errorf("Release() of the holder = %w", err)}
+			return
+		}
+		le, err := a.Acquire(ctx, name)
+		during <- result{le, err}
+	}()
+	s.staller.StallSession(t, watcher)
+	cur = s.awaitLease(t, during, "a's Acquire while the watcher's session expired")
+	seen := ob.reach(t, lock.Holder{Identity: idA, Token: cur.Token()}, []lock.Holder{free}, "a acquired while the watcher's session expired")
+	t.Logf("observed across a stalled and expired session: %+v", seen)
+
+	// Changes after the server ended the watcher's (new) session.
+	if s.expirer != nil {
+		own2 := s.mustAcquire(t, ctx, watcher, name+"-own")
+		s.expirer.ExpireSession(t, watcher)
+		s.waitDone(t, own2, "watcher's lease after ExpireSession")
+		mustRelease(t, ctx, cur)
+		lb := s.mustAcquire(t, ctx, b, name)
+		seen := ob.reach(t, lock.Holder{Identity: idB, Token: lb.Token()}, []lock.Holder{free}, "b acquired after the watcher's session was expired")
+		t.Logf("observed across a session expired by the server: %+v", seen)
+		cur = lb
+	}
+
+	// Afterwards, every change made one at a time, vacancy included.
+	mustRelease(t, ctx, cur)
+	ob.expect(t, free, "released after the session loss")
+	la = s.mustAcquire(t, ctx, a, name)
+	ob.expect(t, lock.Holder{Identity: idA, Token: la.Token()}, "a acquired after the session loss")
+	mustRelease(t, ctx, la)
+	ob.expect(t, free, "a released after the session loss")
+
+	cancel()
+	s.drainClosed(t, ch, "observation after cancel")
+	if err := errf(); !errors.Is(err, context.Canceled) {
+		t.Errorf("error after cancel = %v; want an error wrapping %v", err, context.Canceled)
+	}
+	s.noOrphans(t, name, "observation")
+}
