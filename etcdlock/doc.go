@@ -167,6 +167,20 @@
 //     acquisition's record back after that (see Late creates).
 //   - Tokens rise with every grant of a name and are never zero.
 //
+// # What Observe reports
+//
+// [Locker.Observe] watches a lock's records from the revision of its first
+// read, and etcd delivers every event from a revision on: every grant,
+// release and free moment is reported, in order, once each, also across a
+// lost connection, a restarted member or a leader change (the watch goes
+// on, or is created again, from the last revision delivered). The one
+// exception is compaction: when the revisions the observation still needs
+// were compacted (it was cut off, or its reader stalled, for longer than
+// the cluster keeps history), it reads the current holder, reports it if
+// it is not the one reported last, and watches on from there; the grants
+// in between are not reported. It ends only when its context does or the
+// Locker is closed.
+//
 // # What is not
 //
 // A lease can be lost at any moment, and its holder may learn it too late to

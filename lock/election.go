@@ -62,11 +62,14 @@ type ElectionConfig struct {
 	// Holder (Token 0) means there is no leader. Calls are made one at a
 	// time from one goroutine and the last has returned before Run returns.
 	// They are not ordered with OnStarted and OnStopped: the backend's
-	// watch and this candidate's own grant travel on different paths. When
-	// the watch fails it is restarted with backoff; changes that happened
-	// in the gap are not reported, but the leader it resumes with is. A
-	// backend may also miss a term shorter than about one round trip; see
-	// its Observe.
+	// watch and this candidate's own grant travel on different paths. It
+	// is fed by the Locker's [Observer], which outlives lost connections,
+	// expired sessions, restarted servers and (etcd) compactions; a leader
+	// is never reported twice in a row. Should an Observer end anyway (a
+	// third-party one), the watch is restarted with backoff: changes that
+	// happened in the gap are not reported, but the leader it resumes with
+	// is, unless it is the one reported last. A backend may also miss a
+	// term shorter than about one round trip; see its Observe.
 	//
 	// It requires the Locker to implement [Observer]; NewElection fails
 	// otherwise. Default: nothing is called and nothing is watched.
@@ -465,8 +468,8 @@ func (e *Election) Leader(ctx context.Context) (Holder, error) {
 }
 
 // Observe sends the election's current leader and then every change of
-// leader, in order, until ctx is done or the watch fails; the zero Holder
-// means there is no leader. It is [Observer.Observe] on the election's lock,
+// leader, in order, until ctx is done or the Locker is closed; the zero
+// Holder means there is no leader. It is [Observer.Observe] on the election's lock,
 // backed by the backend's watch, and returns an error wrapping
 // [ErrInvalidConfig] if the Locker does not implement [Observer]. The
 // channel is closed at the end and the returned function then tells why.

@@ -148,9 +148,16 @@ type Holder struct {
 // changes, backed by a watch rather than by polling.
 type Observer interface {
 	// Observe sends the current holder of name, then every change of
-	// holder, in order, until ctx is done or the observation fails. A zero
-	// Holder (Token 0) means the lock is free. The channel is closed at the
-	// end; the error function then tells why (ctx's error, [ErrClosed], or
-	// the backend's failure).
+	// holder, in order, until ctx is done or the Locker is closed. A zero
+	// Holder (Token 0) means the lock is free; the same holder is never
+	// sent twice in a row. A lost connection, a new session, or a watch
+	// the server ends does not end the observation: it picks up the
+	// lock's state again and goes on. The channel is closed at the end;
+	// the error function then tells why (ctx's error or [ErrClosed]).
+	//
+	// What a backend can miss is documented on its Observe: a holder
+	// whose whole term falls inside a gap of the watch (a ZooKeeper
+	// watch being set again, history compacted while an etcd observer
+	// was cut off). The state the lock ends up in is always reported.
 	Observe(ctx context.Context, name string) (<-chan Holder, func() error, error)
 }

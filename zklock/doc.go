@@ -110,6 +110,33 @@
 // deadline. Errors and log lines never contain the password or key
 // material.
 //
+// # What Observe reports
+//
+// [Locker.Observe] follows a lock with a child watch on its parent znode
+// and a listing after every change, and survives a lost connection, an
+// expired session and restarted servers: it lists the children again on
+// the new connection or session. go-zookeeper v1.0.4 has no persistent
+// watches, so a watch fires once and must be set again by the next
+// listing, and a listing shows only the present. Hence:
+//
+//   - Guaranteed: the state the lock ends up in is reported (once it stops
+//     changing, the next listing shows it); what is reported is in grant
+//     order, tokens rising, with at most one free state between two
+//     holders and no holder twice in a row; a holder whose znode is still
+//     there when the first listing after its grant, and the read of its
+//     data that follows, are served is reported.
+//   - Not guaranteed: a holder that comes and goes between a watch firing
+//     and the listing that follows, that is within about one round trip
+//     (the event to the client, the listing to the server) plus the
+//     client's own delays, or while the observing Locker is disconnected,
+//     is not seen. Nor is a free moment that no listing shows and that the
+//     parent's child version cannot prove (a hand-over with other queue
+//     changes in between).
+//
+// No duration makes a holder certain to be seen: a paused observer or a
+// lost connection widens the gap. Where every grant matters, record the
+// grants at the resource, which sees every token through fencing.
+//
 // # What is not guaranteed
 //
 // A lease can be lost at any moment, and its holder may learn of it too
@@ -130,7 +157,7 @@
 // Grant order follows the 10-digit sequence numbers ZooKeeper appends;
 // after 2^31 acquisitions of one lock (without its parent being removed in
 // between) they overflow and the order breaks. [Locker.Observe] may skip
-// grants shorter than a round trip (see there). A Locker from [New] detects
+// grants shorter than a round trip (see "What Observe reports"). A Locker from [New] detects
 // a partition only through go-zookeeper's disconnection event, two thirds
 // of the session timeout after the last reply, which is later than the
 // bound above allows when the server that stops is a follower; prefer

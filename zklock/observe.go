@@ -34,8 +34,8 @@ import (
 //
 //   - The final state is always reported: once the lock stops changing,
 //     the next listing shows it.
-//   - A holder that still holds when the first listing after its grant is
-//     served is reported. That listing starts when the watch event of the
+//   - A holder whose znode is still there when the first listing after
+//     its grant (and the read of its data) is served is reported. That listing starts when the watch event of the
 //     change before it arrives, so a grant that lasts longer than one round
 //     trip (event to the client, listing to the server) plus the client's
 //     own delays is reported; a grant created and deleted inside that

@@ -11,7 +11,12 @@
 // before the next grant, ending a lease twice and concurrently, Close
 // (repeated, concurrent, and racing Acquire and Release), name validation,
 // and, when the Locker implements [lock.Observer], observation and its end
-// at Close.
+// at Close; with a [SessionStaller] too, an observation that outlives the
+// loss of its Locker's connection and session (frozen with a
+// [SessionFreezer], stalled until expiry, expired with a [SessionExpirer]):
+// it reports the state after each outage, then every change, vacancy
+// included, in order, never the same holder twice in a row, and ends only
+// with its context.
 //
 // When the Locker implements [lock.SharedLocker], the suite checks the
 // read-write lock: readers share and exclude writers (on one Locker and
