@@ -103,6 +103,8 @@ func testCLI(t *testing.T, b backend) {
 	t.Run("LeaderWatch", func(t *testing.T) { testLeaderWatch(t, b) })
 	t.Run("Shared", func(t *testing.T) { testShared(t, b) })
 	t.Run("Semaphore", func(t *testing.T) { testSemaphore(t, b) })
+	t.Run("Queue", func(t *testing.T) { testQueue(t, b) })
+	t.Run("Revoke", func(t *testing.T) { testRevoke(t, b) })
 }
 
 var tokenLine = regexp.MustCompile(`^token=(\d+) identity=(\S+)$`)
