@@ -141,11 +141,11 @@ func TestChaos(t *testing.T) {
 func chaosTable(seed int64, dur time.Duration, totals map[cluster.Kind]*stats, per map[cluster.Kind]map[string]*stats) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "chaos run: %v per backend, seed %d\n\n", dur, seed)
-	b.WriteString("| backend | workload/scenario | runs | operations | grants | faults injected | not confirmed | writes accepted | rejected as stale | unknown | failed | leases/waits lost | overlaps, frozen holder client (fenced) | overlaps excused: etcd 12528/15247 resumed leader (fenced) | reader overlaps | permits granted | most permits at once | permit excess, holder frozen | permit excess excused | violations |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| backend | workload/scenario | runs | operations | grants | faults injected | not confirmed | writes accepted | rejected as stale | unknown | failed | leases/waits lost | overlaps, frozen holder client (fenced) | overlaps, revoked holder not yet told (fenced) | overlaps excused: etcd 12528/15247 resumed leader (fenced) | reader overlaps | permits granted | most permits at once | permit excess, holder frozen | permit excess excused | violations |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	row := func(kind cluster.Kind, name string, s *stats) {
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n",
-			kind, name, s.Runs, s.Ops, s.Grants, s.Faults, s.Missed, s.WritesOK, s.WritesStale, s.WritesUnknown, s.WritesFailed, s.Lost, s.FrozenClient, s.Excused,
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d | %d |\n",
+			kind, name, s.Runs, s.Ops, s.Grants, s.Faults, s.Missed, s.WritesOK, s.WritesStale, s.WritesUnknown, s.WritesFailed, s.Lost, s.FrozenClient, s.Revoked, s.Excused,
 			s.SharedOverlaps, s.Permits, s.MaxPermits, s.PermitsFrozen, s.PermitsExcused, s.Violations)
 	}
 	for _, kind := range backends {

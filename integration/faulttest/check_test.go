@@ -54,9 +54,12 @@ type history struct {
 	// serverFreezes are the servers frozen during the run, in order.
 	serverFreezes []serverFreeze
 	killed        map[int]int64 // when clients were killed
-	healed        int64         // when the last fault ended
-	live          map[int]bool  // clients that kept trying to the end
-	fenced        bool
+	// revoked are the grants revoked by the test (lock.Revoker), by
+	// token.
+	revoked map[uint64]revocation
+	healed  int64        // when the last fault ended
+	live    map[int]bool // clients that kept trying to the end
+	fenced  bool
 	// limit is the semaphore workload's limit; 0 in the other workloads,
 	// whose clients take no permits.
 	limit int
@@ -81,6 +84,11 @@ type stats struct {
 	// cannot see Done. Overlaps are counted per pair of grants, so one
 	// long freeze during which several grants follow counts several.
 	FrozenClient int
+	// Revoked counts belief overlaps (per pair of grants) with an older
+	// holder whose grant the test had revoked before the newer grant and
+	// whose client, running again, had not yet heard of it; each one
+	// fenced (see revokedExcuse).
+	Revoked int
 	// Excused counts belief overlaps (per pair of grants) excused by etcd
 	// issues 12528 and 15247 (a resumed former leader revoking leases its
 	// successor kept alive), each one fenced; see serverExcuse.
@@ -111,6 +119,7 @@ func (s *stats) add(o stats) {
 	s.ReadsStale += o.ReadsStale
 	s.FrozenClient += o.FrozenClient
 	s.Excused += o.Excused
+	s.Revoked += o.Revoked
 	s.SharedOverlaps += o.SharedOverlaps
 	s.Permits += o.Permits
 	s.MaxPermits = max(s.MaxPermits, o.MaxPermits)
@@ -297,6 +306,30 @@ func (h *history) frozenDuring(client int, w window) bool {
 	return false
 }
 
+// revocation is one grant revoked by the test.
+type revocation struct {
+	client int
+	// at is when Revoke returned, resumed when the holder's client ran
+	// again after the freeze the revocation was made in (at, if its
+	// client was not frozen).
+	at, resumed int64
+}
+
+// revokedExcuse reports whether the overlap of a, the older grant, with b
+// is the documented window of a revocation (see lock.Revoker): a was
+// revoked before b was granted, and a's client, which learns of the
+// revocation only when its Locker hears of the deletion, ended its belief
+// within one TTL of running again. A revoked holder that believes longer
+// has missed the deletion, which is a violation.
+func (h *history) revokedExcuse(a, b belief) bool {
+	rv, ok := h.revoked[a.token]
+	if !ok || rv.client != a.client || b.from < rv.at {
+		return false
+	}
+	resumed := max(rv.at, rv.resumed)
+	return resumed != never && a.to <= resumed+int64(h.ttl)
+}
+
 // serverExcuse says whether a documented server defect explains an
 // overlap of two holders' beliefs that starts at start, and if not, why
 // not. There is one such defect: etcd issues 12528 and 15247, where a
@@ -462,11 +495,12 @@ func (h *history) check() (stats, []string) {
 			}
 			overlap := window{from: max(a.from, b.from), to: min(a.to, b.to)}
 			clientFrozen := h.frozenDuring(a.client, overlap)
+			revoked := !clientFrozen && h.revokedExcuse(a, b)
 			excused, why := false, ""
-			if !clientFrozen {
+			if !clientFrozen && !revoked {
 				excused, why = h.serverExcuse(overlap.from)
 			}
-			if !clientFrozen && !excused {
+			if !clientFrozen && !revoked && !excused {
 				bad = append(bad, fmt.Sprintf("client %d believed it held the lock (token %d) from %v to %v, but client %d was granted it (token %d) at %v; client %d was not frozen during the overlap, and no known server defect explains it: %s",
 					a.client, a.token, ms(a.from), ms(a.to), b.client, b.token, ms(b.from), a.client, why))
 				continue
@@ -476,9 +510,12 @@ func (h *history) check() (stats, []string) {
 					a.client, a.token, ms(lastAccepted[a.token]), b.client, b.token, ms(f)))
 				continue
 			}
-			if clientFrozen {
+			switch {
+			case clientFrozen:
 				st.FrozenClient++
-			} else {
+			case revoked:
+				st.Revoked++
+			default:
 				st.Excused++
 			}
 		}

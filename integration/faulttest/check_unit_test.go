@@ -72,7 +72,7 @@ func TestFaultCheckers(t *testing.T) {
 		h    history
 		want []string // substrings of the violations expected; none if empty
 		// the overlaps counted apart, when no violation is expected
-		frozenClient, excused, permitsFrozen int
+		frozenClient, excused, permitsFrozen, revoked int
 	}{{
 		name: "two appends in turn",
 		h: history{
@@ -194,6 +194,28 @@ func TestFaultCheckers(t *testing.T) {
 		h:            history{backend: cluster.ZooKeeper, ttl: ttl, clients: overlapping(), frozen: map[int][]window{1: {{from: 2, to: 15}}}, server: fenced, end: 40},
 		frozenClient: 1,
 	}, {
+		// Client 1 (token 5) frozen 2-9 and revoked at 8; client 2
+		// granted at 10; the TTL reaches from the thaw at 9 to 14.
+		name:    "revoked holder told within a TTL of its thaw, fenced",
+		h:       history{backend: cluster.Etcd, ttl: ttl, clients: map[int][]event{1: grant(1, 5, 0, 14), 2: grant(2, 6, 10, 30)}, frozen: map[int][]window{1: {{from: 2, to: 9}}}, revoked: map[uint64]revocation{5: {client: 1, at: 8, resumed: 9}}, server: fenced, end: 40},
+		revoked: 1,
+	}, {
+		name: "control: revoked holder told more than a TTL after its thaw",
+		h:    history{backend: cluster.Etcd, ttl: ttl, clients: map[int][]event{1: grant(1, 5, 0, 15), 2: grant(2, 6, 10, 30)}, frozen: map[int][]window{1: {{from: 2, to: 9}}}, revoked: map[uint64]revocation{5: {client: 1, at: 8, resumed: 9}}, server: fenced, end: 40},
+		want: []string{"client 1 believed it held the lock (token 5)", "was not frozen during the overlap"},
+	}, {
+		name: "control: holder revoked after the newer grant",
+		h:    history{backend: cluster.ZooKeeper, ttl: ttl, clients: map[int][]event{1: grant(1, 5, 0, 14), 2: grant(2, 6, 10, 30)}, revoked: map[uint64]revocation{5: {client: 1, at: 11, resumed: 11}}, server: fenced, end: 40},
+		want: []string{"client 1 believed it held the lock (token 5)"},
+	}, {
+		name: "control: another client's grant revoked",
+		h:    history{backend: cluster.ZooKeeper, ttl: ttl, clients: map[int][]event{1: grant(1, 5, 0, 14), 2: grant(2, 6, 10, 30)}, revoked: map[uint64]revocation{5: {client: 3, at: 8, resumed: 8}}, server: fenced, end: 40},
+		want: []string{"client 1 believed it held the lock (token 5)"},
+	}, {
+		name: "revoked holder, stale request accepted after the newer holder's",
+		h:    history{backend: cluster.Etcd, ttl: ttl, clients: map[int][]event{1: grant(1, 5, 0, 14), 2: grant(2, 6, 10, 30)}, revoked: map[uint64]revocation{5: {client: 1, at: 8, resumed: 9}}, server: stale, end: 40},
+		want: []string{"accepted token 5", "the overlap was not fenced"},
+	}, {
 		name: "holder's client frozen during the overlap, stale request accepted after the newer holder's",
 		h:    history{backend: cluster.Etcd, ttl: ttl, clients: overlapping(), frozen: map[int][]window{1: {{from: 2, to: 15}}}, server: stale, end: 40},
 		want: []string{"accepted token 5", "the overlap was not fenced"},
@@ -262,9 +284,9 @@ func TestFaultCheckers(t *testing.T) {
 			if len(tt.want) > 0 {
 				return
 			}
-			if st.FrozenClient != tt.frozenClient || st.Excused != tt.excused || st.PermitsFrozen != tt.permitsFrozen {
-				t.Errorf("check() counted %d frozen-client and %d excused overlaps, %d frozen-holder permit excesses; want %d, %d and %d",
-					st.FrozenClient, st.Excused, st.PermitsFrozen, tt.frozenClient, tt.excused, tt.permitsFrozen)
+			if st.FrozenClient != tt.frozenClient || st.Excused != tt.excused || st.PermitsFrozen != tt.permitsFrozen || st.Revoked != tt.revoked {
+				t.Errorf("check() counted %d frozen-client, %d excused and %d revoked-holder overlaps, %d frozen-holder permit excesses; want %d, %d, %d and %d",
+					st.FrozenClient, st.Excused, st.Revoked, st.PermitsFrozen, tt.frozenClient, tt.excused, tt.revoked, tt.permitsFrozen)
 			}
 		})
 	}

@@ -27,8 +27,13 @@
 //     and 15247: a resumed former leader may revoke leases its successor
 //     kept alive); in both cases none of the older holder's requests may
 //     have been accepted after the newer holder's first, and each case is
-//     counted apart. Any other overlap, on ZooKeeper or after a frozen etcd
-//     follower included, is a violation;
+//     counted apart. The revoke-holder fault adds a third case: an
+//     overlap with a holder whose grant the test revoked (lock.Revoker)
+//     before the newer grant, ending within one TTL after its client was
+//     thawed (it learns of the revocation only when its Locker hears of
+//     the deletion), fenced the same way and counted apart too. Any other
+//     overlap, on ZooKeeper or after a frozen etcd follower included, is a
+//     violation;
 //   - no lock record (etcd key, ZooKeeper ephemeral znode) is left once the
 //     clients are gone;
 //   - every client that kept trying was served again after the fault.

@@ -31,6 +31,7 @@ var scenarios = []scenario{
 	{name: "release-reply-lost", inject: faultReplyLost("rel")},
 	{name: "waiter-expires", inject: faultWaiterExpires},
 	{name: "kill-holder", inject: faultKillHolder},
+	{name: "revoke-holder", inject: faultRevokeHolder},
 }
 
 // backends are the kinds every scenario runs on.
@@ -196,8 +197,8 @@ func TestFault(t *testing.T) {
 		})
 		// The excused cases are counted apart and printed, so that a
 		// run's output shows how often the excuse was used.
-		summary := fmt.Sprintf("faulttest %s: %d overlaps excused (etcd issues 12528/15247: resumed former leader; fenced), %d overlaps with the older holder's client frozen (fenced), %d permit excesses with a holder frozen, %d excused by the etcd issues; %d reader overlaps, at most %d permits at once; %d violations",
-			kind, total.Excused, total.FrozenClient, total.PermitsFrozen, total.PermitsExcused, total.SharedOverlaps, total.MaxPermits, total.Violations)
+		summary := fmt.Sprintf("faulttest %s: %d overlaps excused (etcd issues 12528/15247: resumed former leader; fenced), %d overlaps with the older holder's client frozen (fenced), %d with a revoked holder that had not heard yet (fenced), %d permit excesses with a holder frozen, %d excused by the etcd issues; %d reader overlaps, at most %d permits at once; %d violations",
+			kind, total.Excused, total.FrozenClient, total.Revoked, total.PermitsFrozen, total.PermitsExcused, total.SharedOverlaps, total.MaxPermits, total.Violations)
 		t.Log(summary)
 		fmt.Println(summary)
 	}
@@ -266,7 +267,7 @@ func TestFaultControl(t *testing.T) {
 
 // line summarizes a run's counts.
 func (s stats) line() string {
-	return fmt.Sprintf("ops=%d grants=%d lost=%d faults=%d writes: ok=%d stale=%d unknown=%d failed=%d overlaps: frozen-client(fenced)=%d excused-etcd-12528/15247(fenced)=%d readers=%d permits: grants=%d max=%d frozen-holder=%d excused=%d violations=%d in %v",
-		s.Ops, s.Grants, s.Lost, s.Faults, s.WritesOK, s.WritesStale, s.WritesUnknown, s.WritesFailed, s.FrozenClient, s.Excused, s.SharedOverlaps,
+	return fmt.Sprintf("ops=%d grants=%d lost=%d faults=%d writes: ok=%d stale=%d unknown=%d failed=%d overlaps: frozen-client(fenced)=%d revoked(fenced)=%d excused-etcd-12528/15247(fenced)=%d readers=%d permits: grants=%d max=%d frozen-holder=%d excused=%d violations=%d in %v",
+		s.Ops, s.Grants, s.Lost, s.Faults, s.WritesOK, s.WritesStale, s.WritesUnknown, s.WritesFailed, s.FrozenClient, s.Revoked, s.Excused, s.SharedOverlaps,
 		s.Permits, s.MaxPermits, s.PermitsFrozen, s.PermitsExcused, s.Violations, s.Elapsed.Round(time.Millisecond))
 }

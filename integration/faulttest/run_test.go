@@ -171,10 +171,12 @@ type run struct {
 	// serverFreezes are the servers frozen so far, with whether each
 	// was the leader when frozen.
 	serverFreezes []serverFreeze
-	healed        int64
-	faults        int
-	missed        []string
-	bad           []string // violations found while running
+	// revoked are the grants the faults revoked, by token.
+	revoked map[uint64]revocation
+	healed  int64
+	faults  int
+	missed  []string
+	bad     []string // violations found while running
 }
 
 var runSeq atomic.Int64
@@ -507,7 +509,7 @@ func (r *run) finish() (stats, []string) {
 	h := &history{
 		name: r.name, backend: r.b.kind, ttl: r.cfg.ttl, clients: map[int][]event{}, server: r.reg.events(),
 		end: r.now(), frozen: r.frozen, serverFreezes: r.serverFreezes, killed: map[int]int64{}, healed: healed,
-		live: live, fenced: r.cfg.fenced, limit: r.cfg.limit,
+		live: live, fenced: r.cfg.fenced, limit: r.cfg.limit, revoked: r.revoked,
 	}
 	h.final, h.finalN, h.finalS = r.reg.state()
 	for _, p := range r.all() {
