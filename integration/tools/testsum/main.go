@@ -11,7 +11,10 @@
 // compact log (each package's result, the output of failed tests, top-level
 // tests that took a second or more) and exits with the command's status.
 // fuzz lists the Fuzz targets of the packages ("go test -list") and runs each
-// one for -fuzztime as a step of stage "fuzz". record notes a stage that
+// one for -fuzztime as a step of stage "fuzz"; a target that fails with
+// nothing but the fuzzing engine's own deadline ("context deadline
+// exceeded", no failing input: go.dev/issue/75804, fixed in Go 1.27) is
+// run again once, and the report lists that apart. record notes a stage that
 // is not a go test run (set-up, vet). report reads everything in D and
 // prints the tables; it exits 1 when a stage failed, a test failed, a
 // package failed outside its tests, or a test was skipped for a reason

@@ -74,6 +74,7 @@ type summary struct {
 	failures []string // "stage pkg Test: why"
 	pkgFails []string
 	leftOut  []string
+	retried  []string // "stage command: why", steps run again (step.Retried)
 }
 
 func summarize(dir string, steps []step, order []string) (*summary, error) {
@@ -95,6 +96,10 @@ func summarize(dir string, steps []step, order []string) (*summary, error) {
 			order = append(order, st.Stage)
 		}
 		t.seconds += st.Seconds
+		if st.Retried != "" {
+			s.retried = append(s.retried, fmt.Sprintf("%s: %s: %s", st.Stage, strings.Join(st.Command, " "), st.Retried))
+			continue
+		}
 		t.steps++
 		if st.Exit != 0 {
 			t.failed++
@@ -282,6 +287,12 @@ func (s *summary) print(w io.Writer) {
 		fmt.Fprintln(w, "\nleft out, as asked:")
 		for _, l := range s.leftOut {
 			fmt.Fprintf(w, "  - %s\n", l)
+		}
+	}
+	if len(s.retried) > 0 {
+		fmt.Fprintln(w, "\nrun again once, after a failure that only a known toolchain defect explains (not counted; the run again is):")
+		for _, r := range s.retried {
+			fmt.Fprintf(w, "  - %s\n", r)
 		}
 	}
 	if len(s.failures) > 0 {

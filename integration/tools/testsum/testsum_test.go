@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -267,5 +268,94 @@ func TestParseFuzzList(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("parseFuzzList()[%d] = %v; want %v", i, got[i], want[i])
 		}
+	}
+}
+
+// fuzzEvents returns the go test -json stream of a fuzz run of FuzzX in
+// package p whose output is lines and that ends with action.
+func fuzzEvents(t *testing.T, action string, lines ...string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	for _, l := range lines {
+		if err := enc.Encode(event{Action: "output", Package: "p", Test: "FuzzX", Output: l + "\n"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := enc.Encode(event{Action: action, Package: "p", Test: "FuzzX"}); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestFuzzDeadlineFlake checks that only the exact output of the fuzzing
+// engine's deadline race (go.dev/issue/75804) is taken for it.
+func TestFuzzDeadlineFlake(t *testing.T) {
+	race := []string{
+		"fuzz: elapsed: 0s, gathering baseline coverage: 15/15 completed, now fuzzing with 2 workers",
+		"fuzz: elapsed: 6s, execs: 5510 (0/sec), new interesting: 22 (total: 37)",
+		"--- FAIL: FuzzX (7.06s)",
+		"    context deadline exceeded",
+		"FAIL",
+		"exit status 1",
+	}
+	tests := []struct {
+		name  string
+		lines []string
+		want  bool
+	}{
+		{"the race", race, true},
+		{"a failing input", append(append([]string{}, race...), "    Failing input written to testdata/fuzz/FuzzX/abc"), false},
+		{"the target's own error", append([]string{"    x_test.go:12: ParseX(\"a\") = nil; want an error"}, race...), false},
+		{"a panic", append([]string{"panic: runtime error: index out of range"}, race...), false},
+		{"a plain failure", []string{"--- FAIL: FuzzX (1.00s)", "    x_test.go:3: bad", "FAIL"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := fuzzDeadlineFlake(fuzzEvents(t, "fail", tt.lines...))
+			if (got != "") != tt.want {
+				t.Errorf("fuzzDeadlineFlake() = %q; want a reason: %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestReportRetried checks that a step retried for a known defect is
+// listed apart and counts neither as a failed step nor as a failed test,
+// while its run again counts.
+func TestReportRetried(t *testing.T) {
+	for _, againFails := range []bool{false, true} {
+		t.Run(fmt.Sprintf("again fails %v", againFails), func(t *testing.T) {
+			dir := t.TempDir()
+			flake := fuzzEvents(t, "fail", "--- FAIL: FuzzX (7.06s)", "    context deadline exceeded", "FAIL")
+			again, exit := fuzzEvents(t, "pass"), 0
+			if againFails {
+				again, exit = flake, 1
+			}
+			for i, f := range []struct {
+				data    []byte
+				exit    int
+				retried string
+			}{{flake, 1, fuzzDeadlineFlake(flake)}, {again, exit, ""}} {
+				name := fmt.Sprintf("fuzz-%03d.jsonl", i+1)
+				if err := os.WriteFile(filepath.Join(dir, name), f.data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := appendStep(dir, step{Stage: "fuzz", Command: []string{"go", "test", "-fuzz", "FuzzX"}, Start: time.Now(), Seconds: 7, Exit: f.exit, Events: name, Retried: f.retried}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var out bytes.Buffer
+			code, err := cmdReport([]string{"-dir", dir, "-stages", "fuzz"}, &out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int{false: 0, true: 1}[againFails]; code != want {
+				t.Errorf("report exit code = %d; want %d; output:\n%s", code, want, out.String())
+			}
+			if !strings.Contains(out.String(), "go.dev/issue/75804") {
+				t.Errorf("report does not list the retried step:\n%s", out.String())
+			}
+		})
 	}
 }
