@@ -22,7 +22,12 @@ var _ lock.Revoker = (*Locker)(nil)
 // round trips, needing no session of this Locker. The holder's Locker
 // learns of the deletion from the watch on its record and ends the lease
 // with [lock.ErrLost] and a cause naming the deletion's revision; etcd
-// does not tell it who deleted the record.
+// does not tell it who deleted the record. A lease starts watching its
+// record only recordWatchDelay (50ms) after its grant, so a revocation
+// within that time reaches a running holder when the watch starts, up to
+// that long after the grant plus a round trip: a holder that releases
+// before then finds its record gone, its lease ends as released and its
+// Release returns an error wrapping ErrLost.
 //
 // A token that is not a current holder's returns an error wrapping
 // [lock.ErrNotHeld]. If the connection fails while the delete is on its
