@@ -45,8 +45,9 @@ type ProxyStats struct {
 	// BytesUp and BytesDown are the bytes delivered to the target and to
 	// clients.
 	BytesUp, BytesDown int64
-	// HeldWhileBlackholed is the number of bytes read from either side while
-	// blackholed, and held instead of forwarded.
+	// HeldWhileBlackholed is the number of bytes held instead of
+	// forwarded because of a blackhole: read from either side while it
+	// was on, or read just before it began and stopped by it.
 	HeldWhileBlackholed int64
 	// Resets is the number of connections closed by ResetConns.
 	Resets int
@@ -204,14 +205,17 @@ func (p *Proxy) acceptLoop() {
 }
 
 // gate blocks while the proxy is blackholed. It returns false when the
-// connection ends first.
-func (p *Proxy) gate(done <-chan struct{}) bool {
+// connection ends first. held, if not nil, is called before it blocks.
+func (p *Proxy) gate(done <-chan struct{}, held func()) bool {
 	for {
 		p.mu.Lock()
 		bh, healed := p.blackholed, p.healed
 		p.mu.Unlock()
 		if !bh {
 			return true
+		}
+		if held != nil {
+			held()
 		}
 		select {
 		case <-healed:
@@ -268,7 +272,7 @@ func (c *proxyConn) run() {
 		p.mu.Unlock()
 	}()
 	// In a partition the target would not even see the handshake.
-	if !p.gate(c.done) {
+	if !p.gate(c.done, nil) {
 		return
 	}
 	var d net.Dialer
@@ -302,10 +306,20 @@ func (c *proxyConn) pump(dst, src net.Conn, counter *atomic.Int64) {
 	for {
 		n, rerr := src.Read(buf)
 		if n > 0 {
-			if p.Blackholed() {
-				p.held.Add(int64(n))
+			// A chunk read just before a blackhole began is held too,
+			// and so is everything behind it: count it when the gate
+			// stops it, once.
+			counted := false
+			held := func() {
+				if !counted {
+					counted = true
+					p.held.Add(int64(n))
+				}
 			}
-			if !p.gate(c.done) {
+			if p.Blackholed() {
+				held()
+			}
+			if !p.gate(c.done, held) {
 				return
 			}
 			if d := p.currentDelay(); d > 0 {
@@ -317,7 +331,7 @@ func (c *proxyConn) pump(dst, src net.Conn, counter *atomic.Int64) {
 					return
 				}
 				// A blackhole that began during the delay holds the chunk.
-				if !p.gate(c.done) {
+				if !p.gate(c.done, held) {
 					return
 				}
 			}

@@ -299,3 +299,39 @@ func TestFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyBlackholeCountsChunkInFlight: a chunk the proxy read before a
+// blackhole began but had not forwarded yet (here, held by a delay) is
+// held by the blackhole, and counted as held, as are the bytes behind it.
+// A write queued behind such a chunk used to go uncounted, and a test
+// waiting for "held" bytes waited in vain.
+func TestProxyBlackholeCountsChunkInFlight(t *testing.T) {
+	p := NewProxy(t, echoServer(t))
+	c := dialLine(t, p.Addr())
+	if _, err := c.roundTrip("warm", 5*time.Second); err != nil {
+		t.Fatalf("roundTrip(warm) = %v", err)
+	}
+	p.SetDelay(time.Second)
+	if _, err := io.WriteString(c.c, "early\n"); err != nil {
+		t.Fatal(err)
+	}
+	// The delay keeps the chunk inside the proxy whether it was read
+	// before or after the blackhole began: either way it is held. The
+	// pause makes the first case, the one that went uncounted, the
+	// likely one; the assertions hold in both.
+	time.Sleep(100 * time.Millisecond)
+	p.Blackhole()
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Stats().HeldWhileBlackholed < 6 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if s := p.Stats(); s.HeldWhileBlackholed != 6 || s.BytesUp != 5 {
+		t.Fatalf("Stats() while blackholed = %+v; want the 6 bytes of \"early\\n\" held and only \"warm\\n\" delivered", s)
+	}
+	p.SetDelay(0)
+	p.Heal()
+	c.c.SetDeadline(time.Now().Add(5 * time.Second))
+	if s, err := c.r.ReadString('\n'); err != nil || s != "early\n" {
+		t.Fatalf("answer after Heal = %q, %v; want \"early\\n\"", s, err)
+	}
+}
