@@ -22,7 +22,6 @@ type harness struct {
 	endpoints []string
 	admin     *clientv3.Client
 	prefix    string
-	opts      []etcdlock.Option // given to every Locker of NewLocker, after the harness's own
 
 	mu    sync.Mutex
 	gates map[*etcdlock.Locker]*testutil.Gate
@@ -65,7 +64,7 @@ func (h *harness) NewLocker(t *testing.T, identity string) lock.Locker {
 			return g.Dial(ctx, "tcp", addr)
 		})},
 	})
-	l := newLocker(t, client, append([]etcdlock.Option{etcdlock.WithPrefix(h.prefix), etcdlock.WithIdentity(identity)}, h.opts...)...)
+	l := newLocker(t, client, etcdlock.WithPrefix(h.prefix), etcdlock.WithIdentity(identity))
 	h.mu.Lock()
 	h.gates[l] = g
 	h.mu.Unlock()
