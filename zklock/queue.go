@@ -34,7 +34,7 @@ func (l *Locker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, err
 	}
 	defer l.leave()
 	for {
-		es, err := l.queue(ctx, l.parent(name))
+		es, err := l.queue(ctx, l.parent(name), false)
 		if err == nil && es != nil {
 			return es, nil
 		}
@@ -49,9 +49,10 @@ func (l *Locker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, err
 	}
 }
 
-// queue reads every lock znode under parent. A nil list and a nil error
+// queue reads every lock znode under parent, or with heldOnly the
+// admitted ones only (what Holders reads). A nil list and a nil error
 // mean that one of them went meanwhile: read again.
-func (l *Locker) queue(ctx context.Context, parent string) ([]lock.QueueEntry, error) {
+func (l *Locker) queue(ctx context.Context, parent string, heldOnly bool) ([]lock.QueueEntry, error) {
 	kids, err := call(ctx, l.g, nil, childrenOf(l.conn, parent))
 	if errors.Is(err, zk.ErrNoNode) {
 		return []lock.QueueEntry{}, nil
@@ -65,14 +66,17 @@ func (l *Locker) queue(ctx context.Context, parent string) ([]lock.QueueEntry, e
 		data []byte
 		stat *zk.Stat
 	}
-	futures := make([]*future[gd], len(q))
+	futures := make([]*future[gd], 0, len(q))
 	for i, k := range q {
-		futures[i] = start(l.g, func() (gd, error) {
+		if heldOnly && !queue.Admitted(reqs, i) {
+			break // the admitted requests are a prefix of the queue
+		}
+		futures = append(futures, start(l.g, func() (gd, error) {
 			d, st, err := l.conn.Get(parent + "/" + k)
 			return gd{d, st}, err
-		}, nil)
+		}, nil))
 	}
-	es := make([]lock.QueueEntry, 0, len(q))
+	es := make([]lock.QueueEntry, 0, len(futures))
 	var errs []error
 	gone := false
 	for i, f := range futures {

@@ -2,10 +2,7 @@ package zklock
 
 import (
 	"context"
-	"errors"
 	"fmt"
-
-	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/lock"
@@ -95,50 +92,17 @@ func (l *Locker) Holders(ctx context.Context, name string) ([]lock.Holder, error
 	}
 }
 
-// holders reads the admitted znodes under parent. A nil list and a nil
-// error mean that one of them went meanwhile: read again.
+// holders reads the admitted znodes under parent, with the read of
+// Queue. A nil list and a nil error mean that one of them went meanwhile:
+// read again.
 func (l *Locker) holders(ctx context.Context, parent string) ([]lock.Holder, error) {
-	kids, err := call(ctx, l.g, nil, childrenOf(l.conn, parent))
-	if errors.Is(err, zk.ErrNoNode) {
-		return []lock.Holder{}, nil
-	}
-	if err != nil {
+	es, err := l.queue(ctx, parent, true)
+	if es == nil || err != nil {
 		return nil, err
 	}
-	q := queueOf(kids.names)
-	reqs := requestsOf(q)
-	type gd struct {
-		data []byte
-		stat *zk.Stat
-	}
-	var futures []*future[gd]
-	for i, k := range q {
-		if !queue.Admitted(reqs, i) {
-			break
-		}
-		futures = append(futures, start(l.g, func() (gd, error) {
-			d, st, err := l.conn.Get(parent + "/" + k)
-			return gd{d, st}, err
-		}, nil))
-	}
-	hs := make([]lock.Holder, 0, len(futures))
-	var errs []error
-	for i, f := range futures {
-		r, err := f.wait(ctx, l.g, nil)
-		switch {
-		case errors.Is(err, zk.ErrNoNode):
-			errs = append(errs, nil)
-		case err != nil:
-			errs = append(errs, err)
-		default:
-			hs = append(hs, holderOf(q[i], r.data, r.stat))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	if len(errs) > 0 {
-		return nil, nil // released meanwhile
+	hs := make([]lock.Holder, len(es))
+	for i, e := range es {
+		hs[i] = e.Holder
 	}
 	return hs, nil
 }
