@@ -280,10 +280,16 @@ func (a *acquisition) readHead(ctx context.Context) error {
 // queued waits for a shared or semaphore acquisition's turn, from its
 // create's answer, and returns the revision at which the grant was
 // confirmed: the rules of package queue applied to the records ahead of
-// its own, read again after each deletion of a record it watches.
+// its own, read again after each deletion (or, for a permit behind a
+// waiting permit, touch) of a record it watches. A permit admitted by a
+// later read touches its record if a permit follows it (queue.Touches):
+// the follower may have seen it waiting and watch it alone. One admitted
+// by its create's own read was never seen waiting, and touches nothing.
 func (a *acquisition) queued(ctx context.Context, resp *clientv3.TxnResponse) (int64, error) {
 	var ahead []*mvccpb.KeyValue
+	var next []*mvccpb.KeyValue // the record right after ours, if any
 	readRev := resp.Header.Revision
+	fromCreate := resp.Succeeded
 	if resp.Succeeded {
 		a.rev = resp.Header.Revision
 		for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
@@ -298,19 +304,22 @@ func (a *acquisition) queued(ctx context.Context, resp *clientv3.TxnResponse) (i
 		}
 		a.rev = kvs[0].CreateRevision
 		var err error
-		if ahead, readRev, err = a.readAhead(ctx); err != nil {
+		if ahead, next, readRev, err = a.readAhead(ctx); err != nil {
 			return 0, err
 		}
 	}
 	if err := a.checkHead(ahead); err != nil {
 		return 0, err
 	}
-	checkCreated := true
 	for {
 		q := append(requestsOf(ahead), a.req)
 		if queue.Admitted(q, len(ahead)) {
-			return readRev, nil
+			if fromCreate || !queue.Touches(append(q, requestsOf(next)...), len(ahead)) {
+				return readRev, nil
+			}
+			return a.touch(ctx)
 		}
+		fromCreate = false
 		if a.try {
 			return 0, lock.ErrLocked
 		}
@@ -318,38 +327,68 @@ func (a *acquisition) queued(ctx context.Context, resp *clientv3.TxnResponse) (i
 		for _, i := range queue.Watched(q, len(ahead)) {
 			keys = append(keys, string(ahead[i].Key))
 		}
-		gone, createdLate, err := a.l.waitAnyDelete(ctx, a.s, keys, readRev, checkCreated)
+		changed, err := a.l.waitAnyChange(ctx, a.s, keys, readRev, queue.WaitsForTouch(q, len(ahead)))
 		if err != nil {
 			return 0, err
 		}
-		if ahead, readRev, err = a.readAhead(ctx); err != nil {
+		if changed && queue.AdmittedByDeletion(q, len(ahead)) {
+			// A holder went: admitted. The touch confirms the record
+			// as the read would, in the same round trip, and wakes the
+			// waiter behind it sooner; with nobody behind it, it wakes
+			// nobody.
+			return a.touch(ctx)
+		}
+		if ahead, next, readRev, err = a.readAhead(ctx); err != nil {
 			return 0, err
 		}
-		// As in wait: skip the check of the watches' creation revision
-		// once after it made us read again for nothing.
-		checkCreated = !createdLate || gone
 	}
 }
 
 // readAhead confirms that our record still exists with its create
-// revision and reads the keys of the records ahead of it, in queue order.
-func (a *acquisition) readAhead(ctx context.Context) ([]*mvccpb.KeyValue, int64, error) {
+// revision and reads the keys of the records ahead of it, in queue order,
+// and of the one right after it (next: none or one).
+func (a *acquisition) readAhead(ctx context.Context) (ahead, next []*mvccpb.KeyValue, rev int64, err error) {
+	var resp *clientv3.TxnResponse
+	err = a.l.call(ctx, a.s, func(ctx context.Context) error {
+		var err error
+		resp, err = a.l.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
+			Then(clientv3.OpGet(a.pfx, queueRead(clientv3.WithMaxCreateRev(a.rev-1))...),
+				clientv3.OpGet(a.pfx, queueRead(clientv3.WithMinCreateRev(a.rev+1), clientv3.WithLimit(1))...)).
+			Commit()
+		return err
+	})
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if !resp.Succeeded {
+		return nil, nil, 0, a.deleted()
+	}
+	return resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision, nil
+}
+
+// touch rewrites the acquisition's record unchanged (same value, same
+// session lease, so the same create revision and token), which wakes the
+// permit waiter behind it (see queue.Touches), and returns the revision
+// at which that confirmed the record. Guarded by the create revision, it
+// never brings back a record that went, and is safe to repeat.
+func (a *acquisition) touch(ctx context.Context) (int64, error) {
 	var resp *clientv3.TxnResponse
 	err := a.l.call(ctx, a.s, func(ctx context.Context) error {
 		var err error
 		resp, err = a.l.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-			Then(clientv3.OpGet(a.pfx, queueRead(clientv3.WithMaxCreateRev(a.rev-1))...)).
+			Then(clientv3.OpPut(a.key, a.l.opts.Identity, clientv3.WithLease(a.s.id))).
 			Commit()
 		return err
 	})
 	if err != nil {
-		return nil, 0, err
+		return 0, err
 	}
 	if !resp.Succeeded {
-		return nil, 0, a.deleted()
+		return 0, a.deleted()
 	}
-	return resp.Responses[0].GetResponseRange().Kvs, resp.Header.Revision, nil
+	return resp.Header.Revision, nil
 }
 
 // deleted is the error of an acquisition whose record went while it
@@ -361,23 +400,25 @@ func (a *acquisition) deleted() error {
 	return fmt.Errorf("%w: record %q was deleted while waiting", lock.ErrLost, a.key)
 }
 
-// waitAnyDelete is waitDelete on several keys at once: it returns when the
-// first of them returns, and stops the others.
-func (l *Locker) waitAnyDelete(ctx context.Context, s *session, keys []string, fromRev int64, checkCreated bool) (gone, createdLate bool, err error) {
+// waitAnyChange is waitChange on several keys at once: it returns when the
+// first of them returns, and stops the others. With puts, which is for a
+// single watched predecessor, a write of the key wakes it too: the touch
+// of a permit admitted ahead of it.
+func (l *Locker) waitAnyChange(ctx context.Context, s *session, keys []string, fromRev int64, puts bool) (changed bool, err error) {
 	if len(keys) == 1 {
-		return l.waitDelete(ctx, s, keys[0], fromRev, checkCreated)
+		return l.waitChange(ctx, s, keys[0], fromRev, puts)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
-		gone, createdLate bool
-		err               error
+		changed bool
+		err     error
 	}
 	results := make(chan result, len(keys))
 	for _, key := range keys {
 		go func() {
 			var r result
-			r.gone, r.createdLate, r.err = l.waitDelete(ctx, s, key, fromRev, checkCreated)
+			r.changed, r.err = l.waitChange(ctx, s, key, fromRev, false)
 			results <- r
 		}()
 	}
@@ -386,7 +427,7 @@ func (l *Locker) waitAnyDelete(ctx context.Context, s *session, keys []string, f
 	for range len(keys) - 1 {
 		<-results
 	}
-	return first.gone, first.createdLate, first.err
+	return first.changed, first.err
 }
 
 // wait blocks until no record precedes ours, following the chain of
@@ -424,13 +465,47 @@ func (a *acquisition) wait(ctx context.Context, pred *mvccpb.KeyValue, readRev i
 // the current revision, waitDelete returns early (createdLate) so that the
 // caller can re-read instead of waiting for the resync.
 func (l *Locker) waitDelete(ctx context.Context, s *session, key string, fromRev int64, checkCreated bool) (gone, createdLate bool, err error) {
+	return l.watchKey(ctx, s, key, fromRev, keyWatch{checkCreated: checkCreated})
+}
+
+// waitChange watches key until it is deleted or, with puts, written, and
+// reports whether it was (changed); false and a nil error mean look
+// again. No change after the read at fromRev is missed, and the wait
+// never depends on the server's resync: the watch starts at the server's
+// current revision, where it is served at once, and when that is past
+// fromRev a read of key covers the revisions in between. A semaphore's
+// waiters need this: the first waiter is the only one that watches the
+// holders, and the touch a later waiter watches for is what lets the
+// queue move on, so a watch left to the resync (as after a re-read under
+// write load, with waitDelete) would leave a permit idle for up to its
+// period.
+func (l *Locker) waitChange(ctx context.Context, s *session, key string, fromRev int64, puts bool) (changed bool, err error) {
+	changed, _, err = l.watchKey(ctx, s, key, fromRev, keyWatch{puts: puts, fromNow: true})
+	return changed, err
+}
+
+// keyWatch says what watchKey waits for and how it starts its watch.
+type keyWatch struct {
+	puts         bool // a write of the key counts as a change, not only its deletion
+	checkCreated bool // waitDelete's early return when created behind the current revision
+	fromNow      bool // waitChange's start at the current revision, with a read for the gap
+}
+
+// watchKey implements waitDelete and waitChange.
+func (l *Locker) watchKey(ctx context.Context, s *session, key string, fromRev int64, kw keyWatch) (changed, createdLate bool, err error) {
 	// A member cut off from the leader would keep such a watch open and
 	// silent; requiring a leader makes it fail, and the caller re-reads
 	// and watches again, through whichever member the client picks.
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.life))
 	defer cancel()
-	opts := []clientv3.OpOption{clientv3.WithRev(fromRev + 1), clientv3.WithFilterPut()}
-	if checkCreated {
+	var opts []clientv3.OpOption
+	if !kw.fromNow {
+		opts = append(opts, clientv3.WithRev(fromRev+1))
+	}
+	if !kw.puts {
+		opts = append(opts, clientv3.WithFilterPut())
+	}
+	if kw.checkCreated || kw.fromNow {
 		opts = append(opts, clientv3.WithCreatedNotify())
 	}
 	// Watch blocks until the server confirms the watch, which a member
@@ -469,18 +544,53 @@ func (l *Locker) waitDelete(ctx context.Context, s *session, key string, fromRev
 			}
 			silence.Reset(l.opts.ttl)
 			if wr.Created {
-				if wr.Header.Revision > fromRev {
+				switch {
+				case wr.Header.Revision <= fromRev:
+				case kw.fromNow:
+					// The watch reports what comes after the revision
+					// it was created at; the read, made after it,
+					// shows what came before.
+					if changed, err := l.changedSince(ctx, s, key, fromRev, kw.puts); changed || err != nil {
+						return changed, false, err
+					}
+				case kw.checkCreated:
 					return false, true, nil
 				}
 				continue
 			}
 			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete && string(ev.Kv.Key) == key {
+				if string(ev.Kv.Key) != key || ev.Kv.ModRevision <= fromRev && kw.fromNow {
+					// A member behind the one we read from reports
+					// what that read saw already.
+					continue
+				}
+				if ev.Type == clientv3.EventTypeDelete || kw.puts {
 					return true, false, nil
 				}
 			}
 		}
 	}
+}
+
+// changedSince reads key and reports whether the record that was there at
+// revision fromRev was deleted (the key is gone, or holds a record created
+// since: a session queues under the same key again) or, with puts,
+// written since.
+func (l *Locker) changedSince(ctx context.Context, s *session, key string, fromRev int64, puts bool) (bool, error) {
+	var resp *clientv3.GetResponse
+	err := l.call(ctx, s, func(ctx context.Context) error {
+		var err error
+		resp, err = l.client.Get(ctx, key, clientv3.WithKeysOnly())
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	if len(resp.Kvs) == 0 {
+		return true, nil
+	}
+	kv := resp.Kvs[0]
+	return kv.CreateRevision > fromRev || puts && kv.ModRevision > fromRev, nil
 }
 
 // recheck confirms that our record still exists with its create revision

@@ -67,22 +67,41 @@ import "context"
 //
 // Backends wake only the waiters a change may admit: each waiter watches
 // the records named below, and nothing else, and re-examines the queue
-// when one of them goes, picking its records to watch afresh by the same
-// rule if it is still not admitted.
+// when one of them goes (or, where said, is touched), picking its records
+// to watch afresh by the same rule if it is still not admitted.
 //
 //   - An exclusive waiter watches its immediate predecessor.
 //   - A shared waiter watches the nearest earlier exclusive request.
-//   - A semaphore waiter with limit n watches the n requests immediately
-//     ahead of it.
+//   - The first waiter of a semaphore with limit n (the request right
+//     behind the n holders) watches the n holders: permits are released
+//     in any order, and the release of any of them admits it.
+//   - Every later semaphore waiter watches its immediate predecessor, for
+//     its deletion or its touch.
 //
-// The semaphore rule cannot be narrowed to the one request n places ahead:
-// permits are released in any order, and the waiter behind holders A and
-// B of a limit-2 semaphore must be admitted when B goes first, as when A
-// does. A request leaving from further ahead than the n watched ones
-// shifts the waiter and its n predecessors together, so what it watches
-// stays right. A deletion therefore wakes at most one waiter of a lock,
-// the waiters right behind a writer, or n waiters of a semaphore (of which
-// it admits one); the count does not grow with the length of the queue.
+// A permit that is admitted after it may have been seen waiting, and that
+// has a permit queued behind it, touches its own record before its grant:
+// it rewrites the record unchanged (on etcd a Put of the same value with
+// the same lease, on ZooKeeper a SetData of the same bytes), so its token
+// (the create revision, the czxid) stays and the waiter behind it wakes
+// and becomes the first waiter. A waiter sets its watch so that a touch
+// made after the listing it decided on is not missed. The cancellation of
+// a semaphore waiter (its record deleted) wakes the one behind it, which
+// re-examines the queue. A backend may touch on a guess, to shorten the
+// chain of wake-ups when several permits come free at once: zklock's
+// waiter woken by a touch touches together with its next listing, and
+// when it turns out to be the first waiter rather than admitted, the
+// waiter behind it wakes once for nothing and touches again when
+// admitted.
+//
+// So each holder of a semaphore is watched by one waiter, and each
+// waiter by at most one: a release wakes only the waiter it admits, whose
+// touch wakes one more. A deletion therefore wakes at most one waiter of
+// a lock, or the readers right behind a writer, or, of a semaphore, the
+// waiter it admits and through the touch its successor, or the successor
+// of a deleted waiter; the count does not grow with the length of the
+// queue or with the limit. A request leaving from further ahead than the
+// records a waiter watches shifts the waiter and those records together,
+// so what it watches stays right.
 type SharedLocker interface {
 	// AcquireShared blocks until it holds a shared grant of name: until no
 	// exclusive request that arrived before it remains. It fails like

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/go-zookeeper/zk"
@@ -159,6 +160,19 @@ type acquisition struct {
 	ownWatch <-chan zk.Event // the watch on the znode; nil: set one with the next listing
 	czxid    int64           // the znode's, once read (the token)
 	version  int32
+
+	// seenTouch is the predecessor and data version that made the last
+	// listing be read again (see step), so that a data version set by
+	// someone else costs one listing, not a loop.
+	seenTouch string
+
+	// speculate says that the next listing goes with a touch: the last
+	// wait ended with the touch of the predecessor (see step).
+	speculate bool
+	// touchUnsure says that a touch failed in a way that leaves the
+	// znode's data version unknown, so that a touch (which reads it
+	// again when it has to) must come before a grant.
+	touchUnsure bool
 }
 
 // acquire implements every Acquire and TryAcquire method: req says which
@@ -348,7 +362,30 @@ func (a *acquisition) queueUp(ctx context.Context) (*Lease, error) {
 // for one of the records it watches (package queue names them) to go. It
 // returns a lease, an error, or neither: look again.
 func (a *acquisition) step(ctx context.Context) (*Lease, error) {
-	q, err := a.list(ctx)
+	// A permit waiter woken by its predecessor's touch is admitted now
+	// unless it is the first waiter, and under load it mostly is: it
+	// touches together with the listing, so that the waiter behind it
+	// wakes one write sooner, instead of after the listing. When the
+	// guess is wrong, that waiter wakes for nothing and watches again,
+	// and this one touches once more when it is admitted.
+	var spec *future[*zk.Stat]
+	if a.speculate {
+		a.speculate = false
+		spec = start(a.l.g, setData(a.l.conn, a.path, []byte(a.l.o.Identity), a.version), nil)
+	}
+	q, cversion, err := a.list(ctx)
+	touched := false
+	if spec != nil {
+		st, serr := spec.wait(ctx, a.l.g, a.s)
+		switch {
+		case serr == nil:
+			a.version, touched = st.Version, true
+		case isStop(serr):
+			return nil, serr
+		default:
+			a.touchUnsure = true
+		}
+	}
 	if err != nil {
 		return nil, a.retry(ctx, err)
 	}
@@ -362,7 +399,8 @@ func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 			a.l.jan.add(cleanup{path: a.parent + "/" + k})
 		}
 	}
-	reqs := requestsOf(q[:i+1])
+	all := requestsOf(q)
+	reqs := all[:i+1]
 	if !a.checked {
 		// The oldest request decides what the name is.
 		if why := queue.Incompatible(reqs[0], a.req); why != "" {
@@ -371,15 +409,28 @@ func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 		a.checked = true
 	}
 	if queue.Admitted(reqs, i) {
+		if !touched && (a.touchUnsure || queue.Touches(all, i) && !a.neverWaited(q, cversion)) {
+			if err := a.touch(ctx); err != nil {
+				return nil, err
+			}
+		}
 		return a.grant()
 	}
 	if a.try {
 		return nil, lock.ErrLocked
 	}
 	watched := queue.Watched(reqs, i)
+	touchWakes := queue.WaitsForTouch(reqs, i)
 	futures := make([]*future[exists], len(watched))
 	for n, j := range watched {
-		futures[n] = start(a.l.g, existsW(a.l.conn, a.parent+"/"+q[j]), nil)
+		// Only a touch waiter wakes on a data change; the others (the
+		// first waiter of a semaphore among them, whose holders touch
+		// as they are admitted) would only wake for nothing.
+		w := deletionW
+		if touchWakes {
+			w = existsW
+		}
+		futures[n] = start(a.l.g, w(a.l.conn, a.parent+"/"+q[j]), nil)
 	}
 	var chans []<-chan zk.Event
 	for n, f := range futures {
@@ -395,48 +446,139 @@ func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 			// later, unread, and cost nothing).
 			continue
 		}
+		if touchWakes {
+			// The predecessor may have been admitted and touched its
+			// znode between the listing and this watch, which then
+			// missed it. Lock znodes keep data version 0 unless
+			// touched: look again for a version not yet looked at.
+			if seen := fmt.Sprintf("%s@%d", q[watched[0]], e.stat.Version); e.stat.Version != 0 && seen != a.seenTouch {
+				a.seenTouch = seen
+				return nil, nil
+			}
+		}
 		chans = append(chans, e.watch)
 	}
 	if len(chans) < len(watched) {
 		return nil, nil
 	}
-	return nil, a.await(ctx, chans)
+	fired, err := a.await(ctx, chans)
+	if err != nil {
+		return nil, err
+	}
+	if fired == zk.EventNodeDataChanged && touchWakes {
+		a.speculate = true
+	}
+	if fired != zk.EventNodeDeleted || !queue.AdmittedByDeletion(reqs, i) {
+		return nil, nil
+	}
+	// A holder went: admitted. The touch confirms the znode as the
+	// listing would, and wakes the waiter behind it sooner; with nobody
+	// behind it, it wakes nobody.
+	if err := a.touch(ctx); err != nil {
+		return nil, err
+	}
+	return a.grant()
 }
 
-// list returns the lock znodes of the parent, in grant order. Without a
-// watch on the acquisition's own znode it sets one, and reads the znode's
-// stat (the token), in the same round trip as the listing: go-zookeeper
-// pipelines requests issued concurrently on one connection.
-func (a *acquisition) list(ctx context.Context) ([]string, error) {
+// neverWaited reports whether the listing q of the parent, whose child
+// version is cversion, proves that no lock znode was deleted since this
+// acquisition's was created: then its admission now means it was
+// admitted all along, so no listing can have shown it waiting and nobody
+// watches it for a touch (queue.Touches). ZooKeeper numbers a sequential
+// znode with the parent's cversion before its create, and every create
+// and delete of a child raises it by one; the changes since ours are the
+// creates of the lock znodes listed after it alone only if none was
+// deleted.
+func (a *acquisition) neverWaited(q []string, cversion int32) bool {
+	seq, err := strconv.ParseInt(seqOf(a.own), 10, 64)
+	if err != nil {
+		return false
+	}
+	later := 0
+	for _, k := range q {
+		if seqOf(k) > seqOf(a.own) {
+			later++
+		}
+	}
+	return int64(cversion)-seq-1 == int64(later)
+}
+
+// touch sets the acquisition's znode's data to what it is (its czxid, the
+// token, stays), which fires the watch of the permit waiter behind it (see
+// queue.Touches), and takes the znode's new data version for the lease
+// (its CheckOp, its Release). Guarded by the version it read, a touch
+// whose reply was lost and that is sent again finds the version raised:
+// the znode is then read to confirm it is still ours.
+func (a *acquisition) touch(ctx context.Context) error {
+	l := a.l
+	for {
+		st, err := call(ctx, l.g, a.s, setData(l.conn, a.path, []byte(l.o.Identity), a.version))
+		if errors.Is(err, zk.ErrBadVersion) {
+			var e exists
+			e, err = call(ctx, l.g, a.s, func() (exists, error) {
+				ok, st, err := l.conn.Exists(a.path)
+				return exists{ok: ok, stat: st}, err
+			})
+			switch {
+			case err == nil && (!e.ok || e.stat.Czxid != a.czxid):
+				return a.deleted()
+			case err == nil:
+				st = e.stat
+			}
+		}
+		switch {
+		case err == nil:
+			a.version, a.touchUnsure = st.Version, false
+			return nil
+		case errors.Is(err, zk.ErrNoNode):
+			return a.deleted()
+		}
+		if err := a.retry(ctx, err); err != nil {
+			return err
+		}
+	}
+}
+
+// list returns the lock znodes of the parent, in grant order, and the
+// parent's child version at that listing. Without a watch on the
+// acquisition's own znode it sets one (deletionW: it fires on deletion only),
+// and reads the znode's stat (the token), in the same round trip as the
+// listing: go-zookeeper pipelines requests issued concurrently on one
+// connection.
+func (a *acquisition) list(ctx context.Context) ([]string, int32, error) {
 	l := a.l
 	if a.ownWatch != nil {
 		kids, err := call(ctx, l.g, a.s, childrenOf(l.conn, a.parent))
-		return queueOf(kids.names), err
+		if err != nil {
+			return nil, 0, err
+		}
+		return queueOf(kids.names), kids.stat.Cversion, nil
 	}
 	l.tab.track(a.path)
 	fc := start(l.g, childrenOf(l.conn, a.parent), nil)
-	fe := start(l.g, existsW(l.conn, a.path), nil)
+	fe := start(l.g, deletionW(l.conn, a.path), nil)
 	kids, errC := fc.wait(ctx, l.g, a.s)
 	if errC != nil {
 		fe.abandon()
 	}
 	st, errE := fe.wait(ctx, l.g, a.s)
 	if err := errors.Join(errC, errE); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if !st.ok {
-		return nil, a.deleted()
+		return nil, 0, a.deleted()
 	}
 	if st.stat.EphemeralOwner != a.s.id {
-		return nil, fmt.Errorf("%w: the queued znode %s belongs to session 0x%x, not 0x%x", lock.ErrLost, a.path, st.stat.EphemeralOwner, a.s.id)
+		return nil, 0, fmt.Errorf("%w: the queued znode %s belongs to session 0x%x, not 0x%x", lock.ErrLost, a.path, st.stat.EphemeralOwner, a.s.id)
 	}
 	a.ownWatch, a.czxid, a.version = st.watch, st.stat.Czxid, st.stat.Version
-	return queueOf(kids.names), nil
+	return queueOf(kids.names), kids.stat.Cversion, nil
 }
 
 // await waits for one of watched, the watches on the records this
-// acquisition waits for, to fire.
-func (a *acquisition) await(ctx context.Context, watched []<-chan zk.Event) error {
+// acquisition waits for, to fire, and returns the type of its event (0 if
+// something else ended the wait).
+func (a *acquisition) await(ctx context.Context, watched []<-chan zk.Event) (fired zk.EventType, err error) {
 	const ownCase, doneCase, sessionCase, closingCase = 0, 1, 2, 3
 	cases := []reflect.SelectCase{
 		ownCase:     {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.ownWatch)},
@@ -451,17 +593,20 @@ func (a *acquisition) await(ctx context.Context, watched []<-chan zk.Event) erro
 	switch chosen {
 	case ownCase:
 		if ev, _ := v.Interface().(zk.Event); ev.Type == zk.EventNodeDeleted {
-			return a.deleted()
+			return 0, a.deleted()
 		}
 		a.ownWatch = nil
 	case doneCase:
-		return context.Cause(ctx)
+		return 0, context.Cause(ctx)
 	case sessionCase:
-		return a.s.err
+		return 0, a.s.err
 	case closingCase:
-		return lock.ErrClosed
+		return 0, lock.ErrClosed
+	default:
+		ev, _ := v.Interface().(zk.Event)
+		return ev.Type, nil
 	}
-	return nil
+	return 0, nil
 }
 
 func (a *acquisition) deleted() error {

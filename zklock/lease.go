@@ -54,8 +54,14 @@ func (le *Lease) Path() string {
 }
 
 // Version returns the data version of the lease's znode when it was
-// granted. The Locker never changes the znode's data, so it stays 0 unless
-// someone else sets it.
+// granted. It is 0 for a lock, and 0, 1 or 2 for a semaphore permit: a
+// permit admitted after waiting sets its znode's data, to the same bytes,
+// before its grant, to wake the waiter behind it (the herd-free rule on
+// [lock.SharedLocker]), and a permit woken by its predecessor's touch sets
+// it once more with its next listing, on the guess that it is admitted
+// too. Its czxid, the token, does not change. The Locker changes the data
+// at no other time, so the version stays as it was granted unless someone
+// else sets it.
 func (le *Lease) Version() int32 {
 	if le == nil {
 		return 0

@@ -181,6 +181,29 @@ func existsW(conn *zk.Conn, path string) func() (exists, error) {
 	}
 }
 
+// deletionW reads a lock znode and sets a watch that fires when it is
+// deleted and on nothing else: a child watch, since a lock znode is
+// ephemeral and has no children, so the touch of a permit (see
+// queue.Touches), which sets the znode's data, does not spend it. It
+// needs read permission on the znode, as Holders does. A missing znode
+// is ok == false.
+func deletionW(conn *zk.Conn, path string) func() (exists, error) {
+	return func() (exists, error) {
+		_, st, w, err := conn.ChildrenW(path)
+		if errors.Is(err, zk.ErrNoNode) {
+			return exists{}, nil
+		}
+		return exists{err == nil, st, w}, err
+	}
+}
+
+// setData sets the data of the znode at path if its version is version.
+func setData(conn *zk.Conn, path string, data []byte, version int32) func() (*zk.Stat, error) {
+	return func() (*zk.Stat, error) {
+		return conn.Set(path, data, version)
+	}
+}
+
 type children struct {
 	names []string
 	stat  *zk.Stat

@@ -161,12 +161,15 @@ func (t *leaseTable) pollOwn() {
 	t.mu.Unlock()
 }
 
-// rearm sets a new watch on a held lease's znode (its data changed, which
-// spent the old one), and ends the lease if the znode is gone.
+// rearm sets a new watch on a held lease's znode, and ends the lease if
+// the znode is gone. The watch the Locker sets (deletionW) fires on deletion
+// only; rearm runs when a data change event for the znode arrives anyway,
+// from an earlier watch of another kind or from another watch on the same
+// connection (a queued request of this Locker watching it).
 func (t *leaseTable) rearm(le *Lease) {
 	t.g.spawn(func() {
 		for {
-			r, err := call(t.g.bg, t.g, le.s, existsW(t.conn, le.path))
+			r, err := call(t.g.bg, t.g, le.s, deletionW(t.conn, le.path))
 			if le.stopped() || le.endErr() != nil {
 				return
 			}

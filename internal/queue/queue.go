@@ -1,7 +1,8 @@
 // Package queue holds the rules that every backend applies to a name's
 // queue of requests (documented on lock.SharedLocker): which kinds of
 // request may share a queue, which requests are admitted, which records a
-// waiter watches, and how a request's kind is written into its record's
+// waiter watches and which admitted requests touch their record to wake
+// the waiter behind them, and how a request's kind is written into its record's
 // key (etcd) or znode name (ZooKeeper), so that one listing of the queue
 // tells every record's kind without reading the records.
 package queue
@@ -151,14 +152,26 @@ func Admitted(q []Request, i int) bool {
 }
 
 // Watched returns the positions in q of the records the request at
-// position i, not admitted, waits to see deleted (the herd-free rule on
+// position i, not admitted, watches (the herd-free rule on
 // lock.SharedLocker): the nearest earlier incompatible request if there
 // is one; otherwise, for an exclusive request its predecessor, for a
 // shared one the nearest earlier exclusive request, and for a permit of
-// limit n the n requests right ahead of it. The deletion of any of those
-// may admit it (permits are released in any order); the deletion of a
-// request further ahead shifts it and its n predecessors together, so
-// what it watches stays right.
+// limit n:
+//
+//   - the first waiter (position n: the n requests ahead of it hold the
+//     permits) watches those n holders, since permits are released in any
+//     order and the release of any of them admits it;
+//   - a later waiter watches its predecessor only, and wakes when that
+//     record is deleted or touched (see [WaitsForTouch] and [Touches]):
+//     its predecessor touches its record when it is admitted, which is
+//     when the waiter behind it becomes the first waiter.
+//
+// So every holder of a semaphore is watched by one waiter, the first, and
+// every later waiter by the one behind it. A request leaving from further
+// ahead than what a waiter watches shifts the waiter and what it watches
+// together, or, if the waiter watched its predecessor, makes the
+// predecessor the first waiter or admits it (and it touches), so what a
+// waiter that was not woken watches stays right.
 func Watched(q []Request, i int) []int {
 	r := q[i]
 	for j := i - 1; j >= 0; j-- {
@@ -174,11 +187,72 @@ func Watched(q []Request, i int) []int {
 			}
 		}
 	case Permit:
-		w := make([]int, 0, r.Limit)
-		for j := i - r.Limit; j < i; j++ {
-			w = append(w, j)
+		// Every earlier request is a permit of the same limit, so the
+		// waiters start at position Limit.
+		if i == r.Limit {
+			w := make([]int, 0, r.Limit)
+			for j := range r.Limit {
+				w = append(w, j)
+			}
+			return w
 		}
-		return w
 	}
 	return []int{i - 1}
+}
+
+// WaitsForTouch reports whether the request at position i of q, not
+// admitted, wakes also when the record it watches is touched, and not
+// only when it is deleted: it is a permit waiter behind another permit
+// waiter (a later waiter, see [Watched]), which watches that predecessor.
+// Every other waiter wakes on deletions only, and a backend may filter
+// out the touches of the records it watches, or must at least not take
+// one for a deletion.
+func WaitsForTouch(q []Request, i int) bool {
+	r := q[i]
+	if r.Kind != Permit || i <= r.Limit {
+		return false
+	}
+	for _, e := range q[:i] {
+		if !compatible(e, r) {
+			return false
+		}
+	}
+	return true
+}
+
+// AdmittedByDeletion reports whether the request at position i of q, not
+// admitted, is admitted by the deletion of any one of the records
+// [Watched] names: it is the first waiter of a semaphore, behind the
+// limit holders it watches. No request can join the queue ahead of it, so
+// a backend that sees one of those deletions may take the request as
+// admitted without reading the queue again, and touch at once (see
+// [Touches]): the read would only delay the wake-up of the waiter behind
+// it, and so every admission after it.
+func AdmittedByDeletion(q []Request, i int) bool {
+	r := q[i]
+	if r.Kind != Permit || i != r.Limit {
+		return false
+	}
+	for _, e := range q[:i] {
+		if !compatible(e, r) {
+			return false
+		}
+	}
+	return true
+}
+
+// Touches reports whether the request at position i of q, just admitted,
+// must touch its record before its grant: rewrite it unchanged (same
+// value, same token), so that the waiter behind it, which may have seen
+// it waiting and then watched it alone (see [Watched]), wakes and becomes
+// the first waiter. It is a permit followed by a permit of the same
+// limit. A backend may skip the touch when it knows that no listing of
+// the queue can have shown the request waiting: when it was admitted by
+// the listing made with its creation, or when no record of the name was
+// deleted since it was created; nobody can have watched it then, since
+// admission only grows as records ahead go. A request that may have been
+// seen waiting and does not touch leaves its successor watching the
+// wrong record until it goes.
+func Touches(q []Request, i int) bool {
+	return q[i].Kind == Permit && i+1 < len(q) && q[i+1] == q[i]
 }

@@ -29,6 +29,7 @@ type Memory struct {
 	mu      sync.Mutex
 	rev     fencing.Token
 	lastSID uint64
+	noTouch bool                             // tests only: admitted permits skip their touch
 	queues  map[string][]*record             // per name, in creation order; the first holds the lock
 	watches map[string]map[*observation]bool // per name
 }
@@ -44,6 +45,7 @@ type record struct {
 	owner *MemLocker
 	sess  *session
 	gone  chan struct{} // closed when the record is deleted
+	touch chan struct{} // closed when its request, admitted after waiting, touches it
 	why   error         // why it was deleted by someone else than its waiter
 	lease *memLease     // set when granted
 	since time.Time     // when it was created
@@ -156,7 +158,7 @@ func (m *Memory) createLocked(l *MemLocker, s *session, name string, req queue.R
 		m.queues = map[string][]*record{}
 	}
 	m.rev++
-	r := &record{name: name, token: m.rev, req: req, owner: l, sess: s, gone: make(chan struct{}), since: time.Now()}
+	r := &record{name: name, token: m.rev, req: req, owner: l, sess: s, gone: make(chan struct{}), touch: make(chan struct{}), since: time.Now()}
 	m.queues[name] = append(m.queues[name], r)
 	s.records[r] = true
 	m.notifyLocked(name, before)
@@ -295,7 +297,7 @@ func (l *MemLocker) acquire(ctx context.Context, op, name string, req queue.Requ
 	}
 	s := l.sess
 	r := m.createLocked(l, s, name, req)
-	for {
+	for waited := false; ; waited = true {
 		if r.why != nil {
 			err := r.why
 			m.mu.Unlock()
@@ -309,6 +311,11 @@ func (l *MemLocker) acquire(ctx context.Context, op, name string, req queue.Requ
 		q := m.queues[name]
 		i := slices.Index(q, r)
 		if queue.Admitted(requests(q), i) {
+			// Only a request that was seen waiting can be watched by the
+			// one behind it (see queue.Touches).
+			if waited && !m.noTouch && queue.Touches(requests(q), i) {
+				close(r.touch)
+			}
 			le := &memLease{m: m, rec: r, done: make(chan struct{})}
 			r.lease = le
 			m.mu.Unlock()
@@ -325,6 +332,9 @@ func (l *MemLocker) acquire(ctx context.Context, op, name string, req queue.Requ
 		}
 		for _, j := range queue.Watched(requests(q), i) {
 			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(q[j].gone)})
+		}
+		if queue.WaitsForTouch(requests(q), i) {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(q[i-1].touch)})
 		}
 		m.mu.Unlock()
 		reflect.Select(cases)
