@@ -433,14 +433,12 @@ func (l *Locker) waitAnyChange(ctx context.Context, s *session, keys []string, f
 // wait blocks until no record precedes ours, following the chain of
 // predecessors, and returns the revision at which that was confirmed.
 func (a *acquisition) wait(ctx context.Context, pred *mvccpb.KeyValue, readRev int64) (int64, error) {
-	checkCreated := true
 	for pred != nil {
-		gone, createdLate, err := a.l.waitDelete(ctx, a.s, string(pred.Key), readRev, checkCreated)
-		if err != nil {
+		if _, err := a.l.waitChange(ctx, a.s, string(pred.Key), readRev, false); err != nil {
 			return 0, err
 		}
-		prevKey := string(pred.Key)
 		var ok bool
+		var err error
 		pred, readRev, ok, err = a.recheck(ctx)
 		if err != nil {
 			return 0, err
@@ -448,65 +446,32 @@ func (a *acquisition) wait(ctx context.Context, pred *mvccpb.KeyValue, readRev i
 		if !ok {
 			return 0, a.deleted()
 		}
-		// Checking the watch's creation revision again for the same
-		// predecessor could loop under unrelated write load; once per
-		// predecessor is enough to skip most of the server's resync delay.
-		checkCreated = !(createdLate && !gone && pred != nil && string(pred.Key) == prevKey)
 	}
 	return readRev, nil
-}
-
-// waitDelete watches key from fromRev+1 until it is deleted. fromRev is the
-// revision of the read that found key, so no deletion after that read is
-// missed, and the watch starts ahead of the server's current revision
-// whenever no write came in between: such a watch is served at once, while
-// one that starts behind waits for the server's periodic resync (about
-// every 100ms). When checkCreated is set and the watch was created behind
-// the current revision, waitDelete returns early (createdLate) so that the
-// caller can re-read instead of waiting for the resync.
-func (l *Locker) waitDelete(ctx context.Context, s *session, key string, fromRev int64, checkCreated bool) (gone, createdLate bool, err error) {
-	return l.watchKey(ctx, s, key, fromRev, keyWatch{checkCreated: checkCreated})
 }
 
 // waitChange watches key until it is deleted or, with puts, written, and
 // reports whether it was (changed); false and a nil error mean look
 // again. No change after the read at fromRev is missed, and the wait
-// never depends on the server's resync: the watch starts at the server's
-// current revision, where it is served at once, and when that is past
-// fromRev a read of key covers the revisions in between. A semaphore's
-// waiters need this: the first waiter is the only one that watches the
-// holders, and the touch a later waiter watches for is what lets the
-// queue move on, so a watch left to the resync (as after a re-read under
-// write load, with waitDelete) would leave a permit idle for up to its
-// period.
+// never depends on the server's resync of unsynced watchers: the watch
+// starts at the server's current revision, where the server serves it at
+// once, and when that revision is past fromRev a read of key covers the
+// revisions in between.
+//
+// A watch started at fromRev+1 instead would save that read, but under
+// write load the server has usually moved past fromRev by the time the
+// watch is created; it then counts the watch as unsynced and serves it
+// only in its periodic resync (every 100ms in etcd 3.6), so a handoff
+// waited up to that period. The benchmark counts such late watches.
 func (l *Locker) waitChange(ctx context.Context, s *session, key string, fromRev int64, puts bool) (changed bool, err error) {
-	changed, _, err = l.watchKey(ctx, s, key, fromRev, keyWatch{puts: puts, fromNow: true})
-	return changed, err
-}
-
-// keyWatch says what watchKey waits for and how it starts its watch.
-type keyWatch struct {
-	puts         bool // a write of the key counts as a change, not only its deletion
-	checkCreated bool // waitDelete's early return when created behind the current revision
-	fromNow      bool // waitChange's start at the current revision, with a read for the gap
-}
-
-// watchKey implements waitDelete and waitChange.
-func (l *Locker) watchKey(ctx context.Context, s *session, key string, fromRev int64, kw keyWatch) (changed, createdLate bool, err error) {
 	// A member cut off from the leader would keep such a watch open and
 	// silent; requiring a leader makes it fail, and the caller re-reads
 	// and watches again, through whichever member the client picks.
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.life))
 	defer cancel()
-	var opts []clientv3.OpOption
-	if !kw.fromNow {
-		opts = append(opts, clientv3.WithRev(fromRev+1))
-	}
-	if !kw.puts {
+	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
+	if !puts {
 		opts = append(opts, clientv3.WithFilterPut())
-	}
-	if kw.checkCreated || kw.fromNow {
-		opts = append(opts, clientv3.WithCreatedNotify())
 	}
 	// Watch blocks until the server confirms the watch, which a member
 	// that stopped answering never does: create it aside, so that the
@@ -530,42 +495,38 @@ func (l *Locker) watchKey(ctx context.Context, s *session, key string, fromRev i
 		case wch = <-ready:
 			continue
 		case <-silence.C:
-			return false, false, nil
+			return false, nil
 		case <-ctx.Done():
-			return false, false, ctx.Err()
+			return false, ctx.Err()
 		case <-l.closing.Done():
-			return false, false, lock.ErrClosed
+			return false, lock.ErrClosed
 		case <-s.done:
-			return false, false, s.lostErr()
+			return false, s.lostErr()
 		case wr, ok := <-wch:
 			if !ok || wr.Canceled || wr.Err() != nil {
 				// Re-read and start a new watch.
-				return false, false, nil
+				return false, nil
 			}
 			silence.Reset(l.opts.ttl)
 			if wr.Created {
-				switch {
-				case wr.Header.Revision <= fromRev:
-				case kw.fromNow:
-					// The watch reports what comes after the revision
-					// it was created at; the read, made after it,
-					// shows what came before.
-					if changed, err := l.changedSince(ctx, s, key, fromRev, kw.puts); changed || err != nil {
-						return changed, false, err
+				// The watch reports what comes after the revision it
+				// was created at; the read, made after it, shows what
+				// came before.
+				if wr.Header.Revision > fromRev {
+					if changed, err := l.changedSince(ctx, s, key, fromRev, puts); changed || err != nil {
+						return changed, err
 					}
-				case kw.checkCreated:
-					return false, true, nil
 				}
 				continue
 			}
 			for _, ev := range wr.Events {
-				if string(ev.Kv.Key) != key || ev.Kv.ModRevision <= fromRev && kw.fromNow {
+				if string(ev.Kv.Key) != key || ev.Kv.ModRevision <= fromRev {
 					// A member behind the one we read from reports
 					// what that read saw already.
 					continue
 				}
-				if ev.Type == clientv3.EventTypeDelete || kw.puts {
-					return true, false, nil
+				if ev.Type == clientv3.EventTypeDelete || puts {
+					return true, nil
 				}
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,20 +21,28 @@ type counters struct {
 	requests   atomic.Int64 // requests sent: unary RPCs and watch stream requests; ZooKeeper requests
 	events     atomic.Int64 // watch events delivered to the clients
 	keepalives atomic.Int64 // lease keepalives (etcd) or pings (ZooKeeper)
+	// lateWatches counts etcd watches created with a start revision at or
+	// behind the revision the server reported when it created them. The
+	// server puts such a watch among its unsynced watchers, which it
+	// serves only in its periodic resync (every 100ms in etcd 3.6,
+	// watchResyncPeriod), so an event the watch waits for can be late by
+	// up to that period. Watches started at the current revision (no start
+	// revision) are never late.
+	lateWatches atomic.Int64
 }
 
 // countSnapshot is a reading of counters.
-type countSnapshot struct{ requests, events, keepalives int64 }
+type countSnapshot struct{ requests, events, keepalives, lateWatches int64 }
 
 func (c *counters) snapshot() countSnapshot {
 	if c == nil {
 		return countSnapshot{}
 	}
-	return countSnapshot{c.requests.Load(), c.events.Load(), c.keepalives.Load()}
+	return countSnapshot{c.requests.Load(), c.events.Load(), c.keepalives.Load(), c.lateWatches.Load()}
 }
 
 func (s countSnapshot) sub(o countSnapshot) countSnapshot {
-	return countSnapshot{s.requests - o.requests, s.events - o.events, s.keepalives - o.keepalives}
+	return countSnapshot{s.requests - o.requests, s.events - o.events, s.keepalives - o.keepalives, s.lateWatches - o.lateWatches}
 }
 
 // etcdDialOptions returns gRPC options that count the traffic of one etcd
@@ -62,6 +71,12 @@ type countingStream struct {
 	grpc.ClientStream
 	keepalive bool
 	c         *counters
+
+	// The start revisions of the watch create requests sent on this
+	// stream and not yet confirmed, in order: the server confirms a
+	// stream's creates in the order it receives them.
+	mu     sync.Mutex
+	starts []int64
 }
 
 func (s *countingStream) SendMsg(m any) error {
@@ -69,6 +84,13 @@ func (s *countingStream) SendMsg(m any) error {
 		s.c.keepalives.Add(1)
 	} else {
 		s.c.requests.Add(1)
+	}
+	if wr, ok := m.(*etcdserverpb.WatchRequest); ok {
+		if cr := wr.GetCreateRequest(); cr != nil {
+			s.mu.Lock()
+			s.starts = append(s.starts, cr.StartRevision)
+			s.mu.Unlock()
+		}
 	}
 	return s.ClientStream.SendMsg(m)
 }
@@ -78,6 +100,17 @@ func (s *countingStream) RecvMsg(m any) error {
 	if err == nil {
 		if wr, ok := m.(*etcdserverpb.WatchResponse); ok {
 			s.c.events.Add(int64(len(wr.Events)))
+			if wr.Created {
+				s.mu.Lock()
+				var start int64
+				if len(s.starts) > 0 {
+					start, s.starts = s.starts[0], s.starts[1:]
+				}
+				s.mu.Unlock()
+				if start != 0 && wr.Header != nil && start <= wr.Header.Revision {
+					s.c.lateWatches.Add(1)
+				}
+			}
 		}
 	}
 	return err

@@ -212,8 +212,11 @@ type contendedResult struct {
 	Handoff          stats   `json:"handoff"`
 	RequestsPerGrant float64 `json:"requests_per_grant"`
 	EventsPerGrant   float64 `json:"watch_events_per_grant"`
-	KeepalivesPerSec float64 `json:"keepalives_per_sec"`
-	ClientCPUUs      float64 `json:"client_cpu_us_per_grant"` // CPU time of this process (every client) per grant
+	// LateWatchesPerGrant counts etcd watches created behind the server's
+	// current revision (see counters.lateWatches), per grant.
+	LateWatchesPerGrant float64 `json:"late_watches_per_grant"`
+	KeepalivesPerSec    float64 `json:"keepalives_per_sec"`
+	ClientCPUUs         float64 `json:"client_cpu_us_per_grant"` // CPU time of this process (every client) per grant
 }
 
 // measureContended has clients clients, each with its own connection and
@@ -330,6 +333,7 @@ func combine(r recipe, clients int, runs []contendedRun) contendedResult {
 		all.counts.requests += x.counts.requests
 		all.counts.events += x.counts.events
 		all.counts.keepalives += x.counts.keepalives
+		all.counts.lateWatches += x.counts.lateWatches
 		all.cpu += x.cpu
 	}
 	win := all.window.Seconds()
@@ -347,6 +351,7 @@ func combine(r recipe, clients int, runs []contendedRun) contendedResult {
 	if all.grants > 0 {
 		res.RequestsPerGrant = float64(all.counts.requests) / float64(all.grants)
 		res.EventsPerGrant = float64(all.counts.events) / float64(all.grants)
+		res.LateWatchesPerGrant = float64(all.counts.lateWatches) / float64(all.grants)
 		res.ClientCPUUs = float64(all.cpu/time.Microsecond) / float64(all.grants)
 	}
 	return res
