@@ -15,7 +15,12 @@
 #   make fuzz             every Fuzz target, FUZZTIME each (default 1m)
 #   make test-fault       one short pass of the fault suite (process provider)
 #   make chaos            long randomized fault runs with a summary table
-#   make bench            side-by-side benchmarks (see BENCHMARKS.md)
+#   make bench            side-by-side benchmarks (see BENCHMARKS.md), then
+#                         their charts
+#   make charts           redraw the charts from existing results: the SVGs
+#                         in CHARTS_DIR (default docs/bench) from BENCH_JSON
+#                         (default integration/bench-results.json; several
+#                         files are several runs)
 #   make images           build the local container images (needs dockerd)
 #
 # Variables for the test targets (README.md, "Testing"): FENCELOCK_BACKENDS
@@ -35,7 +40,13 @@ CACHE_BIN := integration/.cache/bin
 ETCD_BIN := $(CACHE_BIN)/etcd
 ETCD_SRC := integration/tools/etcd/main.go integration/tools/etcd/go.mod integration/tools/etcd/go.sum
 
-.PHONY: deps images vet demo test test-unit test-examples test-process test-containers fuzz test-fault chaos bench
+# The results make bench writes (FENCELOCK_BENCH_OUT is relative to
+# integration/ unless absolute) and where their charts go.
+BENCH_OUT := $(or $(FENCELOCK_BENCH_OUT),bench-results.json)
+BENCH_JSON ?= $(if $(filter /%,$(BENCH_OUT)),$(BENCH_OUT),integration/$(BENCH_OUT))
+CHARTS_DIR ?= docs/bench
+
+.PHONY: deps images vet demo test test-unit test-examples test-process test-containers fuzz test-fault chaos bench charts
 
 deps:
 	scripts/test.sh deps
@@ -99,8 +110,17 @@ chaos: $(ETCD_BIN)
 		sed -n '/^chaos run:/,/^end of chaos summary/p' .cache/chaos.log; exit $$(cat .cache/chaos.status)
 
 # Side-by-side benchmarks on real clusters (fencelock, the reference recipe
-# and the floor in one run; tables and JSON, see BENCHMARKS.md), then the Go
-# benchmarks of the hot paths that need no cluster.
+# and the floor in one run; tables and JSON, see BENCHMARKS.md), their
+# charts, then the Go benchmarks of the hot paths that need no cluster.
 bench: $(ETCD_BIN)
 	cd integration && FENCELOCK_BENCH=1 $(GO) test -run '^TestBench$$' -timeout 60m -v ./benchtest
+	$(MAKE) --no-print-directory charts
 	$(GO) test -run '^$$' -bench . -benchmem ./lock/... ./fencing/...
+
+# The SVG charts of BENCHMARKS.md, drawn by integration/benchtest/charts.
+# A chart the results have no rows for is not drawn, and an older copy of
+# it in CHARTS_DIR is removed.
+charts:
+	@mkdir -p $(CACHE_BIN)
+	cd integration && $(GO) build -o .cache/bin/benchcharts ./benchtest/charts
+	$(CACHE_BIN)/benchcharts -out $(CHARTS_DIR) $(BENCH_JSON)

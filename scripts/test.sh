@@ -8,7 +8,8 @@
 #               services, build the etcd server, start a Docker engine if
 #               none answers, build the local images
 #   vet         go vet and gofmt in every module (make vet)
-#   unit        unit tests of the library and the tools
+#   unit        unit tests of the library, the tools and the benchmark
+#               charts' program
 #   examples    tests of the examples module
 #   process     integration tests, clusters of local processes
 #   containers  integration tests, clusters of containers
@@ -433,6 +434,8 @@ if wants unit; then
 	say "unit tests"
 	gotest unit "" . -race -skip "$unit_skip" ./... || step_failed
 	gotest unit "" integration/tools/testsum -race ./... || step_failed
+	# The benchmark charts' program needs no cluster.
+	gotest unit "" integration -race ./benchtest/charts || step_failed
 fi
 
 if wants examples; then

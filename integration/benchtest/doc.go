@@ -22,12 +22,14 @@
 // the reference recipe measured in the same run, and writes the figures as
 // JSON to FENCELOCK_BENCH_OUT (default integration/bench-results.json; a
 // relative path is taken from the integration directory) and the tables
-// next to it (the same name ending in .txt). FENCELOCK_BENCH_QUICK=1 shrinks
-// every measurement for a smoke run, FENCELOCK_BENCH_BACKENDS=etcd (or
-// zookeeper) runs one backend only, and FENCELOCK_BENCH_ONLY lists the
-// measurements to run (uncontended, tls, contended, failover, leases,
-// waiters, shared, semaphore; tls, etcd only, is plain vs TLS with client
-// certificates and auth on a second, secured cluster).
+// next to it (the same name ending in .txt); the command in
+// integration/benchtest/charts draws the JSON as SVG charts (make charts).
+// FENCELOCK_BENCH_QUICK=1 shrinks every measurement for a smoke run,
+// FENCELOCK_BENCH_BACKENDS=etcd (or zookeeper) runs one backend only, and
+// FENCELOCK_BENCH_ONLY lists the measurements to run (uncontended, tls,
+// contended, failover, leases, waiters, shared, semaphore; tls, etcd only,
+// is plain vs TLS with client certificates and auth on a second, secured
+// cluster).
 //
 // Recipes are compared on the same servers: single-client measurements
 // connect every recipe to the same follower, and the i-th client of a

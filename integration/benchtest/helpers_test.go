@@ -12,7 +12,7 @@ func TestSummarize(t *testing.T) {
 		ds = append(ds, time.Duration(i)*time.Millisecond)
 	}
 	got := summarize(ds)
-	want := stats{N: 100, P50: 50, P99: 99, Mean: 50.5, Max: 100}
+	want := stats{N: 100, P50: 50, P99: 99, Mean: 50.5, Max: 100, P10: 10, P25: 25, P75: 75, P90: 90}
 	if got != want {
 		t.Errorf("summarize(1..100ms) = %+v; want %+v", got, want)
 	}

@@ -22,13 +22,19 @@ import (
 	"github.com/fencelock/fencelock/integration/cluster"
 )
 
-// stats summarizes durations, in milliseconds.
+// stats summarizes durations, in milliseconds. The quartiles and the 10th
+// and 90th percentiles are there for the charts (integration/benchtest/charts),
+// which draw the distribution rather than two points of it.
 type stats struct {
 	N    int     `json:"n"`
 	P50  float64 `json:"p50_ms"`
 	P99  float64 `json:"p99_ms"`
 	Mean float64 `json:"mean_ms"`
 	Max  float64 `json:"max_ms"`
+	P10  float64 `json:"p10_ms"`
+	P25  float64 `json:"p25_ms"`
+	P75  float64 `json:"p75_ms"`
+	P90  float64 `json:"p90_ms"`
 }
 
 func summarize(ds []time.Duration) stats {
@@ -45,7 +51,10 @@ func summarize(ds []time.Duration) stats {
 		i := int(math.Ceil(q*float64(len(s)))) - 1
 		return ms(s[max(i, 0)])
 	}
-	return stats{N: len(s), P50: pct(0.50), P99: pct(0.99), Mean: ms(sum / time.Duration(len(s))), Max: ms(s[len(s)-1])}
+	return stats{
+		N: len(s), P50: pct(0.50), P99: pct(0.99), Mean: ms(sum / time.Duration(len(s))), Max: ms(s[len(s)-1]),
+		P10: pct(0.10), P25: pct(0.25), P75: pct(0.75), P90: pct(0.90),
+	}
 }
 
 // processCPU returns the user and system CPU time this process has used.

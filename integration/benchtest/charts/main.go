@@ -1,0 +1,80 @@
+// Command charts draws the results of the side-by-side benchmarks (the JSON
+// that TestBench in package benchtest writes) as SVG charts:
+//
+//   - grants-<backend>.svg: contended grants per second against the number
+//     of clients, one line per recipe;
+//   - handoff-<backend>.svg: the handoff latency per recipe and number of
+//     clients, as a distribution (quartiles, p10–p90 and p99 where the JSON
+//     has them, p50 and p99 otherwise);
+//   - heap-per-lease.svg: live heap per held lease, per recipe and backend;
+//   - rwlock.svg and semaphore.svg: grants per second of the read-write lock
+//     and semaphore rows, when the results have them.
+//
+// Usage, from the integration directory:
+//
+//	go run ./benchtest/charts -out DIR results.json [more.json ...]
+//
+// or "make charts" from the repository root (see BENCHMARKS.md). Several
+// files are several runs: every run's figure is drawn, so that the spread
+// between runs shows, and the lines and bars stand for the median. A chart
+// whose rows no input has is not drawn, and a file of that name left in DIR
+// by an earlier call is removed, so that DIR holds the charts of one set of
+// runs only.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "charts:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+// run is the whole command; it returns the first error instead of exiting.
+func run(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("charts", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "", "the directory to write the SVG files to (created if missing; required)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: charts -out DIR results.json [more.json ...]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" {
+		return errors.New("-out is required: the directory for the SVG files")
+	}
+	if fs.NArg() == 0 {
+		return errors.New("no input: give one or more bench-results JSON files (as written by TestBench)")
+	}
+	runs, err := loadRuns(fs.Args())
+	if err != nil {
+		return err
+	}
+	charts, err := buildCharts(runs)
+	if err != nil {
+		return err
+	}
+	written, err := writeCharts(*out, charts)
+	if err != nil {
+		return err
+	}
+	for _, name := range written {
+		fmt.Fprintf(stdout, "wrote %s\n", name)
+	}
+	removed, err := removeStale(*out, charts)
+	for _, name := range removed {
+		fmt.Fprintf(stdout, "removed %s (no rows for it in this input)\n", name)
+	}
+	return err
+}
