@@ -157,9 +157,8 @@ type acquisition struct {
 	path    string   // the znode, once created
 	own     string   // its child name
 
-	ownWatch <-chan zk.Event // the watch on the znode; nil: set one with the next listing
-	czxid    int64           // the znode's, once read (the token)
-	version  int32
+	czxid   int64 // the znode's, once read (the token); 0: read it with the next listing
+	version int32
 
 	// seenTouch is the predecessor and data version that made the last
 	// listing be read again (see step), so that a data version set by
@@ -540,14 +539,19 @@ func (a *acquisition) touch(ctx context.Context) error {
 }
 
 // list returns the lock znodes of the parent, in grant order, and the
-// parent's child version at that listing. Without a watch on the
-// acquisition's own znode it sets one (deletionW: it fires on deletion only),
-// and reads the znode's stat (the token), in the same round trip as the
-// listing: go-zookeeper pipelines requests issued concurrently on one
-// connection.
+// parent's child version at that listing. The first listing also reads
+// the acquisition's own znode's stat (the token), in the same round trip:
+// go-zookeeper pipelines requests issued concurrently on one connection.
+//
+// A waiting acquisition sets no watch on its own znode: a waiter learns
+// that its znode went (its session's end aside, which the session reports)
+// from its next listing, at the latest when what it watches changes. The
+// held lease's watch starts ownWatchDelay after the grant (see
+// leaseTable.armLater), so a short critical section costs no watch event
+// for its own release.
 func (a *acquisition) list(ctx context.Context) ([]string, int32, error) {
 	l := a.l
-	if a.ownWatch != nil {
+	if a.czxid != 0 {
 		kids, err := call(ctx, l.g, a.s, childrenOf(l.conn, a.parent))
 		if err != nil {
 			return nil, 0, err
@@ -556,7 +560,7 @@ func (a *acquisition) list(ctx context.Context) ([]string, int32, error) {
 	}
 	l.tab.track(a.path)
 	fc := start(l.g, childrenOf(l.conn, a.parent), nil)
-	fe := start(l.g, deletionW(l.conn, a.path), nil)
+	fe := start(l.g, statOf(l.conn, a.path), nil)
 	kids, errC := fc.wait(ctx, l.g, a.s)
 	if errC != nil {
 		fe.abandon()
@@ -571,7 +575,7 @@ func (a *acquisition) list(ctx context.Context) ([]string, int32, error) {
 	if st.stat.EphemeralOwner != a.s.id {
 		return nil, 0, fmt.Errorf("%w: the queued znode %s belongs to session 0x%x, not 0x%x", lock.ErrLost, a.path, st.stat.EphemeralOwner, a.s.id)
 	}
-	a.ownWatch, a.czxid, a.version = st.watch, st.stat.Czxid, st.stat.Version
+	a.czxid, a.version = st.stat.Czxid, st.stat.Version
 	return queueOf(kids.names), kids.stat.Cversion, nil
 }
 
@@ -579,9 +583,8 @@ func (a *acquisition) list(ctx context.Context) ([]string, int32, error) {
 // acquisition waits for, to fire, and returns the type of its event (0 if
 // something else ended the wait).
 func (a *acquisition) await(ctx context.Context, watched []<-chan zk.Event) (fired zk.EventType, err error) {
-	const ownCase, doneCase, sessionCase, closingCase = 0, 1, 2, 3
+	const doneCase, sessionCase, closingCase = 0, 1, 2
 	cases := []reflect.SelectCase{
-		ownCase:     {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.ownWatch)},
 		doneCase:    {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
 		sessionCase: {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.s.done)},
 		closingCase: {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.l.g.closing)},
@@ -591,22 +594,15 @@ func (a *acquisition) await(ctx context.Context, watched []<-chan zk.Event) (fir
 	}
 	chosen, v, _ := reflect.Select(cases)
 	switch chosen {
-	case ownCase:
-		if ev, _ := v.Interface().(zk.Event); ev.Type == zk.EventNodeDeleted {
-			return 0, a.deleted()
-		}
-		a.ownWatch = nil
 	case doneCase:
 		return 0, context.Cause(ctx)
 	case sessionCase:
 		return 0, a.s.err
 	case closingCase:
 		return 0, lock.ErrClosed
-	default:
-		ev, _ := v.Interface().(zk.Event)
-		return ev.Type, nil
 	}
-	return 0, nil
+	ev, _ := v.Interface().(zk.Event)
+	return ev.Type, nil
 }
 
 func (a *acquisition) deleted() error {
@@ -640,8 +636,9 @@ func (a *acquisition) grant() (*Lease, error) {
 		version: a.version,
 		st:      leasestate.New(),
 	}
-	if err := a.l.tab.hold(le, a.ownWatch); err != nil {
+	if err := a.l.tab.hold(le); err != nil {
 		return nil, err
 	}
+	a.l.tab.armLater(le)
 	return le, nil
 }

@@ -81,7 +81,11 @@
 // leases' znodes, which go-zookeeper also publishes on the connection's
 // event stream, are routed to their leases by path. A lease whose znode
 // someone else deletes ends with [lock.ErrLost] as soon as the event
-// arrives. (A Locker from [New] reads the caller's event channel, from
+// arrives. The watch on a lease's znode is set 50ms after its grant, so
+// that a short critical section costs no watch event for its own release
+// (a deletion within those 50ms is found when the watch is set, which
+// reads the znode); a waiter sets no watch on its own znode, and learns
+// that it went from its next listing of the queue. (A Locker from [New] reads the caller's event channel, from
 // which go-zookeeper drops events when it is full; it also looks at its
 // leases' own watches twice a second, so a dropped deletion is noticed
 // within about half a second.)

@@ -197,6 +197,15 @@ func deletionW(conn *zk.Conn, path string) func() (exists, error) {
 	}
 }
 
+// statOf reads the stat of the znode at path, without a watch. A missing
+// znode is ok == false.
+func statOf(conn *zk.Conn, path string) func() (exists, error) {
+	return func() (exists, error) {
+		ok, st, err := conn.Exists(path)
+		return exists{ok: ok, stat: st}, err
+	}
+}
+
 // setData sets the data of the znode at path if its version is version.
 func setData(conn *zk.Conn, path string, data []byte, version int32) func() (*zk.Stat, error) {
 	return func() (*zk.Stat, error) {
