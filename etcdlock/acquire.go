@@ -108,6 +108,9 @@ func (l *Locker) acquireIn(ctx context.Context, s *session, name string, req que
 	case err != nil:
 		return nil, l.discard(a.record, err)
 	}
+	if err := a.delay(ctx); err != nil {
+		return nil, l.discard(a.record, err)
+	}
 	le := &Lease{l: l, record: a.record, name: a.name, st: leasestate.New()}
 	if err := l.grant(le, readRev); err != nil {
 		return nil, l.discard(a.record, err)

@@ -371,6 +371,9 @@ func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 		a.checked = true
 	}
 	if queue.Admitted(reqs, i) {
+		if err := a.delay(ctx); err != nil {
+			return nil, err
+		}
 		return a.grant()
 	}
 	if a.try {

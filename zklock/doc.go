@@ -19,6 +19,53 @@
 // a lock name, so the children of lock "a" and the parent of lock "a/b"
 // never mix; children that do not match the pattern are ignored.
 //
+// # Lock-delay
+//
+// With [WithLockDelay](d) (lock_delay=d in a URL), a grant whose lease
+// ends without a clean Release delays the next grant of its name by d,
+// so that writes its holder still had in flight drain before anyone else
+// holds the lock; after a clean Release the next grant is immediate.
+//
+// Each grant of such a Locker creates, before it takes effect, a
+// persistent marker next to its znode: a child of the lock's parent named
+// "~delay~" followed by the znode's child name, holding the identity; it
+// does not match the lock znodes' pattern, so queue listings, Holder,
+// Holders, Queue and Observe ignore it. Release deletes the znode and its
+// marker in one multi, so a clean release and its absence of delay are
+// decided atomically, and a releaser that dies right after has still
+// released cleanly. A grantee that lists the parent and finds a marker
+// whose znode is gone (its session expired, it was revoked, its process
+// was killed, its Locker was closed while it held the lock, or its Release
+// went unconfirmed and was finished in the background) waits d from the moment that listing was answered, which is
+// after the znode disappeared, then, in one multi checked against its own
+// znode, deletes such markers and creates its own. Every uncertainty errs
+// toward waiting:
+//
+//   - a grant that finds a marker left by a crash long ago waits the full
+//     d (a marker cannot tell when its znode went);
+//   - the delay is that of the Locker being granted: Lockers of one name
+//     must all be given the same lock-delay. A Locker without one neither
+//     writes nor reads markers, so it is not delayed, and a crash of its
+//     holder delays nobody;
+//   - TryAcquire (and its shared and semaphore forms) waits out a
+//     lock-delay too, rather than leave the name blocked;
+//   - while the grantee waits, its znode heads the queue: Holder, Holders
+//     and Queue show it as the holder, and Observe reports it, although
+//     its Acquire has not returned yet.
+//
+// A grant with a lock-delay costs two more round trips. Markers change
+// the parent's child version, which numbers the sequential znodes, so a
+// lock with a lock-delay uses up its 2^31 sequence numbers up to three
+// times as fast, and [Locker.Observe], which infers a vacancy shorter than
+// a round trip from that version, reports none for such a lock (it still
+// reports every vacancy it lists). What is left
+// behind: the marker of a name whose last holder did not release cleanly,
+// until the next grant of that name (by a Locker with a lock-delay)
+// replaces it; while it exists, the lock's container parent is not empty
+// and stays. After a clean Release nothing is left, and the server removes
+// the parent as before. Delete the "~delay~" children by hand to clear a
+// marker, which cancels that delay.
+//
 // # Acquisition
 //
 // The lowest child holds the lock; every other exclusive waiter watches
