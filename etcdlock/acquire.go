@@ -66,11 +66,17 @@ var errStaleSession = fmt.Errorf("%w: the session lease was not found on the ser
 // session it belongs to, its key, its create revision once known (0
 // before), and whether a create attempt failed without an answer, so that
 // the record may exist or appear later (see endOp).
+//
+// marker is the lock-delay marker an acquisition may have written before
+// its grant took effect (see delay): discarding the acquisition deletes it
+// with the record. A Lease's record has none: its marker goes only with a
+// clean Release.
 type record struct {
 	s         *session
 	key       string
 	rev       int64
 	ambiguous bool
+	marker    string
 }
 
 // acquisition is one acquisition of any kind within one session.
@@ -111,7 +117,9 @@ func (l *Locker) acquireIn(ctx context.Context, s *session, name string, req que
 	if err := a.delay(ctx); err != nil {
 		return nil, l.discard(a.record, err)
 	}
-	le := &Lease{l: l, record: a.record, name: a.name, st: leasestate.New()}
+	rec := a.record
+	rec.marker = ""
+	le := &Lease{l: l, record: rec, name: a.name, st: leasestate.New()}
 	if err := l.grant(le, readRev); err != nil {
 		return nil, l.discard(a.record, err)
 	}

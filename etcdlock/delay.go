@@ -79,6 +79,9 @@ func (a *acquisition) delay(ctx context.Context) error {
 			return err
 		}
 	}
+	// From now on our marker may exist: if the acquisition fails,
+	// discard deletes it with the record.
+	a.marker = own
 	ops := []clientv3.Op{clientv3.OpPut(own, a.l.opts.Identity)}
 	for _, k := range stale {
 		ops = append(ops, clientv3.OpDelete(k))

@@ -150,13 +150,17 @@
 // lease that did not end by a clean Release (the session lease expired or
 // was revoked, the record was revoked, the process was killed, the
 // Locker was closed while it held the lock, or a Release whose delete
-// went unconfirmed and was finished in the background): the grant waits d from the moment that read was answered,
-// which is after the record disappeared, then deletes such markers and
-// puts its own, in one transaction guarded by its record. Release deletes
-// the record and its marker in one transaction, so a clean release and
-// its absence of delay are decided atomically, and a releaser that dies
-// right after has still released cleanly. The Release of a lease already
-// lost leaves the marker. Every uncertainty errs toward waiting:
+// went unconfirmed and was finished in the background): the grant waits d
+// from the moment that read was answered, which is after the record
+// disappeared, then deletes such markers and puts its own, in one
+// transaction guarded by its record. Release deletes the record and its
+// marker in one transaction, so a clean release and its absence of delay
+// are decided atomically, and a releaser that dies right after has still
+// released cleanly. The Release of a lease already lost leaves the marker.
+// An acquisition that fails or is cancelled after it sent its marker
+// (before its Acquire returned a lease) deletes the marker with its
+// record: no lease was granted, so no holder's writes can be in flight.
+// Every uncertainty errs toward waiting:
 //
 //   - a grant that finds a marker left by a crash long ago waits the full
 //     d (a marker cannot tell when its record went);

@@ -159,6 +159,11 @@ type acquisition struct {
 	ownWatch <-chan zk.Event // the watch on the znode; nil: set one with the next listing
 	czxid    int64           // the znode's, once read (the token)
 	version  int32
+
+	// marker is the lock-delay marker the acquisition may have created
+	// (see delay), once the multi that creates it has been sent: a
+	// discarded acquisition deletes it with its znode.
+	marker string
 }
 
 // acquire implements every Acquire and TryAcquire method: req says which
@@ -211,15 +216,17 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 	le, err := a.queueUp(ctx)
 	if err != nil {
 		a.l.tab.untrack(a.path)
-		a.l.discard(a.path)
+		a.l.discard(a.path, a.marker)
 		return nil, err
 	}
 	return le, nil
 }
 
 // create creates this acquisition's znode and returns its path. A create
-// whose reply was lost is looked up by its prefix; one abandoned while in
-// flight is cleaned up when its reply comes.
+// whose reply was lost is looked up by its prefix. One still in flight
+// when ctx ends is settled before create returns (see settle); one
+// abandoned while in flight (the session ended, the Locker closed) is
+// cleaned up when its reply comes.
 func (a *acquisition) create(ctx context.Context) (string, error) {
 	// The request and the clean-up of an abandoned one may outlive this
 	// attempt (the next one takes another prefix): they read copies.
@@ -236,14 +243,22 @@ func (a *acquisition) create(ctx context.Context) (string, error) {
 		if attempt == 8 {
 			return "", fmt.Errorf("creating the lock znode under %s keeps failing", a.parent)
 		}
-		path, err := start(l.g, func() (string, error) {
+		f := start(l.g, func() (string, error) {
 			return l.conn.Create(parent+"/"+prefix, []byte(l.o.Identity), zk.FlagEphemeralSequential, l.o.acl)
-		}, abandoned).wait(ctx, l.g, a.s)
+		}, abandoned)
+		r, stop := f.await(ctx, l.g, a.s)
+		if stop != nil {
+			if ctx.Err() != nil {
+				a.settle(f)
+			} else {
+				f.abandon()
+			}
+			return "", &stopError{stop}
+		}
+		path, err := r.v, r.err
 		switch {
 		case err == nil:
 			return path, nil
-		case isStop(err):
-			return "", err
 		case errors.Is(err, zk.ErrNoNode):
 			// The parent is missing, or the server removed the empty
 			// container between our check and the create.
@@ -263,6 +278,30 @@ func (a *acquisition) create(ctx context.Context) (string, error) {
 		default:
 			return "", fmt.Errorf("create under %s: %w", a.parent, err)
 		}
+	}
+}
+
+// settle finishes a create that was in flight when the caller's context
+// ended. The server may still apply it, and a znode that appeared after
+// Acquire had returned its error would head the queue until the janitor
+// deleted it: for that while every other request of the name would wait
+// for it and every TryAcquire would be refused, by a call that had already
+// failed. So, as a cancelled wait deletes its znode before it returns,
+// settle waits for the create's answer (on the Locker's context, bounded
+// as discard is) and deletes the znode it made. When no answer comes in
+// time, the session ends or the Locker closes, the janitor takes over
+// when the answer comes, as for any abandoned create.
+func (a *acquisition) settle(f *future[string]) {
+	ctx, cancel := context.WithTimeout(a.l.g.bg, a.l.cleanupWait())
+	defer cancel()
+	r, stop := f.await(ctx, a.l.g, a.s)
+	switch {
+	case stop != nil:
+		f.abandon()
+	case r.err == nil:
+		a.l.discard(r.v, "")
+	case isConnErr(r.err):
+		a.l.jan.add(cleanup{parent: a.parent, prefix: a.prefix})
 	}
 }
 

@@ -84,6 +84,9 @@ func (a *acquisition) delay(ctx context.Context) error {
 		for _, p := range stale {
 			ops = append(ops, &zk.DeleteRequest{Path: p, Version: -1})
 		}
+		// From now on our marker may exist: if the acquisition fails,
+		// discard deletes it with the znode.
+		a.marker = own
 		res, err := call(ctx, l.g, a.s, func() ([]zk.MultiResponse, error) { return l.conn.Multi(ops...) })
 		err = multiErr(res, err)
 		switch {

@@ -36,10 +36,13 @@
 // released cleanly. A grantee that lists the parent and finds a marker
 // whose znode is gone (its session expired, it was revoked, its process
 // was killed, its Locker was closed while it held the lock, or its Release
-// went unconfirmed and was finished in the background) waits d from the moment that listing was answered, which is
-// after the znode disappeared, then, in one multi checked against its own
-// znode, deletes such markers and creates its own. Every uncertainty errs
-// toward waiting:
+// went unconfirmed and was finished in the background) waits d from the
+// moment that listing was answered, which is after the znode disappeared,
+// then, in one multi checked against its own znode, deletes such markers
+// and creates its own. An acquisition that fails or is cancelled after it
+// sent that multi (before its Acquire returned a lease) deletes its
+// marker right after its znode: no lease was granted, so no holder's
+// writes can be in flight. Every uncertainty errs toward waiting:
 //
 //   - a grant that finds a marker left by a crash long ago waits the full
 //     d (a marker cannot tell when its znode went);
@@ -78,9 +81,14 @@
 // deleted. The random prefix makes the
 // create "protected": when the connection fails before the reply arrives,
 // the Locker looks the znode up by prefix once reconnected in the same
-// session and uses it, and a create abandoned in flight (ctx ended, Locker
-// closed) is deleted when its reply comes. A cancelled, failed or
-// interrupted wait deletes its znode. The uncontended path is two round
+// session and uses it. When ctx ends while the create is in flight, the
+// call waits for its reply (bounded by the session timeout, at most 5s)
+// and deletes the znode before it returns, so that a cancelled call
+// leaves no znode that could appear after it returned and hold the name
+// until cleaned up; a create abandoned in flight otherwise (the session
+// ended, the Locker closed, no reply within that bound) is deleted when
+// its reply comes. A cancelled, failed or interrupted wait deletes its
+// znode, and its lock-delay marker if it had created one. The uncontended path is two round
 // trips: the create, then the listing pipelined with a read of the new
 // znode's stat.
 //

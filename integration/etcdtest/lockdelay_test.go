@@ -25,10 +25,29 @@ func TestLockDelay(t *testing.T) {
 	prefix := "lockdelay-" + testutil.UniqueName(t)
 	url := "etcd://" + strings.Join(c.Endpoints(), ",") + "/" + prefix +
 		"?ttl=2s&lock_delay=" + testLockDelay.String()
-	admin := newClient(t, c.Endpoints())
-	// The markers' layout is etcdlock's: under the reserved "#delay/"
-	// segment of the prefix.
-	markers := func(t *testing.T, name string) int {
+	testutil.RunLockDelay(t, url, testLockDelay, "TestLockDelayHolderProcess", markerCounter(newClient(t, c.Endpoints()), prefix))
+}
+
+// TestCancelledCalls: an Acquire or TryAcquire cancelled in flight, with
+// and without a lock-delay, leaves no record and no marker once it has
+// returned, so that another Locker's TryAcquire right after is granted
+// at once.
+func TestCancelledCalls(t *testing.T) {
+	c := startCluster(t)
+	prefix := "cancelled-" + testutil.UniqueName(t)
+	url := "etcd://" + strings.Join(c.Endpoints(), ",") + "/" + prefix + "?ttl=2s"
+	markers := markerCounter(newClient(t, c.Endpoints()), prefix)
+	t.Run("no-lock-delay", func(t *testing.T) { testutil.RunCancelledCalls(t, url, 0, markers) })
+	t.Run("lock-delay", func(t *testing.T) {
+		testutil.RunCancelledCalls(t, url+"&lock_delay="+time.Second.String(), time.Second, markers)
+	})
+}
+
+// markerCounter returns a function that counts the lock-delay markers of
+// a name under prefix. The markers' layout is etcdlock's: under the
+// reserved "#delay/" segment of the prefix.
+func markerCounter(admin *clientv3.Client, prefix string) func(t *testing.T, name string) int {
+	return func(t *testing.T, name string) int {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -38,7 +57,6 @@ func TestLockDelay(t *testing.T) {
 		}
 		return int(resp.Count)
 	}
-	testutil.RunLockDelay(t, url, testLockDelay, "TestLockDelayHolderProcess", markers)
 }
 
 // TestLockDelayHolderProcess is the holder process of TestLockDelay; run

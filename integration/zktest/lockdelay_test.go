@@ -26,10 +26,30 @@ func TestLockDelay(t *testing.T) {
 	root := uniqueRoot(t)
 	url := "zk://" + strings.Join(c.Endpoints(), ",") + root +
 		"?session_timeout=" + sessionTimeout.String() + "&lock_delay=" + testLockDelay.String()
-	admin := newAdmin(t, c.Endpoints())
-	// The markers' layout is zklock's: persistent children of the lock's
-	// parent named "~delay~" and the child name of their lock znode.
-	markers := func(t *testing.T, name string) int {
+	testutil.RunLockDelay(t, url, testLockDelay, "TestLockDelayHolderProcess", markerCounter(newAdmin(t, c.Endpoints()), root))
+}
+
+// TestCancelledCalls: an Acquire or TryAcquire cancelled in flight, with
+// and without a lock-delay, leaves no znode and no marker once it has
+// returned, so that another Locker's TryAcquire right after is granted
+// at once.
+func TestCancelledCalls(t *testing.T) {
+	c := startEnsemble(t)
+	root := uniqueRoot(t)
+	url := "zk://" + strings.Join(c.Endpoints(), ",") + root + "?session_timeout=" + sessionTimeout.String()
+	markers := markerCounter(newAdmin(t, c.Endpoints()), root)
+	t.Run("no-lock-delay", func(t *testing.T) { testutil.RunCancelledCalls(t, url, 0, markers) })
+	t.Run("lock-delay", func(t *testing.T) {
+		testutil.RunCancelledCalls(t, url+"&lock_delay="+time.Second.String(), time.Second, markers)
+	})
+}
+
+// markerCounter returns a function that counts the lock-delay markers of
+// a name under root. The markers' layout is zklock's: persistent children
+// of the lock's parent named "~delay~" and the child name of their lock
+// znode.
+func markerCounter(admin *admin, root string) func(t *testing.T, name string) int {
+	return func(t *testing.T, name string) int {
 		t.Helper()
 		// The admin's server may lag the one that applied the last
 		// write: catch it up first.
@@ -51,7 +71,6 @@ func TestLockDelay(t *testing.T) {
 		}
 		return n
 	}
-	testutil.RunLockDelay(t, url, testLockDelay, "TestLockDelayHolderProcess", markers)
 }
 
 // TestLockDelayHolderProcess is the holder process of TestLockDelay; run

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -219,4 +220,81 @@ func RunLockDelay(t *testing.T, url string, d time.Duration, holderTest string, 
 		}
 		t.Logf("after a clean release: grant - Release called: %v", gaps)
 	})
+}
+
+// CancelTrials is how many calls RunCancelledCalls cancels.
+const CancelTrials = 300
+
+// RunCancelledCalls checks that an Acquire or TryAcquire cancelled in
+// flight leaves nothing behind by the time it returns, with Lockers opened
+// from url (lock-delay d, or none when d is 0): it cancels calls of one
+// Locker at points from before their create request to their grant
+// (0-1.9ms after the call), and as soon as each has returned (a lease it
+// got released cleanly), another Locker's TryAcquire of the name must be
+// granted, and with a lock-delay, in less than d and with no marker of
+// the name left (markers counts them on the servers). A record or a
+// marker that a cancelled call's request leaves, or creates after the
+// call has returned, fails the trial.
+func RunCancelledCalls(t *testing.T, url string, d time.Duration, markers func(t *testing.T, name string) int) {
+	t.Helper()
+	open := func() lock.Locker {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		l, err := lock.Open(ctx, url)
+		if err != nil {
+			t.Fatalf("lock.Open(%q) = %v", url, err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	a, b := open(), open()
+	ctx := Context(t, 5*time.Minute)
+	name := UniqueName(t)
+	granted, refused := 0, 0
+	for i := range CancelTrials {
+		cctx, cancel := context.WithCancel(ctx)
+		f := b.Acquire
+		if i%2 == 1 {
+			f = b.TryAcquire
+		}
+		done := make(chan error, 1)
+		go func() {
+			le, err := f(cctx, name)
+			if le != nil {
+				err = le.Release(ctx)
+			}
+			done <- err
+		}()
+		// Time is the subject: land the cancellation at varied points.
+		if w := time.Duration(i%20) * 100 * time.Microsecond; w > 0 {
+			time.Sleep(w)
+		}
+		cancel()
+		if err := Recv(t, done, 30*time.Second, "cancelled call"); err == nil {
+			granted++
+		} else if !errors.Is(err, context.Canceled) {
+			t.Fatalf("trial %d: cancelled call = %v; want a lease or an error wrapping %v", i, err, context.Canceled)
+		}
+		if d > 0 {
+			if n := markers(t, name); n != 0 {
+				t.Errorf("trial %d: %d lock-delay markers of %q left after a cancelled call returned; want 0", i, n, name)
+			}
+		}
+		start := time.Now()
+		le, err := a.TryAcquire(ctx, name)
+		took := time.Since(start)
+		if err != nil {
+			refused++
+			t.Errorf("trial %d (cancelled %v after the call): TryAcquire right after the cancelled call returned = %v; want a lease", i, time.Duration(i%20)*100*time.Microsecond, err)
+			continue
+		}
+		if d > 0 && took >= d {
+			t.Errorf("trial %d: TryAcquire right after a cancelled call took %v; want no lock-delay (under %v)", i, took, d)
+		}
+		if err := le.Release(ctx); err != nil {
+			t.Fatalf("trial %d: Release() = %v", i, err)
+		}
+	}
+	t.Logf("%d calls cancelled in flight (lock-delay %v): %d granted first, %d later TryAcquire calls refused", CancelTrials, d, granted, refused)
 }
