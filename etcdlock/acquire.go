@@ -87,11 +87,21 @@ type acquisition struct {
 	pfx  string // the prefix of name's records
 	req  queue.Request
 	try  bool
+
+	// With a lock-delay, every read that can confirm the grant also
+	// reads the name's markers and records (see delayReads); the latest
+	// such read, answered at seen, is what delay decides on.
+	markers []string
+	records map[string]bool
+	seen    time.Time
 }
 
 // acquireIn runs one acquisition within session s.
 func (l *Locker) acquireIn(ctx context.Context, s *session, name string, req queue.Request, try bool) (*Lease, error) {
 	a := &acquisition{record: record{s: s, key: l.recordKey(name, s, req)}, l: l, name: name, pfx: l.namePrefix(name), req: req, try: try}
+	if l.opts.LockDelay > 0 {
+		a.marker = l.markerKey(name, a.key)
+	}
 	resp, err := a.create(ctx)
 	if err != nil {
 		if isLeaseNotFound(err) {
@@ -181,7 +191,7 @@ func (a *acquisition) createTxn(ctx context.Context, was int64) clientv3.Txn {
 	if a.try && a.req.Kind == queue.Exclusive {
 		return a.l.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.pfx).WithPrefix(), "=", 0), guard).
-			Then(put).
+			Then(append([]clientv3.Op{put}, a.markerOps()...)...).
 			Else(clientv3.OpGet(a.pfx, clientv3.WithFirstCreate()...), clientv3.OpGet(a.s.guardKey))
 	}
 	var then []clientv3.Op
@@ -195,7 +205,7 @@ func (a *acquisition) createTxn(ctx context.Context, was int64) clientv3.Txn {
 	}
 	return a.l.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0), guard).
-		Then(then...).
+		Then(append(then, a.markerOps()...)...).
 		Else(clientv3.OpGet(a.key), clientv3.OpGet(a.s.guardKey))
 }
 
@@ -223,6 +233,9 @@ func (a *acquisition) exclusive(ctx context.Context, resp *clientv3.TxnResponse)
 // record up explicitly.
 func (a *acquisition) place(ctx context.Context, resp *clientv3.TxnResponse) (pred *mvccpb.KeyValue, readRev int64, err error) {
 	readRev = resp.Header.Revision
+	if resp.Succeeded {
+		a.noteDelayReads(resp.Responses)
+	}
 	switch {
 	case resp.Succeeded && a.try:
 		a.rev = resp.Header.Revision
@@ -297,6 +310,7 @@ func (a *acquisition) queued(ctx context.Context, resp *clientv3.TxnResponse) (i
 	readRev := resp.Header.Revision
 	if resp.Succeeded {
 		a.rev = resp.Header.Revision
+		a.noteDelayReads(resp.Responses)
 		for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 			if kv.CreateRevision < a.rev {
 				ahead = append(ahead, kv)
@@ -350,7 +364,7 @@ func (a *acquisition) readAhead(ctx context.Context) ([]*mvccpb.KeyValue, int64,
 		var err error
 		resp, err = a.l.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-			Then(clientv3.OpGet(a.pfx, queueRead(clientv3.WithMaxCreateRev(a.rev-1))...)).
+			Then(append([]clientv3.Op{clientv3.OpGet(a.pfx, queueRead(clientv3.WithMaxCreateRev(a.rev-1))...)}, a.delayReads()...)...).
 			Commit()
 		return err
 	})
@@ -360,6 +374,7 @@ func (a *acquisition) readAhead(ctx context.Context) ([]*mvccpb.KeyValue, int64,
 	if !resp.Succeeded {
 		return nil, 0, a.deleted()
 	}
+	a.noteDelayReads(resp.Responses)
 	return resp.Responses[0].GetResponseRange().Kvs, resp.Header.Revision, nil
 }
 
@@ -503,9 +518,9 @@ func (a *acquisition) recheck(ctx context.Context) (pred *mvccpb.KeyValue, rev i
 		var err error
 		resp, err = a.l.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-			Then(clientv3.OpGet(a.pfx, clientv3.WithPrefix(),
+			Then(append([]clientv3.Op{clientv3.OpGet(a.pfx, clientv3.WithPrefix(),
 				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-				clientv3.WithMaxCreateRev(a.rev-1), clientv3.WithLimit(1))).
+				clientv3.WithMaxCreateRev(a.rev-1), clientv3.WithLimit(1))}, a.delayReads()...)...).
 			Commit()
 		return err
 	})
@@ -515,6 +530,7 @@ func (a *acquisition) recheck(ctx context.Context) (pred *mvccpb.KeyValue, rev i
 	if !resp.Succeeded {
 		return nil, resp.Header.Revision, false, nil
 	}
+	a.noteDelayReads(resp.Responses)
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		pred = kvs[0]
 	}

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -160,10 +161,14 @@ type acquisition struct {
 	czxid    int64           // the znode's, once read (the token)
 	version  int32
 
-	// marker is the lock-delay marker the acquisition may have created
-	// (see delay), once the multi that creates it has been sent: a
-	// discarded acquisition deletes it with its znode.
+	// marker is the acquisition's lock-delay marker, created with its
+	// znode (see delay), when the Locker has a lock-delay: a discarded
+	// acquisition deletes it with its znode.
 	marker string
+	// kids are the parent's children in the latest listing, answered at
+	// listed: what delay reads at the grant.
+	kids   []string
+	listed time.Time
 }
 
 // acquire implements every Acquire and TryAcquire method: req says which
@@ -231,12 +236,17 @@ func (a *acquisition) create(ctx context.Context) (string, error) {
 	// The request and the clean-up of an abandoned one may outlive this
 	// attempt (the next one takes another prefix): they read copies.
 	l, parent, prefix := a.l, a.parent, a.prefix
+	a.marker = ""
+	if l.o.LockDelay > 0 {
+		a.marker = markerOf(parent, prefix)
+	}
+	marker := a.marker
 	abandoned := func(p string, err error) {
 		switch {
 		case err == nil:
-			l.jan.add(cleanup{path: p})
+			l.jan.add(cleanup{path: p, marker: marker})
 		case isConnErr(err):
-			l.jan.add(cleanup{parent: parent, prefix: prefix})
+			l.jan.add(cleanup{parent: parent, prefix: prefix, marker: marker})
 		}
 	}
 	for attempt := 0; ; attempt++ {
@@ -244,7 +254,18 @@ func (a *acquisition) create(ctx context.Context) (string, error) {
 			return "", fmt.Errorf("creating the lock znode under %s keeps failing", a.parent)
 		}
 		f := start(l.g, func() (string, error) {
-			return l.conn.Create(parent+"/"+prefix, []byte(l.o.Identity), zk.FlagEphemeralSequential, l.o.acl)
+			if marker == "" {
+				return l.conn.Create(parent+"/"+prefix, []byte(l.o.Identity), zk.FlagEphemeralSequential, l.o.acl)
+			}
+			// The lock-delay marker is created with the znode, in one
+			// multi (see delay).
+			res, err := l.conn.Multi(
+				&zk.CreateRequest{Path: parent + "/" + prefix, Data: []byte(l.o.Identity), Acl: l.o.acl, Flags: zk.FlagEphemeralSequential},
+				&zk.CreateRequest{Path: marker, Data: []byte(l.o.Identity), Acl: l.o.acl, Flags: zk.FlagPersistent})
+			if err := multiErr(res, err); err != nil {
+				return "", err
+			}
+			return res[0].String, nil
 		}, abandoned)
 		r, stop := f.await(ctx, l.g, a.s)
 		if stop != nil {
@@ -265,11 +286,13 @@ func (a *acquisition) create(ctx context.Context) (string, error) {
 			if err := a.ensure(ctx, a.parent); err != nil {
 				return "", err
 			}
-		case isConnErr(err):
-			// The server may have applied the create: look for it.
+		case isConnErr(err), marker != "" && errors.Is(err, zk.ErrNodeExists):
+			// The server may have applied the create: look for it. (Our
+			// marker exists only if a multi of ours was applied: one
+			// whose reply was lost.)
 			found, err := a.findOwn(ctx)
 			if err != nil {
-				l.jan.add(cleanup{parent: a.parent, prefix: a.prefix})
+				l.jan.add(cleanup{parent: a.parent, prefix: a.prefix, marker: marker})
 				return "", err
 			}
 			if found != "" {
@@ -299,9 +322,9 @@ func (a *acquisition) settle(f *future[string]) {
 	case stop != nil:
 		f.abandon()
 	case r.err == nil:
-		a.l.discard(r.v, "")
+		a.l.discard(r.v, a.marker)
 	case isConnErr(r.err):
-		a.l.jan.add(cleanup{parent: a.parent, prefix: a.prefix})
+		a.l.jan.add(cleanup{parent: a.parent, prefix: a.prefix, marker: a.marker})
 	}
 }
 
@@ -453,6 +476,7 @@ func (a *acquisition) list(ctx context.Context) ([]string, error) {
 	l := a.l
 	if a.ownWatch != nil {
 		kids, err := call(ctx, l.g, a.s, childrenOf(l.conn, a.parent))
+		a.kids, a.listed = kids.names, time.Now()
 		return queueOf(kids.names), err
 	}
 	l.tab.track(a.path)
@@ -472,6 +496,7 @@ func (a *acquisition) list(ctx context.Context) ([]string, error) {
 	if st.stat.EphemeralOwner != a.s.id {
 		return nil, fmt.Errorf("%w: the queued znode %s belongs to session 0x%x, not 0x%x", lock.ErrLost, a.path, st.stat.EphemeralOwner, a.s.id)
 	}
+	a.kids, a.listed = kids.names, time.Now()
 	a.ownWatch, a.czxid, a.version = st.watch, st.stat.Czxid, st.stat.Version
 	return queueOf(kids.names), nil
 }

@@ -21,10 +21,10 @@ import (
 // Locker only moves to a new session after the server expired the old one,
 // which removes the old session's znodes by itself.
 //
-// marker, with path, is the lock-delay marker of a discarded acquisition.
-// It is deleted after the znode: the multi that creates a marker is
-// checked against the acquisition's znode, so once the znode is gone no
-// marker of it can appear any more.
+// marker is the lock-delay marker of a discarded acquisition, deleted
+// after its znode: the two are created by one multi, so once the znode
+// is gone (or found never to have been created) no marker of it can
+// appear any more.
 type cleanup struct {
 	path   string
 	parent string
@@ -114,14 +114,10 @@ func (j *janitor) sweep(ctx context.Context) int {
 
 func (j *janitor) clean(ctx context.Context, c cleanup) error {
 	if c.path != "" {
-		if err := j.deleteIfOurs(ctx, c.path); err != nil || c.marker == "" {
+		if err := j.deleteIfOurs(ctx, c.path); err != nil {
 			return err
 		}
-		_, err := call(ctx, j.g, nil, func() (struct{}, error) { return struct{}{}, j.conn.Delete(c.marker, -1) })
-		if errors.Is(err, zk.ErrNoNode) {
-			return nil
-		}
-		return err
+		return j.deleteMarker(ctx, c.marker)
 	}
 	// A create sent to a server the connection then lost may still be on
 	// its way to the leader: sync first, so that the listing sees it.
@@ -145,7 +141,20 @@ func (j *janitor) clean(ctx context.Context, c cleanup) error {
 			}
 		}
 	}
-	return nil
+	return j.deleteMarker(ctx, c.marker)
+}
+
+// deleteMarker deletes a discarded acquisition's lock-delay marker, if
+// there is one.
+func (j *janitor) deleteMarker(ctx context.Context, marker string) error {
+	if marker == "" {
+		return nil
+	}
+	_, err := call(ctx, j.g, nil, func() (struct{}, error) { return struct{}{}, j.conn.Delete(marker, -1) })
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	return err
 }
 
 // deleteIfOurs deletes path if the current session owns it.

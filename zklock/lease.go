@@ -178,7 +178,8 @@ func (le *Lease) Release(ctx context.Context) error {
 	defer le.l.leave()
 	marker := ""
 	if le.l.o.LockDelay > 0 {
-		marker = markerOf(le.path[:strings.LastIndexByte(le.path, '/')], le.path[strings.LastIndexByte(le.path, '/')+1:])
+		i := strings.LastIndexByte(le.path, '/')
+		marker = markerOf(le.path[:i], prefixOf(le.path[i+1:]))
 	}
 	err := le.l.deleteOwn(ctx, le.path, le.version, le.czxid, marker)
 	switch {

@@ -49,7 +49,7 @@
 //     without and with a lock-delay of 1s (WithLockDelay), in alternating
 //     order in the same run; every release is clean, so no grant may wait
 //     the delay out (a handoff of 1s or more fails the run), and the rows
-//     show what the two requests a lock-delay adds to each grant cost;
+//     show what writing and reading the markers costs;
 //   - failover: the holder runs in a child process (this test binary run
 //     again) that is killed with SIGKILL; the time from the kill to the
 //     grant in this process, with the same TTL or session timeout for

@@ -32,9 +32,9 @@ func lockDelayRecipe(kind cluster.Kind, fl recipe) recipe {
 // runLockDelay measures contended handoff (measureContended, every
 // client count of the run) for the backend's fencelock recipe without
 // and with a lock-delay, in alternating order in the same run. Every
-// release is clean, so no grant may wait out the lock-delay: what it may
-// cost is the two requests each grant adds (the read of the name's
-// markers, the write of its own).
+// release is clean, so no grant may wait out the lock-delay; the markers
+// ride on requests the grant sends anyway, so the rows should differ only
+// by noise (and the requests per grant not at all).
 func runLockDelay(t *testing.T, kind cluster.Kind, fl recipe, at placement, cfg config) []contendedResult {
 	rs := []recipe{fl, lockDelayRecipe(kind, fl)}
 	var out []contendedResult

@@ -218,7 +218,7 @@ func (a *admin) records(t *testing.T, root, name string) []string {
 	}
 	var out []string
 	for _, k := range kids {
-		// Lock-delay markers ("~delay~<child>", see zklock's package
+		// Lock-delay markers ("~delay~<prefix>", see zklock's package
 		// documentation) are not records: zklock's listings ignore them.
 		if strings.HasPrefix(k, "~") && !strings.HasPrefix(k, "~delay~") {
 			out = append(out, k)

@@ -46,8 +46,8 @@ func TestCancelledCalls(t *testing.T) {
 
 // markerCounter returns a function that counts the lock-delay markers of
 // a name under root. The markers' layout is zklock's: persistent children
-// of the lock's parent named "~delay~" and the child name of their lock
-// znode.
+// of the lock's parent named "~delay~" and the protection prefix of their
+// lock znode.
 func markerCounter(admin *admin, root string) func(t *testing.T, name string) int {
 	return func(t *testing.T, name string) int {
 		t.Helper()
