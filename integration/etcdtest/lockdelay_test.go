@@ -19,7 +19,8 @@ const testLockDelay = 1500 * time.Millisecond
 
 // TestLockDelay: a SIGKILLed holder's lock is granted no sooner than the
 // lock-delay after the server dropped its record (at its session lease's
-// expiry); a cleanly released one is granted at once.
+// expiry), a revoked holder's no sooner than the lock-delay after Revoke
+// was called; a cleanly released one is granted at once.
 func TestLockDelay(t *testing.T) {
 	c := startCluster(t)
 	prefix := "lockdelay-" + testutil.UniqueName(t)

@@ -20,7 +20,8 @@ const testLockDelay = 1500 * time.Millisecond
 
 // TestLockDelay: a SIGKILLed holder's lock is granted no sooner than the
 // lock-delay after the server dropped its znode (at its session's
-// expiry); a cleanly released one is granted at once.
+// expiry), a revoked holder's no sooner than the lock-delay after Revoke
+// was called; a cleanly released one is granted at once.
 func TestLockDelay(t *testing.T) {
 	c := startEnsemble(t)
 	root := uniqueRoot(t)

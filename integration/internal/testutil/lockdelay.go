@@ -57,6 +57,8 @@ const LockDelayTrials = 3
 //   - a holder process SIGKILLed while it holds the lock: the waiter's
 //     grant comes at least d after the last read that still saw the
 //     holder's record (a lower bound of when the server dropped it);
+//   - a holder revoked (lock.Revoker, through another Locker): the
+//     waiter's grant comes at least d after Revoke was called;
 //   - a holder that releases cleanly: the waiter is granted within d/2 of
 //     the Release.
 //
@@ -173,6 +175,46 @@ func RunLockDelay(t *testing.T, url string, d time.Duration, holderTest string, 
 			noMarkers(t, name, "after the killed holder's successor released cleanly")
 		}
 		t.Logf("after SIGKILL: grant - record dropped, in [low, high] per trial: low %v, high %v", lows, highs)
+	})
+
+	t.Run("revoked", func(t *testing.T) {
+		rv, ok := observer.(lock.Revoker)
+		if !ok {
+			t.Fatalf("%T is not a lock.Revoker", observer)
+		}
+		holder := open()
+		var gaps []time.Duration
+		for i := range LockDelayTrials {
+			name := UniqueName(t)
+			le, err := holder.Acquire(ctx, name)
+			if err != nil {
+				t.Fatalf("Acquire() = %v", err)
+			}
+			grants := acquire(name)
+			queued(name, 2)
+			// The record existed when Revoke was called, and is gone
+			// when it returns.
+			start := time.Now()
+			if err := rv.Revoke(ctx, name, le.Token()); err != nil {
+				t.Fatalf("Revoke(%q, %d) = %v", name, le.Token(), err)
+			}
+			g := Recv(t, grants, 30*time.Second, "grant after the revocation")
+			if g.err != nil {
+				t.Fatalf("Acquire() = %v", g.err)
+			}
+			gap := g.at.Sub(start)
+			gaps = append(gaps, gap)
+			t.Logf("trial %d: holder (token %d) revoked; grant (token %d) came %v after Revoke was called (lock-delay %v)", i, le.Token(), g.le.Token(), gap.Round(time.Millisecond), d)
+			if gap < d {
+				t.Errorf("trial %d: grant %v after Revoke was called; want at least the lock-delay %v", i, gap, d)
+			}
+			Recv(t, le.Done(), 30*time.Second, "end of the revoked lease")
+			if err := g.le.Release(ctx); err != nil {
+				t.Errorf("Release() = %v", err)
+			}
+			noMarkers(t, name, "after the revoked holder's successor released cleanly")
+		}
+		t.Logf("after a revocation: grant - Revoke called: %v", gaps)
 	})
 
 	t.Run("released", func(t *testing.T) {
