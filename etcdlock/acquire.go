@@ -67,10 +67,9 @@ var errStaleSession = fmt.Errorf("%w: the session lease was not found on the ser
 // before), and whether a create attempt failed without an answer, so that
 // the record may exist or appear later (see endOp).
 //
-// marker is the lock-delay marker an acquisition may have written before
-// its grant took effect (see delay): discarding the acquisition deletes it
-// with the record. A Lease's record has none: its marker goes only with a
-// clean Release.
+// marker is the lock-delay marker an acquisition writes with its record
+// (see markerOps): discarding the acquisition deletes it with the record.
+// A Lease's record has none: its marker goes only with a clean Release.
 type record struct {
 	s         *session
 	key       string

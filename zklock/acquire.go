@@ -323,7 +323,8 @@ func (a *acquisition) settle(f *future[string]) {
 		f.abandon()
 	case r.err == nil:
 		a.l.discard(r.v, a.marker)
-	case isConnErr(r.err):
+	case isConnErr(r.err), a.marker != "" && errors.Is(r.err, zk.ErrNodeExists):
+		// Applied perhaps, or an earlier attempt of this prefix was.
 		a.l.jan.add(cleanup{parent: a.parent, prefix: a.prefix, marker: a.marker})
 	}
 }
@@ -476,8 +477,11 @@ func (a *acquisition) list(ctx context.Context) ([]string, error) {
 	l := a.l
 	if a.ownWatch != nil {
 		kids, err := call(ctx, l.g, a.s, childrenOf(l.conn, a.parent))
+		if err != nil {
+			return nil, err
+		}
 		a.kids, a.listed = kids.names, time.Now()
-		return queueOf(kids.names), err
+		return queueOf(kids.names), nil
 	}
 	l.tab.track(a.path)
 	fc := start(l.g, childrenOf(l.conn, a.parent), nil)
