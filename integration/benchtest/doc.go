@@ -27,9 +27,9 @@
 // FENCELOCK_BENCH_QUICK=1 shrinks every measurement for a smoke run,
 // FENCELOCK_BENCH_BACKENDS=etcd (or zookeeper) runs one backend only, and
 // FENCELOCK_BENCH_ONLY lists the measurements to run (uncontended, tls,
-// contended, failover, leases, waiters, shared, semaphore; tls, etcd only,
+// contended, lockdelay, failover, leases, waiters, shared, semaphore; tls
 // is plain vs TLS with client certificates and auth on a second, secured
-// cluster).
+// cluster of each backend).
 //
 // Recipes are compared on the same servers: single-client measurements
 // connect every recipe to the same follower, and the i-th client of a
@@ -47,6 +47,11 @@
 //     handoff from the start of one release to the next grant, and the
 //     requests and watch events per grant counted on every client's
 //     connection (the herd check);
+//   - lock-delay: the contended handoff of the fencelock recipe again,
+//     without and with a lock-delay of 1s (WithLockDelay), in alternating
+//     order in the same run; every release is clean, so no grant may wait
+//     the delay out (a handoff of 1s or more fails the run), and the rows
+//     show what writing and reading the markers costs;
 //   - failover: the holder runs in a child process (this test binary run
 //     again) that is killed with SIGKILL; the time from the kill to the
 //     grant in this process, with the same TTL or session timeout for
