@@ -146,7 +146,7 @@ func (k *keepalive) handle(rpcCtx context.Context, r keepaliveResult) bool {
 			return false // the loss timer fires now
 		}
 		if rpcCtx.Err() == nil {
-			k.logger.Debug("etcdlock: keepalive failed", "lease", fmt.Sprintf("%x", int64(k.s.id)), "err", r.err)
+			k.logger.Debug("etcdlock: keepalive failed", "session", fmt.Sprintf("%x", int64(k.s.id)), "err", r.err)
 		}
 		if errors.Is(r.err, context.DeadlineExceeded) {
 			k.sendTimer.Reset(0) // the attempt timed out: try the next member now

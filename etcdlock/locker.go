@@ -210,7 +210,7 @@ func (l *Locker) session(ctx context.Context) (*session, error) {
 	l.mu.Unlock()
 	go s.run()
 	go s.watch.run()
-	l.opts.Logger.Debug("etcdlock: session started", "lease", fmt.Sprintf("%x", int64(resp.ID)), "ttl", l.opts.ttl)
+	l.opts.Logger.Debug("etcdlock: session started", "session", fmt.Sprintf("%x", int64(resp.ID)), "ttl", l.opts.ttl)
 	return s, nil
 }
 

@@ -88,7 +88,7 @@ func (s *session) end(cause error, lost bool) {
 			le.end(cause)
 		}
 		if lost {
-			s.l.opts.Logger.Warn("etcdlock: session lost", "lease", fmt.Sprintf("%x", int64(s.id)), "cause", cause)
+			s.l.opts.Logger.Warn("etcdlock: session lost", "session", fmt.Sprintf("%x", int64(s.id)), "cause", cause)
 		}
 	})
 }

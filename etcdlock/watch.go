@@ -183,7 +183,7 @@ func (w *recordWatcher) closeStream(st *streamState) {
 // created again on the next one, and backs off.
 func (w *recordWatcher) fail(st *streamState, err error) {
 	if err != nil && w.ctx.Err() == nil && !w.s.ended() {
-		w.s.l.opts.Logger.Debug("etcdlock: record watch stream failed", "lease", fmt.Sprintf("%x", int64(w.s.id)), "err", err)
+		w.s.l.opts.Logger.Debug("etcdlock: record watch stream failed", "session", fmt.Sprintf("%x", int64(w.s.id)), "err", err)
 	}
 	w.closeStream(st)
 	w.mu.Lock()

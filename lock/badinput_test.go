@@ -34,7 +34,7 @@ func mustErr(t *testing.T, call string, want error, f func() error) {
 // refuse a nil ctx before calling it.
 type nilCtxDriver struct{}
 
-func (nilCtxDriver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
+func (nilCtxDriver) Open(ctx context.Context, u *url.URL, _ lock.OpenConfig) (lock.Locker, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -44,7 +44,7 @@ func (nilCtxDriver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 // typedNilDriver returns a nil *MemLocker in the Locker interface.
 type typedNilDriver struct{}
 
-func (typedNilDriver) Open(context.Context, *url.URL) (lock.Locker, error) {
+func (typedNilDriver) Open(context.Context, *url.URL, lock.OpenConfig) (lock.Locker, error) {
 	var l *locktest.MemLocker
 	return l, nil
 }

@@ -124,7 +124,7 @@ func (le *Lease) end(err error) bool {
 	}
 	le.l.tab.untrack(le.path)
 	if errors.Is(err, lock.ErrLost) {
-		le.l.o.Logger.Warn("zklock: lease lost", "name", le.name, "path", le.path, "token", le.czxid, "cause", err)
+		le.l.o.Logger.Warn("zklock: lease lost", "lock", le.name, "path", le.path, "token", le.czxid, "cause", err)
 	}
 	return true
 }

@@ -3,7 +3,6 @@ package zklock
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -276,15 +274,4 @@ func (l *Locker) negotiatedTimeout(timeout time.Duration) {
 	if m, why := l.o.clampMargin(timeout); why != "" {
 		l.o.Logger.Warn("zklock: loss margin clamped", "margin", l.o.LossMargin, "using", m, "reason", why)
 	}
-}
-
-// zkLogger sends go-zookeeper's log lines to slog at debug level. It
-// never logs credentials, but its lines go through Redact all the same.
-type zkLogger struct {
-	l       *slog.Logger
-	secrets []string
-}
-
-func (z zkLogger) Printf(format string, args ...any) {
-	z.l.Debug("zk: " + secure.Redact(fmt.Sprintf(format, args...), z.secrets...))
 }

@@ -286,19 +286,19 @@ func (a *app) open(ctx context.Context, c *common) (lock.Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !c.verbose {
-		// Keep the backends' own logs off stderr, where the one-line error
-		// is the whole story.
-		slog.SetDefault(slog.New(slog.DiscardHandler))
-		if os.Getenv("ETCD_CLIENT_DEBUG") == "" {
-			os.Setenv("ETCD_CLIENT_DEBUG", "fatal")
-		}
+	// The backends' logs, their clients' included, go where the flags
+	// say; without -v nowhere, since the one-line error is the whole story.
+	logger := slog.New(slog.DiscardHandler)
+	if c.verbose {
+		logger = slog.New(slog.NewTextHandler(a.stderr, nil))
 	}
 	octx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	openURL := a.openURL
 	if openURL == nil {
-		openURL = lock.Open
+		openURL = func(ctx context.Context, raw string) (lock.Locker, error) {
+			return lock.Open(ctx, raw, lock.WithLogger(logger))
+		}
 	}
 	l, err := openURL(octx, raw)
 	if err != nil {
