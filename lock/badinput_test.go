@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/lock"
 	"github.com/fencelock/fencelock/lock/locktest"
@@ -150,6 +152,11 @@ func TestBadInputLock(t *testing.T) {
 			return err
 		}},
 		{"NewElection(nil OnStarted)", lock.ErrInvalidConfig, func() error { _, err := lock.NewElection(l, "e", lock.ElectionConfig{}); return err }},
+		{"NewElection(typed-nil MeterProvider)", lock.ErrInvalidConfig, func() error {
+			var mp *metricnoop.MeterProvider
+			_, err := lock.NewElection(l, "e", lock.ElectionConfig{OnStarted: func(context.Context, fencing.Token) {}, MeterProvider: mp})
+			return err
+		}},
 		{"NewElection(bad name)", lock.ErrInvalidName, func() error {
 			_, err := lock.NewElection(l, "", lock.ElectionConfig{OnStarted: func(context.Context, fencing.Token) {}})
 			return err

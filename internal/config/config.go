@@ -19,7 +19,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencelock/fencelock/internal/names"
-	"github.com/fencelock/fencelock/internal/nilcheck"
 	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -79,21 +78,17 @@ func (c *Common) SetLogger(l *slog.Logger) {
 // SetMeterProvider sets the meter provider; nil, or a typed nil, is an
 // error.
 func (c *Common) SetMeterProvider(mp metric.MeterProvider) {
-	if nilcheck.IsNil(mp) {
-		c.Fail("meter provider: nil")
-		return
+	if err := c.Telemetry.SetMeterProvider(mp); err != nil {
+		c.Fail("%w", err)
 	}
-	c.Telemetry.MeterProvider = mp
 }
 
 // SetTracerProvider sets the tracer provider; nil, or a typed nil, is an
 // error.
 func (c *Common) SetTracerProvider(tp trace.TracerProvider) {
-	if nilcheck.IsNil(tp) {
-		c.Fail("tracer provider: nil")
-		return
+	if err := c.Telemetry.SetTracerProvider(tp); err != nil {
+		c.Fail("%w", err)
 	}
-	c.Telemetry.TracerProvider = tp
 }
 
 // SetNameAttribute sets the mapping of lock names to the value of their

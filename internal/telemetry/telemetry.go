@@ -19,6 +19,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fencelock/fencelock/internal/nilcheck"
 )
 
 // Scope is the instrumentation scope of every meter and tracer.
@@ -50,6 +52,7 @@ const (
 	KeyLock     = attribute.Key("fencelock.lock")
 	KeyElection = attribute.Key("fencelock.election")
 	KeyToken    = attribute.Key("fencelock.token")
+	KeyChange   = attribute.Key("fencelock.change")
 )
 
 // Outcomes of an acquisition (the outcome attribute of AcquireDuration).
@@ -127,6 +130,26 @@ type Config struct {
 	NameAttribute func(name string) string
 }
 
+// SetMeterProvider sets c's meter provider. nil, or a typed nil, is an
+// error, without a sentinel: the caller wraps its own.
+func (c *Config) SetMeterProvider(mp metric.MeterProvider) error {
+	if nilcheck.IsNil(mp) {
+		return errors.New("meter provider: nil")
+	}
+	c.MeterProvider = mp
+	return nil
+}
+
+// SetTracerProvider sets c's tracer provider. nil, or a typed nil, is an
+// error, without a sentinel: the caller wraps its own.
+func (c *Config) SetTracerProvider(tp trace.TracerProvider) error {
+	if nilcheck.IsNil(tp) {
+		return errors.New("tracer provider: nil")
+	}
+	c.TracerProvider = tp
+	return nil
+}
+
 // Telemetry records the metrics and spans of one component (a Locker, a
 // Guard, a Store, an Election). A nil *Telemetry records nothing. It is
 // safe for concurrent use.
@@ -195,7 +218,7 @@ func New(backend string, cfg Config) (*Telemetry, error) {
 	t.sessEnds = counter(SessionEnds, "{session}", "Sessions ended, by reason (closed, or why it was lost).")
 	t.decisions = counter(FencingDecisions, "{decision}", "Fenced writes accepted or rejected as stale, by helper.")
 	t.leader = updown(ElectionLeader, "{leader}", "1 while this process leads the election, else 0.")
-	t.changes = counter(ElectionChanges, "{change}", "Changes of leader this process saw, its own included.")
+	t.changes = counter(ElectionChanges, "{change}", "Terms this candidate began (elected) and ended (ended).")
 	return t, errors.Join(errs...)
 }
 
@@ -313,9 +336,10 @@ type Hold struct {
 	kind  string
 }
 
-// End records the end of the lease: reason "" for its own Release,
-// otherwise one of the loss reasons (Closed included). A backend calls it
-// once, where the lease's end-once state ends it.
+// End records the end of the lease: reason "" for its own Release (or
+// for a loss whose reason [Hold.Lost] records later), otherwise one of
+// the loss reasons (Closed included). A backend calls it once, where the
+// lease's end-once state ends it.
 func (h Hold) End(reason string) {
 	t := h.t
 	if t == nil || !t.meter {
@@ -325,8 +349,13 @@ func (h Hold) End(reason string) {
 	kind := KeyKind.String(h.kind)
 	t.held.Add(ctx, -1, t.attrs(KeyLock, h.name, kind))
 	t.holdDur.Record(ctx, time.Since(h.start).Seconds(), t.attrs(KeyLock, h.name, kind))
-	if reason != "" {
-		t.lost.Add(ctx, 1, t.attrs(KeyLock, h.name, kind, KeyReason.String(reason)))
+	h.Lost(reason)
+}
+
+// Lost counts the lease as lost for reason; "" counts nothing.
+func (h Hold) Lost(reason string) {
+	if t := h.t; t != nil && t.meter && reason != "" {
+		t.lost.Add(context.Background(), 1, t.attrs(KeyLock, h.name, KeyKind.String(h.kind), KeyReason.String(reason)))
 	}
 }
 
@@ -400,23 +429,18 @@ func (t *Telemetry) Decide(ctx context.Context, helper, decision string) {
 	}
 }
 
-// Leader records that this process became (true) or stopped being (false)
-// the leader of election.
+// Leader records that this candidate became (true) or stopped being
+// (false) the leader of election: the leader counter goes up or down, and
+// the change is counted as "elected" or "ended".
 func (t *Telemetry) Leader(election string, leading bool) {
 	if !t.Metrics() {
 		return
 	}
-	d := int64(-1)
+	d, change := int64(-1), "ended"
 	if leading {
-		d = 1
+		d, change = 1, "elected"
 	}
-	t.leader.Add(context.Background(), d, t.attrs(KeyElection, election))
-}
-
-// LeaderChanged counts a change of leader of election seen by this
-// process.
-func (t *Telemetry) LeaderChanged(election string) {
-	if t.Metrics() {
-		t.changes.Add(context.Background(), 1, t.attrs(KeyElection, election))
-	}
+	ctx := context.Background()
+	t.leader.Add(ctx, d, t.attrs(KeyElection, election))
+	t.changes.Add(ctx, 1, t.attrs(KeyElection, election, KeyChange.String(change)))
 }
