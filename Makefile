@@ -99,8 +99,10 @@ chaos: $(ETCD_BIN)
 		sed -n '/^chaos run:/,/^end of chaos summary/p' .cache/chaos.log; exit $$(cat .cache/chaos.status)
 
 # Side-by-side benchmarks on real clusters (fencelock, the reference recipe
-# and the floor in one run; tables and JSON, see BENCHMARKS.md), then the Go
-# benchmarks of the hot paths that need no cluster.
+# and the floor in one run; tables and JSON, see BENCHMARKS.md), the cost of
+# metrics (on and off in the same run), then the Go benchmarks of the hot
+# paths that need no cluster.
 bench: $(ETCD_BIN)
 	cd integration && FENCELOCK_BENCH=1 $(GO) test -run '^TestBench$$' -timeout 60m -v ./benchtest
+	cd integration && $(GO) test -run '^$$' -bench '^BenchmarkObservability' -benchtime 2000x -timeout 20m ./benchtest
 	$(GO) test -run '^$$' -bench . -benchmem ./lock/... ./fencing/...

@@ -13,6 +13,7 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -169,6 +170,11 @@ type Telemetry struct {
 	decisions  metric.Int64Counter
 	leader     metric.Int64UpDownCounter
 	changes    metric.Int64Counter
+
+	// decisionOpts caches the attributes of Decide, which runs on a
+	// resource's hot path: by helper and decision.
+	decisionMu   sync.RWMutex
+	decisionOpts map[[2]string]metric.MeasurementOption
 }
 
 // durationBuckets are the histograms' bucket boundaries, in seconds: from a
@@ -424,9 +430,23 @@ func (w Write) End(decision string, err error) {
 
 // Decide counts one fencing decision of helper without a span.
 func (t *Telemetry) Decide(ctx context.Context, helper, decision string) {
-	if t.Metrics() {
-		t.decisions.Add(ctx, 1, t.attrs("", "", KeyHelper.String(helper), KeyDecision.String(decision)))
+	if !t.Metrics() {
+		return
 	}
+	k := [2]string{helper, decision}
+	t.decisionMu.RLock()
+	opt, ok := t.decisionOpts[k]
+	t.decisionMu.RUnlock()
+	if !ok {
+		opt = t.attrs("", "", KeyHelper.String(helper), KeyDecision.String(decision))
+		t.decisionMu.Lock()
+		if t.decisionOpts == nil {
+			t.decisionOpts = map[[2]string]metric.MeasurementOption{}
+		}
+		t.decisionOpts[k] = opt
+		t.decisionMu.Unlock()
+	}
+	t.decisions.Add(ctx, 1, opt)
 }
 
 // Leader records that this candidate became (true) or stopped being
