@@ -16,6 +16,9 @@
 #   make test-fault       one short pass of the fault suite (process provider)
 #   make chaos            long randomized fault runs with a summary table
 #   make bench            side-by-side benchmarks (see BENCHMARKS.md)
+#   make screenshot       examples/metrics/prometheus-graph.png from a real
+#                         run: the metrics example scraped by Prometheus,
+#                         its graph page taken by headless Chromium
 #   make images           build the local container images (needs dockerd)
 #
 # Variables for the test targets (README.md, "Testing"): FENCELOCK_BACKENDS
@@ -35,7 +38,7 @@ CACHE_BIN := integration/.cache/bin
 ETCD_BIN := $(CACHE_BIN)/etcd
 ETCD_SRC := integration/tools/etcd/main.go integration/tools/etcd/go.mod integration/tools/etcd/go.sum
 
-.PHONY: deps images vet demo test test-unit test-examples test-process test-containers fuzz test-fault chaos bench
+.PHONY: deps images vet demo test test-unit test-examples test-process test-containers fuzz test-fault chaos bench screenshot
 
 deps:
 	scripts/test.sh deps
@@ -106,3 +109,11 @@ bench: $(ETCD_BIN)
 	cd integration && FENCELOCK_BENCH=1 $(GO) test -run '^TestBench$$' -timeout 60m -v ./benchtest
 	cd integration && $(GO) test -run '^$$' -bench '^BenchmarkObservability' -benchtime 2000x -timeout 20m ./benchtest
 	$(GO) test -run '^$$' -bench . -benchmem ./lock/... ./fencing/...
+
+# Installs Prometheus and Chromium if missing (make deps does too), then
+# runs the metrics example's Prometheus test on etcd for a minute and a
+# half and saves the graph page of its lost-lease, rejection and wait-time
+# series.
+screenshot:
+	FENCELOCK_SCREENSHOT=$(CURDIR)/examples/metrics/prometheus-graph.png FENCELOCK_PROVIDERS=process FENCELOCK_BACKENDS=etcd \
+		FENCELOCK_RUN='^TestExampleEtcd$$/^Metrics$$' scripts/test.sh deps process

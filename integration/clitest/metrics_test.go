@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,19 +15,6 @@ import (
 
 	"github.com/fencelock/fencelock/integration/internal/testutil"
 )
-
-// freeAddr returns a loopback address with a port nobody listened on a
-// moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
 
 // scrape reads http://addr/metrics and parses it with Prometheus' own
 // text parser.
@@ -97,7 +83,7 @@ func testMetrics(t *testing.T, b backend) {
 		backendName = "zookeeper"
 	}
 	name := testutil.UniqueName(t)
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	p := start(t, b.url, "--metrics-addr", addr, "--log-level", "debug", "--log-format", "json",
 		"run", "--lock", name, "--", "sh", "-c", holdScript)
 	tok := parseStarted(t, p.line(30*time.Second))
