@@ -30,8 +30,9 @@ const DefaultMaxResources = 1 << 16
 // runs the caller's write under one critical section per resource, so no
 // write with a lower token can land after a write with a higher one.
 //
-// The zero Guard is ready to use and remembers up to [DefaultMaxResources]
-// resources; [NewGuard] sets another limit. A Guard must not be copied after
+// The zero Guard is ready to use, remembers up to [DefaultMaxResources]
+// resources and records no metrics; [NewGuard] sets another limit and,
+// with [WithMeterProvider], counts the Guard's decisions. A Guard must not be copied after
 // first use. It is safe for concurrent use. A nil *Guard refuses every
 // write with an error wrapping [ErrInvalidConfig].
 //
