@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencelock/fencelock/internal/nilcheck"
@@ -197,22 +198,34 @@ func New(backend string, cfg Config) (*Telemetry, error) {
 	if cfg.MeterProvider == nil {
 		return t, nil
 	}
-	t.meter = true
 	m := cfg.MeterProvider.Meter(Scope)
+	if m == nil {
+		return t, errors.New("the meter provider returned no meter")
+	}
+	t.meter = true
 	var errs []error
 	hist := func(name, desc string) metric.Float64Histogram {
 		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(durationBuckets...))
 		errs = append(errs, err)
+		if h == nil {
+			return noop.Float64Histogram{}
+		}
 		return h
 	}
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 		errs = append(errs, err)
+		if c == nil {
+			return noop.Int64Counter{}
+		}
 		return c
 	}
 	updown := func(name, unit, desc string) metric.Int64UpDownCounter {
 		c, err := m.Int64UpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
 		errs = append(errs, err)
+		if c == nil {
+			return noop.Int64UpDownCounter{}
+		}
 		return c
 	}
 	t.acquireDur = hist(AcquireDuration, "Time from the start of an acquisition to its end: granted, locked, cancelled, lost or error.")
