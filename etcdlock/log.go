@@ -13,10 +13,11 @@ import (
 
 // clientLogger returns a zap logger for the etcd client a Locker from
 // lock.Open creates, which sends the client's lines to the Locker's
-// logger instead of stderr: its warnings (a member unreachable, a request
-// retried) at debug level, since the Locker reports what they mean for
-// its leases itself, and its errors at warn level. secrets are removed
-// from every line.
+// logger instead of stderr: its information and warnings (a member
+// unreachable, a request retried) at debug level, since the Locker
+// reports what they mean for its leases itself, and its errors at warn
+// level; its own debug lines not at all. secrets are removed from every
+// line.
 func clientLogger(l *slog.Logger, secrets ...string) *zap.Logger {
 	return zap.New(&zapSlog{h: l.Handler(), secrets: secrets})
 }
@@ -35,8 +36,10 @@ func (z *zapSlog) level(l zapcore.Level) slog.Level {
 	return slog.LevelDebug
 }
 
+// Enabled leaves out the client's own debug lines, as its default logger
+// does: at a rate of several per request, they would drown the Locker's.
 func (z *zapSlog) Enabled(l zapcore.Level) bool {
-	return z.h.Enabled(context.Background(), z.level(l))
+	return l >= zapcore.InfoLevel && z.h.Enabled(context.Background(), z.level(l))
 }
 
 func (z *zapSlog) With(fields []zapcore.Field) zapcore.Core {
