@@ -21,6 +21,9 @@
 #                         in CHARTS_DIR (default docs/bench) from BENCH_JSON
 #                         (default integration/bench-results.json; several
 #                         files are several runs)
+#   make screenshot       examples/metrics/prometheus-graph.png from a real
+#                         run: the metrics example scraped by Prometheus,
+#                         its graph page taken by headless Chromium
 #   make images           build the local container images (needs dockerd)
 #
 # Variables for the test targets (README.md, "Testing"): FENCELOCK_BACKENDS
@@ -46,7 +49,7 @@ BENCH_OUT := $(or $(FENCELOCK_BENCH_OUT),bench-results.json)
 BENCH_JSON ?= $(if $(filter /%,$(BENCH_OUT)),$(BENCH_OUT),integration/$(BENCH_OUT))
 CHARTS_DIR ?= docs/bench
 
-.PHONY: deps images vet demo test test-unit test-examples test-process test-containers fuzz test-fault chaos bench charts
+.PHONY: deps images vet demo test test-unit test-examples test-process test-containers fuzz test-fault chaos bench charts screenshot
 
 deps:
 	scripts/test.sh deps
@@ -111,10 +114,12 @@ chaos: $(ETCD_BIN)
 
 # Side-by-side benchmarks on real clusters (fencelock, the reference recipe
 # and the floor in one run; tables and JSON, see BENCHMARKS.md), their
-# charts, then the Go benchmarks of the hot paths that need no cluster.
+# charts, the cost of metrics (on and off in the same run), then the Go
+# benchmarks of the hot paths that need no cluster.
 bench: $(ETCD_BIN)
 	cd integration && FENCELOCK_BENCH=1 $(GO) test -run '^TestBench$$' -timeout 60m -v ./benchtest
 	$(MAKE) --no-print-directory charts
+	cd integration && $(GO) test -run '^$$' -bench '^BenchmarkObservability' -benchtime 2000x -timeout 20m ./benchtest
 	$(GO) test -run '^$$' -bench . -benchmem ./lock/... ./fencing/...
 
 # The SVG charts of BENCHMARKS.md, drawn by integration/benchtest/charts.
@@ -124,3 +129,11 @@ charts:
 	@mkdir -p $(CACHE_BIN)
 	cd integration && $(GO) build -o .cache/bin/benchcharts ./benchtest/charts
 	$(CACHE_BIN)/benchcharts -out $(CHARTS_DIR) $(BENCH_JSON)
+
+# Installs Prometheus and Chromium if missing (make deps does too), then
+# runs the metrics example's Prometheus test on etcd for a minute and a
+# half and saves the graph page of its lost-lease, rejection and wait-time
+# series.
+screenshot:
+	FENCELOCK_SCREENSHOT=$(CURDIR)/examples/metrics/prometheus-graph.png FENCELOCK_PROVIDERS=process FENCELOCK_BACKENDS=etcd \
+		FENCELOCK_RUN='^TestExampleEtcd$$/^Metrics$$' scripts/test.sh deps process

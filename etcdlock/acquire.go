@@ -9,8 +9,10 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/leasestate"
 	"github.com/fencelock/fencelock/internal/queue"
+	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -25,6 +27,7 @@ func (l *Locker) acquire(ctx context.Context, name string, req queue.Request, tr
 			return nil, fmt.Errorf("%w: %w", lock.ErrInvalidConfig, err)
 		}
 	}
+	ctx, op := l.tel.StartAcquire(ctx, name, req.Kind.String(), !try)
 	parent := ctx
 	ctx, cancel := l.withClosing(ctx)
 	defer cancel()
@@ -32,7 +35,41 @@ func (l *Locker) acquire(ctx context.Context, name string, req queue.Request, tr
 	if err != nil && parent.Err() == nil && l.closing.Err() != nil {
 		err = lock.ErrClosed
 	}
+	var token uint64
+	if le != nil {
+		token = uint64(le.rev)
+	}
+	if hold := op.End(config.Outcome(parent, err), token, err); le != nil {
+		le.st.OnEnd(func(err error) { l.countEnd(le, hold, err) })
+	}
 	return le, err
+}
+
+// countEnd records the end of le, which ended with err. A deleted record
+// is what etcd shows both for a grant revoked by another client and for
+// the end of the session lease (whose expiry deletes every record
+// attached to it), and the watch usually reports the deletion before the
+// keepalive loop hears that the lease is gone: so for a deletion, the
+// reason is counted once the session lease has been looked up, in the
+// background, expired if it is gone.
+func (l *Locker) countEnd(le *Lease, hold telemetry.Hold, err error) {
+	reason := config.EndReason(err)
+	if reason != telemetry.Deleted || !l.tel.Metrics() {
+		hold.End(reason)
+		return
+	}
+	hold.End("")
+	if !l.spawn(func() {
+		ctx, cancel := context.WithTimeout(l.life, l.closeWait())
+		defer cancel()
+		resp, terr := l.client.TimeToLive(ctx, le.s.id)
+		if terr == nil && resp.TTL == -1 || isLeaseNotFound(terr) {
+			reason = telemetry.Expired
+		}
+		hold.Lost(reason)
+	}) {
+		hold.Lost(reason)
+	}
 }
 
 // withClosing returns a context that is also cancelled when Close starts,
@@ -104,7 +141,7 @@ func (l *Locker) acquireIn(ctx context.Context, s *session, name string, req que
 	resp, err := a.create(ctx)
 	if err != nil {
 		if isLeaseNotFound(err) {
-			l.dropSession(s, fmt.Errorf("%w: lease %x expired or was revoked", lock.ErrLost, int64(s.id)))
+			l.dropSession(s, telemetry.WithReason(telemetry.Expired, fmt.Errorf("%w: lease %x expired or was revoked", lock.ErrLost, int64(s.id))))
 			return nil, errStaleSession
 		}
 		// The create may have been applied with its reply lost, or be

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/fencelock/fencelock/lock"
 )
@@ -44,6 +46,29 @@ func TestBadInput(t *testing.T) {
 		{"New(WithLogger(&slog.Logger{}))", lock.ErrInvalidConfig, func() error { _, err := New(client, WithLogger(&slog.Logger{})); return err }},
 		{"New(WithLogger(nil))", lock.ErrInvalidConfig, func() error { _, err := New(client, WithLogger(nil)); return err }},
 		{"lock.Open(nil ctx, etcd://…)", lock.ErrInvalidConfig, func() error { _, err := lock.Open(nilCtx, "etcd://127.0.0.1:1/x"); return err }},
+		{"New(WithMeterProvider(nil))", lock.ErrInvalidConfig, func() error { _, err := New(client, WithMeterProvider(nil)); return err }},
+		{"New(WithMeterProvider(typed nil))", lock.ErrInvalidConfig, func() error {
+			var mp *metricnoop.MeterProvider
+			_, err := New(client, WithMeterProvider(mp))
+			return err
+		}},
+		{"New(WithTracerProvider(nil))", lock.ErrInvalidConfig, func() error { _, err := New(client, WithTracerProvider(nil)); return err }},
+		{"New(WithTracerProvider(typed nil))", lock.ErrInvalidConfig, func() error {
+			var tp *tracenoop.TracerProvider
+			_, err := New(client, WithTracerProvider(tp))
+			return err
+		}},
+		{"New(WithNameAttribute(nil))", lock.ErrInvalidConfig, func() error { _, err := New(client, WithNameAttribute(nil)); return err }},
+		{"lock.Open(etcd://…?identity=a, WithIdentity(b))", lock.ErrInvalidConfig, func() error {
+			_, err := lock.Open(ctx, "etcd://127.0.0.1:1/x?identity=a", lock.WithIdentity("b"))
+			return err
+		}},
+		{"lock.Open(etcd://…, WithLogger(nil))", lock.ErrInvalidConfig, func() error {
+			_, err := lock.Open(ctx, "etcd://127.0.0.1:1/x", lock.WithLogger(nil))
+			return err
+		}},
+		{"Locker.Healthy(nil ctx)", lock.ErrInvalidConfig, func() error { return l.Healthy(nilCtx) }},
+		{"nil Locker.Healthy", lock.ErrInvalidConfig, func() error { return nilLocker.Healthy(ctx) }},
 
 		// etcdlock.GuardedTxn with a typed-nil client panicked.
 		{"GuardedTxn(typed-nil client)", lock.ErrInvalidConfig, func() error { _, err := GuardedTxn(ctx, nilClient, nilLease); return err }},

@@ -8,6 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -49,7 +50,7 @@ func (l *Locker) cleanupLater(r record) {
 			return
 		}
 		l.opts.Logger.Warn("etcdlock: gave up deleting a record; ending the session so that its lease takes the record", "key", r.key, "err", err)
-		l.dropSession(r.s, fmt.Errorf("%w: record %q could not be deleted within %v: %w", lock.ErrLost, r.key, l.opts.ttl+l.opts.LossMargin, err))
+		l.dropSession(r.s, telemetry.WithReason(telemetry.Revoked, fmt.Errorf("%w: record %q could not be deleted within %v: %w", lock.ErrLost, r.key, l.opts.ttl+l.opts.LossMargin, err)))
 		r.s.revokeLost()
 	})
 }

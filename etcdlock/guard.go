@@ -11,6 +11,7 @@ import (
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/fenced"
 	"github.com/fencelock/fencelock/internal/nilcheck"
+	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -58,22 +59,36 @@ func GuardedTxn(ctx context.Context, kv clientv3.KV, lease lock.Lease, ops ...cl
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: guarded txn: %w", err)
 	}
+	ctx, w := le.l.tel.StartWrite(ctx, guardedTxnHelper, le.name, uint64(le.rev))
 	if err := le.st.Err(); err != nil {
-		return nil, fmt.Errorf("etcdlock: guarded txn on %q: %w", le.Name(), err)
+		err = fmt.Errorf("etcdlock: guarded txn on %q: %w", le.Name(), err)
+		w.End(telemetry.Rejected, err)
+		return nil, err
 	}
 	resp, err := kv.Txn(ctx).If(le.IsHeld()).Then(ops...).Commit()
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: guarded txn on %q: %w", le.Name(), err)
+		err = fmt.Errorf("etcdlock: guarded txn on %q: %w", le.Name(), err)
+		w.End("", err)
+		return nil, err
 	}
 	if !resp.Succeeded {
 		if err := le.st.Err(); errors.Is(err, lock.ErrReleased) {
-			return resp, fmt.Errorf("etcdlock: guarded txn on %q: nothing written: %w", le.Name(), err)
+			err = fmt.Errorf("etcdlock: guarded txn on %q: nothing written: %w", le.Name(), err)
+			w.End(telemetry.Rejected, err)
+			return resp, err
 		}
-		return resp, fmt.Errorf("etcdlock: guarded txn on %q: nothing written: %w: record %s (revision %d) is gone",
+		err := fmt.Errorf("etcdlock: guarded txn on %q: nothing written: %w: record %s (revision %d) is gone",
 			le.Name(), lock.ErrLost, le.Key(), le.rev)
+		w.End(telemetry.Rejected, err)
+		return resp, err
 	}
+	w.End(telemetry.Accepted, nil)
 	return resp, nil
 }
+
+// guardedTxnHelper is the helper attribute of GuardedTxn's fencing
+// decisions.
+const guardedTxnHelper = "etcdlock.GuardedTxn"
 
 // etcdLease returns lease as a *Lease, or an error wrapping
 // lock.ErrInvalidConfig.

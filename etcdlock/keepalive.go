@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/internal/clock"
+	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -83,8 +84,8 @@ func (k *keepalive) run() {
 		case <-k.s.done:
 			return
 		case <-k.lossTimer.C():
-			k.s.end(fmt.Errorf("%w: no keepalive acknowledged within %v of the ttl %v (last acknowledged keepalive sent at %s)",
-				lock.ErrLost, k.ttl-k.margin, k.ttl, k.deadline.Add(k.margin-k.ttl).Format(time.RFC3339Nano)), true)
+			k.s.end(telemetry.WithReason(telemetry.Disconnected, fmt.Errorf("%w: no keepalive acknowledged within %v of the ttl %v (last acknowledged keepalive sent at %s)",
+				lock.ErrLost, k.ttl-k.margin, k.ttl, k.deadline.Add(k.margin-k.ttl).Format(time.RFC3339Nano))), true)
 			k.revoke()
 			return
 		case <-k.sendTimer.C():
@@ -138,7 +139,7 @@ func (k *keepalive) handle(rpcCtx context.Context, r keepaliveResult) bool {
 		}
 		k.sendTimer.Reset(r.sent.Add(k.interval).Sub(k.clk.Now()))
 	case errors.Is(r.err, rpctypes.ErrLeaseNotFound):
-		k.s.end(fmt.Errorf("%w: lease %x expired or was revoked", lock.ErrLost, int64(k.s.id)), true)
+		k.s.end(telemetry.WithReason(telemetry.Expired, fmt.Errorf("%w: lease %x expired or was revoked", lock.ErrLost, int64(k.s.id))), true)
 		return true
 	default:
 		now := k.clk.Now()
@@ -146,7 +147,7 @@ func (k *keepalive) handle(rpcCtx context.Context, r keepaliveResult) bool {
 			return false // the loss timer fires now
 		}
 		if rpcCtx.Err() == nil {
-			k.logger.Debug("etcdlock: keepalive failed", "lease", fmt.Sprintf("%x", int64(k.s.id)), "err", r.err)
+			k.logger.Debug("etcdlock: keepalive failed", "session", fmt.Sprintf("%x", int64(k.s.id)), "err", r.err)
 		}
 		if errors.Is(r.err, context.DeadlineExceeded) {
 			k.sendTimer.Reset(0) // the attempt timed out: try the next member now

@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/leasestate"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -114,6 +115,9 @@ func (le *Lease) end(cause error) bool {
 	}
 	le.stopWatch()
 	le.s.remove(le)
+	if errors.Is(cause, lock.ErrLost) {
+		le.l.opts.Logger.Warn("etcdlock: lease lost", config.LogLock, le.name, config.LogToken, le.rev, config.LogSession, fmt.Sprintf("%x", int64(le.s.id)), config.LogErr, cause)
+	}
 	return true
 }
 
@@ -145,13 +149,15 @@ func (le *Lease) lose(cause error) {
 // that finds the record already gone (Err then wraps [lock.ErrReleased]:
 // the lease had not been reported lost before Release ended it). A nil
 // ctx, or a nil or zero *Lease, is an error wrapping [lock.ErrInvalidConfig].
-func (le *Lease) Release(ctx context.Context) error {
+func (le *Lease) Release(ctx context.Context) (err error) {
 	if !le.valid() {
 		return fmt.Errorf("etcdlock: release: %w", errNotLease())
 	}
 	if ctx == nil {
 		return fmt.Errorf("etcdlock: release %q: %w: nil context", le.name, lock.ErrInvalidConfig)
 	}
+	ctx, end := le.l.tel.StartRelease(ctx, le.name, uint64(le.rev))
+	defer func() { end(err) }()
 	ended, first := le.st.BeginRelease()
 	switch {
 	case ended != nil:

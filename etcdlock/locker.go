@@ -13,8 +13,10 @@ import (
 
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/clock"
+	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/nilcheck"
 	"github.com/fencelock/fencelock/internal/queue"
+	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -24,8 +26,9 @@ type Locker struct {
 	client     *clientv3.Client
 	opts       *options
 	ownsClient bool
-	clk        clock.Clock // the loss deadline's clock: clock.Real() but in unit tests
-	tls        *tlsWatch   // the TLS handshakes of a client the Locker made; nil for a borrowed one
+	clk        clock.Clock          // the loss deadline's clock: clock.Real() but in unit tests
+	tel        *telemetry.Telemetry // metrics and spans; nil records nothing
+	tls        *tlsWatch            // the TLS handshakes of a client the Locker made; nil for a borrowed one
 
 	// life is cancelled at the end of Close: it bounds every background
 	// goroutine. closing is cancelled at the start of Close: it interrupts
@@ -91,6 +94,11 @@ func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 
 func newLocker(client *clientv3.Client, o *options) *Locker {
 	l := &Locker{client: client, opts: o, clk: clock.Real(), sessSem: make(chan struct{}, 1), down: make(chan struct{})}
+	tel, err := telemetry.New(backend, o.Telemetry)
+	if err != nil {
+		o.Logger.Warn("etcdlock: some instruments are not recorded", config.LogErr, err)
+	}
+	l.tel = tel
 	l.life, l.cancelLife = context.WithCancel(context.Background())
 	l.closing, l.cancelClosing = context.WithCancel(context.Background())
 	return l
@@ -210,7 +218,8 @@ func (l *Locker) session(ctx context.Context) (*session, error) {
 	l.mu.Unlock()
 	go s.run()
 	go s.watch.run()
-	l.opts.Logger.Debug("etcdlock: session started", "lease", fmt.Sprintf("%x", int64(resp.ID)), "ttl", l.opts.ttl)
+	l.tel.SessionStarted()
+	l.opts.Logger.Debug("etcdlock: session started", "session", fmt.Sprintf("%x", int64(resp.ID)), "ttl", l.opts.ttl)
 	return s, nil
 }
 
@@ -355,7 +364,7 @@ func (l *Locker) Close() error {
 	var errs []error
 	if s != nil {
 		wasLive := !s.ended()
-		s.end(fmt.Errorf("%w: locker closed", lock.ErrReleased), false)
+		s.end(telemetry.WithReason(telemetry.Closed, fmt.Errorf("%w: locker closed", lock.ErrReleased)), false)
 		if wasLive {
 			ctx, cancel := context.WithTimeout(context.Background(), l.closeWait())
 			_, err := l.client.Revoke(ctx, s.id)

@@ -5,6 +5,9 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -21,6 +24,9 @@ const (
 	// shorter, configured TTL for its own loss deadline, which is safe.
 	MinTTL = time.Second
 )
+
+// backend is the value of the backend attribute of metrics and log lines.
+const backend = "etcd"
 
 // maxCloseWait bounds the lease revocation done by Close and the cleanup
 // deletes done after a cancelled call.
@@ -97,11 +103,44 @@ func WithIdentity(identity string) Option {
 
 // WithLogger sets the logger for background events: keepalive failures,
 // session loss, failed cleanups, and (at debug level) create attempts that
-// failed without an answer (default: slog.Default()). It must not be nil
-// or a zero slog.Logger (which has no handler).
+// failed without an answer (default: slog.Default(), as in zklock). Every
+// line carries backend=etcd, and where they apply the keys lock, token
+// and session (the session lease's ID, in hex). A Locker from [lock.Open]
+// also sends its etcd client's own log lines there (the client's warnings
+// at debug level, its errors at warn level); a client given to [New] logs
+// where its own configuration says. It must not be nil or a zero
+// slog.Logger (which has no handler).
 func WithLogger(logger *slog.Logger) Option {
 	return func(o *options) {
 		o.SetLogger(logger)
+	}
+}
+
+// WithMeterProvider sets the provider of the Locker's metrics (see
+// "Observability" in the documentation of package lock for the
+// instruments); without it the Locker records none. It must not be nil.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) {
+		o.SetMeterProvider(mp)
+	}
+}
+
+// WithTracerProvider sets the provider of the Locker's spans (acquire,
+// release, guarded writes); without it the Locker records none. It must
+// not be nil.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) {
+		o.SetTracerProvider(tp)
+	}
+}
+
+// WithNameAttribute makes lock names the attribute fencelock.lock of the
+// Locker's metrics and spans, as f maps them ("" for none); see
+// [lock.WithNameAttribute]. Without it, no lock name is an attribute. It
+// must not be nil.
+func WithNameAttribute(f func(name string) string) Option {
+	return func(o *options) {
+		o.SetNameAttribute(f)
 	}
 }
 
@@ -142,6 +181,7 @@ func buildOptions(opts []Option) (*options, error) {
 	if err := config.Apply(o, &o.Common, opts); err != nil {
 		return nil, err
 	}
+	o.Logger = o.Logger.With(config.LogBackend, backend)
 	if o.LossMargin == 0 {
 		o.LossMargin = o.ttl / 5
 	} else if o.LossMargin > o.ttl/2 {

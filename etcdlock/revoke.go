@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/queue"
+	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -105,5 +106,5 @@ func (l *Locker) revoke(ctx context.Context, name string, token fencing.Token) e
 // or a delete by hand, or the server ending the session lease before the
 // keepalive loop noticed. The delete event does not tell them apart.
 func recordDeletedCause(key string, rev int64) error {
-	return fmt.Errorf("%w: record %q was deleted at revision %d (revoked by another client, or its session lease ended on the server)", lock.ErrLost, key, rev)
+	return telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: record %q was deleted at revision %d (revoked by another client, or its session lease ended on the server)", lock.ErrLost, key, rev))
 }

@@ -11,6 +11,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencelock/fencelock/internal/config"
+	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -88,7 +90,10 @@ func (s *session) end(cause error, lost bool) {
 			le.end(cause)
 		}
 		if lost {
-			s.l.opts.Logger.Warn("etcdlock: session lost", "lease", fmt.Sprintf("%x", int64(s.id)), "cause", cause)
+			s.l.tel.SessionEnded(config.EndReason(cause))
+			s.l.opts.Logger.Warn("etcdlock: session lost", "session", fmt.Sprintf("%x", int64(s.id)), "cause", cause)
+		} else {
+			s.l.tel.SessionEnded(telemetry.Closed)
 		}
 	})
 }

@@ -64,8 +64,14 @@ type driver struct{}
 //
 // The Locker owns the client it creates and closes it in Close. The
 // client pings its connections (every 5s, 2s timeout) so that a member
-// that stops answering is left behind.
-func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
+// that stops answering is left behind, and logs through the Locker's
+// logger (see [WithLogger]), never straight to stderr.
+//
+// cfg's logger, providers, name attribute and identity map to
+// [WithLogger], [WithMeterProvider], [WithTracerProvider],
+// [WithNameAttribute] and [WithIdentity]; an identity given both there and
+// in the URL is an error.
+func (driver) Open(ctx context.Context, u *url.URL, cfg lock.OpenConfig) (lock.Locker, error) {
 	if ctx == nil || u == nil {
 		return nil, fmt.Errorf("etcdlock: open: %w: nil context or URL", lock.ErrInvalidConfig)
 	}
@@ -108,9 +114,11 @@ func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	} else if ok {
 		opts = append(opts, WithLockDelay(d))
 	}
-	if v, ok := q["identity"]; ok {
-		opts = append(opts, WithIdentity(v[0]))
+	_, urlIdentity := q["identity"]
+	if urlIdentity {
+		opts = append(opts, WithIdentity(q["identity"][0]))
 	}
+	opts = append(opts, func(o *options) { o.SetOpen(cfg, urlIdentity) })
 	o, err := buildOptions(opts)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
@@ -118,8 +126,9 @@ func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
-	cfg := clientv3.Config{
+	ccfg := clientv3.Config{
 		Endpoints: hosts,
+		Logger:    clientLogger(o.Logger, creds.Password),
 		// Pings find a member that stopped answering without closing
 		// its connections, so that watches move to another member.
 		// 5s is the server's default minimum ping interval.
@@ -131,15 +140,15 @@ func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	var watch *tlsWatch
 	if tlsCfg != nil {
 		watch = newTLSWatch(len(hosts))
-		cfg.TLS = tlsCfg
+		ccfg.TLS = tlsCfg
 		// Given after the client's own credentials, these replace them:
 		// the same TLS, seen by the watch.
-		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(watch.credentials(tlsCfg))}
+		ccfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(watch.credentials(tlsCfg))}
 	}
 	if hasCreds {
-		cfg.Username, cfg.Password = creds.User, creds.Password
+		ccfg.Username, ccfg.Password = creds.User, creds.Password
 	}
-	client, err := newClient(ctx, cfg, watch)
+	client, err := newClient(ctx, ccfg, watch)
 	if err != nil {
 		who := strings.Join(hosts, ",")
 		if hasCreds {

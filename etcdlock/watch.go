@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -183,7 +184,7 @@ func (w *recordWatcher) closeStream(st *streamState) {
 // created again on the next one, and backs off.
 func (w *recordWatcher) fail(st *streamState, err error) {
 	if err != nil && w.ctx.Err() == nil && !w.s.ended() {
-		w.s.l.opts.Logger.Debug("etcdlock: record watch stream failed", "lease", fmt.Sprintf("%x", int64(w.s.id)), "err", err)
+		w.s.l.opts.Logger.Debug("etcdlock: record watch stream failed", "session", fmt.Sprintf("%x", int64(w.s.id)), "err", err)
 	}
 	w.closeStream(st)
 	w.mu.Lock()
@@ -364,12 +365,12 @@ func (w *recordWatcher) reread(rw *recordWatch) {
 		if err != nil && !errors.Is(err, lock.ErrClosed) && l.life.Err() == nil && !w.s.ended() {
 			// Not retryable: nothing more can be learned from the
 			// server, and a silent lease would be worse than a lost one.
-			le.recordDeleted(fmt.Errorf("%w: record %q could not be read after its watch was cancelled: %w", lock.ErrLost, le.key, err))
+			le.recordDeleted(telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: record %q could not be read after its watch was cancelled: %w", lock.ErrLost, le.key, err)))
 		}
 		return
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != le.rev {
-		le.recordDeleted(fmt.Errorf("%w: record %q is gone", lock.ErrLost, le.key))
+		le.recordDeleted(telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: record %q is gone", lock.ErrLost, le.key)))
 		return
 	}
 	l.opts.Logger.Debug("etcdlock: record watch created again", "key", le.key, "from_revision", resp.Header.Revision+1)

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"testing"
 
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/fencelock/fencelock/fencing"
 )
 
@@ -40,6 +43,18 @@ func TestBadInputGuard(t *testing.T) {
 		{"Apply(zero token)", zero.Apply("r", 0, func() error { return nil }), fencing.ErrInvalidToken},
 		{"Apply(nil fn)", zero.Apply("r", 1, nil), fencing.ErrInvalidConfig},
 		{"NewGuard(0)", func() error { _, err := fencing.NewGuard(0); return err }(), fencing.ErrInvalidConfig},
+		{"NewGuard(nil option)", func() error { _, err := fencing.NewGuard(1, nil); return err }(), fencing.ErrInvalidConfig},
+		{"NewGuard(WithMeterProvider(nil))", func() error { _, err := fencing.NewGuard(1, fencing.WithMeterProvider(nil)); return err }(), fencing.ErrInvalidConfig},
+		{"NewGuard(WithMeterProvider(typed nil))", func() error {
+			var mp *metricnoop.MeterProvider
+			_, err := fencing.NewGuard(1, fencing.WithMeterProvider(mp))
+			return err
+		}(), fencing.ErrInvalidConfig},
+		{"NewGuard(WithTracerProvider(typed nil))", func() error {
+			var tp *tracenoop.TracerProvider
+			_, err := fencing.NewGuard(1, fencing.WithTracerProvider(tp))
+			return err
+		}(), fencing.ErrInvalidConfig},
 		{"ParseToken(empty)", func() error { _, err := fencing.ParseToken(""); return err }(), fencing.ErrInvalidToken},
 		{"ParseToken(0)", func() error { _, err := fencing.ParseToken("0"); return err }(), fencing.ErrInvalidToken},
 		{"ParseToken(-1)", func() error { _, err := fencing.ParseToken("-1"); return err }(), fencing.ErrInvalidToken},

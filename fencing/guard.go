@@ -1,10 +1,16 @@
 package fencing
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fencelock/fencelock/internal/telemetry"
 )
 
 // ErrInvalidConfig is wrapped by constructors in this package and its
@@ -24,8 +30,9 @@ const DefaultMaxResources = 1 << 16
 // runs the caller's write under one critical section per resource, so no
 // write with a lower token can land after a write with a higher one.
 //
-// The zero Guard is ready to use and remembers up to [DefaultMaxResources]
-// resources; [NewGuard] sets another limit. A Guard must not be copied after
+// The zero Guard is ready to use, remembers up to [DefaultMaxResources]
+// resources and records no metrics; [NewGuard] sets another limit and,
+// with [WithMeterProvider], counts the Guard's decisions. A Guard must not be copied after
 // first use. It is safe for concurrent use. A nil *Guard refuses every
 // write with an error wrapping [ErrInvalidConfig].
 //
@@ -76,7 +83,44 @@ type Guard struct {
 	entries map[string]*entry // every resource the Guard remembers
 	idle    entry             // sentinel of the ring of unused entries, most recently used first
 	floor   Token             // highest token of every evicted resource
+	tel     *telemetry.Telemetry
 }
+
+// Option configures the metrics and spans of a fencing helper: [NewGuard]
+// takes it here, sqlfence and httpfence have their own of the same names.
+// Leaving an option out records nothing; giving a nil provider is an
+// error wrapping [ErrInvalidConfig].
+type Option func(*options)
+
+type options struct {
+	tel  telemetry.Config
+	errs []error
+}
+
+// WithMeterProvider makes the Guard count its decisions on the counter
+// fencelock.fencing.decisions, with the attributes fencelock.helper
+// "guard" and fencelock.decision "accepted" or "rejected" (see
+// "Observability" in the documentation of package lock). It must not be
+// nil.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.check(o.tel.SetMeterProvider(mp)) }
+}
+
+// WithTracerProvider is accepted for symmetry with the other helpers; a
+// Guard records no spans, since Apply takes no context. It must not be
+// nil.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.check(o.tel.SetTracerProvider(tp)) }
+}
+
+func (o *options) check(err error) {
+	if err != nil {
+		o.errs = append(o.errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
+	}
+}
+
+// guardHelper is the helper attribute of a Guard's decisions.
+const guardHelper = "guard"
 
 // entry is the state of one resource.
 type entry struct {
@@ -93,13 +137,26 @@ type entry struct {
 }
 
 // NewGuard returns a Guard that remembers up to maxResources resources
-// individually; see "Bounded memory" on [Guard]. A maxResources below 1 is an
-// error wrapping [ErrInvalidConfig].
-func NewGuard(maxResources int) (*Guard, error) {
+// individually; see "Bounded memory" on [Guard]. A maxResources below 1,
+// a nil option or an option given a bad value is an error wrapping
+// [ErrInvalidConfig].
+func NewGuard(maxResources int, opts ...Option) (*Guard, error) {
 	if maxResources < 1 {
 		return nil, fmt.Errorf("fencing: new guard: %w: max resources %d, want at least 1", ErrInvalidConfig, maxResources)
 	}
-	return &Guard{limit: maxResources}, nil
+	var o options
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("fencing: new guard: %w: option %d is nil", ErrInvalidConfig, i)
+		}
+		opt(&o)
+	}
+	if len(o.errs) > 0 {
+		return nil, fmt.Errorf("fencing: new guard: %w", o.errs[0])
+	}
+	g := &Guard{limit: maxResources}
+	g.tel, _ = telemetry.New("", o.tel) // a refused instrument stays a no-op
+	return g, nil
 }
 
 // Apply runs fn if token is not lower than the highest token accepted for
@@ -135,9 +192,15 @@ func (g *Guard) Apply(resource string, token Token, fn func() error) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if highest := Token(e.highest.Load()); token < highest {
+		if g.tel != nil {
+			g.tel.Decide(context.Background(), guardHelper, telemetry.Rejected)
+		}
 		return &StaleTokenError{Resource: resource, Token: token, Highest: highest}
 	}
 	e.highest.Store(uint64(token))
+	if g.tel != nil {
+		g.tel.Decide(context.Background(), guardHelper, telemetry.Accepted)
+	}
 	return fn()
 }
 

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/lock"
 	"github.com/fencelock/fencelock/lock/locktest"
@@ -34,7 +36,7 @@ func mustErr(t *testing.T, call string, want error, f func() error) {
 // refuse a nil ctx before calling it.
 type nilCtxDriver struct{}
 
-func (nilCtxDriver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
+func (nilCtxDriver) Open(ctx context.Context, u *url.URL, _ lock.OpenConfig) (lock.Locker, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -44,7 +46,7 @@ func (nilCtxDriver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 // typedNilDriver returns a nil *MemLocker in the Locker interface.
 type typedNilDriver struct{}
 
-func (typedNilDriver) Open(context.Context, *url.URL) (lock.Locker, error) {
+func (typedNilDriver) Open(context.Context, *url.URL, lock.OpenConfig) (lock.Locker, error) {
 	var l *locktest.MemLocker
 	return l, nil
 }
@@ -150,6 +152,11 @@ func TestBadInputLock(t *testing.T) {
 			return err
 		}},
 		{"NewElection(nil OnStarted)", lock.ErrInvalidConfig, func() error { _, err := lock.NewElection(l, "e", lock.ElectionConfig{}); return err }},
+		{"NewElection(typed-nil MeterProvider)", lock.ErrInvalidConfig, func() error {
+			var mp *metricnoop.MeterProvider
+			_, err := lock.NewElection(l, "e", lock.ElectionConfig{OnStarted: func(context.Context, fencing.Token) {}, MeterProvider: mp})
+			return err
+		}},
 		{"NewElection(bad name)", lock.ErrInvalidName, func() error {
 			_, err := lock.NewElection(l, "", lock.ElectionConfig{OnStarted: func(context.Context, fencing.Token) {}})
 			return err

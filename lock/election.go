@@ -8,8 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/nilcheck"
+	"github.com/fencelock/fencelock/internal/telemetry"
 )
 
 // Defaults of [ElectionConfig].
@@ -104,6 +107,20 @@ type ElectionConfig struct {
 	// ends the lease on its own when the session expires. Default
 	// [DefaultReleaseTimeout].
 	ReleaseTimeout time.Duration
+
+	// MeterProvider, if set, records the election's metrics: the
+	// up-down counter fencelock.election.leader, 1 while this candidate
+	// leads and 0 otherwise, and the counter fencelock.election.changes of
+	// its terms begun (fencelock.change "elected") and ended ("ended").
+	// The election's name is their attribute fencelock.election only as
+	// NameAttribute maps it; without that, the elections of a process add
+	// up in one series. A typed nil is an error. Default: nothing is
+	// recorded.
+	MeterProvider metric.MeterProvider
+
+	// NameAttribute maps the election's name to the value of the
+	// attribute fencelock.election ("" for none). Default: no attribute.
+	NameAttribute func(name string) string
 }
 
 // Election runs one candidate in a leader election over any [Locker]: the
@@ -147,6 +164,7 @@ type Election struct {
 	mu      sync.Mutex
 	running bool
 	cur     *term // the current term, nil between terms
+	tel     *telemetry.Telemetry
 }
 
 // term is the state of one term, shared between Run and Resign.
@@ -202,7 +220,14 @@ func NewElection(l Locker, name string, cfg ElectionConfig) (*Election, error) {
 	if cfg.ReleaseTimeout == 0 {
 		cfg.ReleaseTimeout = DefaultReleaseTimeout
 	}
+	if cfg.MeterProvider != nil && nilcheck.IsNil(cfg.MeterProvider) {
+		return nil, fmt.Errorf("lock: election %q: %w: MeterProvider is a typed nil", name, ErrInvalidConfig)
+	}
 	e := &Election{l: l, name: name, cfg: cfg}
+	if cfg.MeterProvider != nil {
+		// A refused instrument stays a no-op.
+		e.tel, _ = telemetry.New("", telemetry.Config{MeterProvider: cfg.MeterProvider, NameAttribute: cfg.NameAttribute})
+	}
 	if obs, ok := l.(Observer); ok {
 		e.obs = obs
 	} else if cfg.OnNewLeader != nil {
@@ -312,6 +337,8 @@ func (e *Election) lead(ctx context.Context, lease Lease) error {
 	e.mu.Lock()
 	e.cur = t
 	e.mu.Unlock()
+	e.tel.Leader(e.name, true)
+	defer e.tel.Leader(e.name, false)
 
 	started := make(chan struct{})
 	go func() {

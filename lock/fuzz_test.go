@@ -68,7 +68,7 @@ var errAccepted = errors.New("fuzz driver: accepted")
 // package lock.
 type fuzzDriver struct{}
 
-func (fuzzDriver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
+func (fuzzDriver) Open(ctx context.Context, u *url.URL, _ lock.OpenConfig) (lock.Locker, error) {
 	if _, err := lock.URLHosts(u); err != nil {
 		return nil, err
 	}

@@ -69,7 +69,52 @@
 // "etcd://127.0.0.1:2379,127.0.0.1:22379/myapp?ttl=10s" or
 // "zk://127.0.0.1:2181/myapp?session_timeout=10s". Backends register their
 // scheme like database/sql drivers: import the backend package for its side
-// effect.
+// effect. Its options ([WithLogger], [WithMeterProvider],
+// [WithTracerProvider], [WithIdentity], [WithNameAttribute]) are the ones
+// every backend understands.
+//
+// # Observability
+//
+// Logs: both backends log through a *slog.Logger, by default
+// slog.Default(), with the keys backend, lock, token and session (never a
+// password); their client libraries' own lines (etcd's zap logger for a
+// Locker from Open, go-zookeeper's logger) go through the same logger.
+//
+// Metrics, through the OpenTelemetry metric API, recorded only when a
+// MeterProvider is given (instrumentation scope
+// "github.com/fencelock/fencelock"):
+//
+//	fencelock.acquire.duration      histogram, s       backend, kind, outcome (granted, locked, cancelled, lost, error)
+//	fencelock.hold.duration         histogram, s       backend, kind
+//	fencelock.leases.held           up-down, {lease}   backend, kind
+//	fencelock.acquisitions.waiting  up-down, {acquisition}  backend, kind (Acquire calls only)
+//	fencelock.leases.lost           counter, {lease}   backend, kind, reason (expired, deleted, disconnected, revoked, closed)
+//	fencelock.session.starts        counter, {session} backend
+//	fencelock.session.ends          counter, {session} backend, reason (closed, or a loss reason)
+//	fencelock.fencing.decisions     counter, {decision} helper, decision (accepted, rejected)
+//	fencelock.election.leader       up-down, {leader}  election (1 while leading)
+//	fencelock.election.changes      counter, {change}  election, change (elected, ended)
+//
+// Attribute keys are prefixed "fencelock." (fencelock.backend is "etcd" or
+// "zookeeper"; fencelock.kind "exclusive", "shared" or "permit"). The
+// reasons: expired, the server ended the session; deleted, the lease's
+// record was deleted by someone else (a [Revoker], by hand); disconnected,
+// the Locker heard nothing from the servers until its loss deadline;
+// revoked, the Locker ended its own session because it could not delete a
+// record; closed, the Locker was closed while the lease was held. The
+// helpers are "guard", "sqlfence", "httpfence", "etcdlock.GuardedTxn" and
+// "zklock.GuardedMulti"; each is given its provider by its own option.
+// Lock and election names can be unbounded (one lock per customer), so
+// they are attributes (fencelock.lock, fencelock.election) only as
+// [WithNameAttribute] or ElectionConfig.NameAttribute maps them.
+//
+// Spans, through the OpenTelemetry trace API, recorded only when a
+// TracerProvider is given: fencelock.acquire, fencelock.release and
+// fencelock.fenced_write (the guarded writes, sqlfence's Apply and
+// httpfence's Handler), each with the token as fencelock.token.
+//
+// Health: [HealthChecker] tells a readiness probe whether a Locker has a
+// live session.
 package lock
 
 import (

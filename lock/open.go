@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"slices"
 	"sort"
@@ -12,6 +13,9 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fencelock/fencelock/internal/names"
 	"github.com/fencelock/fencelock/internal/nilcheck"
 )
@@ -19,11 +23,110 @@ import (
 // Driver opens Lockers for one URL scheme. Backends register a Driver in
 // their init function with [Register].
 type Driver interface {
-	// Open returns a Locker configured by u. u has already been parsed and
-	// its scheme matched; the driver checks the rest and returns errors
-	// wrapping [ErrInvalidConfig] for anything it does not accept,
-	// including unknown query keys.
-	Open(ctx context.Context, u *url.URL) (Locker, error)
+	// Open returns a Locker configured by u and by the options given to
+	// [Open], gathered in cfg. u has already been parsed and its scheme
+	// matched; the driver checks the rest and returns errors wrapping
+	// [ErrInvalidConfig] for anything it does not accept, including
+	// unknown query keys. Every field of cfg it does not support is an
+	// error too, never ignored.
+	Open(ctx context.Context, u *url.URL, cfg OpenConfig) (Locker, error)
+}
+
+// OpenConfig is what the options given to [Open] set, for a [Driver]. A
+// field left at its zero value was not given: the backend's default
+// applies. Open has checked every value given.
+type OpenConfig struct {
+	// Logger receives the Locker's log lines, and its client's.
+	Logger *slog.Logger
+	// MeterProvider records the Locker's metrics.
+	MeterProvider metric.MeterProvider
+	// TracerProvider records the Locker's spans.
+	TracerProvider trace.TracerProvider
+	// Identity is the identity stored with the Locker's records. Given
+	// with the URL's identity key as well, it is an error.
+	Identity string
+	// NameAttribute maps a lock name to the value of its metric and span
+	// attribute (fencelock.lock).
+	NameAttribute func(name string) string
+
+	errs []error
+}
+
+// OpenOption configures a Locker made by [Open], whatever its backend. An
+// option given a bad value (a nil logger or provider, a typed nil, an
+// invalid identity) makes Open return an error wrapping
+// [ErrInvalidConfig]. Each backend also has options of its own.
+type OpenOption func(*OpenConfig)
+
+func (c *OpenConfig) fail(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+}
+
+// WithLogger sets the logger of the Locker and of its backend client
+// (etcd's zap logger, go-zookeeper's logger), which otherwise is the
+// backend's default, [slog.Default]. It must not be nil or a zero
+// slog.Logger.
+func WithLogger(l *slog.Logger) OpenOption {
+	return func(c *OpenConfig) {
+		if l == nil || l.Handler() == nil {
+			c.fail("logger: nil, or a zero slog.Logger without a handler")
+			return
+		}
+		c.Logger = l
+	}
+}
+
+// WithMeterProvider sets the provider of the Locker's metrics (see
+// "Observability" in the package documentation); without it, the Locker
+// records none. It must not be nil.
+func WithMeterProvider(mp metric.MeterProvider) OpenOption {
+	return func(c *OpenConfig) {
+		if nilcheck.IsNil(mp) {
+			c.fail("meter provider: nil")
+			return
+		}
+		c.MeterProvider = mp
+	}
+}
+
+// WithTracerProvider sets the provider of the Locker's spans; without it,
+// the Locker records none. It must not be nil.
+func WithTracerProvider(tp trace.TracerProvider) OpenOption {
+	return func(c *OpenConfig) {
+		if nilcheck.IsNil(tp) {
+			c.fail("tracer provider: nil")
+			return
+		}
+		c.TracerProvider = tp
+	}
+}
+
+// WithIdentity sets the identity stored with the Locker's records (see
+// [ValidateIdentity]). A URL that gives the identity key as well is an
+// error.
+func WithIdentity(id string) OpenOption {
+	return func(c *OpenConfig) {
+		if err := ValidateIdentity(id); err != nil {
+			c.errs = append(c.errs, err)
+			return
+		}
+		c.Identity = id
+	}
+}
+
+// WithNameAttribute makes lock names an attribute of the Locker's metrics
+// and spans (fencelock.lock), as f maps them: a program with one lock per
+// customer maps names to a few classes, or to "" for no attribute. Without
+// it, no metric or span carries a lock name, so that the number of series
+// stays bounded. f must not be nil, and must be safe for concurrent use.
+func WithNameAttribute(f func(name string) string) OpenOption {
+	return func(c *OpenConfig) {
+		if f == nil {
+			c.fail("name attribute: nil function")
+			return
+		}
+		c.NameAttribute = f
+	}
 }
 
 var (
@@ -76,10 +179,27 @@ func Schemes() []string {
 // repeats the URL's user information, and no error of a Locker opened
 // from the URL repeats its password. ctx bounds the connection attempt
 // only.
-func Open(ctx context.Context, rawURL string) (Locker, error) {
+//
+// The options are the ones every backend understands: a logger, meter and
+// tracer providers, the identity and the lock-name attribute. A nil
+// option, or one given a bad value, is an error wrapping
+// [ErrInvalidConfig].
+func Open(ctx context.Context, rawURL string, opts ...OpenOption) (Locker, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("lock: open: %w: nil context", ErrInvalidConfig)
 	}
+	var cfg OpenConfig
+	for i, o := range opts {
+		if o == nil {
+			cfg.fail("option %d: nil", i)
+			continue
+		}
+		o(&cfg)
+	}
+	if len(cfg.errs) > 0 {
+		return nil, fmt.Errorf("lock: open: %w", optionErrors(cfg.errs))
+	}
+	cfg.errs = nil
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// url.Error repeats the whole URL, password included: keep only
@@ -106,7 +226,7 @@ func Open(ctx context.Context, rawURL string) (Locker, error) {
 		return nil, fmt.Errorf("lock: open %q: %w: unknown scheme %q (registered: %s; did you import the backend package?)",
 			describe(u), ErrInvalidConfig, u.Scheme, strings.Join(Schemes(), ", "))
 	}
-	l, err := d.Open(ctx, u)
+	l, err := d.Open(ctx, u, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -115,6 +235,19 @@ func Open(ctx context.Context, rawURL string) (Locker, error) {
 	}
 	return l, nil
 }
+
+// optionErrors is the errors of Open's options, read on one line.
+type optionErrors []error
+
+func (e optionErrors) Error() string {
+	parts := make([]string, len(e))
+	for i, err := range e {
+		parts[i] = err.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (e optionErrors) Unwrap() []error { return e }
 
 // describe returns u for an error message, without its user information,
 // so that no password (nor user name) ever appears in an error.

@@ -22,7 +22,7 @@ type memDriver struct {
 	fail error
 }
 
-func (d *memDriver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
+func (d *memDriver) Open(ctx context.Context, u *url.URL, _ lock.OpenConfig) (lock.Locker, error) {
 	d.got <- u
 	if d.fail != nil {
 		return nil, d.fail

@@ -21,6 +21,10 @@
 #   FENCELOCK_RUN        a "go test -run" pattern for the process and
 #                        containers stages (development only)
 #   FUZZTIME             how long to fuzz each target (default 5s)
+#   FENCELOCK_SCREENSHOT=path.png
+#                        deps also installs Chromium, and the metrics
+#                        example's Prometheus test saves a screenshot of
+#                        Prometheus' graph page there (make screenshot)
 #   CI=true              a missing server fails tests instead of skipping
 #                        them (the summary fails the run either way)
 #   FENCELOCK_DEPS_DRY_RUN=1
@@ -178,6 +182,14 @@ needed_packages() {
 		if [[ -z ${FENCELOCK_POSTGRES_BIN:-} ]] && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
 			need+=(postgresql)
 		fi
+		# The metrics example's test scrapes it with a real Prometheus.
+		if [[ -z ${FENCELOCK_PROMETHEUS_BIN:-} ]] && [[ ! -x /usr/bin/prometheus ]]; then
+			need+=(prometheus)
+		fi
+		# make screenshot: the Prometheus graph page, taken by Chromium.
+		if [[ -n ${FENCELOCK_SCREENSHOT:-} ]] && [[ -z ${FENCELOCK_CHROMIUM_BIN:-} ]] && [[ ! -x /usr/bin/chromium ]]; then
+			need+=(chromium)
+		fi
 	fi
 	if prepare_containers; then
 		if ! command -v dockerd >/dev/null && ! docker info >/dev/null 2>&1; then
@@ -248,7 +260,7 @@ install_packages() {
 stop_debian_services() {
 	[[ $(id -u) == 0 ]] || return 0
 	local svc pidfile pid
-	for svc in zookeeper postgresql; do
+	for svc in zookeeper postgresql prometheus; do
 		if [[ -x /etc/init.d/$svc ]] && service "$svc" status >/dev/null 2>&1; then
 			if [[ -n $dry_run ]]; then
 				echo "dry run: would run: service $svc stop"

@@ -14,8 +14,10 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/leasestate"
 	"github.com/fencelock/fencelock/internal/queue"
+	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -195,12 +197,64 @@ func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request
 			return nil, fmt.Errorf("zklock: %s %q: %w: %w", op, name, lock.ErrInvalidConfig, err)
 		}
 	}
+	ctx, tel := l.tel.StartAcquire(ctx, name, req.Kind.String(), !try)
 	a := &acquisition{l: l, name: name, parent: l.parent(name), req: req, try: try}
 	le, err := a.run(ctx)
+	var token uint64
+	if le != nil {
+		token = uint64(le.czxid)
+	}
+	if hold := tel.End(config.Outcome(ctx, err), token, err); le != nil {
+		le.st.OnEnd(func(err error) { l.countEnd(le, hold, err) })
+	}
 	if err != nil {
 		return nil, fmt.Errorf("zklock: %s %q: %w", op, name, permission(err))
 	}
 	return le, nil
+}
+
+// countEnd records the end of le, which ended with err. The server deletes
+// a session's ephemeral znodes when it expires the session, and a watch
+// may report the deletion before the session's end reaches the Locker:
+// for a deletion, the reason is counted in the background once one
+// request on the session has shown whether it still lives (expired if
+// not).
+func (l *Locker) countEnd(le *Lease, hold telemetry.Hold, err error) {
+	reason := config.EndReason(err)
+	if reason != telemetry.Deleted || !l.tel.Metrics() {
+		hold.End(reason)
+		return
+	}
+	hold.End("")
+	select {
+	case <-l.g.closing:
+		hold.Lost(reason)
+		return
+	default:
+	}
+	l.g.spawn(func() {
+		_, _, err := l.conn.Exists("/")
+		switch {
+		case errors.Is(err, zk.ErrSessionExpired), err == nil && l.conn.SessionID() != le.s.id:
+			reason = telemetry.Expired
+		case err != nil:
+			// The connection dropped: give the Locker the time it
+			// takes to decide about the session.
+			t := time.NewTimer(l.ss.timeout())
+			defer t.Stop()
+			select {
+			case <-le.s.done:
+			case <-t.C:
+			case <-l.g.closing:
+			}
+		}
+		if ended(le.s) {
+			if r := telemetry.ReasonOf(le.s.err); r != "" {
+				reason = r
+			}
+		}
+		hold.Lost(reason)
+	})
 }
 
 func (a *acquisition) run(ctx context.Context) (*Lease, error) {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/fencelock/fencelock/internal/testhook"
 	"github.com/fencelock/fencelock/lock"
@@ -52,6 +54,28 @@ func TestBadInput(t *testing.T) {
 			return err
 		}},
 		{"lock.Open(nil ctx, zk://…)", lock.ErrInvalidConfig, func() error { _, err := lock.Open(nilCtx, "zk://127.0.0.1:1/x"); return err }},
+		{"Dial(WithMeterProvider(nil))", lock.ErrInvalidConfig, func() error { _, err := Dial(ctx, servers, WithMeterProvider(nil)); return err }},
+		{"Dial(WithMeterProvider(typed nil))", lock.ErrInvalidConfig, func() error {
+			var mp *metricnoop.MeterProvider
+			_, err := Dial(ctx, servers, WithMeterProvider(mp))
+			return err
+		}},
+		{"Dial(WithTracerProvider(nil))", lock.ErrInvalidConfig, func() error { _, err := Dial(ctx, servers, WithTracerProvider(nil)); return err }},
+		{"Dial(WithTracerProvider(typed nil))", lock.ErrInvalidConfig, func() error {
+			var tp *tracenoop.TracerProvider
+			_, err := Dial(ctx, servers, WithTracerProvider(tp))
+			return err
+		}},
+		{"Dial(WithNameAttribute(nil))", lock.ErrInvalidConfig, func() error { _, err := Dial(ctx, servers, WithNameAttribute(nil)); return err }},
+		{"lock.Open(zk://…?identity=a, WithIdentity(b))", lock.ErrInvalidConfig, func() error {
+			_, err := lock.Open(ctx, "zk://127.0.0.1:1/x?identity=a", lock.WithIdentity("b"))
+			return err
+		}},
+		{"lock.Open(zk://…, WithLogger(nil))", lock.ErrInvalidConfig, func() error {
+			_, err := lock.Open(ctx, "zk://127.0.0.1:1/x", lock.WithLogger(nil))
+			return err
+		}},
+		{"nil Locker.Healthy", lock.ErrInvalidConfig, func() error { return nilLocker.Healthy(ctx) }},
 
 		{"GuardedMulti(nil conn)", lock.ErrInvalidConfig, func() error { _, err := GuardedMulti(ctx, nil, nilLease); return err }},
 		{"GuardedMulti(nil ctx)", lock.ErrInvalidConfig, func() error { _, err := GuardedMulti(nilCtx, &zk.Conn{}, nilLease); return err }},

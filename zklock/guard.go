@@ -12,6 +12,7 @@ import (
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/fenced"
 	"github.com/fencelock/fencelock/internal/nilcheck"
+	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -74,28 +75,47 @@ func GuardedMulti(ctx context.Context, conn *zk.Conn, lease lock.Lease, ops ...a
 	if err != nil {
 		return nil, fmt.Errorf("zklock: guarded multi: %w", err)
 	}
+	var tel *telemetry.Telemetry // none for a zero *Lease, refused below
+	if le.valid() {
+		tel = le.l.tel
+	}
+	ctx, w := tel.StartWrite(ctx, guardedMultiHelper, le.name, uint64(le.czxid))
 	if err := le.endErr(); err != nil {
-		return nil, fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), permission(err))
+		err = fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), permission(err))
+		w.End(telemetry.Rejected, err)
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), permission(err))
+		err = fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), permission(err))
+		w.End("", err)
+		return nil, err
 	}
 	res, err := conn.Multi(append([]any{le.CheckOp()}, ops...)...)
 	if len(res) > 0 {
 		if cerr := res[0].Error; errors.Is(cerr, zk.ErrNoNode) || errors.Is(cerr, zk.ErrBadVersion) {
 			if lerr := le.endErr(); errors.Is(lerr, lock.ErrReleased) {
-				return nil, fmt.Errorf("zklock: guarded multi on %q: nothing written: %w", le.Name(), lerr)
+				err = fmt.Errorf("zklock: guarded multi on %q: nothing written: %w", le.Name(), lerr)
+			} else {
+				err = fmt.Errorf("zklock: guarded multi on %q: nothing written: %w: znode %s (version %d): %w",
+					le.Name(), lock.ErrLost, le.Path(), le.Version(), cerr)
 			}
-			return nil, fmt.Errorf("zklock: guarded multi on %q: nothing written: %w: znode %s (version %d): %w",
-				le.Name(), lock.ErrLost, le.Path(), le.Version(), cerr)
+			w.End(telemetry.Rejected, err)
+			return nil, err
 		}
 		res = res[1:]
 	}
 	if err != nil {
-		return res, fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), permission(err))
+		err = fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), permission(err))
+		w.End("", err)
+		return res, err
 	}
+	w.End(telemetry.Accepted, nil)
 	return res, nil
 }
+
+// guardedMultiHelper is the helper attribute of GuardedMulti's fencing
+// decisions.
+const guardedMultiHelper = "zklock.GuardedMulti"
 
 // zkLease returns lease as a *Lease, or an error wrapping
 // lock.ErrInvalidConfig.

@@ -9,6 +9,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/leasestate"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -131,7 +132,7 @@ func (le *Lease) end(err error) bool {
 	}
 	le.l.tab.untrack(le.path)
 	if errors.Is(err, lock.ErrLost) {
-		le.l.o.Logger.Warn("zklock: lease lost", "name", le.name, "path", le.path, "token", le.czxid, "cause", err)
+		le.l.o.Logger.Warn("zklock: lease lost", config.LogLock, le.name, config.LogToken, le.czxid, config.LogSession, fmt.Sprintf("0x%x", le.s.id), "path", le.path, config.LogErr, err)
 	}
 	return true
 }
@@ -154,13 +155,15 @@ func (le *Lease) lose(cause error) {
 // deleted once the connection is back in the same session (or vanishes with
 // the session), and Release returns an error saying so. A nil ctx, or a
 // nil or zero *Lease, is an error wrapping [lock.ErrInvalidConfig].
-func (le *Lease) Release(ctx context.Context) error {
+func (le *Lease) Release(ctx context.Context) (err error) {
 	if !le.valid() {
 		return fmt.Errorf("zklock: release: %w", errNotLease())
 	}
 	if ctx == nil {
 		return fmt.Errorf("zklock: release %q: %w: nil context", le.name, lock.ErrInvalidConfig)
 	}
+	ctx, end := le.l.tel.StartRelease(ctx, le.name, uint64(le.czxid))
+	defer func() { end(err) }()
 	ended, first := le.st.BeginRelease()
 	if ended != nil {
 		if errors.Is(ended, lock.ErrLost) {
@@ -187,7 +190,7 @@ func (le *Lease) Release(ctx context.Context) error {
 		i := strings.LastIndexByte(le.path, '/')
 		marker = markerOf(le.path[:i], prefixOf(le.path[i+1:]))
 	}
-	err := le.l.deleteOwn(ctx, le.path, le.version, le.czxid, marker)
+	err = le.l.deleteOwn(ctx, le.path, le.version, le.czxid, marker)
 	switch {
 	case err == nil:
 		return nil

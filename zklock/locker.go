@@ -3,7 +3,6 @@ package zklock
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -11,7 +10,8 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock/internal/secure"
+	"github.com/fencelock/fencelock/internal/config"
+	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -27,6 +27,7 @@ type Locker struct {
 	conn  *zk.Conn
 	owned bool // Dial: Close closes conn
 	o     *options
+	tel   *telemetry.Telemetry // metrics and spans; nil records nothing
 	g     *group
 	ss    *sessions
 	jan   *janitor
@@ -187,7 +188,13 @@ func New(conn *zk.Conn, events <-chan zk.Event, opts ...Option) (*Locker, error)
 func newLocker(o *options, ka *keepalive, poll bool) *Locker {
 	g := newGroup()
 	l := &Locker{o: o, g: g, down: make(chan struct{})}
+	tel, err := telemetry.New(backend, o.Telemetry)
+	if err != nil {
+		o.Logger.Warn("zklock: some instruments are not recorded", config.LogErr, err)
+	}
+	l.tel = tel
 	l.ss = newSessions(o.clock, ka, o, g.closing)
+	l.ss.tel = tel
 	l.jan = newJanitor(g, o.Logger)
 	l.tab = newLeaseTable(g, l.ss, l.jan, poll)
 	l.ss.onEnd, l.ss.onHealthy = l.tab.sessionEnd, l.jan.wakeIfPending
@@ -276,15 +283,4 @@ func (l *Locker) negotiatedTimeout(timeout time.Duration) {
 	if m, why := l.o.clampMargin(timeout); why != "" {
 		l.o.Logger.Warn("zklock: loss margin clamped", "margin", l.o.LossMargin, "using", m, "reason", why)
 	}
-}
-
-// zkLogger sends go-zookeeper's log lines to slog at debug level. It
-// never logs credentials, but its lines go through Redact all the same.
-type zkLogger struct {
-	l       *slog.Logger
-	secrets []string
-}
-
-func (z zkLogger) Printf(format string, args ...any) {
-	z.l.Debug("zk: " + secure.Redact(fmt.Sprintf(format, args...), z.secrets...))
 }

@@ -146,11 +146,11 @@ func (o *observation) run(ctx context.Context) {
 			case ctx.Err() != nil || o.l.ss.isClosed():
 				// The select ends it below.
 			case isConnErr(r.err):
-				o.l.o.Logger.Debug("zklock: observe: listing failed with the connection; listing again", "name", o.name, "err", r.err)
+				o.l.o.Logger.Debug("zklock: observe: listing failed with the connection; listing again", "lock", o.name, "err", r.err)
 				relist()
 			default:
 				backoff = min(max(2*backoff, observeRetryMin), observeRetryMax)
-				o.l.o.Logger.Warn("zklock: observe: listing failed; retrying", "name", o.name, "in", backoff, "err", permission(r.err))
+				o.l.o.Logger.Warn("zklock: observe: listing failed; retrying", "lock", o.name, "in", backoff, "err", permission(r.err))
 				retry = time.After(backoff)
 			}
 		case <-watch:

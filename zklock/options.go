@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencelock/fencelock/internal/clock"
 	"github.com/fencelock/fencelock/internal/config"
@@ -41,6 +43,9 @@ const (
 	// of its own: every twelfth of the negotiated session timeout.
 	KeepaliveFraction = 12
 )
+
+// backend is the value of the backend attribute of metrics and log lines.
+const backend = "zookeeper"
 
 // Option configures a Locker. Leaving an option out means its documented
 // default; giving an option a bad value makes [Dial] and [New] return an
@@ -155,8 +160,10 @@ func WithACL(acl []zk.ACL) Option {
 // (default: slog.Default(), as in etcdlock; before this default was
 // shared, a zklock Locker logged nowhere by default). Connection chatter
 // is logged at debug level, session state changes and lost leases at info
-// and warn. It must not be nil or a zero slog.Logger (which has no
-// handler).
+// and warn. Every line carries backend=zookeeper, and where they apply the
+// keys lock, token and session (the session ID, in hex). A connection
+// given to [New] logs where its own configuration says. It must not be
+// nil or a zero slog.Logger (which has no handler).
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) { o.SetLogger(l) }
 }
@@ -175,6 +182,28 @@ func WithLockDelay(d time.Duration) Option {
 	return func(o *options) {
 		o.SetLockDelay(d)
 	}
+}
+
+// WithMeterProvider sets the provider of the Locker's metrics (see
+// "Observability" in the documentation of package lock for the
+// instruments); without it the Locker records none. It must not be nil.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.SetMeterProvider(mp) }
+}
+
+// WithTracerProvider sets the provider of the Locker's spans (acquire,
+// release, guarded writes); without it the Locker records none. It must
+// not be nil.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.SetTracerProvider(tp) }
+}
+
+// WithNameAttribute makes lock names the attribute fencelock.lock of the
+// Locker's metrics and spans, as f maps them ("" for none); see
+// [lock.WithNameAttribute]. Without it, no lock name is an attribute. It
+// must not be nil.
+func WithNameAttribute(f func(name string) string) Option {
+	return func(o *options) { o.SetNameAttribute(f) }
 }
 
 // WithLossMargin sets how much earlier than the server could expire the
@@ -251,6 +280,7 @@ func buildOptions(opts []Option) (*options, error) {
 	if err := config.Apply(o, &o.Common, opts); err != nil {
 		return nil, err
 	}
+	o.Logger = o.Logger.With(config.LogBackend, backend)
 	if o.acl == nil {
 		o.acl = o.defaultACL()
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/queue"
+	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -136,5 +137,5 @@ func (l *Locker) findHolder(ctx context.Context, parent string, token fencing.To
 // live session, so the session did not end: another client deleted the
 // znode, by [Locker.Revoke] or by hand.
 func znodeDeleted(path string) error {
-	return fmt.Errorf("%w: its znode %s was deleted by another client (revoked, or removed by hand)", lock.ErrLost, path)
+	return telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: its znode %s was deleted by another client (revoked, or removed by hand)", lock.ErrLost, path))
 }

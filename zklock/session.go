@@ -12,6 +12,8 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/internal/clock"
+	"github.com/fencelock/fencelock/internal/config"
+	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -54,6 +56,7 @@ type sessions struct {
 	given   time.Duration
 	margin  func(timeout time.Duration) time.Duration
 	logger  *slog.Logger
+	tel     *telemetry.Telemetry
 	closing <-chan struct{}
 	// onEnd (a session ended) and onHealthy (the connection has a session)
 	// are called with mu held: they must only wake someone.
@@ -136,6 +139,11 @@ func (ss *sessions) endLocked(err error) {
 	s.err = err
 	close(s.done)
 	ss.onEnd()
+	if errors.Is(err, lock.ErrClosed) {
+		ss.tel.SessionEnded(telemetry.Closed)
+	} else {
+		ss.tel.SessionEnded(config.EndReason(err))
+	}
 	if !errors.Is(err, lock.ErrClosed) {
 		ss.logger.Warn("zklock: session no longer trusted; its leases are lost", "session", fmt.Sprintf("0x%x", s.id), "cause", err)
 	}
@@ -234,6 +242,7 @@ func (ss *sessions) reconcile(now time.Time) time.Time {
 		if deadline.IsZero() || now.Before(deadline) {
 			ss.cur = &session{id: id, done: make(chan struct{})}
 			ss.needHeard.Store(false)
+			ss.tel.SessionStarted()
 			ss.logger.Info("zklock: session established", "session", fmt.Sprintf("0x%x", id), "timeout", timeout)
 		} else {
 			ss.needHeard.Store(true)
@@ -276,7 +285,7 @@ func (ss *sessions) checkLocked(now time.Time, healthy bool, id int64, deadline 
 		// An expiry ends the trusted session unless that session began
 		// after the expired one (the events may lag behind the state).
 		if ss.cur != nil && !(healthy && id == ss.cur.id) {
-			ss.endLocked(fmt.Errorf("%w: session 0x%x expired", lock.ErrLost, ss.cur.id))
+			ss.endLocked(telemetry.WithReason(telemetry.Expired, fmt.Errorf("%w: session 0x%x expired", lock.ErrLost, ss.cur.id)))
 		}
 	}
 	if ss.cur == nil {
@@ -284,12 +293,12 @@ func (ss *sessions) checkLocked(now time.Time, healthy bool, id int64, deadline 
 	}
 	switch {
 	case ss.connGone:
-		ss.endLocked(fmt.Errorf("%w: the zk connection was closed", lock.ErrLost))
+		ss.endLocked(telemetry.WithReason(telemetry.Disconnected, fmt.Errorf("%w: the zk connection was closed", lock.ErrLost)))
 	case healthy && id != ss.cur.id:
-		ss.endLocked(fmt.Errorf("%w: session 0x%x replaced by 0x%x", lock.ErrLost, ss.cur.id, id))
+		ss.endLocked(telemetry.WithReason(telemetry.Expired, fmt.Errorf("%w: session 0x%x replaced by 0x%x", lock.ErrLost, ss.cur.id, id)))
 	case !deadline.IsZero() && !now.Before(deadline):
-		ss.endLocked(fmt.Errorf("%w: no reply from the server within the session timeout %v (margin %v): it may have expired session 0x%x",
-			lock.ErrLost, timeout, ss.margin(timeout), ss.cur.id))
+		ss.endLocked(telemetry.WithReason(telemetry.Disconnected, fmt.Errorf("%w: no reply from the server within the session timeout %v (margin %v): it may have expired session 0x%x",
+			lock.ErrLost, timeout, ss.margin(timeout), ss.cur.id)))
 	}
 }
 

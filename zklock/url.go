@@ -28,9 +28,14 @@ func init() { lock.Register("zk", driver{}) }
 // secure client ports. Unreadable files, a certificate without its key, a
 // user without a password and the like are errors wrapping
 // [lock.ErrInvalidConfig] that never show the password or a key.
+//
+// The options of lock.Open (cfg) map to [WithLogger],
+// [WithMeterProvider], [WithTracerProvider], [WithNameAttribute] and
+// [WithIdentity]; an identity given both there and in the URL is an
+// error.
 type driver struct{}
 
-func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
+func (driver) Open(ctx context.Context, u *url.URL, cfg lock.OpenConfig) (lock.Locker, error) {
 	// lock.Open has refused fragments already.
 	if ctx == nil || u == nil {
 		return nil, fmt.Errorf("zklock: open: %w: nil context or URL", lock.ErrInvalidConfig)
@@ -80,9 +85,11 @@ func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	} else if ok {
 		opts = append(opts, WithLockDelay(d))
 	}
-	if id, ok := q["identity"]; ok {
-		opts = append(opts, WithIdentity(id[0]))
+	_, urlIdentity := q["identity"]
+	if urlIdentity {
+		opts = append(opts, WithIdentity(q["identity"][0]))
 	}
+	opts = append(opts, func(o *options) { o.SetOpen(cfg, urlIdentity) })
 	l, err := Dial(ctx, hosts, opts...)
 	if err != nil {
 		return nil, err // not a typed nil in the interface

@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -137,7 +138,7 @@ func (t *leaseTable) endSessionLeases() {
 			continue // still held, or Release ends it
 		}
 		if errors.Is(le.s.err, lock.ErrClosed) {
-			if le.end(fmt.Errorf("lease %q: %w: locker closed", le.name, lock.ErrReleased)) {
+			if le.end(telemetry.WithReason(telemetry.Closed, fmt.Errorf("lease %q: %w: locker closed", le.name, lock.ErrReleased))) {
 				t.jan.add(cleanup{path: le.path})
 			}
 			continue
@@ -226,7 +227,7 @@ func (t *leaseTable) rearm(le *Lease) {
 					continue
 				}
 			default:
-				le.lose(fmt.Errorf("%w: cannot watch its znode %s: %w", lock.ErrLost, le.path, err))
+				le.lose(telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: cannot watch its znode %s: %w", lock.ErrLost, le.path, err)))
 			}
 			return
 		}

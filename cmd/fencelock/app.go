@@ -60,6 +60,12 @@ Flags (before or after the command name):
   --timeout D      bound on connecting and on each request, not on the
                    wait for the lock (default 10s)
   -v               report progress, and the backend's log, on stderr
+  --log-level L    log the backend's events at level L and above (debug,
+                   info, warn, error) on stderr (default: none without -v,
+                   info with -v)
+  --log-format F   the log's format: text (default) or json
+  --metrics-addr A serve Prometheus metrics at http://A/metrics while the
+                   command runs (for instance 127.0.0.1:9464)
 
 run holds the lock while COMMAND runs, with FENCING_TOKEN and FENCELOCK_LOCK
 in its environment, and exits with COMMAND's status:
@@ -111,6 +117,10 @@ type app struct {
 	// openURL opens the backend; nil means lock.Open. Tests replace it to
 	// check argument handling without a backend.
 	openURL func(ctx context.Context, rawURL string) (lock.Locker, error)
+
+	// metrics serves --metrics-addr once open has started it; main stops
+	// it.
+	metrics *metricsServer
 }
 
 // failure is an error with the exit status it causes. A failure without
@@ -141,6 +151,8 @@ type common struct {
 	identity string
 	timeout  time.Duration
 	verbose  bool
+	// The observability settings.
+	logLevel, logFormat, metricsAddr string
 	// The TLS and credential settings (see secure below).
 	caFile, certFile, keyFile, serverName, user string
 }
@@ -175,6 +187,9 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.identity, "identity", c.identity, "identity stored with the lock")
 	fs.DurationVar(&c.timeout, "timeout", c.timeout, "bound on connecting and on each request")
 	fs.BoolVar(&c.verbose, "v", c.verbose, "verbose")
+	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log level")
+	fs.StringVar(&c.logFormat, "log-format", c.logFormat, "log format")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", c.metricsAddr, "metrics address")
 	for _, st := range c.secureSettings() {
 		fs.StringVar(st.value, strings.TrimPrefix(st.flag, "--"), *st.value, st.flag)
 	}
@@ -192,6 +207,11 @@ func (a *app) main(ctx context.Context, args []string) int {
 	c := &common{timeout: 10 * time.Second}
 	fs := newFlagSet("fencelock")
 	c.register(fs)
+	defer func() {
+		if a.metrics != nil {
+			a.metrics.stop()
+		}
+	}()
 	err := fs.Parse(args)
 	switch {
 	case err != nil:
@@ -286,19 +306,27 @@ func (a *app) open(ctx context.Context, c *common) (lock.Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !c.verbose {
-		// Keep the backends' own logs off stderr, where the one-line error
-		// is the whole story.
-		slog.SetDefault(slog.New(slog.DiscardHandler))
-		if os.Getenv("ETCD_CLIENT_DEBUG") == "" {
-			os.Setenv("ETCD_CLIENT_DEBUG", "fatal")
+	logger, err := a.logger(c)
+	if err != nil {
+		return nil, err
+	}
+	opts := []lock.OpenOption{lock.WithLogger(logger)}
+	if c.metricsAddr != "" {
+		prom := newPromProvider()
+		srv, err := serveMetrics(c.metricsAddr, prom)
+		if err != nil {
+			return nil, fmt.Errorf("--metrics-addr %s: %w", c.metricsAddr, err)
 		}
+		a.metrics = srv
+		opts = append(opts, lock.WithMeterProvider(prom))
 	}
 	octx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	openURL := a.openURL
 	if openURL == nil {
-		openURL = lock.Open
+		openURL = func(ctx context.Context, raw string) (lock.Locker, error) {
+			return lock.Open(ctx, raw, opts...)
+		}
 	}
 	l, err := openURL(octx, raw)
 	if err != nil {
@@ -308,6 +336,38 @@ func (a *app) open(ctx context.Context, c *common) (lock.Locker, error) {
 		return nil, fmt.Errorf("cannot connect: %w", err)
 	}
 	return l, nil
+}
+
+// logger returns the logger of the backends and their clients, as
+// --log-level, --log-format and -v say: without -v or --log-level none,
+// since the one-line error is the whole story.
+func (a *app) logger(c *common) (*slog.Logger, error) {
+	if c.logFormat != "" && c.logFormat != "text" && c.logFormat != "json" {
+		return nil, usageError("--log-format %q: want text or json", c.logFormat)
+	}
+	var level slog.Level
+	switch c.logLevel {
+	case "":
+		if !c.verbose {
+			return slog.New(slog.DiscardHandler), nil
+		}
+		level = slog.LevelInfo
+	case "debug":
+		level = slog.LevelDebug
+	case "info":
+		level = slog.LevelInfo
+	case "warn":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	default:
+		return nil, usageError("--log-level %q: want debug, info, warn or error", c.logLevel)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	if c.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(a.stderr, hopts)), nil
+	}
+	return slog.New(slog.NewTextHandler(a.stderr, hopts)), nil
 }
 
 // addSettings returns raw with --identity and the TLS and credential

@@ -27,6 +27,21 @@
 // password_env=FENCELOCK_PASSWORD); giving one both ways is a usage
 // error. No password or key appears in fencelock's output or errors.
 //
+// # Logs and metrics
+//
+// --log-level (debug, info, warn, error) and --log-format (text, json)
+// send the backend's log, its client library's included, to stderr; by
+// default there is none, and -v alone means info. --metrics-addr
+// host:port serves the library's metrics at http://host:port/metrics in
+// the Prometheus text format while the command runs (for instance while
+// run holds its lock): fencelock_acquire_duration_seconds,
+// fencelock_hold_duration_seconds, fencelock_leases_held,
+// fencelock_leases_lost_total and the others listed in package lock's
+// documentation, "Observability", with dots turned into underscores. The
+// command writes this format itself instead of linking the OpenTelemetry
+// SDK and its Prometheus exporter, which would make them requirements of
+// the library's module.
+//
 // # run
 //
 // run acquires the lock called NAME (waiting for it, unless --try), then

@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+
 	"github.com/fencelock/fencelock/etcdlock"
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/fencing/httpfence"
@@ -39,6 +41,19 @@ func TestBadInput(t *testing.T) {
 			return err
 		}},
 		{"Handler(nil resourceOf)", func() error { _, err := httpfence.Handler(new(fencing.Guard), nil, next); return err }},
+		{"Handler(nil option)", func() error {
+			_, err := httpfence.Handler(new(fencing.Guard), func(*http.Request) string { return "" }, next, nil)
+			return err
+		}},
+		{"Handler(WithMeterProvider(typed nil))", func() error {
+			var mp *metricnoop.MeterProvider
+			_, err := httpfence.Handler(new(fencing.Guard), func(*http.Request) string { return "" }, next, httpfence.WithMeterProvider(mp))
+			return err
+		}},
+		{"Handler(WithTracerProvider(nil))", func() error {
+			_, err := httpfence.Handler(new(fencing.Guard), func(*http.Request) string { return "" }, next, httpfence.WithTracerProvider(nil))
+			return err
+		}},
 		{"Handler(nil next)", func() error {
 			_, err := httpfence.Handler(new(fencing.Guard), func(*http.Request) string { return "" }, nil)
 			return err

@@ -30,8 +30,12 @@ import (
 	"fmt"
 	"net/http"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/nilcheck"
+	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -132,25 +136,84 @@ func WriteError(w http.ResponseWriter, err error) {
 // The token is recorded once the check passes, whatever next then does (see
 // [fencing.Guard]). A nil g, resourceOf or next is an error wrapping
 // [fencing.ErrInvalidConfig], and so is a next that is an interface
-// holding a nil pointer or function.
-func Handler(g *fencing.Guard, resourceOf func(*http.Request) string, next http.Handler) (http.Handler, error) {
+// holding a nil pointer or function, a nil option, or an option given a
+// nil provider.
+//
+// With [WithMeterProvider] the handler counts its decisions under the
+// helper "httpfence" (g counts its own under "guard" if it was given a
+// provider too); with [WithTracerProvider] it records a span
+// fencelock.fenced_write around each request it checks.
+func Handler(g *fencing.Guard, resourceOf func(*http.Request) string, next http.Handler, opts ...Option) (http.Handler, error) {
 	if g == nil || resourceOf == nil || nilcheck.IsNil(next) {
 		return nil, fmt.Errorf("httpfence: handler: %w: nil guard, resource function or next handler", fencing.ErrInvalidConfig)
 	}
+	var o options
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("httpfence: handler: %w: option %d is nil", fencing.ErrInvalidConfig, i)
+		}
+		opt(&o)
+	}
+	if len(o.errs) > 0 {
+		return nil, fmt.Errorf("httpfence: handler: %w", o.errs[0])
+	}
+	tel, _ := telemetry.New("", o.tel) // a refused instrument stays a no-op
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, err := TokenFromRequest(r)
 		if err != nil {
 			WriteError(w, err)
 			return
 		}
+		ctx, wr := tel.StartWrite(r.Context(), helper, "", uint64(tok))
+		if ctx != r.Context() {
+			r = r.WithContext(ctx)
+		}
+		decision := telemetry.Rejected
 		err = g.Apply(resourceOf(r), tok, func() error {
+			decision = telemetry.Accepted
 			next.ServeHTTP(w, r)
 			return nil
 		})
+		if err != nil && !errors.Is(err, fencing.ErrStaleToken) {
+			decision = ""
+		}
+		wr.End(decision, err)
 		if err != nil {
 			WriteError(w, err)
 		}
 	}), nil
+}
+
+// Option configures the metrics and spans of [Handler].
+type Option func(*options)
+
+type options struct {
+	tel  telemetry.Config
+	errs []error
+}
+
+// helper is the helper attribute of Handler's decisions.
+const helper = "httpfence"
+
+// WithMeterProvider makes Handler count its decisions on the counter
+// fencelock.fencing.decisions, with the attributes fencelock.helper
+// "httpfence" and fencelock.decision "accepted" or "rejected" (see
+// "Observability" in the documentation of package lock). It must not be
+// nil.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.check(o.tel.SetMeterProvider(mp)) }
+}
+
+// WithTracerProvider makes Handler record a span around each request it
+// checks. It must not be nil.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.check(o.tel.SetTracerProvider(tp)) }
+}
+
+func (o *options) check(err error) {
+	if err != nil {
+		o.errs = append(o.errs, fmt.Errorf("%w: %w", fencing.ErrInvalidConfig, err))
+	}
 }
 
 // Transport is an [http.RoundTripper] that sends the token of a lease in

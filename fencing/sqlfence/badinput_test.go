@@ -7,6 +7,8 @@ import (
 	"errors"
 	"testing"
 
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/fencing/sqlfence"
 )
@@ -39,6 +41,15 @@ func TestBadInput(t *testing.T) {
 	}{
 		{"New(db, Postgres, nil)", fencing.ErrInvalidConfig, func() error { _, err := sqlfence.New(db, sqlfence.Postgres, nil); return err }},
 		{"New(nil db)", fencing.ErrInvalidConfig, func() error { _, err := sqlfence.New(nil, sqlfence.Postgres); return err }},
+		{"New(WithMeterProvider(nil))", fencing.ErrInvalidConfig, func() error {
+			_, err := sqlfence.New(db, sqlfence.Postgres, sqlfence.WithMeterProvider(nil))
+			return err
+		}},
+		{"New(WithTracerProvider(typed nil))", fencing.ErrInvalidConfig, func() error {
+			var tp *tracenoop.TracerProvider
+			_, err := sqlfence.New(db, sqlfence.Postgres, sqlfence.WithTracerProvider(tp))
+			return err
+		}},
 		{"New(dialect 0)", fencing.ErrInvalidConfig, func() error { _, err := sqlfence.New(db, 0); return err }},
 		{"New(WithTable(\"\"))", fencing.ErrInvalidConfig, func() error { _, err := sqlfence.New(db, sqlfence.SQLite, sqlfence.WithTable("")); return err }},
 		{"New(WithTable(\"a;b\"))", fencing.ErrInvalidConfig, func() error { _, err := sqlfence.New(db, sqlfence.SQLite, sqlfence.WithTable("a;b")); return err }},

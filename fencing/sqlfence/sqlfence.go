@@ -51,7 +51,11 @@ import (
 	"math"
 	"strings"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/telemetry"
 )
 
 // DefaultTable is the token table used unless [WithTable] names another.
@@ -88,7 +92,34 @@ type Option func(*options)
 type options struct {
 	table  string
 	txOpts *sql.TxOptions
+	tel    telemetry.Config
+	errs   []error
 }
+
+// WithMeterProvider makes the Store count its decisions on the counter
+// fencelock.fencing.decisions, with the attributes fencelock.helper
+// "sqlfence" and fencelock.decision "accepted" or "rejected" (see
+// "Observability" in the documentation of package lock). It must not be
+// nil.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.check(o.tel.SetMeterProvider(mp)) }
+}
+
+// WithTracerProvider makes [Store.Apply] record a span,
+// fencelock.fenced_write, with the token as the attribute
+// fencelock.token. It must not be nil.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.check(o.tel.SetTracerProvider(tp)) }
+}
+
+func (o *options) check(err error) {
+	if err != nil {
+		o.errs = append(o.errs, fmt.Errorf("%w: %w", fencing.ErrInvalidConfig, err))
+	}
+}
+
+// helper is the helper attribute of a Store's decisions.
+const helper = "sqlfence"
 
 // WithTable sets the token table. The name is a plain SQL identifier
 // (a letter or underscore, then letters, digits or underscores, at most 63
@@ -111,6 +142,7 @@ type Store struct {
 	db     *sql.DB
 	table  string
 	txOpts *sql.TxOptions
+	tel    *telemetry.Telemetry
 
 	upsert, selectToken string
 }
@@ -125,6 +157,9 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
 			return nil, fmt.Errorf("sqlfence: new: %w: option %d is nil", fencing.ErrInvalidConfig, i)
 		}
 		opt(&o)
+	}
+	if len(o.errs) > 0 {
+		return nil, fmt.Errorf("sqlfence: new: %w", o.errs[0])
 	}
 	if db == nil {
 		return nil, fmt.Errorf("sqlfence: new: %w: nil database", fencing.ErrInvalidConfig)
@@ -143,10 +178,12 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
 	}
 	// Inside DO UPDATE the target row is named by the bare table name.
 	bare := o.table[strings.LastIndexByte(o.table, '.')+1:]
+	tel, _ := telemetry.New("", o.tel) // a refused instrument stays a no-op
 	return &Store{
 		db:     db,
 		table:  o.table,
 		txOpts: o.txOpts,
+		tel:    tel,
 		upsert: "INSERT INTO " + o.table + " (resource, token) VALUES (" + p1 + ", " + p2 + ") " +
 			"ON CONFLICT (resource) DO UPDATE SET token = excluded.token " +
 			"WHERE " + bare + ".token <= excluded.token",
@@ -236,14 +273,27 @@ func (s *Store) Apply(ctx context.Context, resource string, token fencing.Token,
 	if fn == nil {
 		return fmt.Errorf("sqlfence: apply %q: %w: nil write function", resource, fencing.ErrInvalidConfig)
 	}
+	ctx, w := s.tel.StartWrite(ctx, helper, "", uint64(token))
+	decision, err := s.apply(ctx, resource, token, fn)
+	w.End(decision, err)
+	return err
+}
+
+// apply is Apply after its checks; it also returns the decision made.
+func (s *Store) apply(ctx context.Context, resource string, token fencing.Token, fn func(tx *sql.Tx) error) (string, error) {
 	tx, err := s.db.BeginTx(ctx, s.txOpts)
 	if err != nil {
-		return fmt.Errorf("sqlfence: apply %q: begin: %w", resource, err)
+		return "", fmt.Errorf("sqlfence: apply %q: begin: %w", resource, err)
 	}
 	defer tx.Rollback() // after Commit, a no-op
-	if err := s.Check(ctx, tx, resource, token); err != nil {
-		return err
+	if err := s.check(ctx, tx, resource, token); err != nil {
+		return decisionOf(err), err
 	}
+	return telemetry.Accepted, s.write(ctx, tx, resource, token, fn)
+}
+
+// write runs fn in tx after a passed check, and commits.
+func (s *Store) write(ctx context.Context, tx *sql.Tx, resource string, token fencing.Token, fn func(tx *sql.Tx) error) error {
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+savepoint); err != nil {
 		return fmt.Errorf("sqlfence: apply %q: savepoint: %w", resource, err)
 	}
@@ -277,6 +327,28 @@ func (s *Store) Check(ctx context.Context, tx *sql.Tx, resource string, token fe
 	if tx == nil {
 		return fmt.Errorf("sqlfence: check %q: %w: nil transaction", resource, fencing.ErrInvalidConfig)
 	}
+	err := s.check(ctx, tx, resource, token)
+	if d := decisionOf(err); d != "" {
+		s.tel.Decide(ctx, helper, d)
+	}
+	return err
+}
+
+// decisionOf returns the decision a check that returned err made: "" when
+// it failed before deciding.
+func decisionOf(err error) string {
+	var stale *fencing.StaleTokenError
+	switch {
+	case err == nil:
+		return telemetry.Accepted
+	case errors.As(err, &stale):
+		return telemetry.Rejected
+	}
+	return ""
+}
+
+// check is Check after its argument checks, without counting.
+func (s *Store) check(ctx context.Context, tx *sql.Tx, resource string, token fencing.Token) error {
 	res, err := tx.ExecContext(ctx, s.upsert, resource, int64(token))
 	if err != nil {
 		return fmt.Errorf("sqlfence: check %q: %w", resource, err)

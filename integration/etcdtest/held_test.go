@@ -232,7 +232,12 @@ func TestHeldLeasesGoroutines(t *testing.T) {
 		}
 		key := leases[0].(*etcdlock.Lease).Key()
 		testutil.Eventually(t, 10*time.Second, "record watch created again after the compaction", func() bool {
-			return strings.Contains(logs.String(), `record watch created again" key=`+key+" ")
+			for _, line := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(line, `record watch created again"`) && strings.Contains(line, " key="+key+" ") {
+					return true
+				}
+			}
+			return false
 		})
 		skip := map[int]bool{2: true}
 		wantHeld(t, leases, skip)

@@ -56,6 +56,7 @@ func testExamples(t *testing.T, b backend) {
 	t.Run("Guarded", func(t *testing.T) { testGuarded(t, b) })
 	t.Run("Pool", func(t *testing.T) { testPool(t, b) })
 	t.Run("Cache", func(t *testing.T) { testCache(t, b) })
+	t.Run("Metrics", func(t *testing.T) { testMetrics(t, b) })
 }
 
 // testDemo runs "make demo"'s program against the cluster: in the fenced

@@ -23,7 +23,7 @@ var bins testutil.Binaries
 func TestMain(m *testing.M) { testutil.Main(m, bins.Remove) }
 
 // The example programs, as directories of the examples module.
-var programs = []string{"cache", "cron", "demo", "guarded", "inventory", "leader", "pool"}
+var programs = []string{"cache", "cron", "demo", "guarded", "inventory", "leader", "metrics", "pool"}
 
 // bin builds every example once per test binary and returns the path of
 // program's executable.

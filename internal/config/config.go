@@ -1,18 +1,35 @@
 // Package config holds the options every backend shares and their one
-// validation: the identity rule, the logger default, a positive loss
-// margin, the namespace rule, and the way errors are gathered (all of them,
-// each wrapping lock.ErrInvalidConfig, with no package prefix: the backend
-// adds its own once, at its public boundary).
+// validation: the identity rule, the logger default, the meter and tracer
+// providers and the lock-name attribute, a positive loss margin, the
+// namespace rule, and the way errors are gathered (all of them, each
+// wrapping lock.ErrInvalidConfig, with no package prefix: the backend adds
+// its own once, at its public boundary). It also holds the words both
+// backends use for what happened to a call, in metrics and logs.
 package config
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fencelock/fencelock/internal/names"
+	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
+)
+
+// The keys of log lines both backends use for the same things.
+const (
+	LogBackend = "backend" // "etcd", "zookeeper"
+	LogLock    = "lock"    // the lock's name
+	LogToken   = "token"   // a lease's fencing token
+	LogSession = "session" // the session's ID: etcd lease ID, ZooKeeper session ID, in hex
+	LogErr     = "err"     // the error or cause
 )
 
 // Common holds the options every backend has. Backends embed it in their
@@ -30,6 +47,10 @@ type Common struct {
 	// LockDelay is the delay given with WithLockDelay, or 0 when none was
 	// given (no lock-delay: no marker is written or read).
 	LockDelay time.Duration
+
+	// Telemetry is what WithMeterProvider, WithTracerProvider and
+	// WithNameAttribute gave; its zero value records nothing.
+	Telemetry telemetry.Config
 
 	errs []error
 }
@@ -56,6 +77,58 @@ func (c *Common) SetLogger(l *slog.Logger) {
 		return
 	}
 	c.Logger = l
+}
+
+// SetMeterProvider sets the meter provider; nil, or a typed nil, is an
+// error.
+func (c *Common) SetMeterProvider(mp metric.MeterProvider) {
+	if err := c.Telemetry.SetMeterProvider(mp); err != nil {
+		c.Fail("%w", err)
+	}
+}
+
+// SetTracerProvider sets the tracer provider; nil, or a typed nil, is an
+// error.
+func (c *Common) SetTracerProvider(tp trace.TracerProvider) {
+	if err := c.Telemetry.SetTracerProvider(tp); err != nil {
+		c.Fail("%w", err)
+	}
+}
+
+// SetNameAttribute sets the mapping of lock names to the value of their
+// metric and span attribute; nil is an error.
+func (c *Common) SetNameAttribute(f func(string) string) {
+	if f == nil {
+		c.Fail("name attribute: nil function")
+		return
+	}
+	c.Telemetry.NameAttribute = f
+}
+
+// SetOpen applies what lock.Open's options gave: the logger, the
+// providers, the name attribute and the identity, each only if set.
+// urlIdentity is the identity the URL gave, if any: both is an error,
+// not a silent choice.
+func (c *Common) SetOpen(o lock.OpenConfig, urlIdentity bool) {
+	if o.Logger != nil {
+		c.SetLogger(o.Logger)
+	}
+	if o.MeterProvider != nil {
+		c.SetMeterProvider(o.MeterProvider)
+	}
+	if o.TracerProvider != nil {
+		c.SetTracerProvider(o.TracerProvider)
+	}
+	if o.NameAttribute != nil {
+		c.SetNameAttribute(o.NameAttribute)
+	}
+	if o.Identity != "" {
+		if urlIdentity {
+			c.Fail("identity given both in the URL and as an option")
+			return
+		}
+		c.SetIdentity(o.Identity)
+	}
 }
 
 // SetLossMargin sets the loss margin, which must be positive. How large it
@@ -113,6 +186,35 @@ func Apply[O ~func(*T), T any](target *T, c *Common, opts []O) error {
 		c.Logger = slog.Default()
 	}
 	return nil
+}
+
+// Outcome returns the outcome attribute of an acquisition that returned
+// err (telemetry.Granted for nil). ctx is the call's context.
+func Outcome(ctx context.Context, err error) string {
+	switch {
+	case err == nil:
+		return telemetry.Granted
+	case errors.Is(err, lock.ErrLocked), errors.Is(err, lock.ErrIncompatible):
+		return telemetry.Locked
+	case ctx.Err() != nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, lock.ErrClosed):
+		return telemetry.Cancelled
+	case errors.Is(err, lock.ErrLost):
+		return telemetry.Lost
+	}
+	return telemetry.Error
+}
+
+// EndReason returns the reason a lease that ended with err counts as
+// lost: "" for its own Release, the reason err was tagged with
+// (telemetry.WithReason), telemetry.Deleted for an untagged loss.
+func EndReason(err error) string {
+	if r := telemetry.ReasonOf(err); r != "" {
+		return r
+	}
+	if errors.Is(err, lock.ErrLost) {
+		return telemetry.Deleted
+	}
+	return ""
 }
 
 // Err returns the errors recorded so far, as Apply does, or nil.

@@ -1,12 +1,15 @@
 package config
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -100,5 +103,46 @@ func TestApplyKeepsGivenValues(t *testing.T) {
 	}
 	if d.LossMargin != 0 {
 		t.Errorf("default LossMargin = %v; want 0 (the backend's default)", d.LossMargin)
+	}
+}
+
+func TestOutcomeAndEndReason(t *testing.T) {
+	live := context.Background()
+	done, cancel := context.WithCancel(live)
+	cancel()
+	for _, tc := range []struct {
+		ctx  context.Context
+		err  error
+		want string
+	}{
+		{live, nil, telemetry.Granted},
+		{live, fmt.Errorf("x: %w", lock.ErrLocked), telemetry.Locked},
+		{live, fmt.Errorf("x: %w", lock.ErrIncompatible), telemetry.Locked},
+		{done, errors.New("request failed"), telemetry.Cancelled},
+		{live, fmt.Errorf("x: %w", context.DeadlineExceeded), telemetry.Cancelled},
+		{live, fmt.Errorf("x: %w", lock.ErrClosed), telemetry.Cancelled},
+		{live, fmt.Errorf("x: %w", lock.ErrLost), telemetry.Lost},
+		{live, errors.New("boom"), telemetry.Error},
+	} {
+		if got := Outcome(tc.ctx, tc.err); got != tc.want {
+			t.Errorf("Outcome(%v) = %q; want %q", tc.err, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{lock.ErrReleased, ""},
+		{fmt.Errorf("lease: %w", telemetry.WithReason(telemetry.Expired, fmt.Errorf("%w: gone", lock.ErrLost))), telemetry.Expired},
+		{telemetry.WithReason(telemetry.Closed, fmt.Errorf("%w: locker closed", lock.ErrReleased)), telemetry.Closed},
+		{fmt.Errorf("%w: untagged", lock.ErrLost), telemetry.Deleted},
+	} {
+		if got := EndReason(tc.err); got != tc.want {
+			t.Errorf("EndReason(%v) = %q; want %q", tc.err, got, tc.want)
+		}
+	}
+	tagged := telemetry.WithReason(telemetry.Expired, lock.ErrLost)
+	if tagged.Error() != lock.ErrLost.Error() || !errors.Is(tagged, lock.ErrLost) {
+		t.Errorf("WithReason changed the error: %q, errors.Is(ErrLost) = %v", tagged, errors.Is(tagged, lock.ErrLost))
 	}
 }

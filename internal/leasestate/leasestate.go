@@ -13,6 +13,7 @@ type State struct {
 	mu        sync.Mutex
 	err       error
 	releasing bool
+	onEnd     func(error)
 }
 
 // New returns the state of a lease that is held.
@@ -43,9 +44,28 @@ func (s *State) End(err error) bool {
 		return false
 	}
 	s.err = err
+	f := s.onEnd
 	s.mu.Unlock()
 	close(s.done)
+	if f != nil {
+		f(err)
+	}
 	return true
+}
+
+// OnEnd arranges for f to be called once, with the lease's error, when
+// the lease ends: by End, after Done is closed, or at once if the lease
+// has already ended. Only one f may be set.
+func (s *State) OnEnd(f func(error)) {
+	s.mu.Lock()
+	err := s.err
+	if err == nil {
+		s.onEnd = f
+	}
+	s.mu.Unlock()
+	if err != nil {
+		f(err)
+	}
 }
 
 // BeginRelease marks the lease as being released. It returns the lease's

@@ -70,3 +70,35 @@ func TestEndNilPanics(t *testing.T) {
 	}()
 	New().End(nil)
 }
+
+func TestOnEnd(t *testing.T) {
+	errA, errB := errors.New("a"), errors.New("b")
+
+	s := New()
+	var got []error
+	s.OnEnd(func(err error) {
+		select {
+		case <-s.Done():
+		default:
+			t.Error("OnEnd's function ran before Done was closed")
+		}
+		got = append(got, err)
+	})
+	if len(got) != 0 {
+		t.Fatalf("OnEnd's function ran before the end: %v", got)
+	}
+	s.End(errA)
+	s.End(errB)
+	if len(got) != 1 || got[0] != errA {
+		t.Errorf("OnEnd's function saw %v; want once, the first error %v", got, errA)
+	}
+
+	// Set after the end: called at once, with the error.
+	ended := New()
+	ended.End(errB)
+	var late []error
+	ended.OnEnd(func(err error) { late = append(late, err) })
+	if len(late) != 1 || late[0] != errB {
+		t.Errorf("OnEnd after the end saw %v; want once, %v", late, errB)
+	}
+}

@@ -15,6 +15,20 @@ import (
 // Kind is what a request asks for.
 type Kind uint8
 
+// String returns the kind's name in metrics and spans: "exclusive",
+// "shared" or "permit".
+func (k Kind) String() string {
+	switch k {
+	case Exclusive:
+		return "exclusive"
+	case Shared:
+		return "shared"
+	case Permit:
+		return "permit"
+	}
+	return "unknown"
+}
+
 const (
 	Exclusive Kind = iota // Acquire, TryAcquire: the write lock
 	Shared                // AcquireShared, TryAcquireShared: a read lock

@@ -204,7 +204,8 @@ type Options struct {
 	// RequireOptional makes a missing optional interface ([SessionExpirer],
 	// [SessionStaller], [SessionFreezer], [lock.Observer],
 	// [lock.SharedLocker], [lock.Semaphore], [lock.HolderLister],
-	// [lock.Revoker], [lock.QueueLister]) a test failure. By default the
+	// [lock.Revoker], [lock.QueueLister], [lock.HealthChecker]) a test
+	// failure. By default the
 	// checks that need it are left out and listed with t.Log. A backend's
 	// own conformance test sets it, so that a harness that loses an
 	// interface cannot quietly drop checks.
@@ -213,6 +214,7 @@ type Options struct {
 	// Unimplemented names optional interfaces the backend is known not to
 	// implement yet ("lock.SharedLocker", "lock.Semaphore",
 	// "lock.HolderLister", "lock.Revoker", "lock.QueueLister", "lock.Observer",
+	// "lock.HealthChecker",
 	// "SessionExpirer", "SessionStaller", "SessionFreezer"): with RequireOptional, the checks that need them
 	// are listed in the log as not implemented instead of failing. It is
 	// an explicit, printed choice, and it must stay true: a listed
@@ -274,6 +276,7 @@ func TestLockerWith(t *testing.T, h Harness, opts Options) {
 	_, s.holders = probe.(lock.HolderLister)
 	_, s.revoker = probe.(lock.Revoker)
 	_, s.queuer = probe.(lock.QueueLister)
+	_, s.health = probe.(lock.HealthChecker)
 	if err := probe.Close(); err != nil {
 		t.Errorf("Close() of an unused Locker = %v; want nil", err)
 	}
@@ -308,15 +311,16 @@ func TestLockerWith(t *testing.T, h Harness, opts Options) {
 // Options.Unimplemented uses, whether the backend implements it.
 func (s *suite) present() map[string]bool {
 	return map[string]bool{
-		"SessionExpirer":    s.expirer != nil,
-		"SessionStaller":    s.staller != nil,
-		"SessionFreezer":    s.freezer != nil,
-		"lock.Observer":     s.observer,
-		"lock.SharedLocker": s.shared,
-		"lock.Semaphore":    s.sem,
-		"lock.HolderLister": s.holders,
-		"lock.Revoker":      s.revoker,
-		"lock.QueueLister":  s.queuer,
+		"SessionExpirer":     s.expirer != nil,
+		"SessionStaller":     s.staller != nil,
+		"SessionFreezer":     s.freezer != nil,
+		"lock.Observer":      s.observer,
+		"lock.SharedLocker":  s.shared,
+		"lock.Semaphore":     s.sem,
+		"lock.HolderLister":  s.holders,
+		"lock.Revoker":       s.revoker,
+		"lock.QueueLister":   s.queuer,
+		"lock.HealthChecker": s.health,
 	}
 }
 
@@ -331,7 +335,7 @@ func (s *suite) checkUnimplemented(t *testing.T) map[string]bool {
 		impl, known := present[name]
 		switch {
 		case !known:
-			t.Errorf("locktest: Options.Unimplemented lists %q, not an optional interface (known: SessionExpirer, SessionStaller, SessionFreezer, lock.Observer, lock.SharedLocker, lock.Semaphore, lock.HolderLister, lock.Revoker, lock.QueueLister)", name)
+			t.Errorf("locktest: Options.Unimplemented lists %q, not an optional interface (known: SessionExpirer, SessionStaller, SessionFreezer, lock.Observer, lock.SharedLocker, lock.Semaphore, lock.HolderLister, lock.Revoker, lock.QueueLister, lock.HealthChecker)", name)
 		case impl:
 			t.Errorf("locktest: Options.Unimplemented lists %q, but the backend implements it: remove it from the list", name)
 		}

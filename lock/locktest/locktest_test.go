@@ -169,6 +169,8 @@ func TestSuiteCatchesFaults(t *testing.T) {
 		{"queue-no-kind", "QueueShared", true, "shared true, token"},
 		{"holders-reversed", "Holders", true, "(grant order)"},
 		{"holders-not-shared", "Holders", true, "two readers and a queued writer"},
+		{"healthy-after-close", "Healthy", true, "Healthy() after Close = <nil>"},
+		{"healthy-stays-lost", "HealthyAfterExpiry", true, "Healthy() after the session expired = "},
 		{"declared-unimplemented", "AcquireRelease", false, "PASS"},
 		{"undeclared-unimplemented", "AcquireRelease", true, "RevokeFrozenHolder (needs lock.Revoker (Locker) and SessionFreezer (Harness)); Options.RequireOptional is set"},
 		{"declared-but-implemented", "AcquireRelease", true, `lists "lock.SharedLocker", but the backend implements it`},
@@ -571,6 +573,26 @@ func (f *faulty) Observe(ctx context.Context, name string) (<-chan lock.Holder, 
 
 // cutOff tells the observe-*-after-loss faults that the harness cut the
 // Locker off (froze, stalled or expired its session).
+// Healthy implements lock.HealthChecker, with the faults
+// healthy-after-close (a closed Locker still says it is healthy) and
+// healthy-stays-lost (once cut off, it never recovers).
+func (f *faulty) Healthy(ctx context.Context) error {
+	switch f.fault {
+	case "healthy-after-close":
+		if err := f.MemLocker.Healthy(ctx); errors.Is(err, lock.ErrClosed) {
+			return nil
+		}
+	case "healthy-stays-lost":
+		f.mu.Lock()
+		cut := f.cut != nil
+		f.mu.Unlock()
+		if cut {
+			return fmt.Errorf("faulty: healthy: %w: the session expired", lock.ErrLost)
+		}
+	}
+	return f.MemLocker.Healthy(ctx)
+}
+
 func (f *faulty) cutOff() {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -26,6 +26,7 @@ type suite struct {
 	holders  bool           // the Lockers implement lock.HolderLister
 	revoker  bool           // the Lockers implement lock.Revoker
 	queuer   bool           // the Lockers implement lock.QueueLister
+	health   bool           // the Lockers implement lock.HealthChecker
 }
 
 // A subtest is one check. needs names the optional interface it depends
@@ -48,6 +49,7 @@ const (
 	needsRevoker  = "lock.Revoker (Locker)"
 	needsFreezer  = "SessionFreezer (Harness)"
 	needsQueue    = "lock.QueueLister (Locker)"
+	needsHealth   = "lock.HealthChecker (Locker)"
 	// Two interfaces at once.
 	needsSharedExpirer = needsShared + " and " + needsExpirer
 	needsSemExpirer    = needsSem + " and " + needsExpirer
@@ -55,6 +57,7 @@ const (
 	needsRevokerFreeze = needsRevoker + " and " + needsFreezer
 	needsQueueShared   = needsQueue + " and " + needsShared
 	needsObserveLoss   = needsObserver + " and " + needsStaller
+	needsHealthExpirer = needsHealth + " and " + needsExpirer
 )
 
 func (s *suite) subtests() []subtest {
@@ -105,6 +108,8 @@ func (s *suite) subtests() []subtest {
 		{"RevokeFrozenHolder", s.testRevokeFrozen, needsRevokerFreeze},
 		{"Queue", s.testQueue, needsQueue},
 		{"QueueShared", s.testQueueShared, needsQueueShared},
+		{"Healthy", s.testHealthy, needsHealth},
+		{"HealthyAfterExpiry", s.testHealthyAfterExpiry, needsHealthExpirer},
 	}
 }
 
@@ -143,6 +148,10 @@ func (s *suite) has(need string) bool {
 		return s.queuer && s.shared
 	case needsObserveLoss:
 		return s.observer && s.staller != nil
+	case needsHealth:
+		return s.health
+	case needsHealthExpirer:
+		return s.health && s.expirer != nil
 	}
 	panic("locktest: unknown optional interface " + need)
 }

@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"regexp"
 	"sync"
 	"sync/atomic"
@@ -109,4 +110,17 @@ func Recv[T any](t testing.TB, ch <-chan T, timeout time.Duration, what string) 
 		var zero T
 		return zero
 	}
+}
+
+// FreeAddr returns a loopback address with a port nobody listened on a
+// moment ago, for a server a test starts in another process.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
 }

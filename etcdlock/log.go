@@ -1,0 +1,80 @@
+package etcdlock
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/fencelock/fencelock/internal/secure"
+)
+
+// clientLogger returns a zap logger for the etcd client a Locker from
+// lock.Open creates, which sends the client's lines to the Locker's
+// logger instead of stderr: its information and warnings (a member
+// unreachable, a request retried) at debug level, since the Locker
+// reports what they mean for its leases itself, and its errors at warn
+// level; its own debug lines not at all. secrets are removed from every
+// line.
+func clientLogger(l *slog.Logger, secrets ...string) *zap.Logger {
+	return zap.New(&zapSlog{h: l.Handler(), secrets: secrets})
+}
+
+// zapSlog is a zapcore.Core that writes to a slog.Handler.
+type zapSlog struct {
+	h       slog.Handler
+	secrets []string
+	fields  []zapcore.Field
+}
+
+func (z *zapSlog) level(l zapcore.Level) slog.Level {
+	if l >= zapcore.ErrorLevel {
+		return slog.LevelWarn
+	}
+	return slog.LevelDebug
+}
+
+// Enabled leaves out the client's own debug lines, as its default logger
+// does: at a rate of several per request, they would drown the Locker's.
+func (z *zapSlog) Enabled(l zapcore.Level) bool {
+	return l >= zapcore.InfoLevel && z.h.Enabled(context.Background(), z.level(l))
+}
+
+func (z *zapSlog) With(fields []zapcore.Field) zapcore.Core {
+	return &zapSlog{h: z.h, secrets: z.secrets, fields: append(slices.Clip(z.fields), fields...)}
+}
+
+func (z *zapSlog) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if z.Enabled(e.Level) {
+		return ce.AddCore(e, z)
+	}
+	return ce
+}
+
+func (z *zapSlog) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	enc := zapcore.NewMapObjectEncoder()
+	for _, f := range z.fields {
+		f.AddTo(enc)
+	}
+	for _, f := range fields {
+		f.AddTo(enc)
+	}
+	keys := make([]string, 0, len(enc.Fields))
+	for k := range enc.Fields {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	r := slog.NewRecord(e.Time, z.level(e.Level), "etcd client: "+secure.Redact(e.Message, z.secrets...), 0)
+	for _, k := range keys {
+		v := enc.Fields[k]
+		if s, ok := v.(string); ok {
+			v = secure.Redact(s, z.secrets...)
+		}
+		r.AddAttrs(slog.Any(k, v))
+	}
+	return z.h.Handle(context.Background(), r)
+}
+
+func (z *zapSlog) Sync() error { return nil }

@@ -1,0 +1,479 @@
+// Package telemetry holds the one copy of fencelock's metric instruments
+// and spans, which both backends, the election and the fencing helpers
+// share: their names, units, attributes and the rule that a lock name is
+// never an attribute unless the user maps it.
+//
+// Everything is a no-op until a MeterProvider (metrics) or a
+// TracerProvider (spans) is given: a nil *Telemetry, or one made from a
+// zero Config, records nothing and allocates nothing. The package imports
+// neither lock nor fencing, so that both can use it; callers pass the
+// outcome of a call as one of the words below.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/fencelock/fencelock/internal/nilcheck"
+)
+
+// Scope is the instrumentation scope of every meter and tracer.
+const Scope = "github.com/fencelock/fencelock"
+
+// The instruments' names. See the package documentation of lock
+// ("Observability") for their units and attributes.
+const (
+	AcquireDuration  = "fencelock.acquire.duration"
+	HoldDuration     = "fencelock.hold.duration"
+	LeasesHeld       = "fencelock.leases.held"
+	AcquiresWaiting  = "fencelock.acquisitions.waiting"
+	LeasesLost       = "fencelock.leases.lost"
+	SessionStarts    = "fencelock.session.starts"
+	SessionEnds      = "fencelock.session.ends"
+	FencingDecisions = "fencelock.fencing.decisions"
+	ElectionLeader   = "fencelock.election.leader"
+	ElectionChanges  = "fencelock.election.changes"
+)
+
+// The attribute keys.
+const (
+	KeyBackend  = attribute.Key("fencelock.backend")
+	KeyKind     = attribute.Key("fencelock.kind")
+	KeyOutcome  = attribute.Key("fencelock.outcome")
+	KeyReason   = attribute.Key("fencelock.reason")
+	KeyHelper   = attribute.Key("fencelock.helper")
+	KeyDecision = attribute.Key("fencelock.decision")
+	KeyLock     = attribute.Key("fencelock.lock")
+	KeyElection = attribute.Key("fencelock.election")
+	KeyToken    = attribute.Key("fencelock.token")
+	KeyChange   = attribute.Key("fencelock.change")
+)
+
+// Outcomes of an acquisition (the outcome attribute of AcquireDuration).
+const (
+	Granted   = "granted"   // the call returned a lease
+	Locked    = "locked"    // TryAcquire found the lock held
+	Cancelled = "cancelled" // the call's context ended, or the Locker closed
+	Lost      = "lost"      // the session was lost while waiting
+	Error     = "error"     // anything else
+)
+
+// Reasons a lease ends without its own Release (the reason attribute of
+// LeasesLost and, with Closed, of SessionEnds).
+const (
+	// Expired: the server ended the session (an etcd session lease not
+	// found, expired or revoked with its lease ID; a ZooKeeper session
+	// expired or replaced).
+	Expired = "expired"
+	// Deleted: the lease's record was deleted by someone else (the
+	// Revoker interface, or by hand) or vanished with its lock's parent.
+	Deleted = "deleted"
+	// Disconnected: the Locker heard nothing from the servers until its
+	// local loss deadline, or its connection was closed under it.
+	Disconnected = "disconnected"
+	// Revoked: the Locker ended its own session because it could not
+	// delete a record it had to (the session's expiry then removes it).
+	Revoked = "revoked"
+	// Closed: the Locker was closed while the lease was held.
+	Closed = "closed"
+)
+
+// Fencing decisions (the decision attribute of FencingDecisions).
+const (
+	Accepted = "accepted"
+	Rejected = "rejected"
+)
+
+// reasonError tags an error with the reason a lease ended.
+type reasonError struct {
+	reason string
+	err    error
+}
+
+func (e *reasonError) Error() string { return e.err.Error() }
+func (e *reasonError) Unwrap() error { return e.err }
+
+// WithReason returns err, unchanged in text and in what errors.Is finds,
+// tagged with the reason a lease or session ended, which [ReasonOf] reads.
+func WithReason(reason string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &reasonError{reason: reason, err: err}
+}
+
+// ReasonOf returns the reason err was tagged with by [WithReason], or "".
+func ReasonOf(err error) string {
+	var r *reasonError
+	if errors.As(err, &r) {
+		return r.reason
+	}
+	return ""
+}
+
+// Config is what a user gives: providers and the lock-name mapping. Every
+// field may be left nil.
+type Config struct {
+	// MeterProvider records the metrics; nil records nothing.
+	MeterProvider metric.MeterProvider
+	// TracerProvider records the spans; nil records nothing.
+	TracerProvider trace.TracerProvider
+	// NameAttribute maps a lock (or election) name to the value of the
+	// fencelock.lock (fencelock.election) attribute; nil means no such
+	// attribute, and "" returned means none for that name.
+	NameAttribute func(name string) string
+}
+
+// SetMeterProvider sets c's meter provider. nil, or a typed nil, is an
+// error, without a sentinel: the caller wraps its own.
+func (c *Config) SetMeterProvider(mp metric.MeterProvider) error {
+	if nilcheck.IsNil(mp) {
+		return errors.New("meter provider: nil")
+	}
+	c.MeterProvider = mp
+	return nil
+}
+
+// SetTracerProvider sets c's tracer provider. nil, or a typed nil, is an
+// error, without a sentinel: the caller wraps its own.
+func (c *Config) SetTracerProvider(tp trace.TracerProvider) error {
+	if nilcheck.IsNil(tp) {
+		return errors.New("tracer provider: nil")
+	}
+	c.TracerProvider = tp
+	return nil
+}
+
+// Telemetry records the metrics and spans of one component (a Locker, a
+// Guard, a Store, an Election). A nil *Telemetry records nothing. It is
+// safe for concurrent use.
+type Telemetry struct {
+	backend  string
+	nameAttr func(string) string
+	meter    bool
+	tracer   trace.Tracer // nil: no spans
+
+	acquireDur metric.Float64Histogram
+	holdDur    metric.Float64Histogram
+	held       metric.Int64UpDownCounter
+	waiting    metric.Int64UpDownCounter
+	lost       metric.Int64Counter
+	sessStarts metric.Int64Counter
+	sessEnds   metric.Int64Counter
+	decisions  metric.Int64Counter
+	leader     metric.Int64UpDownCounter
+	changes    metric.Int64Counter
+
+	// decisionOpts caches the attributes of Decide, which runs on a
+	// resource's hot path: by helper and decision.
+	decisionMu   sync.RWMutex
+	decisionOpts map[[2]string]metric.MeasurementOption
+}
+
+// durationBuckets are the histograms' bucket boundaries, in seconds: from a
+// round trip on a local network to an hour-long hold.
+var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
+
+// New returns the Telemetry of a component of backend ("etcd",
+// "zookeeper"; "" for one that belongs to none, such as a fencing helper),
+// or nil when cfg asks for neither metrics nor spans. The instruments'
+// errors (from a provider that refuses one) leave that instrument a no-op;
+// they are returned for the caller to log.
+func New(backend string, cfg Config) (*Telemetry, error) {
+	if cfg.MeterProvider == nil && cfg.TracerProvider == nil {
+		return nil, nil
+	}
+	t := &Telemetry{backend: backend, nameAttr: cfg.NameAttribute}
+	if cfg.TracerProvider != nil {
+		t.tracer = cfg.TracerProvider.Tracer(Scope)
+	}
+	if cfg.MeterProvider == nil {
+		return t, nil
+	}
+	m := cfg.MeterProvider.Meter(Scope)
+	if m == nil {
+		return t, errors.New("the meter provider returned no meter")
+	}
+	t.meter = true
+	var errs []error
+	hist := func(name, desc string) metric.Float64Histogram {
+		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(durationBuckets...))
+		errs = append(errs, err)
+		if h == nil {
+			return noop.Float64Histogram{}
+		}
+		return h
+	}
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		if c == nil {
+			return noop.Int64Counter{}
+		}
+		return c
+	}
+	updown := func(name, unit, desc string) metric.Int64UpDownCounter {
+		c, err := m.Int64UpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		if c == nil {
+			return noop.Int64UpDownCounter{}
+		}
+		return c
+	}
+	t.acquireDur = hist(AcquireDuration, "Time from the start of an acquisition to its end: granted, locked, cancelled, lost or error.")
+	t.holdDur = hist(HoldDuration, "Time from a grant to the end of the lease: released, lost or closed.")
+	t.held = updown(LeasesHeld, "{lease}", "Leases granted and not yet ended.")
+	t.waiting = updown(AcquiresWaiting, "{acquisition}", "Acquire calls in progress (TryAcquire calls are not counted).")
+	t.lost = counter(LeasesLost, "{lease}", "Leases that ended without their own Release, by reason.")
+	t.sessStarts = counter(SessionStarts, "{session}", "Sessions begun.")
+	t.sessEnds = counter(SessionEnds, "{session}", "Sessions ended, by reason (closed, or why it was lost).")
+	t.decisions = counter(FencingDecisions, "{decision}", "Fenced writes accepted or rejected as stale, by helper.")
+	t.leader = updown(ElectionLeader, "{leader}", "1 while this process leads the election, else 0.")
+	t.changes = counter(ElectionChanges, "{change}", "Terms this candidate began (elected) and ended (ended).")
+	return t, errors.Join(errs...)
+}
+
+// Metrics reports whether t records metrics.
+func (t *Telemetry) Metrics() bool { return t != nil && t.meter }
+
+// attrs returns the attributes common to a component's measurements plus
+// extra and, when the user maps names, the mapped name under key.
+func (t *Telemetry) attrs(key attribute.Key, name string, extra ...attribute.KeyValue) metric.MeasurementOption {
+	kv := make([]attribute.KeyValue, 0, len(extra)+2)
+	if t.backend != "" {
+		kv = append(kv, KeyBackend.String(t.backend))
+	}
+	kv = append(kv, extra...)
+	if t.nameAttr != nil && name != "" {
+		if v := t.nameAttr(name); v != "" {
+			kv = append(kv, key.String(v))
+		}
+	}
+	return metric.WithAttributeSet(attribute.NewSet(kv...))
+}
+
+// span starts a span named name when spans are on; otherwise it returns
+// ctx and a nil span, which endSpan ignores.
+func (t *Telemetry) span(ctx context.Context, name, lockName string, kv ...attribute.KeyValue) (context.Context, trace.Span) {
+	if t == nil || t.tracer == nil {
+		return ctx, nil
+	}
+	if t.backend != "" {
+		kv = append(kv, KeyBackend.String(t.backend))
+	}
+	if t.nameAttr != nil && lockName != "" {
+		if v := t.nameAttr(lockName); v != "" {
+			kv = append(kv, KeyLock.String(v))
+		}
+	}
+	return t.tracer.Start(ctx, name, trace.WithAttributes(kv...))
+}
+
+func endSpan(sp trace.Span, err error, kv ...attribute.KeyValue) {
+	if sp == nil {
+		return
+	}
+	if len(kv) > 0 {
+		sp.SetAttributes(kv...)
+	}
+	if err != nil {
+		sp.RecordError(err)
+		sp.SetStatus(codes.Error, err.Error())
+	}
+	sp.End()
+}
+
+// Acquire is one acquisition in progress; the zero Acquire (from a nil
+// Telemetry) records nothing.
+type Acquire struct {
+	t     *Telemetry
+	ctx   context.Context
+	span  trace.Span
+	start time.Time
+	name  string
+	kind  string
+	wait  bool
+}
+
+// StartAcquire begins an acquisition of name, of kind ("exclusive",
+// "shared", "permit"); wait is false for TryAcquire. The returned context
+// carries the span, if any.
+func (t *Telemetry) StartAcquire(ctx context.Context, name, kind string, wait bool) (context.Context, Acquire) {
+	if t == nil {
+		return ctx, Acquire{}
+	}
+	ctx, sp := t.span(ctx, "fencelock.acquire", name, KeyKind.String(kind), attribute.Bool("fencelock.wait", wait))
+	a := Acquire{t: t, ctx: ctx, span: sp, start: time.Now(), name: name, kind: kind, wait: wait}
+	if t.meter && wait {
+		t.waiting.Add(ctx, 1, t.attrs(KeyLock, name, KeyKind.String(kind)))
+	}
+	return ctx, a
+}
+
+// End records the acquisition's outcome (one of Granted, Locked,
+// Cancelled, Lost, Error), with the granted token, and returns the Hold
+// of a granted lease.
+func (a Acquire) End(outcome string, token uint64, err error) Hold {
+	t := a.t
+	if t == nil {
+		return Hold{}
+	}
+	now := time.Now()
+	if t.meter {
+		if a.wait {
+			t.waiting.Add(a.ctx, -1, t.attrs(KeyLock, a.name, KeyKind.String(a.kind)))
+		}
+		t.acquireDur.Record(a.ctx, now.Sub(a.start).Seconds(), t.attrs(KeyLock, a.name, KeyKind.String(a.kind), KeyOutcome.String(outcome)))
+	}
+	if outcome == Granted {
+		endSpan(a.span, nil, KeyOutcome.String(outcome), KeyToken.Int64(int64(token)))
+	} else {
+		endSpan(a.span, err, KeyOutcome.String(outcome))
+	}
+	if outcome != Granted {
+		return Hold{}
+	}
+	if t.meter {
+		t.held.Add(a.ctx, 1, t.attrs(KeyLock, a.name, KeyKind.String(a.kind)))
+	}
+	return Hold{t: t, start: now, name: a.name, kind: a.kind}
+}
+
+// Hold is one granted lease; the zero Hold records nothing.
+type Hold struct {
+	t     *Telemetry
+	start time.Time
+	name  string
+	kind  string
+}
+
+// End records the end of the lease: reason "" for its own Release (or
+// for a loss whose reason [Hold.Lost] records later), otherwise one of
+// the loss reasons (Closed included). A backend calls it once, where the
+// lease's end-once state ends it.
+func (h Hold) End(reason string) {
+	t := h.t
+	if t == nil || !t.meter {
+		return
+	}
+	ctx := context.Background()
+	kind := KeyKind.String(h.kind)
+	t.held.Add(ctx, -1, t.attrs(KeyLock, h.name, kind))
+	t.holdDur.Record(ctx, time.Since(h.start).Seconds(), t.attrs(KeyLock, h.name, kind))
+	h.Lost(reason)
+}
+
+// Lost counts the lease as lost for reason; "" counts nothing.
+func (h Hold) Lost(reason string) {
+	if t := h.t; t != nil && t.meter && reason != "" {
+		t.lost.Add(context.Background(), 1, t.attrs(KeyLock, h.name, KeyKind.String(h.kind), KeyReason.String(reason)))
+	}
+}
+
+// StartRelease begins a Release of the lease name with token; call the
+// returned function with Release's error.
+func (t *Telemetry) StartRelease(ctx context.Context, name string, token uint64) (context.Context, func(error)) {
+	if t == nil || t.tracer == nil {
+		return ctx, func(error) {}
+	}
+	ctx, sp := t.span(ctx, "fencelock.release", name, KeyToken.Int64(int64(token)))
+	return ctx, func(err error) { endSpan(sp, err) }
+}
+
+// SessionStarted counts a session begun.
+func (t *Telemetry) SessionStarted() {
+	if t.Metrics() {
+		t.sessStarts.Add(context.Background(), 1, t.attrs("", ""))
+	}
+}
+
+// SessionEnded counts a session ended, with reason Closed or a loss
+// reason.
+func (t *Telemetry) SessionEnded(reason string) {
+	if t.Metrics() {
+		t.sessEnds.Add(context.Background(), 1, t.attrs("", "", KeyReason.String(reason)))
+	}
+}
+
+// StartWrite begins a fenced write by helper (for instance "guard",
+// "sqlfence", "etcd.txn") to resource (the lock name for a guarded write
+// on a backend, whose attribute follows the name mapping; "" for a helper
+// whose resources are not lock names) with token. Call the returned
+// function with the decision, Accepted or Rejected ("" when the write
+// failed before a decision), and the error.
+func (t *Telemetry) StartWrite(ctx context.Context, helper, lockName string, token uint64) (context.Context, Write) {
+	if t == nil {
+		return ctx, Write{}
+	}
+	ctx, sp := t.span(ctx, "fencelock.fenced_write", lockName, KeyHelper.String(helper), KeyToken.Int64(int64(token)))
+	return ctx, Write{t: t, ctx: ctx, span: sp, helper: helper}
+}
+
+// Write is one fenced write in progress; the zero Write records nothing.
+type Write struct {
+	t      *Telemetry
+	ctx    context.Context
+	span   trace.Span
+	helper string
+}
+
+// End records the write's decision (Accepted, Rejected, or "" when no
+// decision was made) and ends its span.
+func (w Write) End(decision string, err error) {
+	if w.t == nil {
+		return
+	}
+	if decision != "" {
+		w.t.Decide(w.ctx, w.helper, decision)
+	}
+	if decision != "" {
+		endSpan(w.span, err, KeyDecision.String(decision))
+	} else {
+		endSpan(w.span, err)
+	}
+}
+
+// Decide counts one fencing decision of helper without a span.
+func (t *Telemetry) Decide(ctx context.Context, helper, decision string) {
+	if !t.Metrics() {
+		return
+	}
+	k := [2]string{helper, decision}
+	t.decisionMu.RLock()
+	opt, ok := t.decisionOpts[k]
+	t.decisionMu.RUnlock()
+	if !ok {
+		opt = t.attrs("", "", KeyHelper.String(helper), KeyDecision.String(decision))
+		t.decisionMu.Lock()
+		if t.decisionOpts == nil {
+			t.decisionOpts = map[[2]string]metric.MeasurementOption{}
+		}
+		t.decisionOpts[k] = opt
+		t.decisionMu.Unlock()
+	}
+	t.decisions.Add(ctx, 1, opt)
+}
+
+// Leader records that this candidate became (true) or stopped being
+// (false) the leader of election: the leader counter goes up or down, and
+// the change is counted as "elected" or "ended".
+func (t *Telemetry) Leader(election string, leading bool) {
+	if !t.Metrics() {
+		return
+	}
+	d, change := int64(-1), "ended"
+	if leading {
+		d, change = 1, "elected"
+	}
+	ctx := context.Background()
+	t.leader.Add(ctx, d, t.attrs(KeyElection, election))
+	t.changes.Add(ctx, 1, t.attrs(KeyElection, election, KeyChange.String(change)))
+}
