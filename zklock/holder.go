@@ -14,9 +14,9 @@ import (
 var _ lock.Observer = (*Locker)(nil)
 
 // Holder reports the identity and token of the lowest znode of name, or an
-// error wrapping [lock.ErrNotHeld] when there is none. The answer comes
-// from the server the connection is on, which may lag the leader by a
-// moment.
+// error wrapping [lock.ErrNotHeld] when there is none. The server the
+// connection is on first catches up with the leader (a sync), so the
+// answer shows every grant and release made before the call.
 func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
 	if err := l.usable(ctx); err != nil {
 		return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, err)
@@ -83,6 +83,9 @@ func (l *Locker) holder(ctx context.Context, parent string, watch bool) (lock.Ho
 				return lock.Holder{}, e.watch, err
 			}
 		} else {
+			if err := l.syncWith(ctx, parent); err != nil {
+				return lock.Holder{}, nil, err
+			}
 			var r children
 			r, err = call(ctx, l.g, nil, childrenOf(l.conn, parent))
 			names = r.names

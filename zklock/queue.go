@@ -19,9 +19,9 @@ var _ lock.QueueLister = (*Locker)(nil)
 // pipelined round trip after the listing, as [Locker.Holders] reads the
 // admitted ones; if one of them goes meanwhile, it reads again. Each
 // entry's Since is its znode's ctime, the clock of the server that was
-// leader when the request was made, to the millisecond. The answer comes
-// from the server the connection is on, which may lag the leader by a
-// moment.
+// leader when the request was made, to the millisecond. The server the
+// connection is on first catches up with the leader (a sync), so the
+// answer shows every change made before the call, as on etcd.
 func (l *Locker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, fmt.Errorf("zklock: queue %q: %w", name, err)
@@ -49,10 +49,25 @@ func (l *Locker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, err
 	}
 }
 
+// syncWith makes the server the connection is on catch up with the
+// leader for parent, so that the reads that follow see every change
+// committed before it: a Holder, Holders or Queue call right after
+// another client's Release or grant shows it. It costs one round trip.
+func (l *Locker) syncWith(ctx context.Context, parent string) error {
+	_, err := call(ctx, l.g, nil, func() (string, error) { return l.conn.Sync(parent) })
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	return err
+}
+
 // queue reads every lock znode under parent, or with heldOnly the
 // admitted ones only (what Holders reads). A nil list and a nil error
 // mean that one of them went meanwhile: read again.
 func (l *Locker) queue(ctx context.Context, parent string, heldOnly bool) ([]lock.QueueEntry, error) {
+	if err := l.syncWith(ctx, parent); err != nil {
+		return nil, err
+	}
 	kids, err := call(ctx, l.g, nil, childrenOf(l.conn, parent))
 	if errors.Is(err, zk.ErrNoNode) {
 		return []lock.QueueEntry{}, nil

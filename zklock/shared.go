@@ -62,9 +62,8 @@ func (l *Locker) acquireKind(ctx context.Context, op, name string, req queue.Req
 // Holders returns every current holder of name in grant order: the shared
 // grants or semaphore permits, or the one exclusive grant, and an empty
 // list when nobody holds name. It lists name's znodes and reads the
-// admitted ones, in one pipelined round trip after the listing; the answer
-// comes from the server the connection is on, which may lag the leader by
-// a moment.
+// admitted ones, in one pipelined round trip after the listing, once the
+// server the connection is on has caught up with the leader (a sync).
 func (l *Locker) Holders(ctx context.Context, name string) ([]lock.Holder, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, fmt.Errorf("zklock: holders %q: %w", name, err)
