@@ -485,6 +485,11 @@ func checkTargets(br *backendReport, cfg config) []target {
 		first, last := l.Points[1], l.Points[len(l.Points)-1]
 		out = append(out, target{fmt.Sprintf("goroutines do not grow with held leases (%d → %d leases)", first.Leases, last.Leases),
 			fmt.Sprintf("%d → %d goroutines, %.2f per lease", first.Goroutines, last.Goroutines, l.GoroutinesPerLease), l.GoroutinesPerLease < 0.01})
+		if ref, ok := find(br.Leases, func(x leasesResult) bool { return x.Role == roleReference }); ok && ref.HeapBytesPerLease > 0 {
+			q := l.HeapBytesPerLease / ref.HeapBytesPerLease
+			out = append(out, target{fmt.Sprintf("heap per held lease at most 1.5× the reference (%d leases)", l.Leases),
+				fmt.Sprintf("%.0f vs %.0f bytes = %.2f×", l.HeapBytesPerLease, ref.HeapBytesPerLease, math.Ceil(q*100)/100), q <= 1.5})
+		}
 	}
 	return out
 }
