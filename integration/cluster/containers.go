@@ -452,6 +452,9 @@ func ctrZooCfg(i int, ports [][]int, o options) string {
 	fmt.Fprintf(&cfg, "4lw.commands.whitelist=*\n")
 	fmt.Fprintf(&cfg, "reconfigEnabled=false\n")
 	fmt.Fprintf(&cfg, "preAllocSize=4096\n")
+	if o.maxClientConns >= 0 {
+		fmt.Fprintf(&cfg, "maxClientCnxns=%d\n", o.maxClientConns)
+	}
 	if len(ports) > 1 {
 		for j, p := range ports {
 			fmt.Fprintf(&cfg, "server.%d=127.0.0.1:%d:%d\n", j+1, p[1], p[2])
