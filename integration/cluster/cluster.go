@@ -129,6 +129,7 @@ type options struct {
 	tickTime       time.Duration
 	maxSessionTime time.Duration
 	maxClientConns int         // maxClientCnxns; -1: ZooKeeper's default (60)
+	juteMaxBuffer  int         // jute.maxbuffer in bytes; 0: ZooKeeper's default (1 MiB)
 	zkSecurity     *ZKSecurity // secure_zk.go
 }
 
@@ -157,6 +158,17 @@ func WithMaxSessionTimeout(d time.Duration) Option {
 // more connections than that to one server raises it; 0 means no limit.
 func WithMaxClientConns(n int) Option { return func(o *options) { o.maxClientConns = n } }
 
+// WithJuteMaxBuffer sets the servers' jute.maxbuffer, the largest record
+// (request, reply or transaction) a ZooKeeper server accepts, in bytes;
+// ZooKeeper's default is 1 MiB less one byte. ZooKeeper 3.8 writes the
+// paths of all of a session's ephemeral znodes into the transaction that
+// closes it, so a session that holds more than about ten thousand of them
+// makes a close transaction the followers and the log reader refuse, and
+// the ensemble falls apart (the leader steps down and cannot read its own
+// log back; ZOOKEEPER-4306, open for 3.8 and 3.9). A test that closes or
+// expires such a session raises the limit.
+func WithJuteMaxBuffer(n int) Option { return func(o *options) { o.juteMaxBuffer = n } }
+
 // Defaults of the options.
 const (
 	defaultMembers        = 3
@@ -183,6 +195,8 @@ func buildOptions(opts []Option) (options, error) {
 		return o, fmt.Errorf("cluster: tick time %v: want at least 1ms", o.tickTime)
 	case o.maxSessionTime < 2*o.tickTime:
 		return o, fmt.Errorf("cluster: max session timeout %v: want at least two ticks (%v)", o.maxSessionTime, 2*o.tickTime)
+	case o.juteMaxBuffer < 0:
+		return o, fmt.Errorf("cluster: jute.maxbuffer %d: want a positive size, or 0 for the default", o.juteMaxBuffer)
 	case o.maxClientConns < -1:
 		return o, fmt.Errorf("cluster: %d connections per client address: want 0 (no limit) or more", o.maxClientConns)
 	}

@@ -307,7 +307,7 @@ func ctrStartCluster(ctx context.Context, t testing.TB, cli *tc.DockerClient, pr
 		} else {
 			req.Env = map[string]string{
 				"ZOO_MY_ID": fmt.Sprint(i + 1),
-				"JVMFLAGS":  ctrZKJVMFlags,
+				"JVMFLAGS":  strings.Join(append([]string{ctrZKJVMFlags}, juteFlags(o)...), " "),
 			}
 			req.Cmd = []string{"zkServer.sh", "start-foreground"}
 			req.Files = []tc.ContainerFile{{

@@ -237,6 +237,7 @@ func TestBuildOptions(t *testing.T) {
 		{"one member", []Option{WithMembers(1)}, options{members: 1, tickTime: 200 * time.Millisecond, maxSessionTime: 60 * time.Second, maxClientConns: -1}, false},
 		{"no connection limit", []Option{WithMaxClientConns(0)}, options{members: 3, tickTime: 200 * time.Millisecond, maxSessionTime: 60 * time.Second, maxClientConns: 0}, false},
 		{"negative connection limit", []Option{WithMaxClientConns(-2)}, options{}, true},
+		{"negative jute.maxbuffer", []Option{WithJuteMaxBuffer(-1)}, options{}, true},
 		{"zero members", []Option{WithMembers(0)}, options{}, true},
 		{"zero tick", []Option{WithTickTime(0)}, options{}, true},
 		{"session below two ticks", []Option{WithMaxSessionTimeout(300 * time.Millisecond)}, options{}, true},
