@@ -101,8 +101,12 @@ func skipUnlessListed(t *testing.T, what string) {
 func runScale(t *testing.T, kind cluster.Kind, cfg config) *scaleReport {
 	// Every connection of a test comes from 127.0.0.1, and ZooKeeper
 	// accepts 60 per client address and server by default: the
-	// many-Lockers part opens cfg.ScaleLockers/3 and more to each.
-	c := cluster.FromEnv(t).Start(t, kind, cluster.WithMaxClientConns(0))
+	// many-Lockers part opens cfg.ScaleLockers/3 and more to each. And
+	// ZooKeeper 3.8 lists a session's ephemeral znodes in the transaction
+	// that closes it: with 100,000 of them (about 10 MB of paths) that
+	// transaction exceeds the default jute.maxbuffer of 1 MiB, and closing
+	// the session breaks the ensemble (see cluster.WithJuteMaxBuffer).
+	c := cluster.FromEnv(t).Start(t, kind, cluster.WithMaxClientConns(0), cluster.WithJuteMaxBuffer(juteMaxBuffer(cfg)))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	leader, err := c.Leader(ctx)
@@ -117,6 +121,12 @@ func runScale(t *testing.T, kind cluster.Kind, cfg config) *scaleReport {
 		rs = zkRecipes(nil)
 	}
 	rep := &scaleReport{Provider: cfg.Provider}
+	if kind == cluster.ZooKeeper {
+		// zk.Conn.Close waits at most 1s for the answer to its close
+		// request (go-zookeeper v1.0.4), and both ZooKeeper recipes close
+		// that way: a close time of 1s means no answer came in that time.
+		rep.Notes = append(rep.Notes, "close s: go-zookeeper's Close waits at most 1s for the server's answer to the session close, so 1.00 means the server had not answered within 1s")
+	}
 	if cluster.PID(c.Members[0]) == 0 {
 		rep.Notes = append(rep.Notes, "server CPU and memory not measured: the provider runs no local processes")
 	}
@@ -144,6 +154,11 @@ func runScale(t *testing.T, kind cluster.Kind, cfg config) *scaleReport {
 	}
 	return rep
 }
+
+// juteMaxBuffer is the jute.maxbuffer the scale cluster needs to close a
+// session holding cfg.ScaleLeases ephemeral znodes: room for 256 bytes of
+// path per znode, and never below ZooKeeper's default.
+func juteMaxBuffer(cfg config) int { return max(256*cfg.ScaleLeases, 1<<20) }
 
 // measureScaleLeases holds cfg.ScaleLeases leases of distinct names
 // through one connection of r, then closes it.
