@@ -93,8 +93,8 @@ test-containers:
 fuzz:
 	FUZZTIME=$${FUZZTIME:-1m} scripts/test.sh fuzz
 
-# One short pass of every fault on both backends, the control run and the
-# checker self-test (about 2 minutes on 2 cores). make test runs it too, in
+# One short pass of every fault on both backends, the control runs, the
+# lock-delay runs and the checker self-test (about 2 minutes on 2 cores). make test runs it too, in
 # the process and the containers stages.
 test-fault: $(ETCD_BIN)
 	cd integration && FENCELOCK_PROVIDER=process $(GO) test -race -count=1 -timeout 20m -run '^TestFault' ./faulttest

@@ -66,11 +66,16 @@ var errStaleSession = fmt.Errorf("%w: the session lease was not found on the ser
 // session it belongs to, its key, its create revision once known (0
 // before), and whether a create attempt failed without an answer, so that
 // the record may exist or appear later (see endOp).
+//
+// marker is the lock-delay marker an acquisition writes with its record
+// (see markerOps): discarding the acquisition deletes it with the record.
+// A Lease's record has none: its marker goes only with a clean Release.
 type record struct {
 	s         *session
 	key       string
 	rev       int64
 	ambiguous bool
+	marker    string
 }
 
 // acquisition is one acquisition of any kind within one session.
@@ -81,11 +86,21 @@ type acquisition struct {
 	pfx  string // the prefix of name's records
 	req  queue.Request
 	try  bool
+
+	// With a lock-delay, every read that can confirm the grant also
+	// reads the name's markers and records (see delayReads); the latest
+	// such read, answered at seen, is what delay decides on.
+	markers []string
+	records map[string]bool
+	seen    time.Time
 }
 
 // acquireIn runs one acquisition within session s.
 func (l *Locker) acquireIn(ctx context.Context, s *session, name string, req queue.Request, try bool) (*Lease, error) {
 	a := &acquisition{record: record{s: s, key: l.recordKey(name, s, req)}, l: l, name: name, pfx: l.namePrefix(name), req: req, try: try}
+	if l.opts.LockDelay > 0 {
+		a.marker = l.markerKey(name, a.key)
+	}
 	resp, err := a.create(ctx)
 	if err != nil {
 		if isLeaseNotFound(err) {
@@ -108,8 +123,13 @@ func (l *Locker) acquireIn(ctx context.Context, s *session, name string, req que
 	case err != nil:
 		return nil, l.discard(a.record, err)
 	}
+	if err := a.delay(ctx); err != nil {
+		return nil, l.discard(a.record, err)
+	}
+	rec := a.record
+	rec.marker = ""
 	// The name is kept as part of the key: one string per lease, not two.
-	le := &Lease{l: l, record: a.record, name: names.Within(a.key, len(l.opts.prefix), a.name)}
+	le := &Lease{l: l, record: rec, name: names.Within(a.key, len(l.opts.prefix), a.name)}
 	if err := l.grant(le, readRev); err != nil {
 		return nil, l.discard(a.record, err)
 	}
@@ -171,7 +191,7 @@ func (a *acquisition) createTxn(ctx context.Context, was int64) clientv3.Txn {
 	if a.try && a.req.Kind == queue.Exclusive {
 		return a.l.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.pfx).WithPrefix(), "=", 0), guard).
-			Then(put).
+			Then(append([]clientv3.Op{put}, a.markerOps()...)...).
 			Else(clientv3.OpGet(a.pfx, clientv3.WithFirstCreate()...), clientv3.OpGet(a.s.guardKey))
 	}
 	var then []clientv3.Op
@@ -185,7 +205,7 @@ func (a *acquisition) createTxn(ctx context.Context, was int64) clientv3.Txn {
 	}
 	return a.l.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0), guard).
-		Then(then...).
+		Then(append(then, a.markerOps()...)...).
 		Else(clientv3.OpGet(a.key), clientv3.OpGet(a.s.guardKey))
 }
 
@@ -213,6 +233,9 @@ func (a *acquisition) exclusive(ctx context.Context, resp *clientv3.TxnResponse)
 // record up explicitly.
 func (a *acquisition) place(ctx context.Context, resp *clientv3.TxnResponse) (pred *mvccpb.KeyValue, readRev int64, err error) {
 	readRev = resp.Header.Revision
+	if resp.Succeeded {
+		a.noteDelayReads(resp.Responses)
+	}
 	switch {
 	case resp.Succeeded && a.try:
 		a.rev = resp.Header.Revision
@@ -293,6 +316,7 @@ func (a *acquisition) queued(ctx context.Context, resp *clientv3.TxnResponse) (i
 	fromCreate := resp.Succeeded
 	if resp.Succeeded {
 		a.rev = resp.Header.Revision
+		a.noteDelayReads(resp.Responses)
 		for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
 			if kv.CreateRevision < a.rev {
 				ahead = append(ahead, kv)
@@ -354,8 +378,8 @@ func (a *acquisition) readAhead(ctx context.Context) (ahead, next []*mvccpb.KeyV
 		var err error
 		resp, err = a.l.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-			Then(clientv3.OpGet(a.pfx, queueRead(clientv3.WithMaxCreateRev(a.rev-1))...),
-				clientv3.OpGet(a.pfx, queueRead(clientv3.WithMinCreateRev(a.rev+1), clientv3.WithLimit(1))...)).
+			Then(append([]clientv3.Op{clientv3.OpGet(a.pfx, queueRead(clientv3.WithMaxCreateRev(a.rev-1))...),
+				clientv3.OpGet(a.pfx, queueRead(clientv3.WithMinCreateRev(a.rev+1), clientv3.WithLimit(1))...)}, a.delayReads()...)...).
 			Commit()
 		return err
 	})
@@ -365,13 +389,15 @@ func (a *acquisition) readAhead(ctx context.Context) (ahead, next []*mvccpb.KeyV
 	if !resp.Succeeded {
 		return nil, nil, 0, a.deleted()
 	}
+	a.noteDelayReads(resp.Responses)
 	return resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision, nil
 }
 
 // touch rewrites the acquisition's record unchanged (same value, same
 // session lease, so the same create revision and token), which wakes the
 // permit waiter behind it (see queue.Touches), and returns the revision
-// at which that confirmed the record. Guarded by the create revision, it
+// at which that confirmed the record. It can confirm a grant, so it reads
+// the lock-delay markers too (delayReads). Guarded by the create revision, it
 // never brings back a record that went, and is safe to repeat.
 func (a *acquisition) touch(ctx context.Context) (int64, error) {
 	var resp *clientv3.TxnResponse
@@ -379,7 +405,7 @@ func (a *acquisition) touch(ctx context.Context) (int64, error) {
 		var err error
 		resp, err = a.l.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-			Then(clientv3.OpPut(a.key, a.l.opts.Identity, clientv3.WithLease(a.s.id))).
+			Then(append([]clientv3.Op{clientv3.OpPut(a.key, a.l.opts.Identity, clientv3.WithLease(a.s.id))}, a.delayReads()...)...).
 			Commit()
 		return err
 	})
@@ -389,6 +415,7 @@ func (a *acquisition) touch(ctx context.Context) (int64, error) {
 	if !resp.Succeeded {
 		return 0, a.deleted()
 	}
+	a.noteDelayReads(resp.Responses)
 	return resp.Header.Revision, nil
 }
 
@@ -564,9 +591,9 @@ func (a *acquisition) recheck(ctx context.Context) (pred *mvccpb.KeyValue, rev i
 		var err error
 		resp, err = a.l.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-			Then(clientv3.OpGet(a.pfx, clientv3.WithPrefix(),
+			Then(append([]clientv3.Op{clientv3.OpGet(a.pfx, clientv3.WithPrefix(),
 				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-				clientv3.WithMaxCreateRev(a.rev-1), clientv3.WithLimit(1))).
+				clientv3.WithMaxCreateRev(a.rev-1), clientv3.WithLimit(1))}, a.delayReads()...)...).
 			Commit()
 		return err
 	})
@@ -576,6 +603,7 @@ func (a *acquisition) recheck(ctx context.Context) (pred *mvccpb.KeyValue, rev i
 	if !resp.Succeeded {
 		return nil, resp.Header.Revision, false, nil
 	}
+	a.noteDelayReads(resp.Responses)
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		pred = kvs[0]
 	}

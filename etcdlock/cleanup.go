@@ -60,17 +60,31 @@ func (l *Locker) cleanupLater(r record) {
 // When r is not ambiguous every create attempt was answered, so no attempt
 // can be applied later; the delete is guarded by the record's create
 // revision when it is known (r.rev > 0). Otherwise cleanupOp is endOp.
+//
+// The acquisition's lock-delay marker, if it may have written one
+// (r.marker), goes in the same transaction, whichever branch applies: no
+// lease was granted through the acquisition, so no holder's writes can be
+// in flight, and the marker's own write is guarded by the record, so none
+// can be applied after the record is gone.
 func (l *Locker) cleanupOp(r record) func(context.Context) error {
+	var marker []clientv3.Op
+	if r.marker != "" {
+		marker = append(marker, clientv3.OpDelete(r.marker))
+	}
 	if r.ambiguous {
-		return func(ctx context.Context) error { return l.endOp(ctx, r.s, r.key) }
+		return func(ctx context.Context) error { return l.endOp(ctx, r.s, r.key, marker...) }
 	}
 	return func(ctx context.Context) error {
 		var err error
-		if r.rev > 0 {
+		switch {
+		case r.rev > 0:
 			_, err = l.client.Txn(ctx).
 				If(clientv3.Compare(clientv3.CreateRevision(r.key), "=", r.rev)).
-				Then(clientv3.OpDelete(r.key)).Commit()
-		} else {
+				Then(append([]clientv3.Op{clientv3.OpDelete(r.key)}, marker...)...).
+				Else(marker...).Commit()
+		case len(marker) > 0:
+			_, err = l.client.Txn(ctx).Then(append([]clientv3.Op{clientv3.OpDelete(r.key)}, marker...)...).Commit()
+		default:
 			_, err = l.client.Delete(ctx, r.key)
 		}
 		return err
@@ -83,10 +97,10 @@ func (l *Locker) cleanupOp(r record) func(context.Context) error {
 // guard's mod revision with an older value, so none of them can be applied
 // after this transaction, and none applied before it survives it. A session
 // lease that is gone took the record, and makes any create fail: that
-// counts as done.
-func (l *Locker) endOp(ctx context.Context, s *session, key string) error {
+// counts as done. more are further operations of the same transaction.
+func (l *Locker) endOp(ctx context.Context, s *session, key string, more ...clientv3.Op) error {
 	resp, err := l.client.Txn(ctx).
-		Then(clientv3.OpDelete(key), clientv3.OpPut(s.guardKey, "", clientv3.WithLease(s.id))).
+		Then(append([]clientv3.Op{clientv3.OpDelete(key), clientv3.OpPut(s.guardKey, "", clientv3.WithLease(s.id))}, more...)...).
 		Commit()
 	switch {
 	case isLeaseNotFound(err):

@@ -127,11 +127,68 @@
 //	<prefix>#guard/<lease ID>               one per session, written only after a create
 //	                                        went unanswered (see Late creates); attached
 //	                                        to the session lease
+//	<prefix>#delay/<name>/#<lease ID>-<sequence>[~<kind>]
+//	                                        with [WithLockDelay] only: the lock-delay
+//	                                        marker of the record of the same suffix;
+//	                                        value = identity, no lease (see Lock-delay)
 //
 // with the lease ID in 16 hexadecimal digits and the sequence in
-// hexadecimal. Both go when the session lease ends. Nothing else is
-// written: no per-lock key, no key outside the prefix. The keys written by
-// [PutFenced] are the caller's own, wherever the caller puts them.
+// hexadecimal. Records and guards go when the session lease ends; a marker
+// is put with its record and goes with its clean Release (or the discard
+// of an acquisition never granted), or with the next grant of the name.
+// Nothing else is written: no other per-lock key, no key outside the
+// prefix.
+//
+// # Lock-delay
+//
+// With [WithLockDelay](d) (lock_delay=d in a URL), a grant whose lease
+// ends without a clean Release delays the next grant of its name by d,
+// so that writes its holder still had in flight drain before anyone else
+// holds the lock; after a clean Release the next grant is immediate.
+//
+// Each acquisition of such a Locker puts its marker in the transaction
+// that creates its record, and every read that can confirm a grant also
+// reads the name's markers and records. Release deletes the record and its
+// marker in one transaction, so a clean release and its absence of delay
+// are decided atomically, and a releaser that dies right after has still
+// released cleanly. A marker whose record is gone was left by an
+// acquisition that did not end with a clean Release (the session lease
+// expired or was revoked, the record was revoked, the process was killed,
+// the Locker was closed while it held the lock, or a Release whose delete
+// went unconfirmed and was finished in the background): a grantee whose
+// confirming read shows one waits d from the moment that read was
+// answered, which is after the record disappeared, then deletes such
+// markers in a transaction guarded by its record. The Release of a lease
+// already lost leaves the marker. An acquisition that fails or is
+// cancelled before its Acquire returned a lease deletes the marker with
+// its record: no lease was granted, so no holder's writes can be in
+// flight. Every uncertainty errs toward waiting:
+//
+//   - a grant that finds a marker left by a crash long ago waits the full
+//     d (a marker cannot tell when its record went);
+//   - a waiter whose session ended (or whose process was killed) before
+//     its turn leaves its marker too, and the next grant waits d for it
+//     (a marker cannot tell whether its record was ever granted);
+//   - the delay is that of the Locker being granted: Lockers of one name
+//     must all be given the same lock-delay. A Locker without one neither
+//     writes nor reads markers, so it is not delayed, and a crash of its
+//     holder delays nobody;
+//   - TryAcquire (and its shared and semaphore forms) waits out a
+//     lock-delay too, rather than leave the name blocked;
+//   - while the grantee waits, its record is in the queue: Holder, Holders
+//     and Queue show it as the holder, and Observe reports it, although
+//     its Acquire has not returned yet.
+//
+// A lock-delay adds no round trip to an acquisition or a release: the
+// marker's put and delete ride on the record's, and its reads on the
+// reads that confirm the grant (which grow by the keys of the name's
+// records and markers). Only a grant that finds a stale marker sends one
+// more request, after its wait. What is left behind: the marker of a name
+// whose last acquisition did not end cleanly, until the next grant of
+// that name (by a Locker with a lock-delay) deletes it; delete keys under
+// "<prefix>#delay/<name>/" to clear it by hand, which cancels that delay.
+// The keys written by [PutFenced] are the caller's own, wherever the
+// caller puts them.
 //
 // # What is guaranteed
 //

@@ -157,7 +157,7 @@ func (le *Lease) Release(ctx context.Context) error {
 	case ended != nil:
 		if errors.Is(ended, lock.ErrLost) && !le.s.ended() {
 			ctx, cancel := context.WithTimeout(ctx, le.l.closeWait())
-			_, _ = le.deleteRecord(ctx)
+			_, _ = le.deleteRecord(ctx, false)
 			cancel()
 		}
 		return fmt.Errorf("etcdlock: release: %w", ended)
@@ -173,7 +173,7 @@ func (le *Lease) Release(ctx context.Context) error {
 		// here, and ended the lease with it: say so, as Err does.
 		return fmt.Errorf("etcdlock: release: %w", le.st.Err())
 	}
-	deleted, err := le.deleteRecord(ctx)
+	deleted, err := le.deleteRecord(ctx, true)
 	switch {
 	case err != nil:
 		le.l.cleanupLater(le.record)
@@ -193,15 +193,27 @@ func (le *Lease) Release(ctx context.Context) error {
 // session's guard and deletes whatever is under the key (see endOp), so
 // that no late create attempt can bring the record back after the release.
 // The uncontended release stays one round trip either way.
-func (le *Lease) deleteRecord(ctx context.Context) (bool, error) {
+//
+// clean says that this is the Release of a lease that had not ended: only
+// then does the transaction also delete the lease's lock-delay marker, so
+// that the next grant is not delayed. The Release of a lost lease leaves
+// the marker, since its holder may have writes in flight.
+func (le *Lease) deleteRecord(ctx context.Context, clean bool) (bool, error) {
 	var deleted, failed bool
 	err := le.l.call(ctx, nil, func(ctx context.Context) error {
 		txn := le.l.client.Txn(ctx).If(le.IsHeld())
+		// A clean release deletes the lock-delay marker with the record,
+		// and only then: a record already gone (lost, revoked, expired)
+		// leaves its marker for the next grant to wait on.
+		held := []clientv3.Op{clientv3.OpDelete(le.key)}
+		if clean && le.l.opts.LockDelay > 0 {
+			held = append(held, clientv3.OpDelete(le.l.markerKey(le.name, le.key)))
+		}
 		if le.ambiguous {
 			end := []clientv3.Op{clientv3.OpDelete(le.key), clientv3.OpPut(le.s.guardKey, "", clientv3.WithLease(le.s.id))}
-			txn = txn.Then(end...).Else(end...)
+			txn = txn.Then(append(held, end[1:]...)...).Else(end...)
 		} else {
-			txn = txn.Then(clientv3.OpDelete(le.key))
+			txn = txn.Then(held...)
 		}
 		resp, err := txn.Commit()
 		if le.ambiguous && isLeaseNotFound(err) {

@@ -51,6 +51,8 @@ func TestNewOptions(t *testing.T) {
 		{name: "empty identity", opts: []Option{WithIdentity("")}, wantErr: true},
 		{name: "nil logger", opts: []Option{WithLogger(nil)}, wantErr: true},
 		{name: "zero margin", opts: []Option{WithLossMargin(0)}, wantErr: true},
+		{name: "zero lock delay", opts: []Option{WithLockDelay(0)}, wantErr: true},
+		{name: "negative lock delay", opts: []Option{WithLockDelay(-time.Second)}, wantErr: true},
 		{name: "margin above half the ttl", opts: []Option{WithTTL(2 * time.Second), WithLossMargin(1001 * time.Millisecond)}, wantErr: true},
 		{name: "nil option", opts: []Option{nil}, wantErr: true},
 	}
@@ -171,6 +173,38 @@ func TestClosedLocker(t *testing.T) {
 	}
 }
 
+func TestLockDelayOption(t *testing.T) {
+	client := newTestClient(t)
+	for _, tt := range []struct {
+		name string
+		opts []Option
+		want time.Duration
+	}{
+		{name: "default", want: 0},
+		{name: "given", opts: []Option{WithLockDelay(3 * time.Second)}, want: 3 * time.Second},
+		{name: "sub-second", opts: []Option{WithLockDelay(250 * time.Millisecond)}, want: 250 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l, err := New(client, tt.opts...)
+			if err != nil {
+				t.Fatalf("New() = %v; want nil", err)
+			}
+			defer l.Close()
+			if got := l.opts.LockDelay; got != tt.want {
+				t.Errorf("lock delay = %v; want %v", got, tt.want)
+			}
+		})
+	}
+	lk, err := lock.Open(context.Background(), "etcd://127.0.0.1:1/app?lock_delay=1500ms")
+	if err != nil {
+		t.Fatalf("Open(lock_delay=1500ms) = %v; want nil", err)
+	}
+	defer lk.Close()
+	if got := lk.(*Locker).opts.LockDelay; got != 1500*time.Millisecond {
+		t.Errorf("Open(lock_delay=1500ms): lock delay = %v; want 1.5s", got)
+	}
+}
+
 func TestOpenURL(t *testing.T) {
 	tests := []struct {
 		url     string
@@ -187,6 +221,10 @@ func TestOpenURL(t *testing.T) {
 		{url: "etcd://127.0.0.1:1/?ttl=soon", wantErr: lock.ErrInvalidConfig},
 		{url: "etcd://127.0.0.1:1/?ttl=2s&loss_margin=2s", wantErr: lock.ErrInvalidConfig},
 		{url: "etcd://127.0.0.1:1/?identity=", wantErr: lock.ErrInvalidConfig},
+		{url: "etcd://127.0.0.1:1/?lock_delay=0s", wantErr: lock.ErrInvalidConfig},
+		{url: "etcd://127.0.0.1:1/?lock_delay=-1s", wantErr: lock.ErrInvalidConfig},
+		{url: "etcd://127.0.0.1:1/?lock_delay=later", wantErr: lock.ErrInvalidConfig},
+		{url: "etcd://127.0.0.1:1/?lock_delay=1s&lock_delay=2s", wantErr: lock.ErrInvalidConfig},
 		{url: "etcd://127.0.0.1:1/?session_timeout=2s", wantErr: lock.ErrInvalidConfig},
 		{url: "etcd://127.0.0.1:1/?ttl=2s&ttl=3s", wantErr: lock.ErrInvalidConfig},
 		{url: "etcd:///app", wantErr: lock.ErrInvalidConfig},

@@ -23,15 +23,16 @@ type driver struct{}
 
 // Open implements [lock.Driver] for URLs of the form
 //
-//	etcd://[user[:password]@]host:port[,host:port...][/prefix]?ttl=10s&identity=name&loss_margin=2s
+//	etcd://[user[:password]@]host:port[,host:port...][/prefix]?ttl=10s&identity=name&loss_margin=2s&lock_delay=5s
 //	    &ca_file=ca.crt&cert_file=client.crt&key_file=client.key&server_name=etcd.example
 //	    &tls=true&password_env=VAR
 //
 // The path after the slash that ends the host list is given to
 // [WithPrefix] as is (default [DefaultPrefix]): "etcd://h:2379/app/locks"
 // keeps its records under "app/locks/…" and "etcd://h:2379//app/locks"
-// (two slashes) under "/app/locks/…". The query keys ttl, identity and
-// loss_margin map to [WithTTL], [WithIdentity] and [WithLossMargin].
+// (two slashes) under "/app/locks/…". The query keys ttl, identity,
+// loss_margin and lock_delay map to [WithTTL], [WithIdentity],
+// [WithLossMargin] and [WithLockDelay].
 //
 // TLS is on when any of ca_file, cert_file, key_file or server_name is
 // given, or with tls=true (which alone verifies the members with the
@@ -76,7 +77,7 @@ func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
-	q, err := lock.CheckQuery(u, append([]string{"ttl", "identity", "loss_margin"}, secure.QueryKeys...)...)
+	q, err := lock.CheckQuery(u, append([]string{"ttl", "identity", "loss_margin", "lock_delay"}, secure.QueryKeys...)...)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
@@ -101,6 +102,11 @@ func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	} else if ok {
 		opts = append(opts, WithLossMargin(d))
+	}
+	if d, ok, err := lock.URLDuration(q, "lock_delay"); err != nil {
+		return nil, fmt.Errorf("etcdlock: open: %w", err)
+	} else if ok {
+		opts = append(opts, WithLockDelay(d))
 	}
 	if v, ok := q["identity"]; ok {
 		opts = append(opts, WithIdentity(v[0]))

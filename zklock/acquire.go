@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -157,9 +158,8 @@ type acquisition struct {
 	path    string   // the znode, once created
 	own     string   // its child name
 
-	ownWatch <-chan zk.Event // the watch on the znode; nil: set one with the next listing
-	czxid    int64           // the znode's, once read (the token)
-	version  int32
+	czxid   int64 // the znode's, once read (the token); 0: read it with the next listing
+	version int32
 
 	// seenTouch is the predecessor and data version that made the last
 	// listing be read again (see step), so that a data version set by
@@ -173,6 +173,15 @@ type acquisition struct {
 	// znode's data version unknown, so that a touch (which reads it
 	// again when it has to) must come before a grant.
 	touchUnsure bool
+
+	// marker is the acquisition's lock-delay marker, created with its
+	// znode (see delay), when the Locker has a lock-delay: a discarded
+	// acquisition deletes it with its znode.
+	marker string
+	// kids are the parent's children in the latest listing, answered at
+	// listed: what delay reads at the grant.
+	kids   []string
+	listed time.Time
 }
 
 // acquire implements every Acquire and TryAcquire method: req says which
@@ -225,50 +234,78 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 	le, err := a.queueUp(ctx)
 	if err != nil {
 		a.l.tab.untrack(a.path)
-		a.l.discard(a.path)
+		a.l.discard(a.path, a.marker)
 		return nil, err
 	}
 	return le, nil
 }
 
 // create creates this acquisition's znode and returns its path. A create
-// whose reply was lost is looked up by its prefix; one abandoned while in
-// flight is cleaned up when its reply comes.
+// whose reply was lost is looked up by its prefix. One still in flight
+// when ctx ends is settled before create returns (see settle); one
+// abandoned while in flight (the session ended, the Locker closed) is
+// cleaned up when its reply comes.
 func (a *acquisition) create(ctx context.Context) (string, error) {
 	// The request and the clean-up of an abandoned one may outlive this
 	// attempt (the next one takes another prefix): they read copies.
 	l, parent, prefix := a.l, a.parent, a.prefix
+	a.marker = ""
+	if l.o.LockDelay > 0 {
+		a.marker = markerOf(parent, prefix)
+	}
+	marker := a.marker
 	abandoned := func(p string, err error) {
 		switch {
 		case err == nil:
-			l.jan.add(cleanup{path: p})
+			l.jan.add(cleanup{path: p, marker: marker})
 		case isConnErr(err):
-			l.jan.add(cleanup{parent: parent, prefix: prefix})
+			l.jan.add(cleanup{parent: parent, prefix: prefix, marker: marker})
 		}
 	}
 	for attempt := 0; ; attempt++ {
 		if attempt == 8 {
 			return "", fmt.Errorf("creating the lock znode under %s keeps failing", a.parent)
 		}
-		path, err := start(l.g, func() (string, error) {
-			return l.conn.Create(parent+"/"+prefix, []byte(l.o.Identity), zk.FlagEphemeralSequential, l.o.acl)
-		}, abandoned).wait(ctx, l.g, a.s)
+		f := start(l.g, func() (string, error) {
+			if marker == "" {
+				return l.conn.Create(parent+"/"+prefix, []byte(l.o.Identity), zk.FlagEphemeralSequential, l.o.acl)
+			}
+			// The lock-delay marker is created with the znode, in one
+			// multi (see delay).
+			res, err := l.conn.Multi(
+				&zk.CreateRequest{Path: parent + "/" + prefix, Data: []byte(l.o.Identity), Acl: l.o.acl, Flags: zk.FlagEphemeralSequential},
+				&zk.CreateRequest{Path: marker, Data: []byte(l.o.Identity), Acl: l.o.acl, Flags: zk.FlagPersistent})
+			if err := multiErr(res, err); err != nil {
+				return "", err
+			}
+			return res[0].String, nil
+		}, abandoned)
+		r, stop := f.await(ctx, l.g, a.s)
+		if stop != nil {
+			if ctx.Err() != nil {
+				a.settle(f)
+			} else {
+				f.abandon()
+			}
+			return "", &stopError{stop}
+		}
+		path, err := r.v, r.err
 		switch {
 		case err == nil:
 			return path, nil
-		case isStop(err):
-			return "", err
 		case errors.Is(err, zk.ErrNoNode):
 			// The parent is missing, or the server removed the empty
 			// container between our check and the create.
 			if err := a.ensure(ctx, a.parent); err != nil {
 				return "", err
 			}
-		case isConnErr(err):
-			// The server may have applied the create: look for it.
+		case isConnErr(err), marker != "" && errors.Is(err, zk.ErrNodeExists):
+			// The server may have applied the create: look for it. (Our
+			// marker exists only if a multi of ours was applied: one
+			// whose reply was lost.)
 			found, err := a.findOwn(ctx)
 			if err != nil {
-				l.jan.add(cleanup{parent: a.parent, prefix: a.prefix})
+				l.jan.add(cleanup{parent: a.parent, prefix: a.prefix, marker: marker})
 				return "", err
 			}
 			if found != "" {
@@ -277,6 +314,31 @@ func (a *acquisition) create(ctx context.Context) (string, error) {
 		default:
 			return "", fmt.Errorf("create under %s: %w", a.parent, err)
 		}
+	}
+}
+
+// settle finishes a create that was in flight when the caller's context
+// ended. The server may still apply it, and a znode that appeared after
+// Acquire had returned its error would head the queue until the janitor
+// deleted it: for that while every other request of the name would wait
+// for it and every TryAcquire would be refused, by a call that had already
+// failed. So, as a cancelled wait deletes its znode before it returns,
+// settle waits for the create's answer (on the Locker's context, bounded
+// as discard is) and deletes the znode it made. When no answer comes in
+// time, the session ends or the Locker closes, the janitor takes over
+// when the answer comes, as for any abandoned create.
+func (a *acquisition) settle(f *future[string]) {
+	ctx, cancel := context.WithTimeout(a.l.g.bg, a.l.cleanupWait())
+	defer cancel()
+	r, stop := f.await(ctx, a.l.g, a.s)
+	switch {
+	case stop != nil:
+		f.abandon()
+	case r.err == nil:
+		a.l.discard(r.v, a.marker)
+	case isConnErr(r.err), a.marker != "" && errors.Is(r.err, zk.ErrNodeExists):
+		// Applied perhaps, or an earlier attempt of this prefix was.
+		a.l.jan.add(cleanup{parent: a.parent, prefix: a.prefix, marker: a.marker})
 	}
 }
 
@@ -414,6 +476,9 @@ func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 				return nil, err
 			}
 		}
+		if err := a.delay(ctx); err != nil {
+			return nil, err
+		}
 		return a.grant()
 	}
 	if a.try {
@@ -468,7 +533,10 @@ func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 	if fired == zk.EventNodeDataChanged && touchWakes {
 		a.speculate = true
 	}
-	if fired != zk.EventNodeDeleted || !queue.AdmittedByDeletion(reqs, i) {
+	if fired != zk.EventNodeDeleted || !queue.AdmittedByDeletion(reqs, i) || a.l.o.LockDelay > 0 {
+		// Look again. With a lock-delay the grant needs a listing made
+		// after the holder went, which shows whether it left a marker
+		// (see delay).
 		return nil, nil
 	}
 	// A holder went: admitted. The touch confirms the znode as the
@@ -540,23 +608,29 @@ func (a *acquisition) touch(ctx context.Context) error {
 }
 
 // list returns the lock znodes of the parent, in grant order, and the
-// parent's child version at that listing. Without a watch on the
-// acquisition's own znode it sets one (deletionW: it fires on deletion only),
-// and reads the znode's stat (the token), in the same round trip as the
-// listing: go-zookeeper pipelines requests issued concurrently on one
-// connection.
+// parent's child version at that listing. The first listing also reads
+// the acquisition's own znode's stat (the token), in the same round trip:
+// go-zookeeper pipelines requests issued concurrently on one connection.
+//
+// A waiting acquisition sets no watch on its own znode: a waiter learns
+// that its znode went (its session's end aside, which the session reports)
+// from its next listing, at the latest when what it watches changes. The
+// held lease's watch starts ownWatchDelay after the grant (see
+// leaseTable.armLater), so a short critical section costs no watch event
+// for its own release.
 func (a *acquisition) list(ctx context.Context) ([]string, int32, error) {
 	l := a.l
-	if a.ownWatch != nil {
+	if a.czxid != 0 {
 		kids, err := call(ctx, l.g, a.s, childrenOf(l.conn, a.parent))
 		if err != nil {
 			return nil, 0, err
 		}
+		a.kids, a.listed = kids.names, time.Now()
 		return queueOf(kids.names), kids.stat.Cversion, nil
 	}
 	l.tab.track(a.path)
 	fc := start(l.g, childrenOf(l.conn, a.parent), nil)
-	fe := start(l.g, deletionW(l.conn, a.path), nil)
+	fe := start(l.g, statOf(l.conn, a.path), nil)
 	kids, errC := fc.wait(ctx, l.g, a.s)
 	if errC != nil {
 		fe.abandon()
@@ -571,7 +645,8 @@ func (a *acquisition) list(ctx context.Context) ([]string, int32, error) {
 	if st.stat.EphemeralOwner != a.s.id {
 		return nil, 0, fmt.Errorf("%w: the queued znode %s belongs to session 0x%x, not 0x%x", lock.ErrLost, a.path, st.stat.EphemeralOwner, a.s.id)
 	}
-	a.ownWatch, a.czxid, a.version = st.watch, st.stat.Czxid, st.stat.Version
+	a.kids, a.listed = kids.names, time.Now()
+	a.czxid, a.version = st.stat.Czxid, st.stat.Version
 	return queueOf(kids.names), kids.stat.Cversion, nil
 }
 
@@ -579,9 +654,8 @@ func (a *acquisition) list(ctx context.Context) ([]string, int32, error) {
 // acquisition waits for, to fire, and returns the type of its event (0 if
 // something else ended the wait).
 func (a *acquisition) await(ctx context.Context, watched []<-chan zk.Event) (fired zk.EventType, err error) {
-	const ownCase, doneCase, sessionCase, closingCase = 0, 1, 2, 3
+	const doneCase, sessionCase, closingCase = 0, 1, 2
 	cases := []reflect.SelectCase{
-		ownCase:     {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.ownWatch)},
 		doneCase:    {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
 		sessionCase: {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.s.done)},
 		closingCase: {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.l.g.closing)},
@@ -591,22 +665,15 @@ func (a *acquisition) await(ctx context.Context, watched []<-chan zk.Event) (fir
 	}
 	chosen, v, _ := reflect.Select(cases)
 	switch chosen {
-	case ownCase:
-		if ev, _ := v.Interface().(zk.Event); ev.Type == zk.EventNodeDeleted {
-			return 0, a.deleted()
-		}
-		a.ownWatch = nil
 	case doneCase:
 		return 0, context.Cause(ctx)
 	case sessionCase:
 		return 0, a.s.err
 	case closingCase:
 		return 0, lock.ErrClosed
-	default:
-		ev, _ := v.Interface().(zk.Event)
-		return ev.Type, nil
 	}
-	return 0, nil
+	ev, _ := v.Interface().(zk.Event)
+	return ev.Type, nil
 }
 
 func (a *acquisition) deleted() error {
@@ -640,8 +707,9 @@ func (a *acquisition) grant() (*Lease, error) {
 		czxid:   a.czxid,
 		version: a.version,
 	}
-	if err := a.l.tab.hold(le, a.ownWatch); err != nil {
+	if err := a.l.tab.hold(le); err != nil {
 		return nil, err
 	}
+	a.l.tab.armLater(le)
 	return le, nil
 }

@@ -20,10 +20,16 @@ import (
 // it (its ephemeralOwner). A znode of another session is left alone: this
 // Locker only moves to a new session after the server expired the old one,
 // which removes the old session's znodes by itself.
+//
+// marker is the lock-delay marker of a discarded acquisition, deleted
+// after its znode: the two are created by one multi, so once the znode
+// is gone (or found never to have been created) no marker of it can
+// appear any more.
 type cleanup struct {
 	path   string
 	parent string
 	prefix string
+	marker string
 }
 
 // janitor deletes the Locker's left-over znodes in the background. Its
@@ -108,7 +114,10 @@ func (j *janitor) sweep(ctx context.Context) int {
 
 func (j *janitor) clean(ctx context.Context, c cleanup) error {
 	if c.path != "" {
-		return j.deleteIfOurs(ctx, c.path)
+		if err := j.deleteIfOurs(ctx, c.path); err != nil {
+			return err
+		}
+		return j.deleteMarker(ctx, c.marker)
 	}
 	// A create sent to a server the connection then lost may still be on
 	// its way to the leader: sync first, so that the listing sees it.
@@ -132,7 +141,20 @@ func (j *janitor) clean(ctx context.Context, c cleanup) error {
 			}
 		}
 	}
-	return nil
+	return j.deleteMarker(ctx, c.marker)
+}
+
+// deleteMarker deletes a discarded acquisition's lock-delay marker, if
+// there is one.
+func (j *janitor) deleteMarker(ctx context.Context, marker string) error {
+	if marker == "" {
+		return nil
+	}
+	_, err := call(ctx, j.g, nil, func() (struct{}, error) { return struct{}{}, j.conn.Delete(marker, -1) })
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil
+	}
+	return err
 }
 
 // deleteIfOurs deletes path if the current session owns it.
@@ -169,13 +191,22 @@ func stat(ctx context.Context, g *group, conn *zk.Conn, path string) (bool, *zk.
 // discard deletes the znode of a failed or cancelled acquisition: at once
 // if the connection is up (with a fresh, bounded context, since the
 // caller's may have ended), otherwise through the janitor.
-func (l *Locker) discard(path string) {
+//
+// marker, unless empty, is the acquisition's lock-delay marker, deleted
+// after the znode (see cleanup). No lease was granted through the
+// acquisition, so no writes of a holder can be in flight, and a marker
+// left behind would only delay the next grant for nothing.
+func (l *Locker) discard(path, marker string) {
 	if l.conn.State() == zk.StateHasSession {
-		ctx, cancel := context.WithTimeout(l.g.bg, min(l.SessionTimeout(), 5*time.Second))
+		ctx, cancel := context.WithTimeout(l.g.bg, l.cleanupWait())
 		defer cancel()
-		if err := l.jan.deleteIfOurs(ctx, path); err == nil {
+		if err := l.jan.clean(ctx, cleanup{path: path, marker: marker}); err == nil {
 			return
 		}
 	}
-	l.jan.add(cleanup{path: path})
+	l.jan.add(cleanup{path: path, marker: marker})
 }
+
+// cleanupWait bounds a clean-up done on the caller's behalf after its
+// context ended.
+func (l *Locker) cleanupWait() time.Duration { return min(l.SessionTimeout(), 5*time.Second) }

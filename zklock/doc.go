@@ -19,6 +19,62 @@
 // a lock name, so the children of lock "a" and the parent of lock "a/b"
 // never mix; children that do not match the pattern are ignored.
 //
+// # Lock-delay
+//
+// With [WithLockDelay](d) (lock_delay=d in a URL), a grant whose lease
+// ends without a clean Release delays the next grant of its name by d,
+// so that writes its holder still had in flight drain before anyone else
+// holds the lock; after a clean Release the next grant is immediate.
+//
+// Each acquisition of such a Locker creates, in the multi that creates its
+// znode, a persistent marker next to it: a child of the lock's parent
+// named "~delay~" followed by the znode's protection prefix (its child
+// name without the sequence number), holding the identity; it does not
+// match the lock znodes' pattern, so queue listings, Holder, Holders,
+// Queue and Observe ignore it. Release deletes the znode and its marker
+// in one multi, so a clean release and its absence of delay are decided
+// atomically, and a releaser that dies right after has still released
+// cleanly. The listing that admits an acquisition shows the markers too:
+// one whose znode is gone (its session expired, it was revoked, its
+// process was killed, its Locker was closed while it held the lock, or its
+// Release went unconfirmed and was finished in the background) makes the
+// grantee wait d from the moment that listing was answered, which is after
+// the znode disappeared, then delete such markers in one multi checked
+// against its own znode. An acquisition that fails or is cancelled before
+// its Acquire returned a lease deletes its marker right after its znode:
+// no lease was granted, so no holder's writes can be in flight. Every
+// uncertainty errs toward waiting:
+//
+//   - a grant that finds a marker left by a crash long ago waits the full
+//     d (a marker cannot tell when its znode went);
+//   - a waiter whose session ended (or whose process was killed) before
+//     its turn leaves its marker too, and the next grant waits d for it
+//     (a marker cannot tell whether its znode was ever granted);
+//   - the delay is that of the Locker being granted: Lockers of one name
+//     must all be given the same lock-delay. A Locker without one neither
+//     writes nor reads markers, so it is not delayed, and a crash of its
+//     holder delays nobody;
+//   - TryAcquire (and its shared and semaphore forms) waits out a
+//     lock-delay too, rather than leave the name blocked;
+//   - while the grantee waits, its znode heads the queue: Holder, Holders
+//     and Queue show it as the holder, and Observe reports it, although
+//     its Acquire has not returned yet.
+//
+// A lock-delay adds no round trip to an acquisition or a release: the
+// marker rides on the znode's create and delete, and the markers are read
+// in the listing the grant reads anyway. Only a grant that finds a stale
+// marker sends one more request, after its wait. Markers change the
+// parent's child version, which numbers the sequential znodes, so a lock
+// with a lock-delay uses up its 2^31 sequence numbers about twice as
+// fast, and [Locker.Observe], which infers a vacancy shorter than a round
+// trip from that version, reports none for such a lock (it still reports
+// every vacancy it lists). What is left behind: the marker of a name whose
+// last acquisition did not end cleanly, until the next grant of that name
+// (by a Locker with a lock-delay) deletes it; while it exists, the lock's
+// container parent is not empty and stays. After a clean Release nothing
+// is left, and the server removes the parent as before. Delete the
+// "~delay~" children by hand to clear a marker, which cancels that delay.
+//
 // # Acquisition
 //
 // The lowest child holds the lock; every other exclusive waiter watches
@@ -31,9 +87,14 @@
 // deleted. The random prefix makes the
 // create "protected": when the connection fails before the reply arrives,
 // the Locker looks the znode up by prefix once reconnected in the same
-// session and uses it, and a create abandoned in flight (ctx ended, Locker
-// closed) is deleted when its reply comes. A cancelled, failed or
-// interrupted wait deletes its znode. The uncontended path is two round
+// session and uses it. When ctx ends while the create is in flight, the
+// call waits for its reply (bounded by the session timeout, at most 5s)
+// and deletes the znode before it returns, so that a cancelled call
+// leaves no znode that could appear after it returned and hold the name
+// until cleaned up; a create abandoned in flight otherwise (the session
+// ended, the Locker closed, no reply within that bound) is deleted when
+// its reply comes. A cancelled, failed or interrupted wait deletes its
+// znode, and its lock-delay marker if it had created one. The uncontended path is two round
 // trips: the create, then the listing pipelined with a read of the new
 // znode's stat.
 //
@@ -81,7 +142,11 @@
 // leases' znodes, which go-zookeeper also publishes on the connection's
 // event stream, are routed to their leases by path. A lease whose znode
 // someone else deletes ends with [lock.ErrLost] as soon as the event
-// arrives. (A Locker from [New] reads the caller's event channel, from
+// arrives. The watch on a lease's znode is set 50ms after its grant, so
+// that a short critical section costs no watch event for its own release
+// (a deletion within those 50ms is found when the watch is set, which
+// reads the znode); a waiter sets no watch on its own znode, and learns
+// that it went from its next listing of the queue. (A Locker from [New] reads the caller's event channel, from
 // which go-zookeeper drops events when it is full; it also looks at its
 // leases' own watches twice a second, so a dropped deletion is noticed
 // within about half a second.)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/go-zookeeper/zk"
 
@@ -181,7 +182,12 @@ func (le *Lease) Release(ctx context.Context) error {
 		return nil // Close deletes the znode
 	}
 	defer le.l.leave()
-	err := le.l.deleteOwn(ctx, le.path, le.version, le.czxid)
+	marker := ""
+	if le.l.o.LockDelay > 0 {
+		i := strings.LastIndexByte(le.path, '/')
+		marker = markerOf(le.path[:i], prefixOf(le.path[i+1:]))
+	}
+	err := le.l.deleteOwn(ctx, le.path, le.version, le.czxid, marker)
 	switch {
 	case err == nil:
 		return nil
@@ -202,9 +208,27 @@ func (le *Lease) Release(ctx context.Context) error {
 // deleteOwn deletes the znode at path if it is still the one created with
 // czxid, guarded by its version. It returns zk.ErrNoNode if it is gone.
 // The deletion is worth trying even after the lease's session ended.
-func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxid int64) error {
+//
+// marker, unless empty, is the znode's lock-delay marker, deleted in the
+// same Multi: a clean release leaves no delay behind, and one whose
+// znode is gone already deletes nothing. A marker found missing (which
+// this package never does to a held lease's) is no reason not to release.
+func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxid int64, marker string) error {
 	for range 3 {
-		_, err := call(ctx, l.g, nil, func() (struct{}, error) { return struct{}{}, l.conn.Delete(path, version) })
+		_, err := call(ctx, l.g, nil, func() (struct{}, error) {
+			if marker == "" {
+				return struct{}{}, l.conn.Delete(path, version)
+			}
+			res, err := l.conn.Multi(&zk.DeleteRequest{Path: path, Version: version}, &zk.DeleteRequest{Path: marker, Version: -1})
+			if len(res) == 2 && multiErr(res[:1], nil) == nil && errors.Is(res[1].Error, zk.ErrNoNode) {
+				marker = ""
+				return struct{}{}, errMarkerGone
+			}
+			return struct{}{}, multiErr(res, err)
+		})
+		if errors.Is(err, errMarkerGone) {
+			continue
+		}
 		if !errors.Is(err, zk.ErrBadVersion) {
 			return err
 		}
@@ -221,6 +245,8 @@ func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxi
 	}
 	return fmt.Errorf("znode %s keeps changing", path)
 }
+
+var errMarkerGone = errors.New("lock-delay marker gone")
 
 // stopped reports whether Release has taken over.
 func (le *Lease) stopped() bool { return le.st.Releasing() }

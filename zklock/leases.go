@@ -26,6 +26,7 @@ type leaseTable struct {
 	mu      sync.Mutex
 	watched map[string]*watchEntry // the znodes of acquisitions and held leases, by path
 	pending []nodeEvent            // events for held leases, for run
+	toArm   []*Lease               // held leases whose watch is due, for run
 }
 
 func newLeaseTable(g *group, ss *sessions, jan *janitor, poll bool) *leaseTable {
@@ -44,7 +45,6 @@ type watchEntry struct {
 	lease   *Lease          // nil until granted
 	own     <-chan zk.Event // the latest watch on the znode (New: polled)
 	deleted bool            // a deletion event arrived before the grant
-	changed bool            // a data change arrived before the grant
 }
 
 // nodeEvent is a watch event on a held lease's znode, for run.
@@ -59,7 +59,7 @@ type nodeEvent struct {
 func (t *leaseTable) track(path string) {
 	t.mu.Lock()
 	if e := t.watched[path]; e != nil && e.lease == nil {
-		e.deleted, e.changed = false, false
+		e.deleted = false
 	} else if e == nil {
 		t.watched[path] = &watchEntry{}
 	}
@@ -87,9 +87,10 @@ func (t *leaseTable) wake() {
 }
 
 // hold makes le a held lease, unless its session ended or the Locker
-// closed: it starts following le's session and le's znode, whose watch is
-// own.
-func (t *leaseTable) hold(le *Lease, own <-chan zk.Event) error {
+// closed: it starts following le's session and le's znode. The watch on
+// the znode is the caller's to arrange (armLater); a deletion routed
+// before that, since the acquisition's last listing, ends the lease now.
+func (t *leaseTable) hold(le *Lease) error {
 	t.mu.Lock()
 	if ended(le.s) {
 		t.mu.Unlock()
@@ -100,21 +101,16 @@ func (t *leaseTable) hold(le *Lease, own <-chan zk.Event) error {
 		return lock.ErrClosed
 	}
 	e := t.watched[le.path]
-	if e == nil { // not tracked: cannot happen, but never go unwatched
+	if e == nil { // not tracked: cannot happen, but armLater still watches it
 		e = &watchEntry{}
 		t.watched[le.path] = e
-		own = nil
-		e.changed = true
 	}
-	e.lease, e.own = le, own
-	deleted, changed := e.deleted, e.changed
-	e.deleted, e.changed = false, false
+	e.lease, e.own = le, nil
+	deleted := e.deleted
+	e.deleted = false
 	t.mu.Unlock()
-	switch {
-	case deleted:
+	if deleted {
 		le.lose(znodeDeleted(le.path))
-	case changed:
-		t.rearm(le)
 	}
 	return nil
 }

@@ -51,7 +51,7 @@ func TestLeaseTable(t *testing.T) {
 	tab.route(zk.Event{Type: zk.EventSession, Path: early.path}) // not a node event: ignored
 	tab.route(deleted("/elsewhere"))                             // not ours: ignored
 	tab.route(deleted(early.path))
-	if err := tab.hold(early, nil); err != nil {
+	if err := tab.hold(early); err != nil {
 		t.Fatalf("hold() = %v", err)
 	}
 	wantEnd(early, lock.ErrLost, "was deleted")
@@ -61,7 +61,7 @@ func TestLeaseTable(t *testing.T) {
 	tab.track(relisted.path)
 	tab.route(deleted(relisted.path))
 	tab.track(relisted.path)
-	if err := tab.hold(relisted, nil); err != nil {
+	if err := tab.hold(relisted); err != nil {
 		t.Fatalf("hold() = %v", err)
 	}
 	if relisted.endErr() != nil {
@@ -76,7 +76,7 @@ func TestLeaseTable(t *testing.T) {
 	// A lease that Release has taken over is left to Release.
 	releasing := newLease()
 	tab.track(releasing.path)
-	if err := tab.hold(releasing, nil); err != nil {
+	if err := tab.hold(releasing); err != nil {
 		t.Fatalf("hold() = %v", err)
 	}
 	releasing.st.BeginRelease()
@@ -90,7 +90,7 @@ func TestLeaseTable(t *testing.T) {
 	// in an ended session.
 	held := newLease()
 	tab.track(held.path)
-	if err := tab.hold(held, nil); err != nil {
+	if err := tab.hold(held); err != nil {
 		t.Fatalf("hold() = %v", err)
 	}
 	s.err = fmt.Errorf("%w: session 0x1 expired", lock.ErrLost)
@@ -101,7 +101,7 @@ func TestLeaseTable(t *testing.T) {
 	}
 	tab.endSessionLeases()
 	wantEnd(held, lock.ErrLost, "session 0x1 expired")
-	if err := tab.hold(newLease(), nil); !errors.Is(err, lock.ErrLost) {
+	if err := tab.hold(newLease()); !errors.Is(err, lock.ErrLost) {
 		t.Errorf("hold() in an ended session = %v; want its error", err)
 	}
 
@@ -109,14 +109,14 @@ func TestLeaseTable(t *testing.T) {
 	s = &session{id: 2, done: make(chan struct{})}
 	closed := newLease()
 	tab.track(closed.path)
-	if err := tab.hold(closed, nil); err != nil {
+	if err := tab.hold(closed); err != nil {
 		t.Fatalf("hold() = %v", err)
 	}
 	l.ss.cur = s
 	l.ss.close()
 	tab.endSessionLeases()
 	wantEnd(closed, lock.ErrReleased, "locker closed")
-	if err := tab.hold(newLease(), nil); !errors.Is(err, lock.ErrClosed) {
+	if err := tab.hold(newLease()); !errors.Is(err, lock.ErrClosed) {
 		t.Errorf("hold() after Close = %v; want lock.ErrClosed", err)
 	}
 	if got := len(l.jan.pending); got != 4 {

@@ -29,6 +29,8 @@ func TestDialInvalidConfig(t *testing.T) {
 		{"zero session timeout", servers, []Option{WithSessionTimeout(0)}},
 		{"negative session timeout", servers, []Option{WithSessionTimeout(-time.Second)}},
 		{"zero loss margin", servers, []Option{WithLossMargin(0)}},
+		{"zero lock delay", servers, []Option{WithLockDelay(0)}},
+		{"negative lock delay", servers, []Option{WithLockDelay(-time.Second)}},
 		{"margin not below timeout", servers, []Option{WithSessionTimeout(time.Second), WithLossMargin(time.Second)}},
 		{"empty root", servers, []Option{WithRoot("")}},
 		{"slash root", servers, []Option{WithRoot("/")}},
@@ -103,6 +105,23 @@ func TestDefaults(t *testing.T) {
 	}
 }
 
+func TestLockDelayOption(t *testing.T) {
+	o, err := buildOptions(nil)
+	if err != nil {
+		t.Fatalf("buildOptions(nil) = %v; want nil", err)
+	}
+	if o.LockDelay != 0 {
+		t.Errorf("default lock delay = %v; want 0", o.LockDelay)
+	}
+	o, err = buildOptions([]Option{WithLockDelay(2 * time.Second)})
+	if err != nil {
+		t.Fatalf("buildOptions(WithLockDelay(2s)) = %v; want nil", err)
+	}
+	if o.LockDelay != 2*time.Second {
+		t.Errorf("lock delay = %v; want 2s", o.LockDelay)
+	}
+}
+
 func TestNewInvalidConfig(t *testing.T) {
 	if _, err := New(nil, make(chan zk.Event), WithSessionTimeout(time.Second)); !errors.Is(err, lock.ErrInvalidConfig) {
 		t.Errorf("New(nil conn) = %v; want an error wrapping %v", err, lock.ErrInvalidConfig)
@@ -128,6 +147,10 @@ func TestOpenInvalidURL(t *testing.T) {
 		"zk://127.0.0.1:1/root?session_timeout=-1s",
 		"zk://127.0.0.1:1/root?session_timeout=1s&session_timeout=2s",
 		"zk://127.0.0.1:1/root?loss_margin=0s",
+		"zk://127.0.0.1:1/root?lock_delay=0s",
+		"zk://127.0.0.1:1/root?lock_delay=-2s",
+		"zk://127.0.0.1:1/root?lock_delay=never",
+		"zk://127.0.0.1:1/root?lock_delay=1s&lock_delay=2s",
 		"zk://127.0.0.1:1/root?identity=",
 		"zk://user:@127.0.0.1:1/root",
 	} {

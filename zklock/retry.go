@@ -96,33 +96,43 @@ func (fu *future[T]) abandon() {
 // wait returns f's result, or a *stopError when ctx ends, s ends (s may
 // be nil) or the Locker closes first.
 func (fu *future[T]) wait(ctx context.Context, g *group, s *session) (T, error) {
+	r, cause := fu.await(ctx, g, s)
+	if cause != nil {
+		fu.abandon()
+		var zero T
+		return zero, &stopError{cause}
+	}
+	return r.v, r.err
+}
+
+// await is wait without giving up on the result: it returns f's result,
+// or why the caller stopped waiting first (ctx's cause, the session's
+// error or lock.ErrClosed), after which f may be awaited again or
+// abandoned.
+func (fu *future[T]) await(ctx context.Context, g *group, s *session) (result[T], error) {
 	var sDone <-chan struct{}
 	if s != nil {
 		sDone = s.done
 	}
 	select {
 	case r := <-fu.ch:
-		return r.v, r.err
+		return r, nil
 	default:
 	}
 	closing := g.closing
 	if ctx.Value(finalKey{}) != nil {
 		closing = nil // Close's own last cleanup
 	}
-	var cause error
 	select {
 	case r := <-fu.ch:
-		return r.v, r.err
+		return r, nil
 	case <-ctx.Done():
-		cause = context.Cause(ctx)
+		return result[T]{}, context.Cause(ctx)
 	case <-sDone:
-		cause = s.err
+		return result[T]{}, s.err
 	case <-closing:
-		cause = lock.ErrClosed
+		return result[T]{}, lock.ErrClosed
 	}
-	fu.abandon()
-	var zero T
-	return zero, &stopError{cause}
 }
 
 // finalKey marks the context of the cleanup Close runs after the Locker
@@ -194,6 +204,15 @@ func deletionW(conn *zk.Conn, path string) func() (exists, error) {
 			return exists{}, nil
 		}
 		return exists{err == nil, st, w}, err
+	}
+}
+
+// statOf reads the stat of the znode at path, without a watch. A missing
+// znode is ok == false.
+func statOf(conn *zk.Conn, path string) func() (exists, error) {
+	return func() (exists, error) {
+		ok, st, err := conn.Exists(path)
+		return exists{ok: ok, stat: st}, err
 	}
 }
 

@@ -25,7 +25,11 @@ var _ lock.Revoker = (*Locker)(nil)
 // at once or when it reconnects within its session, and ends the lease
 // with [lock.ErrLost] and a cause saying that its znode was deleted by
 // another client (the deletion of an ephemeral znode of a live session is
-// always someone else's). A token that is not a current holder's returns
+// always someone else's). A lease sets that watch only ownWatchDelay
+// (50ms) after its grant, so a revocation within that time reaches a
+// running holder when the watch is set, up to that long after the grant
+// plus a round trip: a holder that releases before then finds its znode
+// gone, and its Release returns an error wrapping ErrLost. A token that is not a current holder's returns
 // an error wrapping [lock.ErrNotHeld]. If the connection fails while the
 // delete is on its way, Revoke sends it again once connected, and a second
 // attempt that finds the znode gone reports ErrNotHeld although the first

@@ -16,8 +16,9 @@ func init() { lock.Register("zk", driver{}) }
 // The path is the root (default [DefaultRoot]), given to [WithRoot]:
 // "zk://h:2181/app/locks" and "zk://h:2181//app/locks" both name the root
 // /app/locks. The query keys are
-// session_timeout and loss_margin (durations, see [WithSessionTimeout] and
-// [WithLossMargin]) and identity (see [WithIdentity]).
+// session_timeout, loss_margin and lock_delay (durations, see
+// [WithSessionTimeout], [WithLossMargin] and [WithLockDelay]) and identity
+// (see [WithIdentity]).
 //
 // Security: user information ("zk://app:secret@h:2181/root", or
 // "zk://app@h:2181/root?password_env=APP_ZK_PASSWORD" to read the password
@@ -42,7 +43,7 @@ func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zklock: open: %w", err)
 	}
-	q, err := lock.CheckQuery(u, append([]string{"session_timeout", "loss_margin", "identity"}, secure.QueryKeys...)...)
+	q, err := lock.CheckQuery(u, append([]string{"session_timeout", "loss_margin", "lock_delay", "identity"}, secure.QueryKeys...)...)
 	if err != nil {
 		return nil, fmt.Errorf("zklock: open: %w", err)
 	}
@@ -73,6 +74,11 @@ func (driver) Open(ctx context.Context, u *url.URL) (lock.Locker, error) {
 		return nil, fmt.Errorf("zklock: open: %w", err)
 	} else if ok {
 		opts = append(opts, WithLossMargin(d))
+	}
+	if d, ok, err := lock.URLDuration(q, "lock_delay"); err != nil {
+		return nil, fmt.Errorf("zklock: open: %w", err)
+	} else if ok {
+		opts = append(opts, WithLockDelay(d))
 	}
 	if id, ok := q["identity"]; ok {
 		opts = append(opts, WithIdentity(id[0]))

@@ -23,10 +23,12 @@ import (
 //     (read by sessions.run). route looks the event's path up in the
 //     Locker's table of watched znodes and queues it for run.
 //
-// The table has an entry for the znode of every acquisition from before
-// its first watch is set until the lease ends, so an event that arrives
-// between the watch and the grant is kept in the entry and acted on at the
-// grant. The watch channels go-zookeeper returns are buffered (one event,
+// The table has an entry for the znode of every acquisition from its
+// first listing until the lease ends. A waiting acquisition sets no watch
+// on its own znode, but another request of the same connection may watch
+// it (as its predecessor): a deletion reported so before the grant is
+// kept in the entry and acted on at the grant. The held lease's own watch
+// is set ownWatchDelay after the grant, by run (armDue). The watch channels go-zookeeper returns are buffered (one event,
 // then closed) and may be dropped unread.
 //
 // go-zookeeper drops events from the channel it returns from zk.Connect
@@ -34,6 +36,15 @@ import (
 // one. It therefore also polls the watch channels of its held leases every
 // ownPollInterval: a deletion whose global event was dropped is noticed
 // within that interval.
+
+// ownWatchDelay is how long after a grant the watch on the lease's own
+// znode is set. A lease released before then never had a watch, so its
+// release costs no watch event (a waiter's own event is the one on its
+// predecessor); a deletion by anyone else meanwhile is found when the
+// watch is set, since setting it reads the znode. A lease whose znode is
+// deleted by someone else within ownWatchDelay of its grant therefore
+// hears of it up to ownWatchDelay late, as etcdlock's recordWatchDelay.
+const ownWatchDelay = 50 * time.Millisecond
 
 // ownPollInterval is how often a Locker from New looks at the watch
 // channels of its held leases for an event the global stream dropped.
@@ -53,10 +64,10 @@ func (t *leaseTable) route(ev zk.Event) {
 		t.mu.Unlock()
 		return
 	case e.lease == nil:
+		// Not granted yet: a deletion is acted on at the grant; a data
+		// change needs nothing, since the lease's watch is set after it.
 		if ev.Type == zk.EventNodeDeleted {
 			e.deleted = true
-		} else {
-			e.changed = true
 		}
 		t.mu.Unlock()
 		return
@@ -92,6 +103,30 @@ func (t *leaseTable) run() {
 			return
 		}
 		t.handleEvents()
+		t.armDue()
+	}
+}
+
+// armLater has run set the watch on le's znode ownWatchDelay from now.
+func (t *leaseTable) armLater(le *Lease) {
+	time.AfterFunc(ownWatchDelay, func() {
+		t.mu.Lock()
+		t.toArm = append(t.toArm, le)
+		t.mu.Unlock()
+		t.wake()
+	})
+}
+
+// armDue sets the watches that armLater made due, on the leases still held.
+func (t *leaseTable) armDue() {
+	t.mu.Lock()
+	les := t.toArm
+	t.toArm = nil
+	t.mu.Unlock()
+	for _, le := range les {
+		if !le.stopped() && le.endErr() == nil {
+			t.rearm(le)
+		}
 	}
 }
 
@@ -163,9 +198,10 @@ func (t *leaseTable) pollOwn() {
 
 // rearm sets a new watch on a held lease's znode, and ends the lease if
 // the znode is gone. The watch the Locker sets (deletionW) fires on deletion
-// only; rearm runs when a data change event for the znode arrives anyway,
-// from an earlier watch of another kind or from another watch on the same
-// connection (a queued request of this Locker watching it).
+// only; rearm sets the first one (armDue), and runs again when a data
+// change event for the znode arrives anyway, from an earlier watch of
+// another kind or from another watch on the same connection (a queued
+// request of this Locker watching it).
 func (t *leaseTable) rearm(le *Lease) {
 	t.g.spawn(func() {
 		for {

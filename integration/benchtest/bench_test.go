@@ -118,7 +118,8 @@ type backendReport struct {
 	Waiters       []waitersResult     `json:"waiters"`
 	Shared        []sharedResult      `json:"shared"`
 	Semaphore     []sharedResult      `json:"semaphore"`
-	TLS           []uncontendedResult `json:"tls,omitempty"` // plain vs TLS (tls_test.go)
+	TLS           []uncontendedResult `json:"tls,omitempty"`       // plain vs TLS (tls_test.go)
+	LockDelay     []contendedResult   `json:"lockdelay,omitempty"` // without and with a lock-delay (lockdelay_test.go)
 	Targets       []target            `json:"targets"`
 	Scale         *scaleReport        `json:"scale,omitempty"` // scale_test.go
 }
@@ -284,6 +285,10 @@ func runBackend(t *testing.T, kind cluster.Kind, cfg config) *backendReport {
 			}
 		}
 	})
+	t.Run("lockdelay", func(t *testing.T) {
+		skipUnlessSelected(t, "lockdelay")
+		br.LockDelay = runLockDelay(t, kind, byRole(roleFencelock)[0], at, cfg)
+	})
 	t.Run("failover", func(t *testing.T) {
 		skipUnlessSelected(t, "failover")
 		for _, r := range locks {
@@ -379,6 +384,8 @@ func printBackend(w io.Writer, br *backendReport, cfg config) {
 		fmt.Fprintf(tw, "%d\t %s\t %.0f\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t %.2f\t %s\t %.0f\t %s\t\n", c.Clients, c.Recipe, c.GrantsPerSec, c.Wait.P50, c.Wait.P99, c.Handoff.P50, c.Handoff.P99, c.RequestsPerGrant, c.EventsPerGrant, late, c.ClientCPUUs, vs)
 	}
 	tw.Flush()
+
+	printLockDelay(w, br.LockDelay, cfg)
 
 	fmt.Fprintf(w, "\nFailover: holder in a child process killed with SIGKILL, TTL/session timeout %.0fs for every recipe, time from kill to the next grant:\n", cfg.FailoverTTLSec)
 	fmt.Fprintln(tw, "recipe\t trials ms\t median ms\t median vs ref\t")

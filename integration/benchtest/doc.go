@@ -27,11 +27,11 @@
 // FENCELOCK_BENCH_QUICK=1 shrinks every measurement for a smoke run,
 // FENCELOCK_BENCH_BACKENDS=etcd (or zookeeper) runs one backend only, and
 // FENCELOCK_BENCH_ONLY lists the measurements to run (uncontended, tls,
-// contended, failover, leases, waiters, shared, semaphore; tls, etcd only,
+// contended, lockdelay, failover, leases, waiters, shared, semaphore; tls
 // is plain vs TLS with client certificates and auth on a second, secured
-// cluster). One measurement, scale, runs only when FENCELOCK_BENCH_ONLY
-// names it, never in the default set: it takes about 5 minutes on etcd and
-// 10 on ZooKeeper on a 2-core machine.
+// cluster of each backend). One measurement, scale, runs only when
+// FENCELOCK_BENCH_ONLY names it, never in the default set: it takes about
+// 5 minutes on etcd and 10 on ZooKeeper on a 2-core machine.
 //
 // Recipes are compared on the same servers: single-client measurements
 // connect every recipe to the same follower, and the i-th client of a
@@ -49,6 +49,11 @@
 //     handoff from the start of one release to the next grant, and the
 //     requests and watch events per grant counted on every client's
 //     connection (the herd check);
+//   - lock-delay: the contended handoff of the fencelock recipe again,
+//     without and with a lock-delay of 1s (WithLockDelay), in alternating
+//     order in the same run; every release is clean, so no grant may wait
+//     the delay out (a handoff of 1s or more fails the run), and the rows
+//     show what writing and reading the markers costs;
 //   - failover: the holder runs in a child process (this test binary run
 //     again) that is killed with SIGKILL; the time from the kill to the
 //     grant in this process, with the same TTL or session timeout for

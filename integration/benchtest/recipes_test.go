@@ -82,6 +82,23 @@ func (c lockerClient) acquire(ctx context.Context, name string) (func(context.Co
 
 // etcdRecipes returns the etcd recipes. admin serves their records
 // functions; it may be nil when those are not called.
+// etcdlockDial returns the dial of the etcdlock recipe, whose Lockers get
+// opts after the recipe's own options.
+func etcdlockDial(opts ...etcdlock.Option) func(endpoints []string, ctr *counters, ttl time.Duration) (conn, error) {
+	return func(endpoints []string, ctr *counters, ttl time.Duration) (conn, error) {
+		cli, err := etcdClient(endpoints, ctr)
+		if err != nil {
+			return nil, err
+		}
+		l, err := etcdlock.New(cli, append([]etcdlock.Option{etcdlock.WithPrefix(fencelockPrefix), etcdlock.WithTTL(ttl)}, opts...)...)
+		if err != nil {
+			cli.Close()
+			return nil, err
+		}
+		return etcdlockConn{cli, l}, nil
+	}
+}
+
 func etcdRecipes(admin *clientv3.Client) []recipe {
 	countPrefix := func(pfx func(name string) (string, error)) func(ctx context.Context, name string) (int, error) {
 		return func(ctx context.Context, name string) (int, error) {
@@ -107,20 +124,9 @@ func etcdRecipes(admin *clientv3.Client) []recipe {
 	}
 	return []recipe{
 		{
-			name: "etcdlock",
-			role: roleFencelock,
-			dial: func(endpoints []string, ctr *counters, ttl time.Duration) (conn, error) {
-				cli, err := etcdClient(endpoints, ctr)
-				if err != nil {
-					return nil, err
-				}
-				l, err := etcdlock.New(cli, etcdlock.WithPrefix(fencelockPrefix), etcdlock.WithTTL(ttl))
-				if err != nil {
-					cli.Close()
-					return nil, err
-				}
-				return etcdlockConn{cli, l}, nil
-			},
+			name:    "etcdlock",
+			role:    roleFencelock,
+			dial:    etcdlockDial(),
 			records: countPrefix(recordPrefix),
 		},
 		{
@@ -289,6 +295,20 @@ var zkACL = zk.WorldACL(zk.PermAll)
 
 // zkRecipes returns the ZooKeeper recipes. admin serves their records
 // functions; it may be nil when those are not called.
+// zklockDial returns the dial of the zklock recipe, whose Lockers get opts
+// after the recipe's own options.
+func zklockDial(opts ...zklock.Option) func(endpoints []string, ctr *counters, ttl time.Duration) (conn, error) {
+	return func(endpoints []string, ctr *counters, ttl time.Duration) (conn, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		l, err := zklock.Dial(ctx, endpoints, append([]zklock.Option{zklock.WithRoot(fencelockRoot), zklock.WithSessionTimeout(ttl), zklock.WithDialer(zkDialer(ctr))}, opts...)...)
+		if err != nil {
+			return nil, err
+		}
+		return zklockConn{l}, nil
+	}
+}
+
 func zkRecipes(admin *zk.Conn) []recipe {
 	countChildren := func(root string) func(ctx context.Context, name string) (int, error) {
 		return func(ctx context.Context, name string) (int, error) {
@@ -301,17 +321,9 @@ func zkRecipes(admin *zk.Conn) []recipe {
 	}
 	return []recipe{
 		{
-			name: "zklock",
-			role: roleFencelock,
-			dial: func(endpoints []string, ctr *counters, ttl time.Duration) (conn, error) {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				l, err := zklock.Dial(ctx, endpoints, zklock.WithRoot(fencelockRoot), zklock.WithSessionTimeout(ttl), zklock.WithDialer(zkDialer(ctr)))
-				if err != nil {
-					return nil, err
-				}
-				return zklockConn{l}, nil
-			},
+			name:    "zklock",
+			role:    roleFencelock,
+			dial:    zklockDial(),
 			records: countChildren(fencelockRoot),
 		},
 		{

@@ -350,10 +350,10 @@ func printShared(w io.Writer, tw *tabwriter.Writer, br *backendReport, cfg confi
 // taken, waiters queued) one grant costs, counted as watch events
 // delivered to any client's connection: the event of the release on the
 // first waiter's watch, and the event of the new holder's touch on its
-// successor's watch; on ZooKeeper also the event of the release on the
-// releasing holder's own watch (an etcd holder's watch starts 50ms after
-// its grant, after these rows' 2ms holds). That is 2 events per grant on
-// etcd and 3 on ZooKeeper, whatever the number of waiters; the target
+// successor's watch (a holder's watch on its own record starts 50ms
+// after its grant on both backends, after these rows' 2ms holds, so its
+// own release costs no event). That is 2 events per grant, whatever the
+// number of waiters; the target
 // adds a quarter event for the races in which a waiter wakes or reads
 // for nothing (a touch seen after the listing; on ZooKeeper, a waiter
 // woken by a touch touches on the guess that it is admitted, and a wrong
@@ -398,10 +398,7 @@ func sharedTargets(br *backendReport) []target {
 		}
 	}
 	if len(rows) > 0 {
-		bound := 2.0 // the first waiter's wake-up, its successor's
-		if br.Backend == cluster.ZooKeeper {
-			bound = 3 // and the releasing holder's own watch
-		}
+		const bound = 2.0 // the first waiter's wake-up, its successor's
 		out = append(out, target{fmt.Sprintf("semaphore: at most %.0f watch events per grant (+0.25 for races), at every number of waiters", bound),
 			strings.Join(rows, "; "), maxEvents <= bound+0.25})
 	}

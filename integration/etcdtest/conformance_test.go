@@ -22,6 +22,7 @@ type harness struct {
 	endpoints []string
 	admin     *clientv3.Client
 	prefix    string
+	opts      []etcdlock.Option // given to every Locker of NewLocker, after the harness's own
 
 	mu    sync.Mutex
 	gates map[*etcdlock.Locker]*testutil.Gate
@@ -64,7 +65,7 @@ func (h *harness) NewLocker(t *testing.T, identity string) lock.Locker {
 			return g.Dial(ctx, "tcp", addr)
 		})},
 	})
-	l := newLocker(t, client, etcdlock.WithPrefix(h.prefix), etcdlock.WithIdentity(identity))
+	l := newLocker(t, client, append([]etcdlock.Option{etcdlock.WithPrefix(h.prefix), etcdlock.WithIdentity(identity)}, h.opts...)...)
 	h.mu.Lock()
 	h.gates[l] = g
 	h.mu.Unlock()

@@ -63,6 +63,10 @@ type history struct {
 	// limit is the semaphore workload's limit; 0 in the other workloads,
 	// whose clients take no permits.
 	limit int
+	// lockDelay is the lock-delay the checker requires after each record
+	// in vanished (0: no lock-delay check).
+	lockDelay time.Duration
+	vanished  []vanish
 }
 
 // stats counts what a run did; summed over runs for the chaos table.
@@ -100,6 +104,13 @@ type stats struct {
 	// beliefs held at once, and PermitsFrozen and PermitsExcused the
 	// grants that found the limit exceeded in the two excused cases.
 	Permits, MaxPermits, PermitsFrozen, PermitsExcused int
+	// DelayedGrants counts the grants checked against a lock-delay (one
+	// per crashed holder); DelayLow and DelayHigh are the least, over
+	// those grants, of the time from the record's disappearance to the
+	// grant: at least DelayLow (from the first listing without the
+	// record) and at most DelayHigh (from the last one with it).
+	DelayedGrants       int
+	DelayLow, DelayHigh time.Duration
 
 	Violations int
 	Elapsed    time.Duration
@@ -125,6 +136,13 @@ func (s *stats) add(o stats) {
 	s.MaxPermits = max(s.MaxPermits, o.MaxPermits)
 	s.PermitsFrozen += o.PermitsFrozen
 	s.PermitsExcused += o.PermitsExcused
+	if o.DelayedGrants > 0 {
+		if s.DelayedGrants == 0 {
+			s.DelayLow, s.DelayHigh = o.DelayLow, o.DelayHigh
+		}
+		s.DelayLow, s.DelayHigh = min(s.DelayLow, o.DelayLow), min(s.DelayHigh, o.DelayHigh)
+	}
+	s.DelayedGrants += o.DelayedGrants
 	s.Violations += o.Violations
 	s.Elapsed += o.Elapsed
 }
@@ -525,7 +543,11 @@ func (h *history) check() (stats, []string) {
 	// two excused cases of 4.
 	bad = append(bad, h.checkPermits(&st)...)
 
-	// 6. Every client that kept trying was served after the last fault.
+	// 6. With a lock-delay, no grant came sooner than the delay after a
+	// crashed holder's record vanished.
+	bad = append(bad, h.checkLockDelay(&st)...)
+
+	// 7. Every client that kept trying was served after the last fault.
 	for id := range h.live {
 		served := false
 		for _, e := range h.clients[id] {

@@ -67,12 +67,21 @@ func TestFaultCheckers(t *testing.T) {
 	leaderResumedAt12 := []serverFreeze{{member: "etcd-1", leader: true, from: 2, to: 12}}
 	followerResumedAt8 := []serverFreeze{{member: "etcd-2", leader: false, from: 2, to: 8}}
 	const ttl = 5 // the excuse reaches from the resume to 5 ns after it
+	// crashed: client 1 (token 5) granted at 0 and killed at 5; its
+	// record was listed last at 8 and found gone at 10. Client 2 (token
+	// 6) is granted at t.
+	const lockDelay = 20
+	crashed := func(t int64) map[int][]event {
+		return map[int][]event{1: {{T: 0, Client: 1, Kind: "acq-ok", Token: 5}}, 2: grant(2, 6, t, t+5)}
+	}
+	gone := []vanish{{client: 1, token: 5, lastSeen: 8, goneAt: 10}}
 	tests := []struct {
 		name string
 		h    history
 		want []string // substrings of the violations expected; none if empty
 		// the overlaps counted apart, when no violation is expected
 		frozenClient, excused, permitsFrozen, revoked int
+		delayed                                       int // grants checked against the lock-delay
 	}{{
 		name: "two appends in turn",
 		h: history{
@@ -258,6 +267,21 @@ func TestFaultCheckers(t *testing.T) {
 		h:    history{backend: cluster.ZooKeeper, ttl: ttl, limit: 2, clients: map[int][]event{1: permit(1, 5, 0, 20), 2: permit(2, 6, 10, 30), 3: permit(3, 7, 15, 40)}, frozen: map[int][]window{3: {{from: 16, to: 18}}}, end: 50},
 		want: []string{"3 permits of a semaphore of limit 2", "no holder was frozen then"},
 	}, {
+		name:    "grant the lock-delay after the last listing that showed the crashed holder's record",
+		h:       history{backend: cluster.Etcd, ttl: ttl, clients: crashed(8 + lockDelay), killed: map[int]int64{1: 5}, lockDelay: lockDelay, vanished: gone, end: 50},
+		delayed: 1,
+	}, {
+		name: "control: grant sooner than the lock-delay after the last listing that showed the record",
+		h:    history{backend: cluster.ZooKeeper, ttl: ttl, clients: crashed(8 + lockDelay - 1), killed: map[int]int64{1: 5}, lockDelay: lockDelay, vanished: gone, end: 50},
+		want: []string{"client 2 was granted the lock (token 6) at 0.000s, 19ns after the last listing that still showed crashed client 1's record (token 5); want at least the lock-delay 20ns"},
+	}, {
+		name: "control: no grant after the crashed holder",
+		h:    history{backend: cluster.Etcd, ttl: ttl, clients: map[int][]event{1: {{T: 0, Client: 1, Kind: "acq-ok", Token: 5}}}, killed: map[int]int64{1: 5}, lockDelay: lockDelay, vanished: gone, end: 50},
+		want: []string{"no grant followed client 1's (token 5) record"},
+	}, {
+		name: "no lock-delay required: an early grant is not checked",
+		h:    history{backend: cluster.Etcd, ttl: ttl, clients: crashed(11), killed: map[int]int64{1: 5}, vanished: gone, end: 50},
+	}, {
 		name: "control: client never served after the fault",
 		h: history{
 			clients: map[int][]event{1: grant(1, 5, 0, 10), 2: grant(2, 6, 11, 20)},
@@ -283,6 +307,9 @@ func TestFaultCheckers(t *testing.T) {
 			}
 			if len(tt.want) > 0 {
 				return
+			}
+			if st.DelayedGrants != tt.delayed {
+				t.Errorf("check() checked %d grants against the lock-delay; want %d", st.DelayedGrants, tt.delayed)
 			}
 			if st.FrozenClient != tt.frozenClient || st.Excused != tt.excused || st.PermitsFrozen != tt.permitsFrozen || st.Revoked != tt.revoked {
 				t.Errorf("check() counted %d frozen-client, %d excused and %d revoked-holder overlaps, %d frozen-holder permit excesses; want %d, %d, %d and %d",

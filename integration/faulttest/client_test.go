@@ -60,6 +60,9 @@ type clientConfig struct {
 	Workload string `json:"workload,omitempty"`
 	// Limit is the semaphore workload's limit.
 	Limit int `json:"limit,omitempty"`
+	// LockDelay, when positive, is the Locker's lock-delay
+	// (WithLockDelay).
+	LockDelay time.Duration `json:"lock_delay,omitempty"`
 	// Broken makes the client break the workload's rule on purpose, for
 	// the control runs: in "rw" its writers take shared grants (every
 	// client is broken there, so that writers overlap at once), in
@@ -225,12 +228,17 @@ func openLocker(ctx context.Context, cfg clientConfig) (lock.Locker, func(), err
 		if err != nil {
 			return nil, nil, err
 		}
-		l, err := etcdlock.New(cli,
+		opts := []etcdlock.Option{
 			etcdlock.WithPrefix(cfg.Namespace),
 			etcdlock.WithTTL(cfg.TTL),
 			etcdlock.WithLossMargin(cfg.Margin),
 			etcdlock.WithIdentity(identity),
-			etcdlock.WithLogger(logger))
+			etcdlock.WithLogger(logger),
+		}
+		if cfg.LockDelay > 0 {
+			opts = append(opts, etcdlock.WithLockDelay(cfg.LockDelay))
+		}
+		l, err := etcdlock.New(cli, opts...)
 		if err != nil {
 			cli.Close()
 			return nil, nil, err
@@ -239,12 +247,17 @@ func openLocker(ctx context.Context, cfg clientConfig) (lock.Locker, func(), err
 	case cluster.ZooKeeper:
 		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		l, err := zklock.Dial(dctx, cfg.Endpoints,
+		opts := []zklock.Option{
 			zklock.WithRoot(cfg.Namespace),
 			zklock.WithSessionTimeout(cfg.TTL),
 			zklock.WithLossMargin(cfg.Margin),
 			zklock.WithIdentity(identity),
-			zklock.WithLogger(logger))
+			zklock.WithLogger(logger),
+		}
+		if cfg.LockDelay > 0 {
+			opts = append(opts, zklock.WithLockDelay(cfg.LockDelay))
+		}
+		l, err := zklock.Dial(dctx, cfg.Endpoints, opts...)
 		if err != nil {
 			return nil, nil, err
 		}

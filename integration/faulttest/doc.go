@@ -35,10 +35,17 @@
 //     overlap, on ZooKeeper or after a frozen etcd follower included, is a
 //     violation;
 //   - no lock record (etcd key, ZooKeeper ephemeral znode) is left once the
-//     clients are gone;
+//     clients are gone (lock-delay markers are not records);
+//   - with a lock-delay, the grant that follows a crashed holder comes no
+//     sooner than the delay after the last listing that still showed the
+//     holder's record on the servers;
 //   - every client that kept trying was served again after the fault.
 //
 // TestFault runs one short pass of every fault on both backends.
+// TestFaultLockDelay runs the holder crashes (killed, or frozen until its
+// session expired) with a lock-delay on every client, timing the crashed
+// holder's record vanishing, then a control run without a lock-delay that
+// the lock-delay check must fail.
 // TestFaultControl runs the process-pause fault with the register's token
 // check switched off and requires the checkers to fail, which shows they
 // catch what they claim to. TestChaos (only with FENCELOCK_CHAOS=1 or the

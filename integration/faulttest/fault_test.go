@@ -267,7 +267,12 @@ func TestFaultControl(t *testing.T) {
 
 // line summarizes a run's counts.
 func (s stats) line() string {
-	return fmt.Sprintf("ops=%d grants=%d lost=%d faults=%d writes: ok=%d stale=%d unknown=%d failed=%d overlaps: frozen-client(fenced)=%d revoked(fenced)=%d excused-etcd-12528/15247(fenced)=%d readers=%d permits: grants=%d max=%d frozen-holder=%d excused=%d violations=%d in %v",
+	delay := ""
+	if s.DelayedGrants > 0 {
+		delay = fmt.Sprintf(" lock-delay: grants=%d least wait after the record vanished in [%v, %v]",
+			s.DelayedGrants, s.DelayLow.Round(time.Millisecond), s.DelayHigh.Round(time.Millisecond))
+	}
+	return fmt.Sprintf("ops=%d grants=%d lost=%d faults=%d writes: ok=%d stale=%d unknown=%d failed=%d overlaps: frozen-client(fenced)=%d revoked(fenced)=%d excused-etcd-12528/15247(fenced)=%d readers=%d permits: grants=%d max=%d frozen-holder=%d excused=%d%s violations=%d in %v",
 		s.Ops, s.Grants, s.Lost, s.Faults, s.WritesOK, s.WritesStale, s.WritesUnknown, s.WritesFailed, s.FrozenClient, s.Revoked, s.Excused, s.SharedOverlaps,
-		s.Permits, s.MaxPermits, s.PermitsFrozen, s.PermitsExcused, s.Violations, s.Elapsed.Round(time.Millisecond))
+		s.Permits, s.MaxPermits, s.PermitsFrozen, s.PermitsExcused, delay, s.Violations, s.Elapsed.Round(time.Millisecond))
 }

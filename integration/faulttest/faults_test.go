@@ -33,13 +33,20 @@ func (r *run) settle() {
 // its read, as a garbage-collection pause between the read and the write
 // would, and thaws it once another client has written with a newer token.
 // Its write must then be refused as stale (with fencing on) or accepted
-// (the control run, which must then fail the checkers).
-func faultPauseHolder(r *run) error {
+// (the control run, which must then fail the checkers). In a run that
+// checks a lock-delay it also times the frozen holder's record vanishing
+// (watchVanish), which it does when the session expires.
+func faultPauseHolder(r *run) (err error) {
 	var target *clientProc
 	var ferr error
+	var vanished func() error
+	defer r.awaitVanish(&vanished, &err)
 	e, err := r.nextAccepted(isRead, func(e serverEvent) {
 		target = r.client(e.Client)
 		ferr = r.freeze(target)
+		if ferr == nil {
+			vanished = r.watchVanishIfDelayed(target, e.Token)
+		}
 	})
 	if err != nil {
 		return err
@@ -492,13 +499,20 @@ func faultWaiterExpires(r *run) error {
 // faultKillHolder kills (SIGKILL) the holder while the register applies
 // its write, before the answer is sent: the write took effect and its
 // outcome is unknown to the client. The lock must be granted again once
-// the dead session expires; a new client takes the dead one's place.
-func faultKillHolder(r *run) error {
+// the dead session expires; a new client takes the dead one's place. In
+// a run that checks a lock-delay it also times the dead holder's record
+// vanishing (watchVanish).
+func faultKillHolder(r *run) (err error) {
 	var target *clientProc
 	var kerr error
+	var vanished func() error
+	defer r.awaitVanish(&vanished, &err)
 	e, err := r.nextAccepted(isWrite, func(e serverEvent) {
 		target = r.client(e.Client)
 		kerr = target.kill(r.now())
+		if kerr == nil {
+			vanished = r.watchVanishIfDelayed(target, e.Token)
+		}
 	})
 	if err != nil {
 		return err

@@ -69,7 +69,10 @@ type record struct {
 
 // records lists the lock records under namespace: etcd keys, or ZooKeeper
 // ephemeral znodes (the persistent root and the container parents of the
-// locks are not records).
+// locks are not records). Lock-delay markers are not records either: they
+// have no lease, and the marker of a grant that did not end by a clean
+// Release stays, by design, until the next grant of its name (etcd keys
+// under "<namespace>/#delay/"; ZooKeeper's are persistent znodes).
 func (b *backend) records(ctx context.Context, namespace string) ([]record, error) {
 	var out []record
 	switch b.kind {
@@ -79,6 +82,9 @@ func (b *backend) records(ctx context.Context, namespace string) ([]record, erro
 			return nil, err
 		}
 		for _, kv := range resp.Kvs {
+			if strings.HasPrefix(string(kv.Key), namespace+"/#delay/") {
+				continue
+			}
 			out = append(out, record{key: string(kv.Key), identity: string(kv.Value),
 				detail: fmt.Sprintf("create revision %d, mod revision %d, version %d", kv.CreateRevision, kv.ModRevision, kv.Version)})
 		}
@@ -140,6 +146,11 @@ type runConfig struct {
 	workload string
 	limit    int
 	broken   bool
+	// lockDelay is the clients' lock-delay (0: none); checkDelay the
+	// lock-delay the checker requires after a crashed holder's record
+	// vanished (see checkLockDelay). They differ only in the control
+	// run, whose clients have none.
+	lockDelay, checkDelay time.Duration
 }
 
 // defaultRun is the short pass: three clients, 2s TTL, fenced.
@@ -173,10 +184,13 @@ type run struct {
 	serverFreezes []serverFreeze
 	// revoked are the grants the faults revoked, by token.
 	revoked map[uint64]revocation
-	healed  int64
-	faults  int
-	missed  []string
-	bad     []string // violations found while running
+	// vanished are the records of crashed holders seen to disappear
+	// (see watchVanish).
+	vanished []vanish
+	healed   int64
+	faults   int
+	missed   []string
+	bad      []string // violations found while running
 }
 
 var runSeq atomic.Int64
@@ -247,6 +261,7 @@ func (r *run) addClient() (*clientProc, error) {
 		Start: r.start, OpBase: int64(id) * 1_000_000_000,
 		RMWs: r.cfg.rmws, Think: r.cfg.think, Hold: r.cfg.hold,
 		Workload: r.cfg.workload, Limit: r.cfg.limit, Broken: r.cfg.broken && (id == 1 || r.cfg.workload == workloadRW),
+		LockDelay: r.cfg.lockDelay,
 	}
 	p, err := startClient(cfg, proxies, member)
 	if err != nil {
@@ -510,6 +525,7 @@ func (r *run) finish() (stats, []string) {
 		name: r.name, backend: r.b.kind, ttl: r.cfg.ttl, clients: map[int][]event{}, server: r.reg.events(),
 		end: r.now(), frozen: r.frozen, serverFreezes: r.serverFreezes, killed: map[int]int64{}, healed: healed,
 		live: live, fenced: r.cfg.fenced, limit: r.cfg.limit, revoked: r.revoked,
+		lockDelay: r.cfg.checkDelay, vanished: r.vanished,
 	}
 	h.final, h.finalN, h.finalS = r.reg.state()
 	for _, p := range r.all() {

@@ -218,7 +218,9 @@ func (a *admin) records(t *testing.T, root, name string) []string {
 	}
 	var out []string
 	for _, k := range kids {
-		if strings.HasPrefix(k, "~") {
+		// Lock-delay markers ("~delay~<prefix>", see zklock's package
+		// documentation) are not records: zklock's listings ignore them.
+		if strings.HasPrefix(k, "~") && !strings.HasPrefix(k, "~delay~") {
 			out = append(out, k)
 		}
 	}
@@ -262,6 +264,7 @@ type harness struct {
 	root    string
 	admin   *admin
 	sess    *sessions
+	opts    []zklock.Option // given to every Locker of dial, after the harness's own
 
 	mu    sync.Mutex
 	gates map[*zklock.Locker]*testutil.Gate // the Lockers from NewLocker
@@ -277,7 +280,7 @@ func (h *harness) dial(t *testing.T, opts ...zklock.Option) *zklock.Locker {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	base := []zklock.Option{zklock.WithRoot(h.root), zklock.WithSessionTimeout(sessionTimeout), zklock.WithDialer(h.sess.dialer())}
-	l, err := zklock.Dial(ctx, h.servers, append(base, opts...)...)
+	l, err := zklock.Dial(ctx, h.servers, append(append(base, h.opts...), opts...)...)
 	if err != nil {
 		t.Fatalf("zklock.Dial(%v) = %v", h.servers, err)
 	}

@@ -27,6 +27,9 @@ type Common struct {
 	// LossMargin is the margin given with WithLossMargin, or 0 when none
 	// was given (the backend then applies its own default).
 	LossMargin time.Duration
+	// LockDelay is the delay given with WithLockDelay, or 0 when none was
+	// given (no lock-delay: no marker is written or read).
+	LockDelay time.Duration
 
 	errs []error
 }
@@ -64,6 +67,16 @@ func (c *Common) SetLossMargin(d time.Duration) {
 		return
 	}
 	c.LossMargin = d
+}
+
+// SetLockDelay sets the lock-delay, which must be positive: leaving the
+// option out is how to have none.
+func (c *Common) SetLockDelay(d time.Duration) {
+	if d <= 0 {
+		c.Fail("lock delay %v: must be positive", d)
+		return
+	}
+	c.LockDelay = d
 }
 
 // SetNamespace checks a namespace (an etcd key prefix or a ZooKeeper root;

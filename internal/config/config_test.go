@@ -21,6 +21,9 @@ func withTTL(d time.Duration) option    { return func(o *opts) { o.ttl = d } }
 func withIdentity(id string) option     { return func(o *opts) { o.SetIdentity(id) } }
 func withLogger(l *slog.Logger) option  { return func(o *opts) { o.SetLogger(l) } }
 func withMargin(d time.Duration) option { return func(o *opts) { o.SetLossMargin(d) } }
+func withLockDelay(d time.Duration) option {
+	return func(o *opts) { o.SetLockDelay(d) }
+}
 func withNamespace(p string) option {
 	return func(o *opts) { o.SetNamespace("prefix", p) }
 }
@@ -39,6 +42,9 @@ func TestApply(t *testing.T) {
 		{name: "nil logger", opts: []option{withLogger(nil)}, wantErrs: []string{"logger: nil"}},
 		{name: "zero logger", opts: []option{withLogger(&slog.Logger{})}, wantErrs: []string{"logger: nil"}},
 		{name: "zero margin", opts: []option{withMargin(0)}, wantErrs: []string{"loss margin 0s: must be positive"}},
+		{name: "lock delay", opts: []option{withLockDelay(time.Second)}},
+		{name: "zero lock delay", opts: []option{withLockDelay(0)}, wantErrs: []string{"lock delay 0s: must be positive"}},
+		{name: "negative lock delay", opts: []option{withLockDelay(-time.Second)}, wantErrs: []string{"lock delay -1s: must be positive"}},
 		{name: "bad namespace", opts: []option{withNamespace("a//b")}, wantErrs: []string{"prefix: namespace"}},
 		{name: "every error", opts: []option{withIdentity("a\nb"), nil, withMargin(-1)}, wantErrs: []string{"control character", "option 1: nil", "loss margin -1ns"}},
 	} {

@@ -1,0 +1,169 @@
+package etcdlock
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/lock"
+)
+
+// delayPrefix returns the key prefix of name's lock-delay markers. Like
+// the session guards ("#guard/…") they live under a first segment that
+// starts with '#', which no lock name can, and outside every name's record
+// range, so no listing, watch or Observe of records ever sees them. A
+// marker has no lease: it outlives the session of the grant that wrote it.
+func (l *Locker) delayPrefix(name string) string {
+	return l.opts.prefix + "#delay/" + name + "/#"
+}
+
+// markerKey returns the marker of the record at key, a record of name: the
+// record's key with the name's record prefix replaced by its marker
+// prefix, so that a marker says which record it stands for.
+func (l *Locker) markerKey(name, key string) string {
+	return l.delayPrefix(name) + strings.TrimPrefix(key, l.namePrefix(name))
+}
+
+// markerOps are the operations a create transaction adds with a
+// lock-delay: the put of the acquisition's marker, then delayReads. The
+// marker is written with the record, so a clean Release, which deletes
+// both in one transaction, leaves no marker, and any other end of the
+// record leaves one.
+func (a *acquisition) markerOps() []clientv3.Op {
+	if a.marker == "" {
+		return nil
+	}
+	return append([]clientv3.Op{clientv3.OpPut(a.marker, a.l.opts.Identity)}, a.delayReads()...)
+}
+
+// delayReads are the reads that every read that can confirm a grant ends
+// with when the Locker has a lock-delay: the keys of the name's markers,
+// then of its records, at the same revision as the rest of the read.
+func (a *acquisition) delayReads() []clientv3.Op {
+	if a.marker == "" {
+		return nil
+	}
+	return []clientv3.Op{
+		clientv3.OpGet(a.l.delayPrefix(a.name), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(a.pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+	}
+}
+
+// noteDelayReads keeps the answers of delayReads, the last two of rs, for
+// delay.
+func (a *acquisition) noteDelayReads(rs []*etcdserverpb.ResponseOp) {
+	if a.marker == "" || len(rs) < 2 {
+		return
+	}
+	a.seen = time.Now()
+	a.markers = a.markers[:0]
+	for _, kv := range rs[len(rs)-2].GetResponseRange().Kvs {
+		a.markers = append(a.markers, string(kv.Key))
+	}
+	a.records = make(map[string]bool)
+	for _, kv := range rs[len(rs)-1].GetResponseRange().Kvs {
+		a.records[strings.TrimPrefix(string(kv.Key), a.pfx)] = true
+	}
+}
+
+// delay runs, when the Locker has a lock-delay, between the confirmation
+// of a grant and the lease's start. The read that confirmed the grant also
+// read the name's markers and records (delayReads). A marker whose record
+// is gone was left by an acquisition that did not end with a clean
+// Release: delay then waits the Locker's lock-delay from the moment that
+// read was answered, which is after the record disappeared, so the wait
+// errs toward waiting longer, and deletes such markers in a transaction
+// guarded by its record. With no such marker, as after a clean release,
+// it sends nothing.
+//
+// A grant that is granted at once after a crash long ago waits too, and
+// so does one after a waiter whose session ended before its turn: the
+// marker cannot tell when its record went, nor whether it was ever
+// granted, and a needless wait is the safe side.
+func (a *acquisition) delay(ctx context.Context) error {
+	d := a.l.opts.LockDelay
+	if d <= 0 {
+		return nil
+	}
+	if a.seen.IsZero() {
+		// No read of the markers confirmed this grant: read them now.
+		if err := a.readDelay(ctx); err != nil {
+			return err
+		}
+	}
+	dp := a.l.delayPrefix(a.name)
+	var stale []clientv3.Op
+	for _, k := range a.markers {
+		if k != a.marker && !a.records[strings.TrimPrefix(k, dp)] {
+			stale = append(stale, clientv3.OpDelete(k))
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	a.l.opts.Logger.Info("etcdlock: lock-delay: an earlier acquisition did not end with a clean release; waiting", "name", a.name, "delay", d)
+	if err := a.l.sleep(ctx, a.s, time.Until(a.seen.Add(d))); err != nil {
+		return err
+	}
+	var resp *clientv3.TxnResponse
+	err := a.l.call(ctx, a.s, func(ctx context.Context) error {
+		var err error
+		resp, err = a.l.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
+			Then(stale...).
+			Commit()
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !resp.Succeeded {
+		return a.deleted()
+	}
+	return nil
+}
+
+// readDelay reads the name's markers and records (delayReads), guarded by
+// the acquisition's record.
+func (a *acquisition) readDelay(ctx context.Context) error {
+	var resp *clientv3.TxnResponse
+	err := a.l.call(ctx, a.s, func(ctx context.Context) error {
+		var err error
+		resp, err = a.l.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
+			Then(a.delayReads()...).
+			Commit()
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !resp.Succeeded {
+		return a.deleted()
+	}
+	a.noteDelayReads(resp.Responses)
+	return nil
+}
+
+// sleep waits d, or until ctx is done, the Locker closes or session s
+// ends.
+func (l *Locker) sleep(ctx context.Context, s *session, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.closing.Done():
+		return lock.ErrClosed
+	case <-s.done:
+		return s.lostErr()
+	}
+}

@@ -1,0 +1,342 @@
+package testutil
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/lock"
+)
+
+// The environment of a lock-delay holder process (see LockDelayHolder).
+const (
+	lockDelayURLEnv  = "FENCELOCK_LOCKDELAY_URL"
+	lockDelayNameEnv = "FENCELOCK_LOCKDELAY_NAME"
+)
+
+// LockDelayHolder is the body of the test the lock-delay tests start as
+// their holder process: run with the test binary's -test.run naming it
+// and the URL and name in its environment, it opens the URL, acquires the
+// name, writes "held <token>" and blocks until it is killed. Outside such
+// a process (no URL in the environment) it returns at once.
+func LockDelayHolder(t *testing.T) {
+	url := os.Getenv(lockDelayURLEnv)
+	if url == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := lock.Open(ctx, url)
+	if err != nil {
+		fmt.Printf("error %v\n", err)
+		os.Exit(2)
+	}
+	le, err := l.Acquire(ctx, os.Getenv(lockDelayNameEnv))
+	if err != nil {
+		fmt.Printf("error %v\n", err)
+		os.Exit(2)
+	}
+	fmt.Printf("held %d\n", le.Token())
+	select {} // until SIGKILL
+}
+
+// LockDelayTrials is how many times each case of RunLockDelay runs.
+const LockDelayTrials = 3
+
+// RunLockDelay checks lock-delay d on a backend, with Lockers opened from
+// url (which must set lock_delay=d and a short TTL or session timeout):
+//
+//   - a holder process SIGKILLed while it holds the lock: the waiter's
+//     grant comes at least d after the last read that still saw the
+//     holder's record (a lower bound of when the server dropped it);
+//   - a holder revoked (lock.Revoker, through another Locker): the
+//     waiter's grant comes at least d after Revoke was called;
+//   - a holder that releases cleanly: the waiter is granted within d/2 of
+//     the Release.
+//
+// holderTest is the name of the test whose body is LockDelayHolder.
+// markers counts the lock-delay markers of a name, read directly from the
+// servers: after each clean release none may be left.
+func RunLockDelay(t *testing.T, url string, d time.Duration, holderTest string, markers func(t *testing.T, name string) int) {
+	t.Helper()
+	noMarkers := func(t *testing.T, name, when string) {
+		t.Helper()
+		if n := markers(t, name); n != 0 {
+			t.Errorf("%s: %d lock-delay markers of %q left; want 0", when, n, name)
+		}
+	}
+	open := func() lock.Locker {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		l, err := lock.Open(ctx, url)
+		if err != nil {
+			t.Fatalf("lock.Open(%q) = %v", url, err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	waiter, observer := open(), open()
+	ql, ok := observer.(lock.QueueLister)
+	if !ok {
+		t.Fatalf("%T is not a lock.QueueLister", observer)
+	}
+	ctx := Context(t, 5*time.Minute)
+
+	type grant struct {
+		le  lock.Lease
+		at  time.Time
+		err error
+	}
+	acquire := func(name string) <-chan grant {
+		ch := make(chan grant, 1)
+		go func() {
+			le, err := waiter.Acquire(ctx, name)
+			ch <- grant{le, time.Now(), err}
+		}()
+		return ch
+	}
+	queued := func(name string, n int) {
+		t.Helper()
+		Eventually(t, 20*time.Second, "waiter queued", func() bool {
+			q, err := ql.Queue(ctx, name)
+			return err == nil && len(q) == n
+		})
+	}
+
+	t.Run("killed", func(t *testing.T) {
+		var lows, highs []time.Duration
+		for i := range LockDelayTrials {
+			name := UniqueName(t)
+			cmd := exec.Command(os.Args[0], "-test.run=^"+holderTest+"$", "-test.v")
+			cmd.Env = append(os.Environ(), lockDelayURLEnv+"="+url, lockDelayNameEnv+"="+name)
+			p := StartProc(t, cmd, ProcConfig{})
+			var tok fencing.Token
+			for tok == 0 {
+				line, ok := <-p.Lines
+				if !ok {
+					t.Fatalf("holder process ended before holding %q: %s", name, p.Stderr.String())
+				}
+				if rest, ok := strings.CutPrefix(line, "held "); ok {
+					var err error
+					if tok, err = fencing.ParseToken(rest); err != nil {
+						t.Fatalf("holder process wrote %q: %v", line, err)
+					}
+				}
+			}
+			if n := markers(t, name); n != 1 {
+				t.Errorf("while the holder process holds %q: %d lock-delay markers; want 1", name, n)
+			}
+			grants := acquire(name)
+			queued(name, 2)
+			if err := p.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatalf("kill holder process %d: %v", p.Cmd.Process.Pid, err)
+			}
+			Recv(t, p.Exited(), 10*time.Second, "exit of the killed holder process")
+			// Poll the queue until the killed holder's record is gone:
+			// the server dropped it after lastSeen (the send time of the
+			// last read that still found it) and before goneAt (the reply
+			// time of the first that did not).
+			var lastSeen, goneAt time.Time
+			for goneAt.IsZero() {
+				sent := time.Now()
+				q, err := ql.Queue(ctx, name)
+				if err != nil {
+					t.Fatalf("Queue(%q) = %v", name, err)
+				}
+				if slices.ContainsFunc(q, func(e lock.QueueEntry) bool { return e.Holder.Token == tok }) {
+					lastSeen = sent
+					time.Sleep(5 * time.Millisecond) // polling, not ordering
+					continue
+				}
+				goneAt = time.Now()
+			}
+			g := Recv(t, grants, 30*time.Second, "grant after the killed holder")
+			if g.err != nil {
+				t.Fatalf("Acquire() = %v", g.err)
+			}
+			low, high := g.at.Sub(goneAt), g.at.Sub(lastSeen)
+			lows, highs = append(lows, low), append(highs, high)
+			t.Logf("trial %d: holder (token %d) SIGKILLed; grant (token %d) came %v to %v after the server dropped the record (lock-delay %v)", i, tok, g.le.Token(), low.Round(time.Millisecond), high.Round(time.Millisecond), d)
+			if high < d {
+				t.Errorf("trial %d: grant %v after the last read that saw the killed holder's record; want at least the lock-delay %v", i, high, d)
+			}
+			if err := g.le.Release(ctx); err != nil {
+				t.Errorf("Release() = %v", err)
+			}
+			noMarkers(t, name, "after the killed holder's successor released cleanly")
+		}
+		t.Logf("after SIGKILL: grant - record dropped, in [low, high] per trial: low %v, high %v", lows, highs)
+	})
+
+	t.Run("revoked", func(t *testing.T) {
+		rv, ok := observer.(lock.Revoker)
+		if !ok {
+			t.Fatalf("%T is not a lock.Revoker", observer)
+		}
+		holder := open()
+		var gaps []time.Duration
+		for i := range LockDelayTrials {
+			name := UniqueName(t)
+			le, err := holder.Acquire(ctx, name)
+			if err != nil {
+				t.Fatalf("Acquire() = %v", err)
+			}
+			grants := acquire(name)
+			queued(name, 2)
+			// The record existed when Revoke was called, and is gone
+			// when it returns.
+			start := time.Now()
+			if err := rv.Revoke(ctx, name, le.Token()); err != nil {
+				t.Fatalf("Revoke(%q, %d) = %v", name, le.Token(), err)
+			}
+			g := Recv(t, grants, 30*time.Second, "grant after the revocation")
+			if g.err != nil {
+				t.Fatalf("Acquire() = %v", g.err)
+			}
+			gap := g.at.Sub(start)
+			gaps = append(gaps, gap)
+			t.Logf("trial %d: holder (token %d) revoked; grant (token %d) came %v after Revoke was called (lock-delay %v)", i, le.Token(), g.le.Token(), gap.Round(time.Millisecond), d)
+			if gap < d {
+				t.Errorf("trial %d: grant %v after Revoke was called; want at least the lock-delay %v", i, gap, d)
+			}
+			Recv(t, le.Done(), 30*time.Second, "end of the revoked lease")
+			if err := g.le.Release(ctx); err != nil {
+				t.Errorf("Release() = %v", err)
+			}
+			noMarkers(t, name, "after the revoked holder's successor released cleanly")
+		}
+		t.Logf("after a revocation: grant - Revoke called: %v", gaps)
+	})
+
+	t.Run("released", func(t *testing.T) {
+		holder := open()
+		var gaps []time.Duration
+		for i := range LockDelayTrials {
+			name := UniqueName(t)
+			le, err := holder.Acquire(ctx, name)
+			if err != nil {
+				t.Fatalf("Acquire() = %v", err)
+			}
+			grants := acquire(name)
+			queued(name, 2)
+			start := time.Now()
+			if err := le.Release(ctx); err != nil {
+				t.Fatalf("Release() = %v", err)
+			}
+			g := Recv(t, grants, 30*time.Second, "grant after the release")
+			if g.err != nil {
+				t.Fatalf("Acquire() = %v", g.err)
+			}
+			gap := g.at.Sub(start)
+			gaps = append(gaps, gap)
+			t.Logf("trial %d: clean release; grant came %v after Release was called (lock-delay %v)", i, gap.Round(time.Millisecond), d)
+			if gap >= d/2 {
+				t.Errorf("trial %d: grant %v after a clean release; want no lock-delay (under %v)", i, gap, d/2)
+			}
+			// A clean release of the second grant, then a fresh grant:
+			// no delay either.
+			if err := g.le.Release(ctx); err != nil {
+				t.Errorf("Release() = %v", err)
+			}
+			start = time.Now()
+			le, err = waiter.Acquire(ctx, name)
+			if err != nil {
+				t.Fatalf("Acquire() = %v", err)
+			}
+			if gap := time.Since(start); gap >= d/2 {
+				t.Errorf("trial %d: Acquire of a name released cleanly took %v; want no lock-delay (under %v)", i, gap, d/2)
+			}
+			if err := le.Release(ctx); err != nil {
+				t.Errorf("Release() = %v", err)
+			}
+			noMarkers(t, name, "after clean releases")
+		}
+		t.Logf("after a clean release: grant - Release called: %v", gaps)
+	})
+}
+
+// CancelTrials is how many calls RunCancelledCalls cancels.
+const CancelTrials = 300
+
+// RunCancelledCalls checks that an Acquire or TryAcquire cancelled in
+// flight leaves nothing behind by the time it returns, with Lockers opened
+// from url (lock-delay d, or none when d is 0): it cancels calls of one
+// Locker at points from before their create request to their grant
+// (0-1.9ms after the call), and as soon as each has returned (a lease it
+// got released cleanly), another Locker's TryAcquire of the name must be
+// granted, and with a lock-delay, in less than d and with no marker of
+// the name left (markers counts them on the servers). A record or a
+// marker that a cancelled call's request leaves, or creates after the
+// call has returned, fails the trial.
+func RunCancelledCalls(t *testing.T, url string, d time.Duration, markers func(t *testing.T, name string) int) {
+	t.Helper()
+	open := func() lock.Locker {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		l, err := lock.Open(ctx, url)
+		if err != nil {
+			t.Fatalf("lock.Open(%q) = %v", url, err)
+		}
+		t.Cleanup(func() { _ = l.Close() })
+		return l
+	}
+	a, b := open(), open()
+	ctx := Context(t, 5*time.Minute)
+	name := UniqueName(t)
+	granted, refused := 0, 0
+	for i := range CancelTrials {
+		cctx, cancel := context.WithCancel(ctx)
+		f := b.Acquire
+		if i%2 == 1 {
+			f = b.TryAcquire
+		}
+		done := make(chan error, 1)
+		go func() {
+			le, err := f(cctx, name)
+			if le != nil {
+				err = le.Release(ctx)
+			}
+			done <- err
+		}()
+		// Time is the subject: land the cancellation at varied points.
+		if w := time.Duration(i%20) * 100 * time.Microsecond; w > 0 {
+			time.Sleep(w)
+		}
+		cancel()
+		if err := Recv(t, done, 30*time.Second, "cancelled call"); err == nil {
+			granted++
+		} else if !errors.Is(err, context.Canceled) {
+			t.Fatalf("trial %d: cancelled call = %v; want a lease or an error wrapping %v", i, err, context.Canceled)
+		}
+		if d > 0 {
+			if n := markers(t, name); n != 0 {
+				t.Errorf("trial %d: %d lock-delay markers of %q left after a cancelled call returned; want 0", i, n, name)
+			}
+		}
+		start := time.Now()
+		le, err := a.TryAcquire(ctx, name)
+		took := time.Since(start)
+		if err != nil {
+			refused++
+			t.Errorf("trial %d (cancelled %v after the call): TryAcquire right after the cancelled call returned = %v; want a lease", i, time.Duration(i%20)*100*time.Microsecond, err)
+			continue
+		}
+		if d > 0 && took >= d {
+			t.Errorf("trial %d: TryAcquire right after a cancelled call took %v; want no lock-delay (under %v)", i, took, d)
+		}
+		if err := le.Release(ctx); err != nil {
+			t.Fatalf("trial %d: Release() = %v", i, err)
+		}
+	}
+	t.Logf("%d calls cancelled in flight (lock-delay %v): %d granted first, %d later TryAcquire calls refused", CancelTrials, d, granted, refused)
+}

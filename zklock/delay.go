@@ -1,0 +1,146 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencelock/fencelock/lock"
+)
+
+// delayMark begins the name of a lock-delay marker: a persistent child of
+// the lock's parent named delayMark followed by the protection prefix of
+// the lock znode it stands for (the znode's child name without its
+// sequence number). It fails parseChild's pattern (the character after
+// the 32 hex digits' place is not '~'), so every listing of the queue
+// ignores it.
+const delayMark = "~delay~"
+
+// markerOf returns the path of the marker of the lock znodes of parent
+// whose names begin with prefix.
+func markerOf(parent, prefix string) string { return parent + "/" + delayMark + prefix }
+
+// prefixOf returns the protection prefix of a lock znode's child name.
+func prefixOf(child string) string { return child[:len(child)-seqLen] }
+
+// delay runs, when the Locker has a lock-delay, between the admission of
+// an acquisition and its grant. Every acquisition of such a Locker
+// created its marker in the multi that created its znode, and a clean
+// Release deletes both in one multi; so a marker whose znode is gone was
+// left by an acquisition that ended some other way. delay reads the
+// markers in the listing that admitted the acquisition: when there is no
+// such stale marker, as after a clean release, it costs nothing more.
+// Otherwise it waits the Locker's lock-delay from the moment that listing
+// was answered, which is after the znode disappeared, so it errs toward
+// waiting longer; then, in one multi checked against the acquisition's
+// znode, it deletes the stale markers.
+//
+// A grant admitted at once after a crash long ago waits too, and so does
+// one after a waiter whose session ended before its turn: a marker cannot
+// tell when its znode went, nor whether it was ever granted, and a
+// needless wait is the safe side.
+func (a *acquisition) delay(ctx context.Context) error {
+	d := a.l.o.LockDelay
+	if d <= 0 {
+		return nil
+	}
+	l := a.l
+	kids, seen := a.kids, a.listed
+	waited := make(map[string]bool) // the stale markers waited for
+	for {
+		live := make(map[string]bool) // the prefixes of the lock znodes
+		own := false
+		for _, k := range queueOf(kids) {
+			live[prefixOf(k)] = true
+			own = own || k == a.own
+		}
+		if !own {
+			return a.deleted()
+		}
+		var stale []string
+		for _, k := range kids {
+			if p, ok := strings.CutPrefix(k, delayMark); ok && !live[p] {
+				stale = append(stale, a.parent+"/"+k)
+			}
+		}
+		if len(stale) == 0 {
+			return nil
+		}
+		// A marker found stale only by a later listing (a shared holder
+		// that ended while this one waited) is waited for from that
+		// listing: deleting it sooner would spare the next grant its
+		// delay.
+		if slices.ContainsFunc(stale, func(p string) bool { return !waited[p] }) {
+			l.o.Logger.Info("zklock: lock-delay: an earlier acquisition did not end with a clean release; waiting", "name", a.name, "delay", d)
+			if err := a.sleep(ctx, time.Until(seen.Add(d))); err != nil {
+				return err
+			}
+			for _, p := range stale {
+				waited[p] = true
+			}
+		}
+		ops := []any{&zk.CheckVersionRequest{Path: a.path, Version: a.version}}
+		for _, p := range stale {
+			ops = append(ops, &zk.DeleteRequest{Path: p, Version: -1})
+		}
+		res, err := call(ctx, l.g, a.s, func() ([]zk.MultiResponse, error) { return l.conn.Multi(ops...) })
+		err = multiErr(res, err)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, zk.ErrBadVersion):
+			return a.deleted()
+		case errors.Is(err, zk.ErrNoNode):
+			// Our znode is gone, or another grantee removed a stale
+			// marker first: look again.
+		default:
+			if err := a.retry(ctx, err); err != nil {
+				return err
+			}
+		}
+		names, err := call(ctx, l.g, a.s, childrenOf(l.conn, a.parent))
+		if err != nil {
+			if err := a.retry(ctx, err); err != nil {
+				return err
+			}
+			continue // with the listing before
+		}
+		kids, seen = names.names, time.Now()
+	}
+}
+
+// sleep waits d, or until ctx ends, the session ends or the Locker closes.
+func (a *acquisition) sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-a.s.done:
+		return a.s.err
+	case <-a.l.g.closing:
+		return lock.ErrClosed
+	}
+}
+
+// multiErr returns the error of a Multi: that of the operation that
+// failed, or err. The operations after a failed one report the server's
+// runtime-inconsistency code, which go-zookeeper has no sentinel for (it
+// reads "unknown error: -2").
+func multiErr(res []zk.MultiResponse, err error) error {
+	for _, r := range res {
+		if r.Error != nil && !strings.HasPrefix(r.Error.Error(), "unknown error") {
+			return r.Error
+		}
+	}
+	return err
+}
