@@ -10,7 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/internal/config"
-	"github.com/fencelock/fencelock/internal/leasestate"
+	"github.com/fencelock/fencelock/internal/names"
 	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
@@ -165,7 +165,8 @@ func (l *Locker) acquireIn(ctx context.Context, s *session, name string, req que
 	}
 	rec := a.record
 	rec.marker = ""
-	le := &Lease{l: l, record: rec, name: a.name, st: leasestate.New()}
+	// The name is kept as part of the key: one string per lease, not two.
+	le := &Lease{l: l, record: rec, name: names.Within(a.key, len(l.opts.prefix), a.name)}
 	if err := l.grant(le, readRev); err != nil {
 		return nil, l.discard(a.record, err)
 	}
@@ -650,9 +651,9 @@ func (a *acquisition) recheck(ctx context.Context) (pred *mvccpb.KeyValue, rev i
 // registers the watch on its record with the session's watcher.
 func (l *Locker) grant(le *Lease, readRev int64) error {
 	s := le.s
-	le.stopWatch = s.watch.add(le, readRev)
+	le.watch = s.watch.add(le, readRev)
 	if err := s.add(le); err != nil {
-		le.stopWatch()
+		s.watch.stop(le.watch)
 		return err
 	}
 	return nil

@@ -24,7 +24,7 @@ func (l *Locker) usable(ctx context.Context) error {
 }
 
 // valid reports whether le was granted by a Locker.
-func (le *Lease) valid() bool { return le != nil && le.l != nil && le.s != nil && le.st != nil }
+func (le *Lease) valid() bool { return le != nil && le.l != nil && le.s != nil }
 
 // errNotLease is the error of a nil or zero *Lease.
 func errNotLease() error {

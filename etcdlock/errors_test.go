@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencelock/fencelock/internal/leasestate"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -29,9 +28,9 @@ func TestErrorPrefixOnce(t *testing.T) {
 	}
 	s := newSession(l, 7, time.Now())
 	s.end(fmt.Errorf("%w: test", lock.ErrLost), true) // no request goes out for its leases
-	lost := &Lease{l: l, record: record{s: s, key: "k1", rev: 5}, name: "x", stopWatch: func() {}, st: leasestate.New()}
+	lost := &Lease{l: l, record: record{s: s, key: "k1", rev: 5}, name: "x", watch: &recordWatch{}}
 	lost.lose(fmt.Errorf("%w: its record was deleted", lock.ErrLost))
-	released := &Lease{l: l, record: record{s: s, key: "k2", rev: 6}, name: "y", stopWatch: func() {}, st: leasestate.New()}
+	released := &Lease{l: l, record: record{s: s, key: "k2", rev: 6}, name: "y", watch: &recordWatch{}}
 	released.end(lock.ErrReleased)
 
 	tests := []struct {

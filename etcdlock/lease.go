@@ -36,11 +36,11 @@ const recordWatchDelay = 50 * time.Millisecond
 //     local clock does not run slower than the server's by more than the
 //     margin.
 type Lease struct {
-	record    // its session, key, create revision, ambiguous create
-	l         *Locker
-	name      string
-	stopWatch func()            // stops the watch on the record
-	st        *leasestate.State // Done, Err (unprefixed), a release begun
+	record // its session, key, create revision, ambiguous create
+	l      *Locker
+	name   string
+	watch  *recordWatch     // the watch on the record, in the session's watcher
+	st     leasestate.State // Done, Err (unprefixed), a release begun
 }
 
 // Name returns the lock's name.
@@ -113,7 +113,7 @@ func (le *Lease) end(cause error) bool {
 	if !le.st.End(fmt.Errorf("lease %q (token %d): %w", le.name, le.rev, cause)) {
 		return false
 	}
-	le.stopWatch()
+	le.s.watch.stop(le.watch)
 	le.s.remove(le)
 	if errors.Is(cause, lock.ErrLost) {
 		le.l.opts.Logger.Warn("etcdlock: lease lost", config.LogLock, le.name, config.LogToken, le.rev, config.LogSession, fmt.Sprintf("%x", int64(le.s.id)), config.LogErr, cause)

@@ -50,14 +50,16 @@ type recordWatcher struct {
 	resps   []recvd                // received, not yet handled
 }
 
-// recordWatch is the watch on one lease's record.
+// recordWatch is the watch on one lease's record. It lives as long as the
+// lease, so it keeps nothing it no longer needs: the timer that arms it is
+// dropped once it has fired.
 type recordWatch struct {
 	le      *Lease
 	id      int64
-	fromRev int64 // the record existed at this revision: watch from the next one
-	arm     *time.Timer
-	armed   bool // the create is queued or sent
-	gen     int  // stream generation it was last sent on (0: none)
+	fromRev int64       // the record existed at this revision: watch from the next one
+	arm     *time.Timer // until the watch is armed or stopped; then nil
+	gen     int         // stream generation it was last sent on (0: none)
+	armed   bool        // the create is queued or sent
 	stopped bool
 }
 
@@ -82,20 +84,22 @@ func (w *recordWatcher) signal() {
 }
 
 // add registers the watch of le's record, known to exist at fromRev, armed
-// recordWatchDelay later, and returns the function that stops it.
-func (w *recordWatcher) add(le *Lease, fromRev int64) func() {
+// recordWatchDelay later, and returns it for stop.
+func (w *recordWatcher) add(le *Lease, fromRev int64) *recordWatch {
 	w.mu.Lock()
 	w.nextID++
 	rw := &recordWatch{le: le, id: w.nextID, fromRev: fromRev}
 	w.entries[rw.id] = rw
 	rw.arm = time.AfterFunc(recordWatchDelay, func() { w.arm(rw) })
 	w.mu.Unlock()
-	return func() { w.stop(rw) }
+	return rw
 }
 
 func (w *recordWatcher) arm(rw *recordWatch) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// The timer has fired: let it, and this function, go.
+	rw.arm = nil
 	if rw.stopped || rw.armed {
 		return
 	}
@@ -111,7 +115,10 @@ func (w *recordWatcher) stop(rw *recordWatch) {
 		return
 	}
 	rw.stopped = true
-	rw.arm.Stop()
+	if rw.arm != nil {
+		rw.arm.Stop()
+		rw.arm = nil
+	}
 	delete(w.entries, rw.id)
 	if rw.gen != 0 {
 		w.cancels = append(w.cancels, rw.id)

@@ -15,7 +15,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/internal/config"
-	"github.com/fencelock/fencelock/internal/leasestate"
+	"github.com/fencelock/fencelock/internal/names"
 	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
@@ -752,14 +752,14 @@ func (a *acquisition) retry(ctx context.Context, err error) error {
 
 // grant makes the acquisition's znode a held lease.
 func (a *acquisition) grant() (*Lease, error) {
+	// The name is kept as part of the path: one string per lease, not two.
 	le := &Lease{
 		l:       a.l,
 		s:       a.s,
-		name:    a.name,
+		name:    names.Within(a.path, len(a.l.o.root)+1, a.name),
 		path:    a.path,
 		czxid:   a.czxid,
 		version: a.version,
-		st:      leasestate.New(),
 	}
 	if err := a.l.tab.hold(le); err != nil {
 		return nil, err

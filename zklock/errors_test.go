@@ -11,7 +11,6 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock/internal/leasestate"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -29,9 +28,9 @@ func TestErrorPrefixOnce(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatalf("Close() = %v", err)
 	}
-	lost := &Lease{l: l, s: &session{id: 1, done: make(chan struct{})}, name: "x", path: "/fencelock/x/~0~1", czxid: 5, st: leasestate.New()}
+	lost := &Lease{l: l, s: &session{id: 1, done: make(chan struct{})}, name: "x", path: "/fencelock/x/~0~1", czxid: 5}
 	lost.lose(fmt.Errorf("%w: its znode was deleted", lock.ErrLost))
-	released := &Lease{l: l, s: &session{id: 1, done: make(chan struct{})}, name: "y", path: "/fencelock/y/~0~1", czxid: 6, st: leasestate.New()}
+	released := &Lease{l: l, s: &session{id: 1, done: make(chan struct{})}, name: "y", path: "/fencelock/y/~0~1", czxid: 6}
 	released.end(fmt.Errorf("lease %q: %w", "y", lock.ErrReleased))
 
 	tests := []struct {

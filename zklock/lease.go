@@ -23,7 +23,7 @@ type Lease struct {
 	path    string
 	czxid   int64
 	version int32
-	st      *leasestate.State // its end, once; "releasing" once Release has begun
+	st      leasestate.State // its end, once; "releasing" once Release has begun
 }
 
 var _ lock.Lease = (*Lease)(nil)

@@ -34,6 +34,12 @@ type config struct {
 	LeaseParallel  int     `json:"lease_parallel"`
 	Waiters        int     `json:"waiters"`
 	WaiterConns    int     `json:"waiter_connections"`
+	// The scale measurement (scale_test.go), run only when asked for.
+	ScaleLeases    int     `json:"scale_leases"`
+	ScaleParallel  int     `json:"scale_lease_parallel"`
+	ScaleLockers   int     `json:"scale_lockers"`
+	ScaleNames     int     `json:"scale_names"`
+	ScaleWindowSec float64 `json:"scale_window_sec"`
 	Quick          bool    `json:"quick"`
 	Provider       string  `json:"provider"`
 }
@@ -62,8 +68,13 @@ func loadConfig() config {
 		Waiters:        1000,
 		// ZooKeeper accepts 60 connections per client address and server
 		// by default; 10 connections of 100 waiters stay far below.
-		WaiterConns: 10,
-		Provider:    providerName(),
+		WaiterConns:    10,
+		ScaleLeases:    100000,
+		ScaleParallel:  64,
+		ScaleLockers:   200,
+		ScaleNames:     1000,
+		ScaleWindowSec: 20,
+		Provider:       providerName(),
 	}
 	if os.Getenv("FENCELOCK_BENCH_QUICK") == "1" {
 		c.Quick = true
@@ -72,6 +83,7 @@ func loadConfig() config {
 		c.WarmSec, c.WindowSec, c.Repeats = 0.5, 1.5, 1
 		c.FailoverTrials = 1
 		c.Leases, c.Waiters = 500, 100
+		c.ScaleLeases, c.ScaleLockers, c.ScaleNames, c.ScaleWindowSec = 5000, 20, 100, 3
 	}
 	return c
 }
@@ -109,6 +121,7 @@ type backendReport struct {
 	TLS           []uncontendedResult `json:"tls,omitempty"`       // plain vs TLS (tls_test.go)
 	LockDelay     []contendedResult   `json:"lockdelay,omitempty"` // without and with a lock-delay (lockdelay_test.go)
 	Targets       []target            `json:"targets"`
+	Scale         *scaleReport        `json:"scale,omitempty"` // scale_test.go
 }
 
 // target is one of the issue's targets, checked against this run.
@@ -308,6 +321,10 @@ func runBackend(t *testing.T, kind cluster.Kind, cfg config) *backendReport {
 		skipUnlessSelected(t, "semaphore")
 		br.Semaphore = runSemaphore(t, kind, locks, at, cfg)
 	})
+	t.Run("scale", func(t *testing.T) {
+		skipUnlessListed(t, "scale")
+		br.Scale = runScale(t, kind, cfg)
+	})
 	br.Targets = checkTargets(br, cfg)
 	return br
 }
@@ -415,6 +432,7 @@ func printBackend(w io.Writer, br *backendReport, cfg config) {
 	tw.Flush()
 
 	printShared(w, tw, br, cfg)
+	printScale(w, br.Scale)
 
 	fmt.Fprintf(w, "\nTargets:\n")
 	for _, tg := range br.Targets {
@@ -492,8 +510,25 @@ func checkTargets(br *backendReport, cfg config) []target {
 		first, last := l.Points[1], l.Points[len(l.Points)-1]
 		out = append(out, target{fmt.Sprintf("goroutines do not grow with held leases (%d → %d leases)", first.Leases, last.Leases),
 			fmt.Sprintf("%d → %d goroutines, %.2f per lease", first.Goroutines, last.Goroutines, l.GoroutinesPerLease), l.GoroutinesPerLease < 0.01})
+		if ref, ok := find(br.Leases, func(x leasesResult) bool { return x.Role == roleReference }); ok {
+			out = append(out, heapTarget(l.Leases, l.HeapBytesPerLease, ref.HeapBytesPerLease)...)
+		}
 	}
+	out = append(out, scaleTargets(br.Scale)...)
 	return out
+}
+
+// heapTarget is the target "heap per held lease at most 1.5× the
+// reference" for n leases, fencelock's fl bytes per lease against the
+// reference's ref (none when ref was not measured). The ratio is rounded
+// up, so a miss never prints as the target itself.
+func heapTarget(n int, fl, ref float64) []target {
+	if ref <= 0 {
+		return nil
+	}
+	q := fl / ref
+	return []target{{fmt.Sprintf("heap per held lease at most 1.5× the reference (%d leases)", n),
+		fmt.Sprintf("%.0f vs %.0f bytes = %.2f×", fl, ref, math.Ceil(q*100)/100), q <= 1.5}}
 }
 
 // ---- machine and versions ----

@@ -583,43 +583,11 @@ func measureLeases(t *testing.T, r recipe, at placement, cfg config) leasesResul
 	defer cancel()
 	prefix := uniqueName("leases")
 	rels := make([]func(context.Context) error, n)
-	// Warm up: the first grant starts the session.
-	rel, err := cl.acquire(ctx, prefix+"/warm")
-	if err != nil {
-		t.Fatalf("%s: acquire() = %v; want nil", r.name, err)
-	}
-	if err := rel(ctx); err != nil {
-		t.Fatalf("%s: release() = %v; want nil", r.name, err)
-	}
-	point := func(held int) goroutinePoint {
-		g := settledGoroutines()
-		heap, stack := liveMemory()
-		return goroutinePoint{Leases: held, Goroutines: g, HeapBytes: float64(heap), StackBytes: float64(stack)}
-	}
-	points := []goroutinePoint{point(0)}
+	warmUp(ctx, t, r, cl, prefix+"/warm")
+	points := []goroutinePoint{leasePoint(0)}
 	parallel := func(from, to int, f func(i int) error) {
-		var next atomic.Int64
-		next.Store(int64(from))
-		var wg sync.WaitGroup
-		var errOnce sync.Once
-		var first error
-		for range cfg.LeaseParallel {
-			wg.Go(func() {
-				for {
-					i := int(next.Add(1)) - 1
-					if i >= to {
-						return
-					}
-					if err := f(i); err != nil {
-						errOnce.Do(func() { first = err })
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		if first != nil {
-			t.Fatalf("%s: %v", r.name, first)
+		if err := inParallel(cfg.LeaseParallel, from, to, f); err != nil {
+			t.Fatalf("%s: %v", r.name, err)
 		}
 	}
 	var busy time.Duration
@@ -636,7 +604,7 @@ func measureLeases(t *testing.T, r recipe, at placement, cfg config) leasesResul
 		})
 		busy += time.Since(start)
 		held = upTo
-		points = append(points, point(held))
+		points = append(points, leasePoint(held))
 	}
 	parallel(0, n, func(i int) error { return rels[i](ctx) })
 	first, last := points[1], points[len(points)-1]
@@ -651,6 +619,27 @@ func measureLeases(t *testing.T, r recipe, at placement, cfg config) leasesResul
 		StackBytesPerLease: (last.StackBytes - points[0].StackBytes) / float64(n),
 		GoroutinesPerLease: float64(last.Goroutines-first.Goroutines) / float64(last.Leases-first.Leases),
 	}
+}
+
+// warmUp acquires and releases name once through cl: the first grant
+// starts the session.
+func warmUp(ctx context.Context, t *testing.T, r recipe, cl client, name string) {
+	t.Helper()
+	rel, err := cl.acquire(ctx, name)
+	if err != nil {
+		t.Fatalf("%s: acquire() = %v; want nil", r.name, err)
+	}
+	if err := rel(ctx); err != nil {
+		t.Fatalf("%s: release() = %v; want nil", r.name, err)
+	}
+}
+
+// leasePoint reads the goroutines (once settled), live heap and stacks of
+// this process with held leases held.
+func leasePoint(held int) goroutinePoint {
+	g := settledGoroutines()
+	heap, stack := liveMemory()
+	return goroutinePoint{Leases: held, Goroutines: g, HeapBytes: float64(heap), StackBytes: float64(stack)}
 }
 
 // settledGoroutines returns the number of goroutines once it has stayed

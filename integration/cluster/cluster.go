@@ -62,6 +62,16 @@ type Member interface {
 	Logs() string
 }
 
+// PID returns the process ID of m's server when m is a local process
+// (the process provider) that is running, and 0 otherwise (a container,
+// or a member that was killed).
+func PID(m Member) int {
+	if p, ok := m.(interface{ PID() int }); ok {
+		return p.PID()
+	}
+	return 0
+}
+
 // Cluster is a running cluster. Teardown is registered with t.Cleanup by
 // the provider; when the test failed, every member's log is printed.
 type Cluster struct {
@@ -118,6 +128,8 @@ type options struct {
 	// zookeeper
 	tickTime       time.Duration
 	maxSessionTime time.Duration
+	maxClientConns int         // maxClientCnxns; -1: ZooKeeper's default (60)
+	juteMaxBuffer  int         // jute.maxbuffer in bytes; 0: ZooKeeper's default (1 MiB)
 	zkSecurity     *ZKSecurity // secure_zk.go
 }
 
@@ -140,6 +152,23 @@ func WithMaxSessionTimeout(d time.Duration) Option {
 	return func(o *options) { o.maxSessionTime = d }
 }
 
+// WithMaxClientConns sets ZooKeeper's maxClientCnxns: how many connections
+// one client address may open to one server. ZooKeeper's default is 60,
+// and every client of a test connects from 127.0.0.1, so a test that opens
+// more connections than that to one server raises it; 0 means no limit.
+func WithMaxClientConns(n int) Option { return func(o *options) { o.maxClientConns = n } }
+
+// WithJuteMaxBuffer sets the servers' jute.maxbuffer, the largest record
+// (request, reply or transaction) a ZooKeeper server accepts, in bytes;
+// ZooKeeper's default is 1 MiB less one byte. ZooKeeper 3.8 writes the
+// paths of all of a session's ephemeral znodes into the transaction that
+// closes it, so a session that holds more than about ten thousand of them
+// makes a close transaction the followers and the log reader refuse, and
+// the ensemble falls apart (the leader steps down and cannot read its own
+// log back; ZOOKEEPER-4306, open for 3.8 and 3.9). A test that closes or
+// expires such a session raises the limit.
+func WithJuteMaxBuffer(n int) Option { return func(o *options) { o.juteMaxBuffer = n } }
+
 // Defaults of the options.
 const (
 	defaultMembers        = 3
@@ -154,6 +183,7 @@ func buildOptions(opts []Option) (options, error) {
 		members:        defaultMembers,
 		tickTime:       defaultTickTime,
 		maxSessionTime: defaultMaxSessionTime,
+		maxClientConns: -1,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -165,6 +195,10 @@ func buildOptions(opts []Option) (options, error) {
 		return o, fmt.Errorf("cluster: tick time %v: want at least 1ms", o.tickTime)
 	case o.maxSessionTime < 2*o.tickTime:
 		return o, fmt.Errorf("cluster: max session timeout %v: want at least two ticks (%v)", o.maxSessionTime, 2*o.tickTime)
+	case o.juteMaxBuffer < 0:
+		return o, fmt.Errorf("cluster: jute.maxbuffer %d: want a positive size, or 0 for the default", o.juteMaxBuffer)
+	case o.maxClientConns < -1:
+		return o, fmt.Errorf("cluster: %d connections per client address: want 0 (no limit) or more", o.maxClientConns)
 	}
 	if err := checkZKSecurity(o.zkSecurity); err != nil {
 		return o, err

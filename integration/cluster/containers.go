@@ -307,7 +307,7 @@ func ctrStartCluster(ctx context.Context, t testing.TB, cli *tc.DockerClient, pr
 		} else {
 			req.Env = map[string]string{
 				"ZOO_MY_ID": fmt.Sprint(i + 1),
-				"JVMFLAGS":  ctrZKJVMFlags,
+				"JVMFLAGS":  strings.Join(append([]string{ctrZKJVMFlags}, juteFlags(o)...), " "),
 			}
 			req.Cmd = []string{"zkServer.sh", "start-foreground"}
 			req.Files = []tc.ContainerFile{{
@@ -452,6 +452,9 @@ func ctrZooCfg(i int, ports [][]int, o options) string {
 	fmt.Fprintf(&cfg, "4lw.commands.whitelist=*\n")
 	fmt.Fprintf(&cfg, "reconfigEnabled=false\n")
 	fmt.Fprintf(&cfg, "preAllocSize=4096\n")
+	if o.maxClientConns >= 0 {
+		fmt.Fprintf(&cfg, "maxClientCnxns=%d\n", o.maxClientConns)
+	}
 	if len(ports) > 1 {
 		for j, p := range ports {
 			fmt.Fprintf(&cfg, "server.%d=127.0.0.1:%d:%d\n", j+1, p[1], p[2])

@@ -201,6 +201,9 @@ func TestHarness(t *testing.T) {
 				t.Fatalf("Kind = %q; want %q", c.Kind, kind)
 			}
 			prefix := fmt.Sprintf("harness-%s-%s-%d", p.Name(), kind, time.Now().UnixNano())
+			if p.Name() == "process" {
+				t.Run("pid", func(t *testing.T) { testPID(t, c) })
+			}
 
 			t.Run("serves", func(t *testing.T) { testServes(t, c, prefix+"-serves") })
 			t.Run("leader", func(t *testing.T) { testLeader(t, c) })
@@ -209,6 +212,22 @@ func TestHarness(t *testing.T) {
 			t.Run("blackhole", func(t *testing.T) { testBlackhole(t, c, prefix+"-blackhole") })
 			t.Run("reset", func(t *testing.T) { testReset(t, c, prefix+"-reset") })
 		})
+	}
+}
+
+// testPID checks that PID names each member's own server process: one
+// that runs, a different one per member.
+func testPID(t *testing.T, c *Cluster) {
+	seen := map[int]bool{}
+	for i, m := range c.Members {
+		pid := PID(m)
+		if pid <= 0 || seen[pid] {
+			t.Fatalf("PID(Members[%d]) = %d; want a positive PID of its own (seen %v)", i, pid, seen)
+		}
+		seen[pid] = true
+		if state, err := procState(pid); err != nil || state == 'Z' {
+			t.Errorf("process %d of Members[%d]: state %q, %v; want a running process", pid, i, state, err)
+		}
 	}
 }
 
@@ -259,6 +278,9 @@ func testKill(t *testing.T, c *Cluster, key string) {
 	}
 	if m.Running() {
 		t.Fatalf("%s.Running() = true after Kill; want false", m.Name())
+	}
+	if pid := PID(m); pid != 0 {
+		t.Errorf("PID(%s) = %d after Kill; want 0", m.Name(), pid)
 	}
 	err = wantNoAnswer(t, c.Kind, m, 2*time.Second)
 	t.Logf("killed %s (leader); probe: %v", m.Name(), err)

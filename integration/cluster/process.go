@@ -206,6 +206,17 @@ func (m *procMember) Name() string       { return m.name }
 func (m *procMember) ClientAddr() string { return m.clientAddr }
 func (m *procMember) Logs() string       { return m.log.String() }
 
+// PID returns the process ID of the running server, or 0 when it is not
+// running.
+func (m *procMember) PID() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.aliveLocked() {
+		return 0
+	}
+	return m.cmd.Process.Pid
+}
+
 // start starts the process. The caller holds no lock.
 func (m *procMember) start() error {
 	m.mu.Lock()

@@ -120,6 +120,14 @@ func javaBinary() (string, error) {
 	return p, nil
 }
 
+// juteFlags returns the JVM flag that sets jute.maxbuffer, if o sets it.
+func juteFlags(o options) []string {
+	if o.juteMaxBuffer > 0 {
+		return []string{fmt.Sprintf("-Djute.maxbuffer=%d", o.juteMaxBuffer)}
+	}
+	return nil
+}
+
 // zkLayout lays out ZooKeeper servers: ports[i] = {client, quorum,
 // election}.
 func zkLayout(o options) (layout, error) {
@@ -164,6 +172,9 @@ func zkLayout(o options) (layout, error) {
 			fmt.Fprintf(&cfg, "4lw.commands.whitelist=*\n")
 			fmt.Fprintf(&cfg, "reconfigEnabled=false\n")
 			fmt.Fprintf(&cfg, "preAllocSize=4096\n")
+			if o.maxClientConns >= 0 {
+				fmt.Fprintf(&cfg, "maxClientCnxns=%d\n", o.maxClientConns)
+			}
 			if len(ports) > 1 {
 				for j, p := range ports {
 					fmt.Fprintf(&cfg, "server.%d=127.0.0.1:%d:%d\n", j+1, p[1], p[2])
@@ -174,7 +185,7 @@ func zkLayout(o options) (layout, error) {
 			if err := os.WriteFile(conf, []byte(cfg.String()), 0o644); err != nil {
 				return nil, err
 			}
-			return []string{
+			argv := []string{
 				java,
 				"-Xmx256m", "-Xms32m", "-Xss512k",
 				"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData",
@@ -183,9 +194,9 @@ func zkLayout(o options) (layout, error) {
 				"-Dorg.slf4j.simpleLogger.logFile=System.out",
 				"-Dorg.slf4j.simpleLogger.showDateTime=true",
 				"-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
-				"-cp", cp,
-				zkMainClass, conf,
-			}, nil
+			}
+			argv = append(argv, juteFlags(o)...)
+			return append(argv, "-cp", cp, zkMainClass, conf), nil
 		},
 	}, nil
 }

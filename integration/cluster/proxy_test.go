@@ -233,8 +233,11 @@ func TestBuildOptions(t *testing.T) {
 		want    options
 		wantErr bool
 	}{
-		{"defaults", nil, options{members: 3, tickTime: 200 * time.Millisecond, maxSessionTime: 60 * time.Second}, false},
-		{"one member", []Option{WithMembers(1)}, options{members: 1, tickTime: 200 * time.Millisecond, maxSessionTime: 60 * time.Second}, false},
+		{"defaults", nil, options{members: 3, tickTime: 200 * time.Millisecond, maxSessionTime: 60 * time.Second, maxClientConns: -1}, false},
+		{"one member", []Option{WithMembers(1)}, options{members: 1, tickTime: 200 * time.Millisecond, maxSessionTime: 60 * time.Second, maxClientConns: -1}, false},
+		{"no connection limit", []Option{WithMaxClientConns(0)}, options{members: 3, tickTime: 200 * time.Millisecond, maxSessionTime: 60 * time.Second, maxClientConns: 0}, false},
+		{"negative connection limit", []Option{WithMaxClientConns(-2)}, options{}, true},
+		{"negative jute.maxbuffer", []Option{WithJuteMaxBuffer(-1)}, options{}, true},
 		{"zero members", []Option{WithMembers(0)}, options{}, true},
 		{"zero tick", []Option{WithTickTime(0)}, options{}, true},
 		{"session below two ticks", []Option{WithMaxSessionTimeout(300 * time.Millisecond)}, options{}, true},
@@ -245,7 +248,7 @@ func TestBuildOptions(t *testing.T) {
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("buildOptions() error = %v; want error %t", err, tt.wantErr)
 			}
-			if !tt.wantErr && (got.members != tt.want.members || got.tickTime != tt.want.tickTime || got.maxSessionTime != tt.want.maxSessionTime) {
+			if !tt.wantErr && (got.members != tt.want.members || got.tickTime != tt.want.tickTime || got.maxSessionTime != tt.want.maxSessionTime || got.maxClientConns != tt.want.maxClientConns) {
 				t.Fatalf("buildOptions() = %+v; want %+v", got, tt.want)
 			}
 		})

@@ -6,21 +6,45 @@ package leasestate
 import "sync"
 
 // State is the end-once state of one lease. Its methods are safe for
-// concurrent use. The zero State is not usable; use [New].
+// concurrent use. The zero State is that of a held lease, so a backend
+// keeps it inside its lease by value; a State must not be copied.
+//
+// Done's channel is made by the first Done call before the end, not with
+// the State: most leases are released without anyone waiting on Done, and
+// a lease ended before anyone asked shares one closed channel. A held
+// lease thus costs no channel until somebody waits for its end.
 type State struct {
-	done chan struct{}
-
 	mu        sync.Mutex
+	done      chan struct{} // nil until Done is called while the lease is held
 	err       error
 	releasing bool
 	onEnd     func(error)
 }
 
-// New returns the state of a lease that is held.
-func New() *State { return &State{done: make(chan struct{})} }
+// New returns the state of a lease that is held: a new zero State.
+func New() *State { return new(State) }
 
-// Done returns the channel closed when the lease ends.
-func (s *State) Done() <-chan struct{} { return s.done }
+// closed is the Done channel of every lease that ended before its Done was
+// first called.
+var closed = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// Done returns the channel closed when the lease ends. Every call before
+// the end returns the same channel.
+func (s *State) Done() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done == nil {
+		if s.err != nil {
+			return closed
+		}
+		s.done = make(chan struct{})
+	}
+	return s.done
+}
 
 // Err returns nil while the lease is held, and then the error it ended
 // with.
@@ -44,9 +68,11 @@ func (s *State) End(err error) bool {
 		return false
 	}
 	s.err = err
-	f := s.onEnd
+	done, f := s.done, s.onEnd
 	s.mu.Unlock()
-	close(s.done)
+	if done != nil {
+		close(done)
+	}
 	if f != nil {
 		f(err)
 	}

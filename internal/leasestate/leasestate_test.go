@@ -102,3 +102,59 @@ func TestOnEnd(t *testing.T) {
 		t.Errorf("OnEnd after the end saw %v; want once, %v", late, errB)
 	}
 }
+
+func TestDone(t *testing.T) {
+	var s State // the zero State is a held lease's
+	d1, d2 := s.Done(), s.Done()
+	if d1 != d2 {
+		t.Error("Done() returned two channels before the end; want one")
+	}
+	select {
+	case <-d1:
+		t.Fatal("Done() closed while held")
+	default:
+	}
+	s.End(errors.New("end"))
+	select {
+	case <-d1:
+	default:
+		t.Error("Done() from before the end not closed by End")
+	}
+	select {
+	case <-s.Done():
+	default:
+		t.Error("Done() after the end not closed")
+	}
+
+	// Ended before anyone asked: Done is closed all the same.
+	var e State
+	e.End(errors.New("end"))
+	select {
+	case <-e.Done():
+	default:
+		t.Error("Done() of a lease ended before its first Done call not closed")
+	}
+}
+
+// TestDoneRace has Done and End race: whichever comes first, every
+// channel Done returns is closed once End has returned.
+func TestDoneRace(t *testing.T) {
+	for range 100 {
+		var s State
+		chans := make(chan (<-chan struct{}), 4)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() { chans <- s.Done() })
+		}
+		s.End(errors.New("end"))
+		wg.Wait()
+		close(chans)
+		for c := range chans {
+			select {
+			case <-c:
+			default:
+				t.Fatal("a Done() channel is open after End")
+			}
+		}
+	}
+}

@@ -84,3 +84,14 @@ func ParseNamespace(ns string) (Namespace, error) {
 	}
 	return Namespace{Path: p, Rooted: rooted}, nil
 }
+
+// Within returns name as the part of s that starts at byte at, when s holds
+// name there, and name itself otherwise. A lease keeps its lock's name this
+// way as part of its key or path, which it keeps anyway, rather than as a
+// second string: the caller's copy is then free to go.
+func Within(s string, at int, name string) string {
+	if at < 0 || at > len(s) || !strings.HasPrefix(s[at:], name) {
+		return name
+	}
+	return s[at : at+len(name)]
+}
