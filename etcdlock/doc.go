@@ -26,8 +26,10 @@
 // create transaction reads the keys of the whole queue; a waiter applies
 // the rules of [lock.SharedLocker] to the records ahead of its own,
 // watches only the ones those rules name (the nearest earlier exclusive
-// request, or the limit requests right ahead), and reads the keys ahead
-// again after one of them goes. The oldest record says what the name is:
+// request; for a semaphore, the limit holders if it is the first waiter,
+// else its predecessor, which rewrites its record unchanged when it is
+// admitted), and reads the keys ahead again after one of them goes or is
+// rewritten so. The oldest record says what the name is:
 // a request it disagrees with is refused with [lock.ErrIncompatible] and
 // its record deleted.
 //

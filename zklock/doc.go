@@ -81,8 +81,9 @@
 // only its predecessor, so a release wakes one waiter. Shared and
 // semaphore requests follow the rules of [lock.SharedLocker], read from
 // the kinds in the listed names: a waiter watches the nearest earlier
-// exclusive request, or the limit requests right ahead of it, and lists
-// again when one goes. The lowest child says what the name is: a request
+// exclusive request; for a semaphore, the limit holders if it is the
+// first waiter, else its predecessor, which sets its own data unchanged
+// when it is admitted; and it lists again when one goes or is set so. The lowest child says what the name is: a request
 // it disagrees with is refused with [lock.ErrIncompatible] and its znode
 // deleted. The random prefix makes the
 // create "protected": when the connection fails before the reply arrives,
