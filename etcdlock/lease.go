@@ -146,8 +146,9 @@ func (le *Lease) lose(cause error) {
 // documentation for the bound). Releasing again returns an error wrapping
 // [lock.ErrReleased]; releasing a lost lease deletes what is left of its
 // record and returns an error wrapping [lock.ErrLost], as does a Release
-// that finds the record already gone (Err then wraps [lock.ErrReleased]:
-// the lease had not been reported lost before Release ended it). A nil
+// that finds the record already gone (Err then wraps [lock.ErrLost] too,
+// once Release has returned: Done was closed, with Err wrapping
+// [lock.ErrReleased], before the delete was sent). A nil
 // ctx, or a nil or zero *Lease, is an error wrapping [lock.ErrInvalidConfig].
 func (le *Lease) Release(ctx context.Context) (err error) {
 	if !le.valid() {
@@ -185,7 +186,9 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 		le.l.cleanupLater(le.record)
 		return fmt.Errorf("etcdlock: release %q: delete of the record not confirmed (retried in the background): %w", le.name, err)
 	case !deleted:
-		return fmt.Errorf("etcdlock: release %q (token %d): %w: record %q was already gone", le.name, le.rev, lock.ErrLost, le.key)
+		lost := fmt.Errorf("lease %q (token %d): %w: record %q was already gone at release", le.name, le.rev, lock.ErrLost, le.key)
+		le.st.LostAtRelease(lost)
+		return fmt.Errorf("etcdlock: release: %w", lost)
 	}
 	return nil
 }

@@ -27,8 +27,8 @@ var _ lock.Revoker = (*Locker)(nil)
 // record only recordWatchDelay (50ms) after its grant, so a revocation
 // within that time reaches a running holder when the watch starts, up to
 // that long after the grant plus a round trip: a holder that releases
-// before then finds its record gone, its lease ends as released and its
-// Release returns an error wrapping ErrLost.
+// before then finds its record gone: its Release returns an error wrapping
+// ErrLost, and so does Err from then on.
 //
 // A token that is not a current holder's returns an error wrapping
 // [lock.ErrNotHeld]. If the connection fails while the delete is on its

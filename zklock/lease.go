@@ -150,7 +150,8 @@ func (le *Lease) lose(cause error) {
 // delete is sent, so that Done is closed before any waiter can be granted
 // the lock. Releasing an ended lease returns an error wrapping
 // [lock.ErrReleased] or [lock.ErrLost]; so does a Release that finds the
-// znode already gone ([lock.ErrLost]). If ctx ends or the connection fails
+// znode already gone ([lock.ErrLost], and Err then wraps ErrLost too once
+// Release has returned). If ctx ends or the connection fails
 // before the deletion is confirmed, the lease still ends, the znode is
 // deleted once the connection is back in the same session (or vanishes with
 // the session), and Release returns an error saying so. A nil ctx, or a
@@ -195,7 +196,11 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 	case err == nil:
 		return nil
 	case errors.Is(err, zk.ErrNoNode):
-		return fmt.Errorf("zklock: release %q (token %d): %w: its znode was gone at release", le.name, le.czxid, lock.ErrLost)
+		// Lost before the Release: Err says so too from now on (Done was
+		// closed, with ErrReleased, before the delete was sent).
+		lost := fmt.Errorf("lease %q (token %d): %w: its znode was gone at release", le.name, le.czxid, lock.ErrLost)
+		le.st.LostAtRelease(lost)
+		return fmt.Errorf("zklock: release: %w", lost)
 	case isRefusal(err) || errors.Is(err, lock.ErrPermission):
 		// Trying again cannot help; the znode goes with the session.
 		return fmt.Errorf("zklock: release %q: znode not deleted (it goes with the session): %w", le.name, permission(err))

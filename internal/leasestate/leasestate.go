@@ -1,6 +1,7 @@
 // Package leasestate holds the end-once state every backend's lease keeps:
-// Done closes exactly once, Err is nil until then and never changes after,
-// and a Release that has begun is told apart from one that has not.
+// Done closes exactly once, Err is nil until then and changes after only
+// as LostAtRelease says, and a Release that has begun is told apart from
+// one that has not.
 package leasestate
 
 import "sync"
@@ -76,6 +77,27 @@ func (s *State) End(err error) bool {
 	if f != nil {
 		f(err)
 	}
+	return true
+}
+
+// LostAtRelease replaces the error of a lease that its Release ended
+// with err, the error of a loss, and reports whether it did. A backend's
+// Release ends the lease before it deletes the record (a waiter may be
+// granted as soon as the delete is applied); when the delete then finds
+// the record already gone, the lease had been lost before the Release,
+// and Err says so from then on, as Release's own answer does. Done stays
+// closed, and a function given to OnEnd is not called again. It does
+// nothing for a lease that Release did not end.
+func (s *State) LostAtRelease(err error) bool {
+	if err == nil {
+		panic("leasestate: LostAtRelease(nil)") // a backend bug, never a user's input
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.releasing || s.err == nil {
+		return false
+	}
+	s.err = err
 	return true
 }
 

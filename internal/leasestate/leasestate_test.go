@@ -158,3 +158,48 @@ func TestDoneRace(t *testing.T) {
 		}
 	}
 }
+
+// TestLostAtRelease: a Release that finds the record gone turns the
+// lease's error into the loss; nothing else can, and OnEnd is not called
+// again.
+func TestLostAtRelease(t *testing.T) {
+	released, lost := errors.New("released"), errors.New("lost")
+
+	var s State
+	calls := 0
+	s.OnEnd(func(error) { calls++ })
+	if s.LostAtRelease(lost) {
+		t.Error("LostAtRelease on a held lease = true; want false")
+	}
+	if _, first := s.BeginRelease(); !first {
+		t.Fatal("BeginRelease() not first")
+	}
+	if s.LostAtRelease(lost) {
+		t.Error("LostAtRelease before the Release ended the lease = true; want false")
+	}
+	s.End(released)
+	if !s.LostAtRelease(lost) {
+		t.Error("LostAtRelease after the Release ended the lease = false; want true")
+	}
+	if err := s.Err(); err != lost {
+		t.Errorf("Err() = %v; want %v", err, lost)
+	}
+	if calls != 1 {
+		t.Errorf("OnEnd's function called %d times; want once", calls)
+	}
+	select {
+	case <-s.Done():
+	default:
+		t.Error("Done() open after the end")
+	}
+
+	// A lease that ended without a Release keeps its error.
+	var other State
+	other.End(released)
+	if other.LostAtRelease(lost) {
+		t.Error("LostAtRelease on a lease its Release did not end = true; want false")
+	}
+	if err := other.Err(); err != released {
+		t.Errorf("Err() = %v; want %v", err, released)
+	}
+}
