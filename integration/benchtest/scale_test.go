@@ -93,7 +93,7 @@ func skipUnlessListed(t *testing.T, what string) {
 			return
 		}
 	}
-	t.Skipf("%s runs only when FENCELOCK_BENCH_ONLY lists it (several minutes per backend)", what)
+	t.Skipf("not requested: %s runs only when FENCELOCK_BENCH_ONLY lists it (several minutes per backend)", what)
 }
 
 // runScale starts a cluster for the scale measurement and runs both parts

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/integration/cluster"
 	"github.com/fencelock/fencelock/integration/internal/testutil"
 )
 
@@ -43,7 +44,7 @@ func prometheusBin(t *testing.T) string {
 		bin = "/usr/bin/prometheus"
 	}
 	if _, err := os.Stat(bin); err != nil {
-		if errors.Is(err, fs.ErrNotExist) && os.Getenv("CI") != "true" {
+		if errors.Is(err, fs.ErrNotExist) && !cluster.InCI() {
 			t.Skipf("no Prometheus server at %s (apt-get install prometheus, or make deps; under CI=true this fails)", bin)
 		}
 		t.Fatalf("Prometheus server: %v", err)
