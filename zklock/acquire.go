@@ -294,9 +294,10 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 	return le, nil
 }
 
-// create creates this acquisition's znode and returns its path. A create
-// whose reply was lost is looked up by its prefix. One still in flight
-// when ctx ends is settled before create returns (see settle); one
+// create creates this acquisition's znode and returns its path; it sets
+// a.czxid when the create's reply carries the token (see created). A
+// create whose reply was lost is looked up by its prefix. One still in
+// flight when ctx ends is settled before create returns (see settle); one
 // abandoned while in flight (the session ended, the Locker closed) is
 // cleaned up when its reply comes.
 func (a *acquisition) create(ctx context.Context) (string, error) {
@@ -308,10 +309,10 @@ func (a *acquisition) create(ctx context.Context) (string, error) {
 		a.marker = markerOf(parent, prefix)
 	}
 	marker := a.marker
-	abandoned := func(p string, err error) {
+	abandoned := func(c created, err error) {
 		switch {
 		case err == nil:
-			l.jan.add(cleanup{path: p, marker: marker})
+			l.jan.add(cleanup{path: c.path, marker: marker})
 		case isConnErr(err):
 			l.jan.add(cleanup{parent: parent, prefix: prefix, marker: marker})
 		}
@@ -320,20 +321,8 @@ func (a *acquisition) create(ctx context.Context) (string, error) {
 		if attempt == 8 {
 			return "", fmt.Errorf("creating the lock znode under %s keeps failing", a.parent)
 		}
-		f := start(l.g, func() (string, error) {
-			if marker == "" {
-				return l.conn.Create(parent+"/"+prefix, []byte(l.o.Identity), zk.FlagEphemeralSequential, l.o.acl)
-			}
-			// The lock-delay marker is created with the znode, in one
-			// multi (see delay).
-			res, err := l.conn.Multi(
-				&zk.CreateRequest{Path: parent + "/" + prefix, Data: []byte(l.o.Identity), Acl: l.o.acl, Flags: zk.FlagEphemeralSequential},
-				&zk.CreateRequest{Path: marker, Data: []byte(l.o.Identity), Acl: l.o.acl, Flags: zk.FlagPersistent})
-			if err := multiErr(res, err); err != nil {
-				return "", err
-			}
-			return res[0].String, nil
-		}, abandoned)
+		stamp := !l.noStamp.Load()
+		f := start(l.g, func() (created, error) { return l.createZnode(parent, prefix, marker, stamp) }, abandoned)
 		r, stop := f.await(ctx, l.g, a.s)
 		if stop != nil {
 			if ctx.Err() != nil {
@@ -343,10 +332,22 @@ func (a *acquisition) create(ctx context.Context) (string, error) {
 			}
 			return "", &stopError{stop}
 		}
-		path, err := r.v, r.err
+		c, err := r.v, r.err
 		switch {
 		case err == nil:
-			return path, nil
+			// The reply came on a connection of this acquisition's
+			// session only if the connection is in it still: session IDs
+			// are never reused, and a znode created in a later session
+			// is found (and given up) by the first listing.
+			if c.czxid != 0 && l.conn.SessionID() == a.s.id {
+				a.czxid = c.czxid
+			}
+			return c.path, nil
+		case stamp && errors.Is(err, errStampDenied):
+			// No write permission on the parent: this Locker reads the
+			// token with the first listing from now on.
+			l.noStamp.Store(true)
+			l.o.Logger.Debug("zklock: no write permission on a lock's parent; the token is read after the create", "parent", parent)
 		case errors.Is(err, zk.ErrNoNode):
 			// The parent is missing, or the server removed the empty
 			// container between our check and the create.
@@ -371,6 +372,59 @@ func (a *acquisition) create(ctx context.Context) (string, error) {
 	}
 }
 
+// created is the answer to a lock znode's create: its path and, when the
+// create went with a stamp of the parent, its czxid.
+type created struct {
+	path  string
+	czxid int64
+}
+
+// errStampDenied says that the multi of a create was refused for its stamp
+// of the parent alone (zk.ErrNoAuth on the SetData).
+var errStampDenied = errors.New("no write permission on the lock's parent")
+
+// createZnode sends the create of a lock znode parent/prefix and, when
+// marker is not empty, of its lock-delay marker (see delay), in one
+// request.
+//
+// With stamp, the same multi also sets the parent's data, to nothing as
+// it always is, unconditionally: every operation of a multi is one
+// transaction with one zxid, which is the znode's czxid (the token) and
+// the parent's new mzxid, and only a SetData answers with a stat. So the
+// token comes with the create's answer, and the grant needs no read of
+// the znode's stat: one request per grant fewer. The parent's data
+// version counts the creates; nothing reads it, and a lock's parent holds
+// no data of anyone's. A parent this Locker may not write (its ACL)
+// makes the multi fail with errStampDenied, applying nothing.
+func (l *Locker) createZnode(parent, prefix, marker string, stamp bool) (created, error) {
+	id := []byte(l.o.Identity)
+	if !stamp && marker == "" {
+		p, err := l.conn.Create(parent+"/"+prefix, id, zk.FlagEphemeralSequential, l.o.acl)
+		return created{path: p}, err
+	}
+	ops := make([]any, 0, 3)
+	ops = append(ops, &zk.CreateRequest{Path: parent + "/" + prefix, Data: id, Acl: l.o.acl, Flags: zk.FlagEphemeralSequential})
+	if stamp {
+		ops = append(ops, &zk.SetDataRequest{Path: parent, Data: nil, Version: -1})
+	}
+	if marker != "" {
+		ops = append(ops, &zk.CreateRequest{Path: marker, Data: id, Acl: l.o.acl, Flags: zk.FlagPersistent})
+	}
+	res, err := l.conn.Multi(ops...)
+	if stamp && len(res) > 1 && errors.Is(res[1].Error, zk.ErrNoAuth) {
+		// Refused for the stamp: the create before it passed its checks.
+		return created{}, errStampDenied
+	}
+	if err := multiErr(res, err); err != nil {
+		return created{}, err
+	}
+	c := created{path: res[0].String}
+	if stamp && len(res) > 1 && res[1].Stat != nil {
+		c.czxid = res[1].Stat.Mzxid
+	}
+	return c, nil
+}
+
 // settle finishes a create that was in flight when the caller's context
 // ended. The server may still apply it, and a znode that appeared after
 // Acquire had returned its error would head the queue until the janitor
@@ -381,7 +435,7 @@ func (a *acquisition) create(ctx context.Context) (string, error) {
 // as discard is) and deletes the znode it made. When no answer comes in
 // time, the session ends or the Locker closes, the janitor takes over
 // when the answer comes, as for any abandoned create.
-func (a *acquisition) settle(f *future[string]) {
+func (a *acquisition) settle(f *future[created]) {
 	ctx, cancel := context.WithTimeout(a.l.g.bg, a.l.cleanupWait())
 	defer cancel()
 	r, stop := f.await(ctx, a.l.g, a.s)
@@ -389,7 +443,7 @@ func (a *acquisition) settle(f *future[string]) {
 	case stop != nil:
 		f.abandon()
 	case r.err == nil:
-		a.l.discard(r.v, a.marker)
+		a.l.discard(r.v.path, a.marker)
 	case isConnErr(r.err), a.marker != "" && errors.Is(r.err, zk.ErrNodeExists):
 		// Applied perhaps, or an earlier attempt of this prefix was.
 		a.l.jan.add(cleanup{parent: a.parent, prefix: a.prefix, marker: a.marker})
@@ -662,9 +716,12 @@ func (a *acquisition) touch(ctx context.Context) error {
 }
 
 // list returns the lock znodes of the parent, in grant order, and the
-// parent's child version at that listing. The first listing also reads
-// the acquisition's own znode's stat (the token), in the same round trip:
-// go-zookeeper pipelines requests issued concurrently on one connection.
+// parent's child version at that listing. When the create's answer did
+// not carry the token (its reply was lost and the znode found by its
+// prefix, or the Locker may not stamp the parent: see createZnode), the
+// first listing also reads the acquisition's own znode's stat, in the
+// same round trip: go-zookeeper pipelines requests issued concurrently on
+// one connection.
 //
 // A waiting acquisition sets no watch on its own znode: a waiter learns
 // that its znode went (its session's end aside, which the session reports)

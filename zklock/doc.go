@@ -95,9 +95,8 @@
 // until cleaned up; a create abandoned in flight otherwise (the session
 // ended, the Locker closed, no reply within that bound) is deleted when
 // its reply comes. A cancelled, failed or interrupted wait deletes its
-// znode, and its lock-delay marker if it had created one. The uncontended path is two round
-// trips: the create, then the listing pipelined with a read of the new
-// znode's stat.
+// znode, and its lock-delay marker if it had created one. The uncontended
+// path is two round trips: the create, then the listing.
 //
 // # Tokens
 //
@@ -106,6 +105,16 @@
 // rise with every grant, and keep rising when a lock's parent is deleted
 // and created again, where the sequence numbers start over. (They also
 // rise across a leader change: the new epoch is in the zxid's high bits.)
+//
+// The token comes with the create's answer. The create is a multi that
+// also sets the data of the lock's parent, to nothing, as it always is:
+// the operations of a multi are one transaction with one zxid, and a
+// SetData answers with the parent's stat, whose mzxid is that zxid. So a
+// grant costs no read of its znode's stat, and the parent's data version
+// counts the acquisitions of the name. This needs write permission on the
+// parent, which a parent created with the Locker's ACL ([WithACL]) gives;
+// a Locker refused it falls back to reading the new znode's stat with its
+// first listing, and says so in a debug log line.
 //
 // # Sessions and loss
 //

@@ -3,6 +3,7 @@ package zklock
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-zookeeper/zk"
 
@@ -23,10 +24,11 @@ type leaseTable struct {
 	kick         chan struct{} // wakes run
 	sessionEnded atomic.Bool   // a session ended; run has not ended its leases yet
 
-	mu      sync.Mutex
-	watched map[string]*watchEntry // the znodes of acquisitions and held leases, by path
-	pending []nodeEvent            // events for held leases, for run
-	toArm   []*Lease               // held leases whose watch is due, for run
+	mu       sync.Mutex
+	watched  map[string]*watchEntry // the znodes of acquisitions and held leases, by path
+	pending  []nodeEvent            // events for held leases, for run
+	arming   []pendingArm           // held leases whose watch is not set yet, oldest first (armLater)
+	armTimer *time.Timer            // fires when the oldest of arming is due; nil until the first grant
 }
 
 func newLeaseTable(g *group, ss *sessions, jan *janitor, poll bool) *leaseTable {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -35,6 +36,10 @@ type Locker struct {
 	calls sync.WaitGroup // public calls in progress
 	once  sync.Once
 	down  chan struct{} // closed when the first Close has finished
+
+	// noStamp: creates go without the stamp of the parent (see
+	// createZnode), since this Locker may not write a lock's parent.
+	noStamp atomic.Bool
 }
 
 // Dial connects to the ZooKeeper servers ("host:port", at least one) and

@@ -101,6 +101,13 @@ func (t *leaseTable) run() {
 			t.endSessionLeases()
 		}
 		if closing {
+			t.mu.Lock()
+			if t.armTimer != nil {
+				t.armTimer.Stop()
+			}
+			clear(t.arming)
+			t.arming = nil
+			t.mu.Unlock()
 			return
 		}
 		t.handleEvents()
@@ -109,23 +116,53 @@ func (t *leaseTable) run() {
 }
 
 // armLater has run set the watch on le's znode ownWatchDelay from now.
+// One timer serves every lease: the delay is the same for all, so the
+// leases waiting for their watch are due in grant order, and the timer is
+// set for the oldest. A grant therefore costs no timer and no wake-up of
+// run of its own; run arms whatever is due when the timer fires.
 func (t *leaseTable) armLater(le *Lease) {
-	time.AfterFunc(ownWatchDelay, func() {
-		t.mu.Lock()
-		t.toArm = append(t.toArm, le)
-		t.mu.Unlock()
-		t.wake()
-	})
+	due := time.Now().Add(ownWatchDelay)
+	t.mu.Lock()
+	t.arming = append(t.arming, pendingArm{le, due})
+	if len(t.arming) == 1 {
+		if t.armTimer == nil {
+			t.armTimer = time.AfterFunc(ownWatchDelay, t.wake)
+		} else {
+			t.armTimer.Reset(ownWatchDelay)
+		}
+	}
+	t.mu.Unlock()
 }
 
-// armDue sets the watches that armLater made due, on the leases still held.
+// pendingArm is a held lease whose watch is set at due (armLater).
+type pendingArm struct {
+	le  *Lease
+	due time.Time
+}
+
+// armDue sets the watches that armLater made due, on the leases still held,
+// and sets the timer for the next one.
 func (t *leaseTable) armDue() {
+	now := time.Now()
 	t.mu.Lock()
-	les := t.toArm
-	t.toArm = nil
+	n := 0
+	for n < len(t.arming) && !t.arming[n].due.After(now) {
+		n++
+	}
+	var les []*Lease
+	for _, p := range t.arming[:n] {
+		if !p.le.stopped() {
+			les = append(les, p.le)
+		}
+	}
+	clear(t.arming[:n])
+	t.arming = t.arming[n:]
+	if len(t.arming) > 0 {
+		t.armTimer.Reset(t.arming[0].due.Sub(now))
+	}
 	t.mu.Unlock()
 	for _, le := range les {
-		if !le.stopped() && le.endErr() == nil {
+		if le.endErr() == nil {
 			t.rearm(le)
 		}
 	}

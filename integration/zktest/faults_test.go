@@ -222,13 +222,28 @@ type dropConn struct {
 }
 
 // isLockCreate reports whether p is one whole create request for a lock
-// znode: length, xid, opcode 1, path containing "/~".
+// znode: length, xid, then opcode 1 (create) and the path, or opcode 14
+// (multi) whose first operation is a create (zklock sends its creates as
+// a multi with the stamp of the parent and, with a lock-delay, the
+// marker): its header (type, done flag, error) and then the path. The
+// path contains "/~".
 func isLockCreate(p []byte) bool {
-	if len(p) < 16 || int32(binary.BigEndian.Uint32(p[8:12])) != 1 {
+	if len(p) < 16 {
 		return false
 	}
-	n := int(binary.BigEndian.Uint32(p[12:16]))
-	return 16+n <= len(p) && strings.Contains(string(p[16:16+n]), "/~")
+	off := 12
+	switch int32(binary.BigEndian.Uint32(p[8:12])) {
+	case 1:
+	case 14:
+		if len(p) < 12+9+4 || int32(binary.BigEndian.Uint32(p[12:16])) != 1 {
+			return false
+		}
+		off = 12 + 9
+	default:
+		return false
+	}
+	n := int(binary.BigEndian.Uint32(p[off : off+4]))
+	return n >= 0 && off+4+n <= len(p) && strings.Contains(string(p[off+4:off+4+n]), "/~")
 }
 
 func (c *dropConn) Write(p []byte) (int, error) {
