@@ -21,6 +21,8 @@
 #                         in CHARTS_DIR (default docs/bench) from BENCH_JSON
 #                         (default integration/bench-results.json; several
 #                         files are several runs)
+#   make bench-spread     the target lines of several runs side by side, as
+#                         Markdown (BENCH_JSON: their files)
 #   make screenshot       examples/metrics/prometheus-graph.png from a real
 #                         run: the metrics example scraped by Prometheus,
 #                         its graph page taken by headless Chromium
@@ -49,7 +51,7 @@ BENCH_OUT := $(or $(FENCELOCK_BENCH_OUT),bench-results.json)
 BENCH_JSON ?= $(if $(filter /%,$(BENCH_OUT)),$(BENCH_OUT),integration/$(BENCH_OUT))
 CHARTS_DIR ?= docs/bench
 
-.PHONY: deps images vet demo test test-unit test-examples test-process test-containers fuzz test-fault chaos bench charts screenshot
+.PHONY: deps images vet demo test test-unit test-examples test-process test-containers fuzz test-fault chaos bench charts bench-spread screenshot
 
 deps:
 	scripts/test.sh deps
@@ -129,6 +131,12 @@ charts:
 	@mkdir -p $(CACHE_BIN)
 	cd integration && $(GO) build -o .cache/bin/benchcharts ./benchtest/charts
 	$(CACHE_BIN)/benchcharts -out $(CHARTS_DIR) $(BENCH_JSON)
+
+# Every target line of the runs in BENCH_JSON, with how many met it.
+bench-spread:
+	@mkdir -p $(CACHE_BIN)
+	@cd integration && $(GO) build -o .cache/bin/benchcharts ./benchtest/charts
+	@$(CACHE_BIN)/benchcharts -spread $(BENCH_JSON)
 
 # Installs Prometheus and Chromium if missing (make deps does too), then
 # runs the metrics example's Prometheus test on etcd for a minute and a

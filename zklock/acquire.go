@@ -765,6 +765,20 @@ func (a *acquisition) list(ctx context.Context) ([]string, int32, error) {
 // acquisition waits for, to fire, and returns the type of its event (0 if
 // something else ended the wait).
 func (a *acquisition) await(ctx context.Context, watched []<-chan zk.Event) (fired zk.EventType, err error) {
+	if len(watched) == 1 {
+		// A lock's or read-write lock's waiter, and most permit waiters:
+		// no reflection.
+		select {
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		case <-a.s.done:
+			return 0, a.s.err
+		case <-a.l.g.closing:
+			return 0, lock.ErrClosed
+		case ev := <-watched[0]:
+			return ev.Type, nil
+		}
+	}
 	const doneCase, sessionCase, closingCase = 0, 1, 2
 	cases := []reflect.SelectCase{
 		doneCase:    {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},

@@ -342,3 +342,29 @@ func TestThousands(t *testing.T) {
 		}
 	}
 }
+
+// TestSpread checks -spread: every run's figure of every target, side by
+// side, with the number of runs that met it, counted over the runs that
+// have the target; and nothing drawn.
+func TestSpread(t *testing.T) {
+	var out, errOut bytes.Buffer
+	args := []string{"-spread", filepath.Join("testdata", "spread-1.json"), filepath.Join("testdata", "spread-2.json")}
+	if err := run(args, &out, &errOut); err != nil {
+		t.Fatalf("run(%q) = %v; want nil", args, err)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"| target | met in | run 1 | run 2 |\n| --- | --- | --- | --- |\n",
+		"| contended grants/s with 2 clients at least 1× the reference | 1 of 2 | met: 717 vs 715 = 1.00× | MISSED: 642 vs 685 = 0.94× |\n",
+		// Only the first run has it; the '|' in its name stays in its cell.
+		`| heap \| per lease | 0 of 1 | MISSED: 577 vs 239 = 2.41× | — |` + "\n",
+		"1 = 2026-11-25 05:00 UTC", "2 = 2026-11-25 05:20 UTC",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("-spread output lacks %q; got:\n%s", want, got)
+		}
+	}
+	if err := run([]string{"-spread"}, &out, &errOut); err == nil {
+		t.Error("-spread without input files: nil error; want one")
+	}
+}

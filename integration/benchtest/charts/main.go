@@ -14,7 +14,10 @@
 //
 //	go run ./benchtest/charts -out DIR results.json [more.json ...]
 //
-// or "make charts" from the repository root (see BENCHMARKS.md). Several
+// or "make charts" from the repository root (see BENCHMARKS.md). With
+// -spread it draws nothing and writes instead, as Markdown tables, every
+// target line of every run side by side, with the number of runs that met
+// it ("make bench-spread"). Several
 // files are several runs: every run's figure is drawn, so that the spread
 // between runs shows, and the lines and bars stand for the median. A chart
 // whose rows no input has is not drawn, and a file of that name left in DIR
@@ -43,15 +46,16 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("charts", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	out := fs.String("out", "", "the directory to write the SVG files to (created if missing; required)")
+	out := fs.String("out", "", "the directory to write the SVG files to (created if missing; required unless -spread)")
+	spread := fs.Bool("spread", false, "instead of drawing, write the target lines of every run side by side, as Markdown, to standard output")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: charts -out DIR results.json [more.json ...]")
+		fmt.Fprintln(stderr, "usage: charts -out DIR results.json [more.json ...]\n       charts -spread results.json [more.json ...]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *out == "" {
+	if *out == "" && !*spread {
 		return errors.New("-out is required: the directory for the SVG files")
 	}
 	if fs.NArg() == 0 {
@@ -60,6 +64,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	runs, err := loadRuns(fs.Args())
 	if err != nil {
 		return err
+	}
+	if *spread {
+		return writeSpread(stdout, runs)
 	}
 	charts, err := buildCharts(runs)
 	if err != nil {

@@ -45,6 +45,15 @@ type backend struct {
 	Leases        []leases    `json:"leases"`
 	Shared        []shared    `json:"shared"`
 	Semaphore     []shared    `json:"semaphore"`
+	Targets       []target    `json:"targets"`
+}
+
+// target is one target line of a run: what it asks, the run's figure,
+// and whether the run met it.
+type target struct {
+	What   string `json:"what"`
+	Figure string `json:"figure"`
+	Met    bool   `json:"met"`
 }
 
 // dist is a latency distribution in milliseconds. Results written before
