@@ -659,14 +659,21 @@ func settledGoroutines() int {
 	return last
 }
 
-// liveMemory returns the live heap after a collection, and the memory
-// held by goroutine stacks, which the heap figure does not include.
+// liveMemory returns the live heap after a collection, less what holds
+// the output of the servers this process started (cluster.HeldLogBytes:
+// it grows with how much the servers log, not with what is measured), and
+// the memory held by goroutine stacks, which the heap figure does not
+// include.
 func liveMemory() (heap, stack uint64) {
 	runtime.GC()
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
-	return m.HeapAlloc, m.StackInuse
+	heap = m.HeapAlloc
+	if logs := uint64(cluster.HeldLogBytes()); logs < heap {
+		heap -= logs
+	}
+	return heap, m.StackInuse
 }
 
 // ---- many waiters on one lock ----

@@ -27,6 +27,49 @@ func (b *logBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// live is every logBuffer of a member not torn down yet, for HeldLogBytes.
+var live = struct {
+	mu   sync.Mutex
+	bufs map[*logBuffer]struct{}
+}{bufs: map[*logBuffer]struct{}{}}
+
+// newLogBuffer returns an empty logBuffer that HeldLogBytes counts until
+// release.
+func newLogBuffer() *logBuffer {
+	b := new(logBuffer)
+	live.mu.Lock()
+	live.bufs[b] = struct{}{}
+	live.mu.Unlock()
+	return b
+}
+
+// release stops counting b in HeldLogBytes; its output stays readable.
+func (b *logBuffer) release() {
+	live.mu.Lock()
+	delete(live.bufs, b)
+	live.mu.Unlock()
+}
+
+// HeldLogBytes returns how much of this process's heap holds the output of
+// the servers the process provider started and has not torn down: the
+// capacity of their buffers (up to 8 MiB per member, growing by doubling
+// as the servers log). A measurement of this process's live heap
+// subtracts it (benchtest's heap per held lease): otherwise a buffer that
+// grows while the measured objects are being made would count as theirs,
+// by more the busier the servers' logs. Members in containers keep their
+// output in the container engine: 0 for them.
+func HeldLogBytes() int64 {
+	live.mu.Lock()
+	defer live.mu.Unlock()
+	var n int64
+	for b := range live.bufs {
+		b.mu.Lock()
+		n += int64(b.buf.Cap())
+		b.mu.Unlock()
+	}
+	return n
+}
+
 // String returns everything kept so far.
 func (b *logBuffer) String() string {
 	b.mu.Lock()

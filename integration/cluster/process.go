@@ -111,7 +111,7 @@ func startProcesses(t testing.TB, kind Kind, o options, lay layout, dir string) 
 			clientAddr: fmt.Sprintf("127.0.0.1:%d", ports[i][0]),
 			argv:       argv,
 			dir:        mdir,
-			log:        new(logBuffer),
+			log:        newLogBuffer(),
 		}
 	}
 	teardown := func() {
@@ -313,6 +313,7 @@ func (m *procMember) teardown() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	_ = m.killLocked()
+	m.log.release()
 }
 
 // Stop sends SIGSTOP and waits until the kernel reports the process
