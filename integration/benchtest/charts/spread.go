@@ -63,12 +63,12 @@ func writeSpread(w io.Writer, runs []*benchRun) error {
 		for _, what := range order {
 			cells := make([]string, len(runs))
 			for i, f := range figures[what] {
-				cells[i] = f
+				cells[i] = escapeCell(f)
 				if f == "" {
 					cells[i] = "—"
 				}
 			}
-			fmt.Fprintf(&sb, "| %s | %d of %d | %s |\n", escapeCell(what), met[what], have[what], strings.Join(mapCells(cells), " | "))
+			fmt.Fprintf(&sb, "| %s | %d of %d | %s |\n", escapeCell(what), met[what], have[what], strings.Join(cells, " | "))
 		}
 	}
 	_, err := io.WriteString(w, sb.String())
@@ -81,14 +81,6 @@ func runHeads(n int) string {
 		h[i] = fmt.Sprintf("run %d", i+1)
 	}
 	return strings.Join(h, " | ")
-}
-
-func mapCells(cells []string) []string {
-	out := make([]string, len(cells))
-	for i, c := range cells {
-		out[i] = escapeCell(c)
-	}
-	return out
 }
 
 // escapeCell keeps a figure inside its table cell.
