@@ -174,7 +174,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, out io.Writer) err
 	if err != nil {
 		return err
 	}
-	if err := setup(ctx, db, fence, cfg.cache); err != nil {
+	if err := db.Setup(ctx, func(ctx context.Context) error { return setup(ctx, db, fence, cfg.cache) }); err != nil {
 		return err
 	}
 	locker, err := lock.Open(ctx, url)

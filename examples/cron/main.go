@@ -94,7 +94,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	defer db.Close()
 	s := &scheduler{cfg: cfg, db: db, out: out}
-	if err := s.setup(ctx); err != nil {
+	if err := db.Setup(ctx, s.setup); err != nil {
 		return err
 	}
 

@@ -99,7 +99,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, out io.Writer) err
 	if err != nil {
 		return err
 	}
-	if err := setup(ctx, db, fence, *sku, *initial); err != nil {
+	if err := db.Setup(ctx, func(ctx context.Context) error { return setup(ctx, db, fence, *sku, *initial) }); err != nil {
 		return err
 	}
 

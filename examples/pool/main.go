@@ -123,7 +123,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, out io.Writer) err
 		return err
 	}
 	defer db.Close()
-	if err := setup(ctx, db, cfg.pool); err != nil {
+	if err := db.Setup(ctx, func(ctx context.Context) error { return setup(ctx, db, cfg.pool) }); err != nil {
 		return err
 	}
 	locker, err := lock.Open(ctx, url)

@@ -13,9 +13,11 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
-	_ "modernc.org/sqlite"             // registers "sqlite"
+	"modernc.org/sqlite"               // registers "sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/fencelock/fencelock/fencing/sqlfence"
 	"github.com/fencelock/fencelock/lock"
@@ -56,6 +58,43 @@ func OpenDB(dsn string) (*DB, error) {
 	default:
 		return nil, fmt.Errorf("--db %q: want sqlite:PATH or postgres://...", dsn)
 	}
+}
+
+// setupRetryFor bounds how long Setup retries a busy SQLite file: as long
+// as the busy timeout OpenDB sets.
+const setupRetryFor = 20 * time.Second
+
+// Setup runs create, a program's idempotent creation of its tables and
+// rows, and runs it again while SQLite answers SQLITE_BUSY, for up to
+// 20 seconds.
+//
+// The busy timeout does not cover every case: when several processes open
+// a new SQLite file at the same moment, SQLite answers SQLITE_BUSY at once
+// to some of them while the file is switched into WAL mode (seen about
+// once in 200 processes started five at a time on new files). Once the
+// tables exist, transactions wait for the write lock as usual.
+func (db *DB) Setup(ctx context.Context, create func(context.Context) error) error {
+	deadline := time.Now().Add(setupRetryFor)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		err := create(ctx)
+		if err == nil || db.Dialect != sqlfence.SQLite || !isBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// isBusy reports whether err is SQLite's SQLITE_BUSY, in any of its
+// extended forms.
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 // Q rewrites the ? placeholders of query into $1, $2... for PostgreSQL.
