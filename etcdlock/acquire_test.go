@@ -57,7 +57,7 @@ func TestPlace(t *testing.T) {
 		{name: "try, nothing there", try: true, resp: txnResp(23, false, nil, nil), wantErr: lock.ErrLocked},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := &acquisition{record: record{key: own, ambiguous: tc.ambiguous}, name: "x", pfx: "p/x/#", try: tc.try}
+			a := &acquisition{pending: pending{record: record{key: own, ambiguous: tc.ambiguous}}, name: "x", pfx: "p/x/#", try: tc.try}
 			pred, readRev, err := a.place(context.Background(), tc.resp)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {

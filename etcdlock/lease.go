@@ -127,7 +127,7 @@ func (le *Lease) end(cause error) bool {
 // lives: its end is written in the background.
 func (le *Lease) lose(cause error) {
 	if le.end(cause) && le.ambiguous && !le.s.ended() {
-		le.l.cleanupLater(record{s: le.s, key: le.key, ambiguous: true})
+		le.l.cleanupLater(pending{record: record{s: le.s, key: le.key, ambiguous: true}})
 	}
 }
 
@@ -183,7 +183,7 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 	deleted, err := le.deleteRecord(ctx, true)
 	switch {
 	case err != nil:
-		le.l.cleanupLater(le.record)
+		le.l.cleanupLater(pending{record: le.record})
 		return fmt.Errorf("etcdlock: release %q: delete of the record not confirmed (retried in the background): %w", le.name, err)
 	case !deleted:
 		lost := fmt.Errorf("lease %q (token %d): %w: record %q was already gone at release", le.name, le.rev, lock.ErrLost, le.key)

@@ -204,7 +204,7 @@ func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request
 	if le != nil {
 		token = uint64(le.czxid)
 	}
-	if hold := tel.End(config.Outcome(ctx, err), token, err); le != nil {
+	if hold := tel.End(config.Outcome(ctx, err), token, err); le != nil && hold.Counts() {
 		le.st.OnEnd(func(err error) { l.countEnd(le, hold, err) })
 	}
 	if err != nil {
