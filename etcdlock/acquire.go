@@ -10,7 +10,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/internal/config"
-	"github.com/fencelock/fencelock/internal/names"
 	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
@@ -168,8 +167,8 @@ func (l *Locker) acquireIn(ctx context.Context, s *session, name string, req que
 	if err := a.delay(ctx); err != nil {
 		return nil, l.discard(a.pending, err)
 	}
-	// The name is kept as part of the key: one string per lease, not two.
-	le := &Lease{l: l, record: a.record, name: names.Within(a.key, len(l.opts.prefix), a.name)}
+	// The lease keeps no name of its own: Name reads it from the key.
+	le := &Lease{l: l, record: a.record}
 	if err := l.grant(le, readRev); err != nil {
 		return nil, l.discard(a.pending, err)
 	}

@@ -59,7 +59,7 @@ func GuardedTxn(ctx context.Context, kv clientv3.KV, lease lock.Lease, ops ...cl
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: guarded txn: %w", err)
 	}
-	ctx, w := le.l.tel.StartWrite(ctx, guardedTxnHelper, le.name, uint64(le.rev))
+	ctx, w := le.l.tel.StartWrite(ctx, guardedTxnHelper, le.Name(), uint64(le.rev))
 	if err := le.st.Err(); err != nil {
 		err = fmt.Errorf("etcdlock: guarded txn on %q: %w", le.Name(), err)
 		w.End(telemetry.Rejected, err)

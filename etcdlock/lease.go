@@ -11,6 +11,7 @@ import (
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/leasestate"
+	"github.com/fencelock/fencelock/internal/names"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -38,17 +39,18 @@ const recordWatchDelay = 50 * time.Millisecond
 type Lease struct {
 	record // its session, key, create revision, ambiguous create
 	l      *Locker
-	name   string
 	watch  *recordWatch     // the watch on the record, in the session's watcher
 	st     leasestate.State // Done, Err (unprefixed), a release begun
 }
 
 // Name returns the lock's name.
 func (le *Lease) Name() string {
-	if le == nil {
+	if le == nil || le.l == nil {
 		return ""
 	}
-	return le.name
+	// The name is part of the record's key, between the prefix and the
+	// "/#" before the record's own part (see namePrefix).
+	return names.Between(le.key, len(le.l.opts.prefix), "/#")
 }
 
 // Token returns the lease's fencing token: the create revision of its
@@ -110,13 +112,13 @@ func (le *Lease) Err() error {
 // lock.ErrLost. The stored error has no package prefix: the exported
 // methods add it.
 func (le *Lease) end(cause error) bool {
-	if !le.st.End(fmt.Errorf("lease %q (token %d): %w", le.name, le.rev, cause)) {
+	if !le.st.End(fmt.Errorf("lease %q (token %d): %w", le.Name(), le.rev, cause)) {
 		return false
 	}
 	le.s.watch.stop(le.watch)
 	le.s.remove(le)
 	if errors.Is(cause, lock.ErrLost) {
-		le.l.opts.Logger.Warn("etcdlock: lease lost", config.LogLock, le.name, config.LogToken, le.rev, config.LogSession, fmt.Sprintf("%x", int64(le.s.id)), config.LogErr, cause)
+		le.l.opts.Logger.Warn("etcdlock: lease lost", config.LogLock, le.Name(), config.LogToken, le.rev, config.LogSession, fmt.Sprintf("%x", int64(le.s.id)), config.LogErr, cause)
 	}
 	return true
 }
@@ -155,9 +157,9 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 		return fmt.Errorf("etcdlock: release: %w", errNotLease())
 	}
 	if ctx == nil {
-		return fmt.Errorf("etcdlock: release %q: %w: nil context", le.name, lock.ErrInvalidConfig)
+		return fmt.Errorf("etcdlock: release %q: %w: nil context", le.Name(), lock.ErrInvalidConfig)
 	}
-	ctx, end := le.l.tel.StartRelease(ctx, le.name, uint64(le.rev))
+	ctx, end := le.l.tel.StartRelease(ctx, le.Name(), uint64(le.rev))
 	defer func() { end(err) }()
 	ended, first := le.st.BeginRelease()
 	switch {
@@ -169,7 +171,7 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 		}
 		return fmt.Errorf("etcdlock: release: %w", ended)
 	case !first:
-		return fmt.Errorf("etcdlock: release %q: %w (by a concurrent call)", le.name, lock.ErrReleased)
+		return fmt.Errorf("etcdlock: release %q: %w (by a concurrent call)", le.Name(), lock.ErrReleased)
 	}
 
 	// The lease ends before the delete is sent: the server may grant the
@@ -184,9 +186,9 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 	switch {
 	case err != nil:
 		le.l.cleanupLater(pending{record: le.record})
-		return fmt.Errorf("etcdlock: release %q: delete of the record not confirmed (retried in the background): %w", le.name, err)
+		return fmt.Errorf("etcdlock: release %q: delete of the record not confirmed (retried in the background): %w", le.Name(), err)
 	case !deleted:
-		lost := fmt.Errorf("lease %q (token %d): %w: record %q was already gone at release", le.name, le.rev, lock.ErrLost, le.key)
+		lost := fmt.Errorf("lease %q (token %d): %w: record %q was already gone at release", le.Name(), le.rev, lock.ErrLost, le.key)
 		le.st.LostAtRelease(lost)
 		return fmt.Errorf("etcdlock: release: %w", lost)
 	}
@@ -216,7 +218,7 @@ func (le *Lease) deleteRecord(ctx context.Context, clean bool) (bool, error) {
 		// leaves its marker for the next grant to wait on.
 		held := []clientv3.Op{clientv3.OpDelete(le.key)}
 		if clean && le.l.opts.LockDelay > 0 {
-			held = append(held, clientv3.OpDelete(le.l.markerKey(le.name, le.key)))
+			held = append(held, clientv3.OpDelete(le.l.markerKey(le.Name(), le.key)))
 		}
 		if le.ambiguous {
 			end := []clientv3.Op{clientv3.OpDelete(le.key), clientv3.OpPut(le.s.guardKey, "", clientv3.WithLease(le.s.id))}

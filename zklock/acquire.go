@@ -15,7 +15,6 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/internal/config"
-	"github.com/fencelock/fencelock/internal/names"
 	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
@@ -823,11 +822,10 @@ func (a *acquisition) retry(ctx context.Context, err error) error {
 
 // grant makes the acquisition's znode a held lease.
 func (a *acquisition) grant() (*Lease, error) {
-	// The name is kept as part of the path: one string per lease, not two.
+	// The lease keeps no name of its own: Name reads it from the path.
 	le := &Lease{
 		l:       a.l,
 		s:       a.s,
-		name:    names.Within(a.path, len(a.l.o.root)+1, a.name),
 		path:    a.path,
 		czxid:   a.czxid,
 		version: a.version,

@@ -28,9 +28,12 @@ func TestErrorPrefixOnce(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatalf("Close() = %v", err)
 	}
-	lost := &Lease{l: l, s: &session{id: 1, done: make(chan struct{})}, name: "x", path: "/fencelock/x/~0~1", czxid: 5}
+	lost := &Lease{l: l, s: &session{id: 1, done: make(chan struct{})}, path: l.parent("x") + "/~0~1", czxid: 5}
+	if got := lost.Name(); got != "x" {
+		t.Errorf("Name() = %q; want %q", got, "x")
+	}
 	lost.lose(fmt.Errorf("%w: its znode was deleted", lock.ErrLost))
-	released := &Lease{l: l, s: &session{id: 1, done: make(chan struct{})}, name: "y", path: "/fencelock/y/~0~1", czxid: 6}
+	released := &Lease{l: l, s: &session{id: 1, done: make(chan struct{})}, path: l.parent("y") + "/~0~1", czxid: 6}
 	released.end(fmt.Errorf("lease %q: %w", "y", lock.ErrReleased))
 
 	tests := []struct {

@@ -79,7 +79,7 @@ func GuardedMulti(ctx context.Context, conn *zk.Conn, lease lock.Lease, ops ...a
 	if le.valid() {
 		tel = le.l.tel
 	}
-	ctx, w := tel.StartWrite(ctx, guardedMultiHelper, le.name, uint64(le.czxid))
+	ctx, w := tel.StartWrite(ctx, guardedMultiHelper, le.Name(), uint64(le.czxid))
 	if err := le.endErr(); err != nil {
 		err = fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), permission(err))
 		w.End(telemetry.Rejected, err)

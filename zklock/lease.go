@@ -11,6 +11,7 @@ import (
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/leasestate"
+	"github.com/fencelock/fencelock/internal/names"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -19,7 +20,6 @@ import (
 type Lease struct {
 	l       *Locker
 	s       *session
-	name    string
 	path    string
 	czxid   int64
 	version int32
@@ -30,10 +30,12 @@ var _ lock.Lease = (*Lease)(nil)
 
 // Name returns the lock's name.
 func (le *Lease) Name() string {
-	if le == nil {
+	if le == nil || le.l == nil {
 		return ""
 	}
-	return le.name
+	// The name is part of the znode's path: root, "/", the name, "/" and
+	// the znode's own name (see Locker.parent).
+	return names.Between(le.path, len(le.l.o.root)+1, "/")
 }
 
 // Token returns the lease's fencing token: the czxid of its znode. Every
@@ -132,7 +134,7 @@ func (le *Lease) end(err error) bool {
 	}
 	le.l.tab.untrack(le.path)
 	if errors.Is(err, lock.ErrLost) {
-		le.l.o.Logger.Warn("zklock: lease lost", config.LogLock, le.name, config.LogToken, le.czxid, config.LogSession, fmt.Sprintf("0x%x", le.s.id), "path", le.path, config.LogErr, err)
+		le.l.o.Logger.Warn("zklock: lease lost", config.LogLock, le.Name(), config.LogToken, le.czxid, config.LogSession, fmt.Sprintf("0x%x", le.s.id), "path", le.path, config.LogErr, err)
 	}
 	return true
 }
@@ -140,7 +142,7 @@ func (le *Lease) end(err error) bool {
 // lose ends the lease as lost and has its znode deleted if it still exists
 // in this session.
 func (le *Lease) lose(cause error) {
-	if le.end(fmt.Errorf("lease %q (token %d): %w", le.name, le.czxid, cause)) {
+	if le.end(fmt.Errorf("lease %q (token %d): %w", le.Name(), le.czxid, cause)) {
 		le.l.jan.add(cleanup{path: le.path})
 	}
 }
@@ -161,27 +163,27 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 		return fmt.Errorf("zklock: release: %w", errNotLease())
 	}
 	if ctx == nil {
-		return fmt.Errorf("zklock: release %q: %w: nil context", le.name, lock.ErrInvalidConfig)
+		return fmt.Errorf("zklock: release %q: %w: nil context", le.Name(), lock.ErrInvalidConfig)
 	}
-	ctx, end := le.l.tel.StartRelease(ctx, le.name, uint64(le.czxid))
+	ctx, end := le.l.tel.StartRelease(ctx, le.Name(), uint64(le.czxid))
 	defer func() { end(err) }()
 	ended, first := le.st.BeginRelease()
 	if ended != nil {
 		if errors.Is(ended, lock.ErrLost) {
 			le.l.jan.wake()
-			return fmt.Errorf("zklock: release %q: %w", le.name, ended)
+			return fmt.Errorf("zklock: release %q: %w", le.Name(), ended)
 		}
-		return fmt.Errorf("zklock: release %q: %w", le.name, lock.ErrReleased)
+		return fmt.Errorf("zklock: release %q: %w", le.Name(), lock.ErrReleased)
 	}
 	if !first {
 		<-le.st.Done()
-		return fmt.Errorf("zklock: release %q: %w", le.name, lock.ErrReleased)
+		return fmt.Errorf("zklock: release %q: %w", le.Name(), lock.ErrReleased)
 	}
 
 	// The lease ends before the delete is sent: the server may grant the
 	// lock to a waiter as soon as it applies the delete, before its answer
 	// comes back, and Done must be closed by then.
-	le.end(fmt.Errorf("lease %q: %w", le.name, lock.ErrReleased))
+	le.end(fmt.Errorf("lease %q: %w", le.Name(), lock.ErrReleased))
 	if err := le.l.enter(); err != nil {
 		return nil // Close deletes the znode
 	}
@@ -198,18 +200,18 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 	case errors.Is(err, zk.ErrNoNode):
 		// Lost before the Release: Err says so too from now on (Done was
 		// closed, with ErrReleased, before the delete was sent).
-		lost := fmt.Errorf("lease %q (token %d): %w: its znode was gone at release", le.name, le.czxid, lock.ErrLost)
+		lost := fmt.Errorf("lease %q (token %d): %w: its znode was gone at release", le.Name(), le.czxid, lock.ErrLost)
 		le.st.LostAtRelease(lost)
 		return fmt.Errorf("zklock: release: %w", lost)
 	case isRefusal(err) || errors.Is(err, lock.ErrPermission):
 		// Trying again cannot help; the znode goes with the session.
-		return fmt.Errorf("zklock: release %q: znode not deleted (it goes with the session): %w", le.name, permission(err))
+		return fmt.Errorf("zklock: release %q: znode not deleted (it goes with the session): %w", le.Name(), permission(err))
 	default:
 		if rerr := le.l.ss.refusal(); rerr != nil && isConnErr(err) {
 			err = fmt.Errorf("%w: %w", rerr, err)
 		}
 		le.l.jan.add(cleanup{path: le.path})
-		return fmt.Errorf("zklock: release %q: znode not deleted yet (it will be once the connection is back, or with the session): %w", le.name, err)
+		return fmt.Errorf("zklock: release %q: znode not deleted yet (it will be once the connection is back, or with the session): %w", le.Name(), err)
 	}
 }
 

@@ -27,7 +27,7 @@ func TestLeaseTable(t *testing.T) {
 	n := 0
 	newLease := func() *Lease {
 		n++
-		return &Lease{l: l, s: s, name: "x", path: fmt.Sprintf("/fencelock/x/~%d", n), czxid: int64(n)}
+		return &Lease{l: l, s: s, path: fmt.Sprintf("%s/~%d", l.parent("x"), n), czxid: int64(n)}
 	}
 	deleted := func(path string) zk.Event { return zk.Event{Type: zk.EventNodeDeleted, Path: path} }
 	wantEnd := func(le *Lease, sentinel error, text string) {

@@ -175,7 +175,7 @@ func (t *leaseTable) endSessionLeases() {
 			continue // still held, or Release ends it
 		}
 		if errors.Is(le.s.err, lock.ErrClosed) {
-			if le.end(telemetry.WithReason(telemetry.Closed, fmt.Errorf("lease %q: %w: locker closed", le.name, lock.ErrReleased))) {
+			if le.end(telemetry.WithReason(telemetry.Closed, fmt.Errorf("lease %q: %w: locker closed", le.Name(), lock.ErrReleased))) {
 				t.jan.add(cleanup{path: le.path})
 			}
 			continue

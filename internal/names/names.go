@@ -85,13 +85,16 @@ func ParseNamespace(ns string) (Namespace, error) {
 	return Namespace{Path: p, Rooted: rooted}, nil
 }
 
-// Within returns name as the part of s that starts at byte at, when s holds
-// name there, and name itself otherwise. A lease keeps its lock's name this
-// way as part of its key or path, which it keeps anyway, rather than as a
-// second string: the caller's copy is then free to go.
-func Within(s string, at int, name string) string {
-	if at < 0 || at > len(s) || !strings.HasPrefix(s[at:], name) {
-		return name
+// Between returns the part of s from byte at up to the last sep in s, and
+// "" when s holds no sep at or after at. A lease derives its lock's name
+// this way from its key or path, which it keeps anyway, instead of keeping
+// the name as a second string (16 bytes per held lease). What follows the
+// name never holds the separator (an etcd record's own part after "/#", a
+// znode's own name after "/"), so the last one ends the name.
+func Between(s string, at int, sep string) string {
+	end := strings.LastIndex(s, sep)
+	if at < 0 || end < at {
+		return ""
 	}
-	return s[at : at+len(name)]
+	return s[at:end]
 }

@@ -5,30 +5,30 @@ import (
 	"unsafe"
 )
 
-func TestWithin(t *testing.T) {
+func TestBetween(t *testing.T) {
 	tests := []struct {
-		s    string
-		at   int
-		name string
-		want string
-		part bool // the result shares s's bytes
+		s, sep string
+		at     int
+		want   string
 	}{
-		{"locks/a/b/#0001", 6, "a/b", "a/b", true},
-		{"/root/x/~abc~0000000001", 6, "x", "x", true},
-		{"locks/a/#1", 6, "b", "b", false},
-		{"locks/a", 6, "a/b", "a/b", false},
-		{"short", 9, "a", "a", false},
-		{"short", -1, "a", "a", false},
-		{"", 0, "", "", false},
+		{"locks/a/b/#0001-2", "/#", 6, "a/b"},
+		{"locks/a/b/#0001-2~s3", "/#", 6, "a/b"},
+		{"/root/x/y/~abc~0000000001", "/", 6, "x/y"},
+		{"/x/~abc~0000000001", "/", 1, "x"},
+		{"locks/a", "/#", 6, ""},
+		{"k1", "/#", 0, ""},
+		{"locks/#1", "/#", 6, ""},
+		{"short/#", "/#", -1, ""},
+		{"", "/", 0, ""},
 	}
 	for _, tt := range tests {
-		got := Within(tt.s, tt.at, tt.name)
+		got := Between(tt.s, tt.at, tt.sep)
 		if got != tt.want {
-			t.Errorf("Within(%q, %d, %q) = %q; want %q", tt.s, tt.at, tt.name, got, tt.want)
+			t.Errorf("Between(%q, %d, %q) = %q; want %q", tt.s, tt.at, tt.sep, got, tt.want)
 			continue
 		}
-		if tt.part && unsafe.StringData(got) != unsafe.StringData(tt.s[tt.at:]) {
-			t.Errorf("Within(%q, %d, %q) is a copy; want a part of s", tt.s, tt.at, tt.name)
+		if got != "" && unsafe.StringData(got) != unsafe.StringData(tt.s[tt.at:]) {
+			t.Errorf("Between(%q, %d, %q) is a copy; want a part of s", tt.s, tt.at, tt.sep)
 		}
 	}
 }
