@@ -115,7 +115,7 @@ func TestSetupRetriesBusy(t *testing.T) {
 				}
 				return nil
 			})
-			if err != tt.wantErr || calls != tt.wantCalls {
+			if !errors.Is(err, tt.wantErr) || calls != tt.wantCalls {
 				t.Errorf("Setup() = %v after %d calls; want %v after %d", err, calls, tt.wantErr, tt.wantCalls)
 			}
 		})
