@@ -156,10 +156,27 @@
 // that a short critical section costs no watch event for its own release
 // (a deletion within those 50ms is found when the watch is set, which
 // reads the znode); a waiter sets no watch on its own znode, and learns
-// that it went from its next listing of the queue. (A Locker from [New] reads the caller's event channel, from
-// which go-zookeeper drops events when it is full; it also looks at its
-// leases' own watches twice a second, so a dropped deletion is noticed
-// within about half a second.)
+// that it went from its next listing of the queue. A Locker from [Dial]
+// keeps nothing per watch beyond its own table entry: go-zookeeper is
+// asked for a plain listing of the znode (a lock znode has no children),
+// and the Locker's connection wrapper sets the request's watch flag on
+// its way to the server, so go-zookeeper keeps no channel for it (about
+// 260 bytes per held lease). The server drops a connection's watches
+// with it, and go-zookeeper sets again only those it keeps, so after each
+// reconnection in the same session the Locker sets its leases' watches
+// again, 32 at a time; a znode deleted meanwhile is then found missing
+// and its lease ends. (A Locker from [New] does not own the connection:
+// its leases' watches are go-zookeeper's. It reads the caller's event
+// channel, from which go-zookeeper drops events when it is full; it also
+// looks at its leases' own watches twice a second, so a dropped deletion
+// is noticed within about half a second.)
+//
+// go-zookeeper's calls block and take no context, so each call runs on a
+// goroutine of the Locker while its caller waits for the answer, its
+// context, its session and Close, whichever comes first. Up to 8 such
+// goroutines wait for the next call when theirs is done, so that a busy
+// Locker does not start (and grow the stack of) a goroutine per request;
+// Close ends them.
 //
 // If the connection comes back in the same session after leases were
 // declared lost, their znodes (still owned by the session) are deleted so

@@ -1,6 +1,7 @@
 package zklock
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net"
 	"sync"
@@ -35,6 +36,11 @@ type keepalive struct {
 	// onTimeout, if set, is called the same way when a handshake brings a
 	// session timeout other than the last one.
 	onTimeout func(time.Duration)
+	// onConnect, if set, is called the same way after each handshake that
+	// brings a session (a new connection: see leaseTable.rearmAll), after
+	// connected is raised.
+	onConnect func()
+	connected atomic.Int64 // handshakes that brought a session
 }
 
 // deadline returns the moment the server may expire the session, less
@@ -94,12 +100,23 @@ type trackedConn struct {
 	w frames // guarded by go-zookeeper's single writer
 	r frames // guarded by go-zookeeper's single reader
 
+	requestSent bool   // writer side: the connect request went out
+	wbuf        []byte // writer side: a request changed by Write
+
 	handshakeDone bool // reader side
 }
 
 func (c *trackedConn) Write(p []byte) (int, error) {
 	now := c.ka.clk.Now() // before the write: the server cannot have the packet earlier
-	n, err := c.Conn.Write(p)
+	out := p
+	if c.requestSent && c.w.nhdr == 0 && isDeletionWatch(p) {
+		// p is not ours to change (io.Writer): send a copy.
+		c.wbuf = append(c.wbuf[:0], p...)
+		c.wbuf[len(c.wbuf)-1] = 1
+		out = c.wbuf
+	}
+	c.requestSent = true // the first packet is the connect request
+	n, err := c.Conn.Write(out)
 	c.w.feed(p[:n], func([]byte) {
 		c.mu.Lock()
 		c.sent = append(c.sent, now)
@@ -135,6 +152,10 @@ func (c *trackedConn) received(body []byte) {
 			c.ka.onTimeout(timeout)
 		}
 		c.ka.markHeard(sent)
+		c.ka.connected.Add(1)
+		if c.ka.onConnect != nil {
+			c.ka.onConnect()
+		}
 		return
 	}
 	if len(body) >= 4 && int32(binary.BigEndian.Uint32(body[:4])) == -1 {
@@ -236,4 +257,44 @@ func (ka *keepalive) run(g *group, conn link, ping func(), interval func() time.
 			ping()
 		})
 	}
+}
+
+// A held lease's znode is watched for its deletion with a child watch
+// (deletionW: a lock znode never has children, so nothing else fires it).
+// go-zookeeper keeps, for every watch it sets, a channel and an entry in
+// its table of watches, about 260 bytes per held lease, and sends the
+// table again after each reconnect. A Locker from Dial needs neither: its
+// event callback receives every watch event, which it routes by path
+// (leaseTable.route), and it sets its leases' watches again itself after a
+// reconnect (leaseTable.rearmAll). So it asks for the watch with a plain
+// child listing of the lock znode, which go-zookeeper sends with the
+// watch flag clear and records nothing for, and trackedConn sets the flag
+// on the way out: the server sets the watch, and go-zookeeper, finding no
+// channel for its event, only publishes it to the callback. zklock lists
+// the children of a lock znode for nothing else.
+
+// opGetChildren2 is the request code of go-zookeeper's Children and
+// ChildrenW.
+const opGetChildren2 = 12
+
+// isDeletionWatch reports whether p is one whole getChildren2 request,
+// without the watch flag, for a lock znode (whose last path segment is a
+// lock znode's name). Such a request is length, xid, type, then the path
+// (length and bytes) and the flag, one byte.
+func isDeletionWatch(p []byte) bool {
+	const head = 4 + 4 + 4 + 4 // packet length, xid, type, path length
+	if len(p) < head+minChild+2 || int(binary.BigEndian.Uint32(p[0:4])) != len(p)-4 ||
+		int32(binary.BigEndian.Uint32(p[8:12])) != opGetChildren2 {
+		return false
+	}
+	n := int(int32(binary.BigEndian.Uint32(p[12:16])))
+	if n != len(p)-head-1 || p[len(p)-1] != 0 {
+		return false
+	}
+	path := p[head : head+n]
+	i := bytes.LastIndexByte(path, '/')
+	if i < 0 || i+1 >= len(path) || path[i+1] != marker {
+		return false
+	}
+	return isLockChild(string(path[i+1:]))
 }

@@ -1,6 +1,7 @@
 package zklock
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net"
 	"sync"
@@ -96,6 +97,8 @@ func TestTrackedConn(t *testing.T) {
 	ka := &keepalive{clk: clk}
 	ka.onHeard = func() { heard.Add(1) }
 	ka.onTimeout = func(d time.Duration) { renegotiated.Add(1); lastTimeout.Store(int64(d)) }
+	var connects atomic.Int32
+	ka.onConnect = func() { connects.Add(1) }
 	sc := &scriptConn{}
 	dial := ka.wrap(func(string, string, time.Duration) (net.Conn, error) { return sc, nil })
 	c, err := dial("tcp", "x:1", time.Second)
@@ -171,6 +174,96 @@ func TestTrackedConn(t *testing.T) {
 		if got := time.Unix(0, ka.heard.Load()).Sub(epoch0); got != tc.heard {
 			t.Errorf("handshake %d: heard at %v; want %v", i, got, tc.heard)
 		}
+	}
+	// Handshakes with a session: the first, 0x55 again and 0x56.
+	if ka.connected.Load() != 3 || connects.Load() != 3 {
+		t.Errorf("after four handshakes, one without a session: connected = %d, onConnect called %d times; want 3, 3", ka.connected.Load(), connects.Load())
+	}
+}
+
+// recordConn is a net.Conn that keeps a copy of every write.
+type recordConn struct {
+	net.Conn
+	writes [][]byte
+}
+
+func (c *recordConn) Write(p []byte) (int, error) {
+	c.writes = append(c.writes, append([]byte(nil), p...))
+	return len(p), nil
+}
+
+// childrenRequest is a whole getChildren2 request packet for path.
+func childrenRequest(xid int32, path string, watch bool) []byte {
+	b := binary.BigEndian.AppendUint32(nil, uint32(xid))
+	b = binary.BigEndian.AppendUint32(b, opGetChildren2)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(path)))
+	b = append(b, path...)
+	flag := byte(0)
+	if watch {
+		flag = 1
+	}
+	return frame(append(b, flag))
+}
+
+// TestTrackedConnDeletionWatch checks which requests trackedConn sends
+// with the watch flag set: a child listing of a lock znode without it, and
+// nothing else; and that the caller's buffer is left as it was.
+func TestTrackedConnDeletionWatch(t *testing.T) {
+	const lockZnode = "/fencelock/a/b/~0123456789abcdef0123456789abcdef~0000000042"
+	watched := func(p []byte) bool { return p[len(p)-1] == 1 }
+	tests := []struct {
+		name string
+		req  []byte
+		want bool // sent with the flag set
+	}{
+		{"listing of a lock znode", childrenRequest(7, lockZnode, false), true},
+		{"listing of a shared lock znode", childrenRequest(7, "/r/n/~0123456789abcdef0123456789abcdef~r~0000000001", false), true},
+		{"listing of a semaphore znode", childrenRequest(7, "/r/n/~0123456789abcdef0123456789abcdef~s12~0000000001", false), true},
+		{"watched listing of a lock znode", childrenRequest(7, lockZnode, true), true},
+		{"listing of a lock's parent", childrenRequest(7, "/fencelock/a/b", false), false},
+		{"listing of a name that looks almost like a lock znode", childrenRequest(7, "/r/~0123456789abcdef0123456789abcdeg~0000000042", false), false},
+		{"listing of the root", childrenRequest(7, "/", false), false},
+		{"exists of a lock znode", func() []byte {
+			p := childrenRequest(7, lockZnode, false)
+			binary.BigEndian.PutUint32(p[8:12], 3) // exists
+			return p
+		}(), false},
+		{"a listing cut short", childrenRequest(7, lockZnode, false)[:40], false},
+		{"two packets in one write", append(childrenRequest(7, lockZnode, false), childrenRequest(8, lockZnode, false)...), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rc := &recordConn{}
+			ka := &keepalive{clk: clock.NewFake(epoch0)}
+			c, err := ka.wrap(func(string, string, time.Duration) (net.Conn, error) { return rc, nil })("tcp", "x:1", time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The connect request is never changed, whatever it looks like.
+			if _, err := c.Write(childrenRequest(7, lockZnode, false)); err != nil {
+				t.Fatal(err)
+			}
+			orig := append([]byte(nil), tt.req...)
+			if _, err := c.Write(tt.req); err != nil {
+				t.Fatal(err)
+			}
+			if len(rc.writes) != 2 {
+				t.Fatalf("%d writes reached the connection; want 2", len(rc.writes))
+			}
+			if watched(rc.writes[0]) {
+				t.Errorf("the connect request was sent with its last byte set")
+			}
+			got := rc.writes[1]
+			if !bytes.Equal(tt.req, orig) {
+				t.Errorf("Write changed the caller's buffer")
+			}
+			if len(got) != len(orig) || !bytes.Equal(got[:len(got)-1], orig[:len(orig)-1]) {
+				t.Fatalf("sent %x; want %x but for the last byte", got, orig)
+			}
+			if watched(got) != tt.want {
+				t.Errorf("sent with the watch flag %t; want %t", watched(got), tt.want)
+			}
+		})
 	}
 }
 

@@ -23,6 +23,7 @@ type leaseTable struct {
 
 	kick         chan struct{} // wakes run
 	sessionEnded atomic.Bool   // a session ended; run has not ended its leases yet
+	reconnected  atomic.Bool   // Dial: a new connection; run has not set the leases' watches again
 
 	mu       sync.Mutex
 	watched  map[string]*watchEntry // the znodes of acquisitions and held leases, by path
@@ -73,6 +74,13 @@ func (t *leaseTable) untrack(path string) {
 	t.mu.Lock()
 	delete(t.watched, path)
 	t.mu.Unlock()
+}
+
+// connect tells run that a new connection has a session (keepalive's
+// onConnect).
+func (t *leaseTable) connect() {
+	t.reconnected.Store(true)
+	t.wake()
 }
 
 // sessionEnd tells run that a session ended (sessions' onEnd).

@@ -71,7 +71,7 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 	}
 	ka := &keepalive{clk: o.clock}
 	l := newLocker(o, ka, false)
-	ka.onHeard, ka.onTimeout = l.ss.heard, l.negotiatedTimeout
+	ka.onHeard, ka.onTimeout, ka.onConnect = l.ss.heard, l.negotiatedTimeout, l.tab.connect
 	dialer := o.dialer
 	if dialer == nil {
 		dialer = net.DialTimeout

@@ -3,6 +3,8 @@ package zklock
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -29,8 +31,11 @@ import (
 // on its own znode, but another request of the same connection may watch
 // it (as its predecessor): a deletion reported so before the grant is
 // kept in the entry and acted on at the grant. The held lease's own watch
-// is set ownWatchDelay after the grant, by run (armDue). The watch channels go-zookeeper returns are buffered (one event,
-// then closed) and may be dropped unread.
+// is set ownWatchDelay after the grant, by run (armDue). A Locker from
+// Dial sets it without go-zookeeper's bookkeeping (see isDeletionWatch),
+// and so sets it again itself on every new connection (rearmAll); one
+// from New through go-zookeeper (deletionW), whose watch channels are
+// buffered (one event, then closed) and may be dropped unread.
 //
 // go-zookeeper drops events from the channel it returns from zk.Connect
 // when nobody has read the previous ones yet, so a Locker from New may miss
@@ -99,6 +104,9 @@ func (t *leaseTable) run() {
 		}
 		if t.sessionEnded.Swap(false) || closing {
 			t.endSessionLeases()
+		}
+		if t.reconnected.Swap(false) && !closing {
+			t.rearmAll()
 		}
 		if closing {
 			t.mu.Lock()
@@ -235,38 +243,93 @@ func (t *leaseTable) pollOwn() {
 }
 
 // rearm sets a new watch on a held lease's znode, and ends the lease if
-// the znode is gone. The watch the Locker sets (deletionW) fires on deletion
-// only; rearm sets the first one (armDue), and runs again when a data
-// change event for the znode arrives anyway, from an earlier watch of
-// another kind or from another watch on the same connection (a queued
-// request of this Locker watching it).
+// the znode is gone. The watch the Locker sets fires on deletion only
+// (deletionW; for a Locker from Dial without go-zookeeper's bookkeeping,
+// see isDeletionWatch); rearm sets the first one (armDue), and runs again
+// when a data change event for the znode arrives anyway, from an earlier
+// watch of another kind or from another watch on the same connection (a
+// queued request of this Locker watching it).
 func (t *leaseTable) rearm(le *Lease) {
-	t.g.spawn(func() {
-		for {
-			r, err := call(t.g.bg, t.g, le.s, deletionW(t.conn, le.path))
-			if le.stopped() || le.endErr() != nil {
-				return
-			}
-			switch {
-			case err == nil && !r.ok:
-				le.lose(znodeDeleted(le.path))
-			case err == nil:
+	t.g.spawn(func() { t.arm(le) })
+}
+
+// arm is rearm on the caller's goroutine.
+func (t *leaseTable) arm(le *Lease) {
+	watch := deletionW
+	if !t.poll {
+		watch = deletionWatchDial
+	}
+	for {
+		r, err := call(t.g.bg, t.g, le.s, watch(t.conn, le.path))
+		if le.stopped() || le.endErr() != nil {
+			return
+		}
+		switch {
+		case err == nil && !r.ok:
+			le.lose(znodeDeleted(le.path))
+		case err == nil:
+			if r.watch != nil {
 				t.mu.Lock()
 				if e := t.watched[le.path]; e != nil {
 					e.own = r.watch
 				}
 				t.mu.Unlock()
-			case isStop(err):
-				// The session ended or the Locker closed: run ends the
-				// lease.
-			case isConnErr(err):
-				if t.ss.awaitConnected(t.g.bg, le.s) == nil {
-					continue
-				}
-			default:
-				le.lose(telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: cannot watch its znode %s: %w", lock.ErrLost, le.path, err)))
 			}
-			return
+		case isStop(err):
+			// The session ended or the Locker closed: run ends the
+			// lease.
+		case isConnErr(err):
+			if t.ss.awaitConnected(t.g.bg, le.s) == nil {
+				continue
+			}
+		default:
+			le.lose(telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: cannot watch its znode %s: %w", lock.ErrLost, le.path, err)))
 		}
+		return
+	}
+}
+
+// rearmParallel is how many watches rearmAll sets at a time.
+const rearmParallel = 32
+
+// rearmAll sets again the watches of the held leases of a Locker from
+// Dial, after a new connection: the server keeps a connection's watches
+// with the connection, and go-zookeeper sets again only those it keeps
+// itself (see isDeletionWatch). A znode deleted meanwhile is found
+// missing, and its lease ends. A lease whose first watch is not due yet
+// gets it from armDue as usual.
+func (t *leaseTable) rearmAll() {
+	t.mu.Lock()
+	var les []*Lease
+	for _, e := range t.watched {
+		if e.lease != nil {
+			les = append(les, e.lease)
+		}
+	}
+	due := make(map[*Lease]bool, len(t.arming))
+	for _, p := range t.arming {
+		due[p.le] = true
+	}
+	t.mu.Unlock()
+	les = slices.DeleteFunc(les, func(le *Lease) bool { return due[le] || le.stopped() || le.endErr() != nil })
+	if len(les) == 0 {
+		return
+	}
+	t.g.spawn(func() {
+		slots := make(chan struct{}, rearmParallel)
+		var wg sync.WaitGroup
+		for _, le := range les {
+			select {
+			case slots <- struct{}{}:
+			case <-t.g.closing:
+				wg.Wait()
+				return
+			}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				t.arm(le)
+			})
+		}
+		wg.Wait()
 	})
 }

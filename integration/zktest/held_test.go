@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fencelock/integration/cluster"
 	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock"
 	"github.com/fencelock/fencelock/zklock"
@@ -108,6 +109,73 @@ func TestZKHeldLeasesGoroutines(t *testing.T) {
 				t.Error(err)
 			}
 		})
+	}
+}
+
+// TestZKHeldLeaseWatchAfterReconnect checks that a Locker from Dial keeps
+// watching its held leases' znodes across a new connection in the same
+// session. The server drops a connection's watches with it, and
+// go-zookeeper sets again only the watches it keeps itself, which the
+// Locker's lease watches are not: the Locker must set them again, or a
+// znode deleted after the reconnect would leave its lease held.
+func TestZKHeldLeaseWatchAfterReconnect(t *testing.T) {
+	const n = 40
+	c := startEnsemble(t)
+	h := newHarness(t, c.Endpoints())
+	proxy := cluster.NewProxy(t, c.Members[0].ClientAddr())
+	l := (&harness{servers: []string{proxy.Addr()}, root: h.root, admin: h.admin, sess: h.sess}).dial(t)
+	ctx := testutil.Context(t, 2*time.Minute)
+	base := lockName(t)
+	leases := make([]*zklock.Lease, n)
+	acquireRange(t, ctx, l, base, leases, 0, n)
+	// A lease's first watch is set 50ms after its grant.
+	time.Sleep(500 * time.Millisecond)
+
+	before := proxy.Stats()
+	proxy.ResetConns()
+	// The next request goes out on the new connection, in the same
+	// session (every lease is still held below).
+	probe, err := l.Acquire(ctx, base+"-probe")
+	if err != nil {
+		t.Fatalf("Acquire after the reset = %v; want nil", err)
+	}
+	if err := probe.Release(ctx); err != nil {
+		t.Fatalf("Release after the reset = %v; want nil", err)
+	}
+	after := proxy.Stats()
+	if after.Resets <= before.Resets || after.Accepted <= before.Accepted {
+		t.Fatalf("proxy: resets %d -> %d, connections accepted %d -> %d; want both to grow (the fault did not happen)",
+			before.Resets, after.Resets, before.Accepted, after.Accepted)
+	}
+	for i, le := range leases {
+		if err := le.Err(); err != nil {
+			t.Fatalf("lease %d: Err() after the reconnect = %v; want nil (same session)", i, err)
+		}
+	}
+
+	// Let the Locker's own work settle, then delete every other znode.
+	time.Sleep(500 * time.Millisecond)
+	for i := 0; i < n; i += 2 {
+		le := leases[i]
+		start := time.Now()
+		if err := h.admin.conn.Delete(le.Path(), -1); err != nil {
+			t.Fatalf("Delete(%s) = %v", le.Path(), err)
+		}
+		testutil.Recv(t, le.Done(), 5*time.Second, "Done of a lease whose znode was deleted after a reconnect")
+		if err := le.Err(); !errors.Is(err, lock.ErrLost) {
+			t.Errorf("lease %d: Err() after its znode was deleted = %v; want an error wrapping %v", i, err, lock.ErrLost)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Logf("lease %d ended %v after its znode was deleted", i, d)
+		}
+	}
+	for i := 1; i < n; i += 2 {
+		if err := leases[i].Err(); err != nil {
+			t.Errorf("lease %d: Err() = %v; want nil (only other leases' znodes were deleted)", i, err)
+		}
+		if err := leases[i].Release(ctx); err != nil {
+			t.Errorf("lease %d: Release() = %v; want nil", i, err)
+		}
 	}
 }
 
