@@ -171,13 +171,6 @@
 // looks at its leases' own watches twice a second, so a dropped deletion
 // is noticed within about half a second.)
 //
-// go-zookeeper's calls block and take no context, so each call runs on a
-// goroutine of the Locker while its caller waits for the answer, its
-// context, its session and Close, whichever comes first. Up to 8 such
-// goroutines wait for the next call when theirs is done, so that a busy
-// Locker does not start (and grow the stack of) a goroutine per request;
-// Close ends them.
-//
 // If the connection comes back in the same session after leases were
 // declared lost, their znodes (still owned by the session) are deleted so
 // the lock is not blocked. The Locker never deletes a znode whose

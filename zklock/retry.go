@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"slices"
 	"sync"
 
 	"github.com/go-zookeeper/zk"
@@ -20,16 +19,12 @@ import (
 // hands the late result to a function that cleans up after it.
 
 // group is the Locker's goroutines and what stops them: Close closes
-// closing, cancels bg and waits for every goroutine started by spawn or
-// run.
+// closing, cancels bg and waits for every goroutine started by spawn.
 type group struct {
 	wg      sync.WaitGroup
 	closing chan struct{}
 	bg      context.Context
 	stop    context.CancelFunc
-
-	mu   sync.Mutex
-	idle []chan func() // the workers waiting for a call, latest first (see run)
 }
 
 func newGroup() *group {
@@ -44,75 +39,6 @@ func (g *group) spawn(f func()) {
 		defer g.wg.Done()
 		f()
 	}()
-}
-
-// maxIdleWorkers is how many goroutines run keeps waiting for the next
-// call once theirs is done.
-const maxIdleWorkers = 8
-
-// run runs f, one go-zookeeper call and what follows it, on a goroutine
-// Close waits for: a worker left waiting by an earlier call, or a new one.
-// A call costs no new goroutine while calls come faster than they end,
-// and a worker's stack keeps the size go-zookeeper's request path grew it
-// to, which a new goroutine grows again (copying it) on every call. At
-// most maxIdleWorkers wait; the rest end when their call is done, and all
-// end at Close.
-func (g *group) run(f func()) {
-	g.mu.Lock()
-	if n := len(g.idle); n > 0 {
-		w := g.idle[n-1]
-		g.idle[n-1] = nil
-		g.idle = g.idle[:n-1]
-		g.mu.Unlock()
-		w <- f // buffered: a worker taken from idle always receives it
-		return
-	}
-	g.mu.Unlock()
-	g.wg.Add(1)
-	go g.work(f)
-}
-
-// work runs f and then the calls run hands it, until it is not needed.
-func (g *group) work(f func()) {
-	defer g.wg.Done()
-	var calls chan func()
-	for {
-		f()
-		if calls == nil {
-			calls = make(chan func(), 1)
-		}
-		g.mu.Lock()
-		if len(g.idle) >= maxIdleWorkers || isClosed(g.closing) {
-			g.mu.Unlock()
-			return
-		}
-		g.idle = append(g.idle, calls)
-		g.mu.Unlock()
-		select {
-		case f = <-calls:
-		case <-g.closing:
-			g.mu.Lock()
-			i := slices.Index(g.idle, calls)
-			if i >= 0 {
-				g.idle = slices.Delete(g.idle, i, i+1)
-			}
-			g.mu.Unlock()
-			if i >= 0 {
-				return
-			}
-			// run took this worker before Close: its call is on the way.
-			f = <-calls
-		}
-	}
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }
 
 type result[T any] struct {
@@ -130,7 +56,7 @@ type future[T any] struct {
 // start runs f on a goroutine of g (Close waits for it).
 func start[T any](g *group, f func() (T, error), onAbandon func(T, error)) *future[T] {
 	fu := &future[T]{ch: make(chan result[T], 1), onAbandon: onAbandon}
-	g.run(func() {
+	g.spawn(func() {
 		v, err := f()
 		fu.mu.Lock()
 		abandoned := fu.abandoned
