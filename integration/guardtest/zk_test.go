@@ -327,6 +327,12 @@ func testZKPausedHolder(t *testing.T, c *cluster.Cluster, k grantKind) {
 			t.Cleanup(proxies.Heal)
 			aPath := a.(*zklock.Lease).Path()
 			testutil.Eventually(t, 15*time.Second, "A's session expired (its znode gone)", func() bool {
+				// conn's server may not have applied A's create yet:
+				// catch up with the leader before reading, or the
+				// znode may look gone before it was ever seen.
+				if _, err := conn.Sync(root); err != nil {
+					return false
+				}
 				ok, _, err := conn.Exists(aPath)
 				return err == nil && !ok
 			})
