@@ -299,13 +299,8 @@ const rearmParallel = 32
 // missing, and its lease ends. A lease whose first watch is not due yet
 // gets it from armDue as usual.
 func (t *leaseTable) rearmAll() {
+	les := t.held()
 	t.mu.Lock()
-	var les []*Lease
-	for _, e := range t.watched {
-		if e.lease != nil {
-			les = append(les, e.lease)
-		}
-	}
 	due := make(map[*Lease]bool, len(t.arming))
 	for _, p := range t.arming {
 		due[p.le] = true
