@@ -89,29 +89,35 @@ func requestOf(child string) queue.Request {
 	return r
 }
 
-// requestsOf returns the requests of lock znodes in queue order.
-func requestsOf(q []string) []queue.Request {
-	rs := make([]queue.Request, len(q))
-	for i, k := range q {
-		rs[i] = requestOf(k)
-	}
-	return rs
-}
-
 // seqOf returns a lock znode's sequence number.
 func seqOf(child string) string { return child[len(child)-seqLen:] }
 
 // queueOf returns the lock znodes among names, in grant order (by sequence
 // number).
 func queueOf(names []string) []string {
-	q := make([]string, 0, len(names))
+	q, _ := lockQueue(names)
+	return q
+}
+
+// lockQueue returns the lock znodes among names in grant order, and their
+// requests: each name is parsed once.
+func lockQueue(names []string) ([]string, []queue.Request) {
+	type child struct {
+		name string
+		req  queue.Request
+	}
+	cs := make([]child, 0, len(names))
 	for _, n := range names {
-		if isLockChild(n) {
-			q = append(q, n)
+		if r, ok := parseChild(n); ok {
+			cs = append(cs, child{n, r})
 		}
 	}
-	slices.SortFunc(q, func(a, b string) int { return strings.Compare(seqOf(a), seqOf(b)) })
-	return q
+	slices.SortFunc(cs, func(a, b child) int { return strings.Compare(seqOf(a.name), seqOf(b.name)) })
+	q, reqs := make([]string, len(cs)), make([]queue.Request, len(cs))
+	for i, c := range cs {
+		q[i], reqs[i] = c.name, c.req
+	}
+	return q, reqs
 }
 
 // parent returns the znode whose children are name's lock znodes.
@@ -161,6 +167,11 @@ type acquisition struct {
 
 	czxid   int64 // the znode's, once read (the token); 0: read it with the next listing
 	version int32
+
+	// alone says that the create's answer showed the znode as the
+	// parent's only child: the head of an otherwise empty queue, admitted
+	// without a listing (see created).
+	alone bool
 
 	// seenTouch is the predecessor and data version that made the last
 	// listing be read again (see step), so that a data version set by
@@ -339,7 +350,7 @@ func (a *acquisition) create(ctx context.Context) (string, error) {
 			// are never reused, and a znode created in a later session
 			// is found (and given up) by the first listing.
 			if c.czxid != 0 && l.conn.SessionID() == a.s.id {
-				a.czxid = c.czxid
+				a.czxid, a.alone = c.czxid, c.alone
 			}
 			return c.path, nil
 		case stamp && errors.Is(err, errStampDenied):
@@ -372,10 +383,15 @@ func (a *acquisition) create(ctx context.Context) (string, error) {
 }
 
 // created is the answer to a lock znode's create: its path and, when the
-// create went with a stamp of the parent, its czxid.
+// create went with a stamp of the parent, its czxid and whether it was
+// then the parent's only child. The stamp's stat is the parent's as the
+// create left it, in the same transaction: a count of one child is the
+// new znode alone, so nobody was queued ahead of it then, and nobody can
+// be later (sequence numbers only grow).
 type created struct {
 	path  string
 	czxid int64
+	alone bool
 }
 
 // errStampDenied says that the multi of a create was refused for its stamp
@@ -419,7 +435,7 @@ func (l *Locker) createZnode(parent, prefix, marker string, stamp bool) (created
 	}
 	c := created{path: res[0].String}
 	if stamp && len(res) > 1 && res[1].Stat != nil {
-		c.czxid = res[1].Stat.Mzxid
+		c.czxid, c.alone = res[1].Stat.Mzxid, res[1].Stat.NumChildren == 1
 	}
 	return c, nil
 }
@@ -531,6 +547,17 @@ func (a *acquisition) queueUp(ctx context.Context) (*Lease, error) {
 // for one of the records it watches (package queue names them) to go. It
 // returns a lease, an error, or neither: look again.
 func (a *acquisition) step(ctx context.Context) (*Lease, error) {
+	if a.alone {
+		// The only child at its create: admitted then, so no listing can
+		// have shown it waiting (no touch is due), and no earlier record
+		// can have come since. With a lock-delay, the grant needs the
+		// listing, which shows the markers of holders gone.
+		a.alone = false
+		if a.l.o.LockDelay == 0 {
+			a.checked = true
+			return a.grant()
+		}
+	}
 	// A permit waiter woken by its predecessor's touch is admitted now
 	// unless it is the first waiter, and under load it mostly is: it
 	// touches together with the listing, so that the waiter behind it
@@ -542,7 +569,7 @@ func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 		a.speculate = false
 		spec = start(a.l.g, setData(a.l.conn, a.path, []byte(a.l.o.Identity), a.version), nil)
 	}
-	q, cversion, err := a.list(ctx)
+	q, all, cversion, err := a.list(ctx)
 	touched := false
 	if spec != nil {
 		st, serr := spec.wait(ctx, a.l.g, a.s)
@@ -568,7 +595,6 @@ func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 			a.l.jan.add(cleanup{path: a.parent + "/" + k})
 		}
 	}
-	all := requestsOf(q)
 	reqs := all[:i+1]
 	if !a.checked {
 		// The oldest request decides what the name is.
@@ -640,6 +666,14 @@ func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 	if fired == zk.EventNodeDataChanged && touchWakes {
 		a.speculate = true
 	}
+	if fired == zk.EventNodeDeleted && len(watched) == 1 && a.req.Kind != queue.Permit &&
+		a.l.o.LockDelay == 0 && queue.AdmittedWithout(reqs, i, watched[0]) {
+		// The one record ahead that kept this request waiting went, and
+		// none can have joined ahead of it: admitted if its own znode is
+		// still there, which a read of the znode alone confirms (a lock's
+		// or reader's waiter touches nothing).
+		return a.confirm(ctx)
+	}
 	if fired != zk.EventNodeDeleted || !queue.AdmittedByDeletion(reqs, i) || a.l.o.LockDelay > 0 {
 		// Look again. With a lock-delay the grant needs a listing made
 		// after the holder went, which shows whether it left a marker
@@ -651,6 +685,23 @@ func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 	// behind it, it wakes nobody.
 	if err := a.touch(ctx); err != nil {
 		return nil, err
+	}
+	return a.grant()
+}
+
+// confirm grants the acquisition if its znode is still the one it
+// created: a waiter's znode can go only with its session, whose end ends
+// the wait anyway, or by someone else's hand. The read is served by the
+// server that reported the deletion that admitted it, so it sees that
+// deletion's state or a later one. A failed read that can be sent again
+// leaves the decision to the next listing.
+func (a *acquisition) confirm(ctx context.Context) (*Lease, error) {
+	e, err := call(ctx, a.l.g, a.s, statOf(a.l.conn, a.path))
+	switch {
+	case err != nil:
+		return nil, a.retry(ctx, err)
+	case !e.ok || e.stat.Czxid != a.czxid:
+		return nil, a.deleted()
 	}
 	return a.grant()
 }
@@ -728,15 +779,16 @@ func (a *acquisition) touch(ctx context.Context) error {
 // held lease's watch starts ownWatchDelay after the grant (see
 // leaseTable.armLater), so a short critical section costs no watch event
 // for its own release.
-func (a *acquisition) list(ctx context.Context) ([]string, int32, error) {
+func (a *acquisition) list(ctx context.Context) ([]string, []queue.Request, int32, error) {
 	l := a.l
 	if a.czxid != 0 {
 		kids, err := call(ctx, l.g, a.s, childrenOf(l.conn, a.parent))
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		a.kids, a.listed = kids.names, time.Now()
-		return queueOf(kids.names), kids.stat.Cversion, nil
+		q, reqs := lockQueue(kids.names)
+		return q, reqs, kids.stat.Cversion, nil
 	}
 	l.tab.track(a.path)
 	fc := start(l.g, childrenOf(l.conn, a.parent), nil)
@@ -747,17 +799,18 @@ func (a *acquisition) list(ctx context.Context) ([]string, int32, error) {
 	}
 	st, errE := fe.wait(ctx, l.g, a.s)
 	if err := errors.Join(errC, errE); err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	if !st.ok {
-		return nil, 0, a.deleted()
+		return nil, nil, 0, a.deleted()
 	}
 	if st.stat.EphemeralOwner != a.s.id {
-		return nil, 0, fmt.Errorf("%w: the queued znode %s belongs to session 0x%x, not 0x%x", lock.ErrLost, a.path, st.stat.EphemeralOwner, a.s.id)
+		return nil, nil, 0, fmt.Errorf("%w: the queued znode %s belongs to session 0x%x, not 0x%x", lock.ErrLost, a.path, st.stat.EphemeralOwner, a.s.id)
 	}
 	a.kids, a.listed = kids.names, time.Now()
 	a.czxid, a.version = st.stat.Czxid, st.stat.Version
-	return queueOf(kids.names), kids.stat.Cversion, nil
+	q, reqs := lockQueue(kids.names)
+	return q, reqs, kids.stat.Cversion, nil
 }
 
 // await waits for one of watched, the watches on the records this

@@ -75,8 +75,7 @@ func (l *Locker) queue(ctx context.Context, parent string, heldOnly bool) ([]loc
 	if err != nil {
 		return nil, err
 	}
-	q := queueOf(kids.names)
-	reqs := requestsOf(q)
+	q, reqs := lockQueue(kids.names)
 	type gd struct {
 		data []byte
 		stat *zk.Stat

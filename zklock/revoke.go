@@ -100,8 +100,7 @@ func (l *Locker) findHolder(ctx context.Context, parent string, token fencing.To
 	if err != nil {
 		return "", 0, err
 	}
-	q := queueOf(kids.names)
-	reqs := requestsOf(q)
+	q, reqs := lockQueue(kids.names)
 	var futures []*future[*zk.Stat]
 	for i, k := range q {
 		if !queue.Admitted(reqs, i) {

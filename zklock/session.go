@@ -302,9 +302,21 @@ func (ss *sessions) checkLocked(now time.Time, healthy bool, id int64, deadline 
 	}
 }
 
+// getPoll is how often get asks run to look at the connection again while
+// there is no session: the state changes that can bring one are events,
+// which wake run themselves, but a Locker from New may miss one (see
+// New), and every look wakes every waiter.
+const getPoll = 50 * time.Millisecond
+
 // get returns the session to work in, waiting for one while there is
 // none.
 func (ss *sessions) get(ctx context.Context) (*session, error) {
+	var poll *time.Timer
+	defer func() {
+		if poll != nil {
+			poll.Stop()
+		}
+	}()
 	for {
 		ss.mu.Lock()
 		if ss.closed {
@@ -324,9 +336,18 @@ func (ss *sessions) get(ctx context.Context) (*session, error) {
 		if err := ss.refusal(); err != nil {
 			return nil, err
 		}
-		ss.kickState()
+		// Ask run for a look now and then every getPoll, not at every
+		// wake-up: each look wakes this loop again, which would make
+		// the two spin for as long as the connection has no session.
+		if poll == nil {
+			ss.kickState()
+			poll = time.NewTimer(getPoll)
+		}
 		select {
 		case <-ch:
+		case <-poll.C:
+			ss.kickState()
+			poll.Reset(getPoll)
 		case <-ctx.Done():
 			return nil, context.Cause(ctx)
 		case <-ss.closing:

@@ -1,6 +1,7 @@
 package zklock
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"strings"
@@ -19,12 +20,20 @@ type fakeLink struct {
 	mu    sync.Mutex
 	state zk.State
 	id    int64
+	looks int // calls of State
 }
 
 func (f *fakeLink) State() zk.State {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.looks++
 	return f.state
+}
+
+func (f *fakeLink) lookCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.looks
 }
 
 func (f *fakeLink) SessionID() int64 {
@@ -282,6 +291,58 @@ func TestSessionsRun(t *testing.T) {
 	}
 	if at := clk.Now().Sub(epoch0); at < 1500*time.Millisecond {
 		t.Errorf("the session ended at %v; want at 1.5s or later", at)
+	}
+}
+
+// TestSessionsGetWaitsQuietly checks that waiting for a session does not
+// make get and run wake each other in a loop (each look of run wakes the
+// waiters), and that a session that arrives without an event (a Locker
+// from New may miss one) is still found.
+func TestSessionsGetWaitsQuietly(t *testing.T) {
+	ss, link, _, _ := newTestSessions(false, time.Second, 0)
+	link.set(zk.StateConnecting, 0)
+	closing := make(chan struct{})
+	ss.closing = closing
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ss.run(nil, func(zk.Event) {})
+	}()
+	defer func() {
+		ss.close()
+		close(closing)
+		<-done
+	}()
+	const wait = 500 * time.Millisecond
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
+	defer cancel()
+	before := link.lookCount()
+	if s, err := ss.get(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("get() without a session = %v, %v; want context.DeadlineExceeded", s, err)
+	}
+	// One look at the start and one per getPoll, with room for timer
+	// delays; a loop makes thousands.
+	if looks, most := link.lookCount()-before, int(wait/getPoll)+5; looks > most {
+		t.Errorf("run looked at the connection %d times while get waited %v; want at most %d", looks, wait, most)
+	}
+	type got struct {
+		s   *session
+		err error
+	}
+	res := make(chan got, 1)
+	go func() {
+		s, err := ss.get(t.Context())
+		res <- got{s, err}
+	}()
+	time.Sleep(2 * getPoll) // get has looked and waits
+	link.set(zk.StateHasSession, 7)
+	select {
+	case r := <-res:
+		if r.err != nil || r.s.id != 7 {
+			t.Fatalf("get() after the session came without an event = %v, %v; want session 0x7", r.s, r.err)
+		}
+	case <-time.After(time.Second):
+		t.Fatalf("get() did not find the session that came without an event within %v", time.Second)
 	}
 }
 

@@ -255,6 +255,24 @@ func AdmittedByDeletion(q []Request, i int) bool {
 	return true
 }
 
+// AdmittedWithout reports whether the request at position i of q, not
+// admitted, is admitted once the earlier record at position j goes and
+// nothing else changes. No request can join a queue ahead of a waiter,
+// and admission only grows as records ahead of it go, so a waiter that
+// watched the record at j alone and sees it deleted knows that it is
+// admitted if its own record is still there, without reading the queue
+// again: a lock's waiter right behind the holder, a reader whose nearest
+// earlier writer was the head of the queue.
+func AdmittedWithout(q []Request, i, j int) bool {
+	if j < 0 || j >= i || i >= len(q) {
+		return false
+	}
+	rest := make([]Request, 0, i)
+	rest = append(rest, q[:j]...)
+	rest = append(rest, q[j+1:i+1]...)
+	return Admitted(rest, i-1)
+}
+
 // Touches reports whether the request at position i of q, just admitted,
 // must touch its record before its grant: rewrite it unchanged (same
 // value, same token), so that the waiter behind it, which may have seen
