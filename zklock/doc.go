@@ -95,8 +95,20 @@
 // until cleaned up; a create abandoned in flight otherwise (the session
 // ended, the Locker closed, no reply within that bound) is deleted when
 // its reply comes. A cancelled, failed or interrupted wait deletes its
-// znode, and its lock-delay marker if it had created one. The uncontended
-// path is two round trips: the create, then the listing.
+// znode, and its lock-delay marker if it had created one.
+//
+// The uncontended path is one round trip: the create's answer carries the
+// stat of the lock's parent as the create left it (see Tokens; a Locker
+// that may not write the parent lists as well), and a parent with one
+// child has only the new znode, which no later request can get ahead of,
+// so it is granted without a listing. (With a lock-delay the
+// grant still lists, for the markers.) A waiter whose one watched znode was
+// the last request ahead of it (a lock's waiter right behind the holder, a
+// reader behind the writer at the head) is admitted when that znode's
+// deletion is reported, once a read of its own znode confirms that it is
+// still there and the same (its czxid): nothing can have joined the queue
+// ahead of it, and the read is cheaper than a listing of the whole queue.
+// Other waiters list again.
 //
 // # Tokens
 //
@@ -156,7 +168,8 @@
 // that a short critical section costs no watch event for its own release
 // (a deletion within those 50ms is found when the watch is set, which
 // reads the znode); a waiter sets no watch on its own znode, and learns
-// that it went from its next listing of the queue. A Locker from [Dial]
+// that it went from its next listing of the queue, or from the read that
+// confirms its admission. A Locker from [Dial]
 // keeps nothing per watch beyond its own table entry: go-zookeeper is
 // asked for a plain listing of the znode (a lock znode has no children),
 // and the Locker's connection wrapper sets the request's watch flag on

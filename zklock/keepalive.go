@@ -104,7 +104,24 @@ type trackedConn struct {
 	wbuf        []byte // writer side: a request changed by Write
 
 	handshakeDone bool // reader side
+
+	// Reader side: what the last read from the connection brought and
+	// go-zookeeper has not taken yet (rbuf[rpos:rend]), and the error
+	// that read returned with it, for the read after.
+	rbuf       []byte
+	rpos, rend int
+	rerr       error
 }
+
+// buffered returns how many bytes read from the connection wait for the
+// reader.
+func (c *trackedConn) buffered() int { return c.rend - c.rpos }
+
+// readBufSize is how much one read from the connection asks for. go-zookeeper
+// reads every packet in two (its length, then the rest), and a reply or
+// event is usually far smaller: with the buffer, both come from one
+// system call, and so do packets that arrived together.
+const readBufSize = 4096
 
 func (c *trackedConn) Write(p []byte) (int, error) {
 	now := c.ka.clk.Now() // before the write: the server cannot have the packet earlier
@@ -126,9 +143,30 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 }
 
 func (c *trackedConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
+	if c.rpos == c.rend {
+		if err := c.rerr; err != nil {
+			c.rerr = nil
+			return 0, err
+		}
+		if len(p) >= readBufSize {
+			n, err := c.Conn.Read(p)
+			c.r.feed(p[:n], c.received)
+			return n, err
+		}
+		if c.rbuf == nil {
+			c.rbuf = make([]byte, readBufSize)
+		}
+		n, err := c.Conn.Read(c.rbuf)
+		c.rpos, c.rend = 0, n
+		if n == 0 {
+			return 0, err
+		}
+		c.rerr = err
+	}
+	n := copy(p, c.rbuf[c.rpos:c.rend])
+	c.rpos += n
 	c.r.feed(p[:n], c.received)
-	return n, err
+	return n, nil
 }
 
 // received handles one whole packet from the server; body holds up to its

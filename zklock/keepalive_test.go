@@ -3,6 +3,8 @@ package zklock
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -113,7 +115,7 @@ func TestTrackedConn(t *testing.T) {
 	}
 	read := func(b []byte) {
 		sc.queue(b)
-		for sc.pending() {
+		for sc.pending() || c.(*trackedConn).buffered() > 0 {
 			if _, err := c.Read(buf[:7]); err != nil { // odd sizes split the packets
 				t.Fatal(err)
 			}
@@ -179,6 +181,73 @@ func TestTrackedConn(t *testing.T) {
 	if ka.connected.Load() != 3 || connects.Load() != 3 {
 		t.Errorf("after four handshakes, one without a session: connected = %d, onConnect called %d times; want 3, 3", ka.connected.Load(), connects.Load())
 	}
+}
+
+// TestTrackedConnRead checks that go-zookeeper's reads (a packet's length,
+// then the rest) get the bytes as they came, from one read of the
+// connection for packets that arrived together, that a large read goes
+// straight through, and that an error which came with data follows it.
+func TestTrackedConnRead(t *testing.T) {
+	sc := &countingReads{}
+	ka := &keepalive{clk: clock.NewFake(epoch0)}
+	c := &trackedConn{Conn: sc, ka: ka}
+	var stream []byte
+	for i := range 5 {
+		stream = append(stream, frame(bytes.Repeat([]byte{byte(i)}, 10+i*100))...)
+	}
+	sc.data, sc.err = stream, io.EOF
+	var got []byte
+	for {
+		hdr := make([]byte, 4)
+		if _, err := io.ReadFull(c, hdr); err != nil {
+			if !errors.Is(err, io.EOF) || len(got) != len(stream) {
+				t.Fatalf("after %d of %d bytes: reading a length: %v; want io.EOF at the end", len(got), len(stream), err)
+			}
+			break
+		}
+		body := make([]byte, binary.BigEndian.Uint32(hdr))
+		if _, err := io.ReadFull(c, body); err != nil {
+			t.Fatalf("after %d bytes: reading a body of %d bytes: %v", len(got), len(body), err)
+		}
+		got = append(append(got, hdr...), body...)
+	}
+	if !bytes.Equal(got, stream) {
+		t.Errorf("read %d bytes that differ from the %d sent", len(got), len(stream))
+	}
+	if sc.reads != 1 {
+		t.Errorf("%d reads of the connection for %d bytes that came together; want 1", sc.reads, len(stream))
+	}
+
+	big := bytes.Repeat([]byte{7}, 3*readBufSize)
+	sc.data, sc.err, sc.reads = big, nil, 0
+	p := make([]byte, len(big))
+	if n, err := c.Read(p); n != len(big) || err != nil || !bytes.Equal(p, big) {
+		t.Errorf("Read of %d bytes = %d, %v; want all of them, nil", len(p), n, err)
+	}
+	if sc.reads != 1 || c.buffered() != 0 {
+		t.Errorf("a large read: %d reads of the connection, %d bytes kept; want 1, 0", sc.reads, c.buffered())
+	}
+}
+
+// countingReads is a net.Conn that returns data, up to what each read asks
+// for, with err along with its last byte, and counts the reads.
+type countingReads struct {
+	net.Conn
+	data  []byte
+	err   error
+	reads int
+}
+
+func (c *countingReads) Read(p []byte) (int, error) {
+	c.reads++
+	n := copy(p, c.data)
+	c.data = c.data[n:]
+	if len(c.data) == 0 {
+		err := c.err
+		c.err = nil
+		return n, err
+	}
+	return n, nil
 }
 
 // recordConn is a net.Conn that keeps a copy of every write.
