@@ -132,8 +132,23 @@ func (p ctrProvider) Start(t testing.TB, kind Kind, opts ...Option) *Cluster {
 			t.Logf("cluster: start %s (attempt %d): %v; retrying on other ports", kind, attempt, err)
 			continue
 		}
+		if isEngineHiccup(err) && attempt < startAttempts {
+			// The request to the engine failed, not a container: once,
+			// with tests starting clusters in parallel, the engine
+			// client's connection broke under a container start
+			// ("http: CloseIdleConnections called").
+			t.Logf("cluster: start %s (attempt %d): the Docker engine request failed: %v; retrying", kind, attempt, err)
+			continue
+		}
 		t.Fatalf("cluster: start %s in containers: %v", kind, err)
 	}
+}
+
+// isEngineHiccup reports whether err is the Docker client's failure to
+// reach the engine ("error during connect"), which says nothing about the
+// containers; ctrStartCluster has removed what it created.
+func isEngineHiccup(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "error during connect")
 }
 
 var ctrRyukOnce sync.Once

@@ -1,6 +1,10 @@
 package cluster
 
-import "testing"
+import (
+	"errors"
+	"fmt"
+	"testing"
+)
 
 // TestHeldLogBytes checks the accounting that benchtest subtracts from its
 // heap figures: a member's buffer counts with its capacity until its
@@ -22,5 +26,24 @@ func TestHeldLogBytes(t *testing.T) {
 	}
 	if b.String() == "" {
 		t.Error("the output of a released buffer is gone; want it kept for the logs of a failed test")
+	}
+}
+
+// TestIsEngineHiccup checks which container start errors are retried as
+// a failed request to the Docker engine: the client's connection errors
+// only, not a container's own failure or a port in use.
+func TestIsEngineHiccup(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{errors.New(`start etcd-3: container start: error during connect: Post "http://%2Fvar%2Frun%2Fdocker.sock/v1.41/containers/x/start": net/http: HTTP/1.x transport connection broken: http: CloseIdleConnections called`), true},
+		{fmt.Errorf("etcd-1: %w: exited", errPortInUse), false},
+		{errors.New("start zk-2: container exited with code 3"), false},
+		{nil, false},
+	} {
+		if got := isEngineHiccup(tt.err); got != tt.want {
+			t.Errorf("isEngineHiccup(%v) = %v; want %v", tt.err, got, tt.want)
+		}
 	}
 }

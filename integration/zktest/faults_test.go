@@ -367,6 +367,7 @@ func testCheckOpAfterLoss(t *testing.T, c *cluster.Cluster, h *harness) {
 	if err := write("2"); !errors.Is(err, zk.ErrNoNode) {
 		t.Errorf("guarded write after loss = %v; want %v", err, zk.ErrNoNode)
 	}
+	h.admin.sync(t, target)
 	data, _, err := h.admin.conn.Get(target)
 	if err != nil || string(data) != "1" {
 		t.Errorf("target after the refused write = %q, %v; want %q", data, err, "1")
@@ -518,6 +519,7 @@ func testOpenURL(t *testing.T, c *cluster.Cluster, h *harness) {
 	if err != nil {
 		t.Fatalf("Acquire() = %v", err)
 	}
+	h.admin.sync(t, h.root+"/"+name)
 	if got, _, err := h.admin.conn.Children(h.root + "/" + name); err != nil || len(got) != 1 {
 		t.Errorf("children of %s/%s = %v, %v; want the lease's znode", h.root, name, got, err)
 	}

@@ -201,6 +201,16 @@ func newAdmin(t *testing.T, servers []string) *admin {
 	return &admin{conn: testutil.ZKConn(t, servers, 10*time.Second, nil)}
 }
 
+// sync makes the admin's server catch up with the leader, so that a read
+// after it sees what other clients' servers have applied (a grant's
+// create, answered once its own server applied it).
+func (a *admin) sync(t *testing.T, path string) {
+	t.Helper()
+	if _, err := a.conn.Sync(path); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		t.Fatalf("Sync(%s) = %v", path, err)
+	}
+}
+
 // records returns the lock znodes of name under root.
 func (a *admin) records(t *testing.T, root, name string) []string {
 	t.Helper()

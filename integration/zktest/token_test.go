@@ -33,6 +33,7 @@ func TestZKTokenFromCreate(t *testing.T) {
 				t.Fatalf("Acquire(%q) = %v", name, err)
 			}
 			zl := le.(*zklock.Lease)
+			h.admin.sync(t, zl.Path())
 			ok, st, err := h.admin.conn.Exists(zl.Path())
 			if err != nil || !ok {
 				t.Fatalf("Exists(%s) = %v, %v; want the lease's znode", zl.Path(), ok, err)
@@ -51,6 +52,7 @@ func TestZKTokenFromCreate(t *testing.T) {
 	}
 	parentStat := func(t *testing.T, name string) *zk.Stat {
 		t.Helper()
+		h.admin.sync(t, h.root+"/"+name)
 		data, st, err := h.admin.conn.Get(h.root + "/" + name)
 		if err != nil {
 			t.Fatalf("Get(%s/%s) = %v", h.root, name, err)
