@@ -216,9 +216,7 @@ func (a *admin) records(t *testing.T, root, name string) []string {
 	t.Helper()
 	// The admin's server may not have applied what another client's
 	// server just did (a Close's deletes): catch up with the leader first.
-	if _, err := a.conn.Sync(root); err != nil && !errors.Is(err, zk.ErrNoNode) {
-		t.Fatalf("Sync(%s) = %v", root, err)
-	}
+	a.sync(t, root)
 	kids, _, err := a.conn.Children(root + "/" + name)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil
