@@ -620,15 +620,28 @@ func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 	watched := queue.Watched(reqs, i)
 	touchWakes := queue.WaitsForTouch(reqs, i)
 	futures := make([]*future[exists], len(watched))
+	// A Locker from Dial watches for deletions without go-zookeeper's
+	// bookkeeping (see leaseTable.waitDeletion); mine[n] is then the
+	// channel the event comes on.
+	mine := make([]<-chan zk.Event, len(watched))
 	for n, j := range watched {
 		// Only a touch waiter wakes on a data change; the others (the
 		// first waiter of a semaphore among them, whose holders touch
 		// as they are admitted) would only wake for nothing.
-		w := deletionW
-		if touchWakes {
-			w = existsW
+		path := a.parent + "/" + q[j]
+		var w func() (exists, error)
+		switch {
+		case touchWakes:
+			w = existsW(a.l.conn, path)
+		case !a.l.tab.poll:
+			ch, stop := a.l.tab.waitDeletion(path)
+			defer stop()
+			mine[n] = ch
+			w = deletionWatchDial(a.l.conn, path)
+		default:
+			w = deletionW(a.l.conn, path)
 		}
-		futures[n] = start(a.l.g, w(a.l.conn, a.parent+"/"+q[j]), nil)
+		futures[n] = start(a.l.g, w, nil)
 	}
 	var chans []<-chan zk.Event
 	for n, f := range futures {
@@ -653,6 +666,9 @@ func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 				a.seenTouch = seen
 				return nil, nil
 			}
+		}
+		if mine[n] != nil {
+			e.watch = mine[n]
 		}
 		chans = append(chans, e.watch)
 	}

@@ -26,10 +26,11 @@ type leaseTable struct {
 	reconnected  atomic.Bool   // Dial: a new connection; run has not set the leases' watches again
 
 	mu       sync.Mutex
-	watched  map[string]*watchEntry // the znodes of acquisitions and held leases, by path
-	pending  []nodeEvent            // events for held leases, for run
-	arming   []pendingArm           // held leases whose watch is not set yet, oldest first (armLater)
-	armTimer *time.Timer            // fires when the oldest of arming is due; nil until the first grant
+	watched  map[string]*watchEntry     // the znodes of acquisitions and held leases, by path
+	waiters  map[string][]chan zk.Event // Dial: the waits for a znode's deletion, by path (waitDeletion)
+	pending  []nodeEvent                // events for held leases, for run
+	arming   []pendingArm               // held leases whose watch is not set yet, oldest first (armLater)
+	armTimer *time.Timer                // fires when the oldest of arming is due; nil until the first grant
 }
 
 func newLeaseTable(g *group, ss *sessions, jan *janitor, poll bool) *leaseTable {
@@ -40,7 +41,49 @@ func newLeaseTable(g *group, ss *sessions, jan *janitor, poll bool) *leaseTable 
 		poll:    poll,
 		kick:    make(chan struct{}, 1),
 		watched: make(map[string]*watchEntry),
+		waiters: make(map[string][]chan zk.Event),
 	}
+}
+
+// waitDeletion returns a channel that gets the next watch event on path,
+// for a waiter of a Locker from Dial: the waiter then sets the watch with
+// a plain listing of the znode, which its connection wrapper sends with
+// the watch flag (see isDeletionWatch), so go-zookeeper keeps nothing for
+// it and its callback hands the event to route. The server drops a
+// connection's watches with it and go-zookeeper does not set these again,
+// so every handshake with a session ends each wait with an
+// EventNotWatching (see connect): the waiter looks at the queue again
+// and watches anew. stop forgets the wait; calling it after the event
+// came does nothing.
+func (t *leaseTable) waitDeletion(path string) (<-chan zk.Event, func()) {
+	ch := make(chan zk.Event, 1)
+	t.mu.Lock()
+	t.waiters[path] = append(t.waiters[path], ch)
+	t.mu.Unlock()
+	return ch, func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		ws := t.waiters[path]
+		for i, w := range ws {
+			if w == ch {
+				ws = append(ws[:i:i], ws[i+1:]...)
+				break
+			}
+		}
+		if len(ws) == 0 {
+			delete(t.waiters, path)
+		} else {
+			t.waiters[path] = ws
+		}
+	}
+}
+
+// notifyWaitersLocked hands ev to every wait for path, and forgets them.
+func (t *leaseTable) notifyWaitersLocked(path string, ev zk.Event) {
+	for _, ch := range t.waiters[path] {
+		ch <- ev // buffered, and each wait gets one event at most
+	}
+	delete(t.waiters, path)
 }
 
 // watchEntry is the Locker's view of one of its own lock znodes.
@@ -79,6 +122,11 @@ func (t *leaseTable) untrack(path string) {
 // connect tells run that a new connection has a session (keepalive's
 // onConnect).
 func (t *leaseTable) connect() {
+	t.mu.Lock()
+	for path := range t.waiters {
+		t.notifyWaitersLocked(path, zk.Event{Type: zk.EventNotWatching, State: zk.StateHasSession, Path: path})
+	}
+	t.mu.Unlock()
 	t.reconnected.Store(true)
 	t.wake()
 }

@@ -132,3 +132,62 @@ func containsLease(les []*Lease, le *Lease) bool {
 	}
 	return false
 }
+
+// TestWaitDeletion checks the waits of a Locker from Dial for a znode's
+// deletion: the event reaches every wait for its path and no other, a
+// wait gets one event, a stopped wait gets none, and a handshake ends
+// every wait (the server dropped their watches with the connection).
+func TestWaitDeletion(t *testing.T) {
+	o, err := buildOptions([]Option{WithSessionTimeout(time.Second), WithLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab := newLocker(o, nil, false).tab
+	got := func(ch <-chan zk.Event) (zk.Event, bool) {
+		select {
+		case ev := <-ch:
+			return ev, true
+		default:
+			return zk.Event{}, false
+		}
+	}
+
+	a1, stopA1 := tab.waitDeletion("/l/x/~a")
+	a2, _ := tab.waitDeletion("/l/x/~a")
+	b, stopB := tab.waitDeletion("/l/x/~b")
+	stopped, stop := tab.waitDeletion("/l/x/~a")
+	stop()
+	tab.route(zk.Event{Type: zk.EventNodeDataChanged, Path: "/l/x/~a"}) // not a deletion: not for the waits
+	if _, ok := got(a1); ok {
+		t.Fatal("a data change reached a wait for the deletion")
+	}
+	tab.route(zk.Event{Type: zk.EventNodeDeleted, Path: "/l/x/~a"})
+	for i, ch := range []<-chan zk.Event{a1, a2} {
+		if ev, ok := got(ch); !ok || ev.Type != zk.EventNodeDeleted || ev.Path != "/l/x/~a" {
+			t.Errorf("wait %d for /l/x/~a got %+v, %v; want its deletion", i, ev, ok)
+		}
+	}
+	if ev, ok := got(stopped); ok {
+		t.Errorf("a stopped wait got %+v", ev)
+	}
+	if ev, ok := got(b); ok {
+		t.Errorf("the wait for /l/x/~b got %+v; want nothing yet", ev)
+	}
+	stopA1() // after its event: nothing to do
+	tab.route(zk.Event{Type: zk.EventNodeDeleted, Path: "/l/x/~a"})
+	if ev, ok := got(a2); ok {
+		t.Errorf("a wait got a second event %+v", ev)
+	}
+
+	tab.connect()
+	if ev, ok := got(b); !ok || ev.Type != zk.EventNotWatching {
+		t.Errorf("the wait for /l/x/~b after a handshake got %+v, %v; want EventNotWatching", ev, ok)
+	}
+	stopB()
+	tab.mu.Lock()
+	left := len(tab.waiters)
+	tab.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d paths still have waits; want none", left)
+	}
+}

@@ -60,6 +60,11 @@ const ownPollInterval = 500 * time.Millisecond
 // go-zookeeper's reading goroutine (Dial) or sessions.run (New), so it
 // only records and wakes.
 func (t *leaseTable) route(ev zk.Event) {
+	if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeChildrenChanged {
+		t.mu.Lock()
+		t.notifyWaitersLocked(ev.Path, ev)
+		t.mu.Unlock()
+	}
 	if ev.Type != zk.EventNodeDeleted && ev.Type != zk.EventNodeDataChanged {
 		return
 	}
