@@ -178,8 +178,12 @@
 // with it, and go-zookeeper sets again only those it keeps, so after each
 // reconnection in the same session the Locker sets its leases' watches
 // again, 32 at a time; a znode deleted meanwhile is then found missing
-// and its lease ends. (A Locker from [New] does not own the connection:
-// its leases' watches are go-zookeeper's. It reads the caller's event
+// and its lease ends. A waiter of a Locker from [Dial] watches its
+// predecessor the same way, and each reconnection ends its wait, so that it
+// lists the queue again and watches anew: go-zookeeper keeps no watch at
+// all for such a Locker (a permit waiter's watch for its predecessor's
+// touch aside). (A Locker from [New] does not own the connection:
+// its leases' and waiters' watches are go-zookeeper's. It reads the caller's event
 // channel, from which go-zookeeper drops events when it is full; it also
 // looks at its leases' own watches twice a second, so a dropped deletion
 // is noticed within about half a second.)
