@@ -76,6 +76,13 @@ func parseChild(s string) (queue.Request, bool) {
 	return queue.ParseTag(tag)
 }
 
+// isExclusivePath reports whether path is the znode of an exclusive
+// request: a lock's, or a read-write lock's writer's.
+func isExclusivePath(path string) bool {
+	r, ok := parseChild(path[strings.LastIndexByte(path, '/')+1:])
+	return ok && r.Kind == queue.Exclusive
+}
+
 // isLockChild reports whether a child name is a lock znode.
 func isLockChild(s string) bool {
 	_, ok := parseChild(s)
@@ -185,6 +192,10 @@ type acquisition struct {
 	// znode's data version unknown, so that a touch (which reads it
 	// again when it has to) must come before a grant.
 	touchUnsure bool
+
+	// noMark says that this acquisition does not wait for release marks
+	// (see waitFor): a record ahead had data set by someone else.
+	noMark bool
 
 	// marker is the acquisition's lock-delay marker, created with its
 	// znode (see delay), when the Locker has a lock-delay: a discarded
@@ -619,6 +630,9 @@ func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 	}
 	watched := queue.Watched(reqs, i)
 	touchWakes := queue.WaitsForTouch(reqs, i)
+	if !touchWakes && a.byMark(reqs, i, watched) {
+		return a.waitFor(ctx, q[watched[0]])
+	}
 	futures := make([]*future[exists], len(watched))
 	// A Locker from Dial watches for deletions without go-zookeeper's
 	// bookkeeping (see leaseTable.waitDeletion); mine[n] is then the
@@ -701,6 +715,78 @@ func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 	// behind it, it wakes nobody.
 	if err := a.touch(ctx); err != nil {
 		return nil, err
+	}
+	return a.grant()
+}
+
+// byMark reports whether the request at i of the queue reqs, not
+// admitted, is admitted by the release of the one record it watches,
+// watched[0], and may wait for that release's mark (see waitFor): the
+// Locker is from Dial, has no lock-delay, and the record is an exclusive
+// request (so it held the lock alone, at the head of the queue), whose
+// release as a holder leaves nothing ahead that keeps this request
+// waiting.
+func (a *acquisition) byMark(reqs []queue.Request, i int, watched []int) bool {
+	if a.noMark || a.l.tab.ka == nil || a.l.o.LockDelay > 0 || len(watched) != 1 {
+		return false
+	}
+	j := watched[0]
+	if reqs[j].Kind != queue.Exclusive || a.req.Kind == queue.Permit {
+		return false
+	}
+	rest := reqs[j+1 : i+1]
+	return queue.Admitted(rest, len(rest)-1)
+}
+
+// waitFor waits for the release of the exclusive record pred, which admits
+// this request (byMark), and grants it without another request.
+//
+// A lease of an exclusive request from Dial is released with one
+// transaction that sets its znode's data and deletes it (deleteOwn): the
+// mark. Every other end of a lock znode (a cancelled or failed wait, an
+// expired session, a revocation, Close, a delete by hand) is a plain
+// deletion. The waiter watches pred for a change of its data as well as
+// its deletion, with an exists (one watch, one event: the data change
+// spends it before the deletion in the same transaction), so the event
+// itself says whether pred left as a holder: a data change admits this
+// request, a deletion makes it look again.
+//
+// The waiter's own znode is not read again: a waiter's znode goes with
+// its session (whose end ends the wait), by its own Acquire, or by
+// someone else's hand. In that last case the lease is granted all the
+// same and ends with lock.ErrLost when its watch is set, ownWatchDelay
+// after the grant (setting it reads the znode): the bound a holder's
+// znode deleted by someone else right after its grant has too.
+func (a *acquisition) waitFor(ctx context.Context, pred string) (*Lease, error) {
+	l := a.l
+	predPath := a.parent + "/" + pred
+	ch, stop := l.tab.waitChange(predPath)
+	defer stop()
+	// The exists goes with the watch flag because the wait is registered
+	// (keepalive.wantsChange).
+	p, err := call(ctx, l.g, a.s, statOf(l.conn, predPath))
+	if err != nil {
+		return nil, a.retry(ctx, err)
+	}
+	switch {
+	case !p.ok:
+		return nil, nil // gone already: look again
+	case p.stat.Version != 0:
+		// Someone set its data, which no lock of this package does but
+		// its release: a mark could not be told from that.
+		a.noMark = true
+		return nil, nil
+	}
+	fired, err := a.await(ctx, []<-chan zk.Event{ch})
+	if err != nil {
+		return nil, err
+	}
+	if fired != zk.EventNodeDataChanged {
+		// Deleted otherwise, or the connection changed: look again.
+		return nil, nil
+	}
+	if l.tab.deletedBeforeGrant(a.path) {
+		return nil, a.deleted()
 	}
 	return a.grant()
 }

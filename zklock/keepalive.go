@@ -41,6 +41,11 @@ type keepalive struct {
 	// connected is raised.
 	onConnect func()
 	connected atomic.Int64 // handshakes that brought a session
+
+	// wantsChange, if set, reports whether a plain exists request for
+	// path should go with the watch flag (see isWatchRequest): a waiter
+	// waits for that znode's change (leaseTable.waitChange).
+	wantsChange func(path []byte) bool
 }
 
 // deadline returns the moment the server may expire the session, less
@@ -126,7 +131,7 @@ const readBufSize = 4096
 func (c *trackedConn) Write(p []byte) (int, error) {
 	now := c.ka.clk.Now() // before the write: the server cannot have the packet earlier
 	out := p
-	if c.requestSent && c.w.nhdr == 0 && isDeletionWatch(p) {
+	if c.requestSent && c.w.nhdr == 0 && c.watchFlag(p) {
 		// p is not ours to change (io.Writer): send a copy.
 		c.wbuf = append(c.wbuf[:0], p...)
 		c.wbuf[len(c.wbuf)-1] = 1
@@ -167,6 +172,20 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 	c.rpos += n
 	c.r.feed(p[:n], c.received)
 	return n, nil
+}
+
+// watchFlag reports whether the request p, one whole packet, goes with
+// the watch flag set: a plain listing of a lock znode (isDeletionWatch),
+// or a plain exists of a znode some waiter waits to see change
+// (keepalive.wantsChange).
+func (c *trackedConn) watchFlag(p []byte) bool {
+	if path, ok := watchRequestPath(p, opGetChildren2); ok {
+		return isLockPath(path)
+	}
+	if path, ok := watchRequestPath(p, opExists); ok && c.ka.wantsChange != nil {
+		return c.ka.wantsChange(path)
+	}
+	return false
 }
 
 // received handles one whole packet from the server; body holds up to its
@@ -311,25 +330,38 @@ func (ka *keepalive) run(g *group, conn link, ping func(), interval func() time.
 // channel for its event, only publishes it to the callback. zklock lists
 // the children of a lock znode for nothing else.
 
-// opGetChildren2 is the request code of go-zookeeper's Children and
-// ChildrenW.
-const opGetChildren2 = 12
+// Request codes of go-zookeeper's requests that trackedConn recognizes.
+const (
+	opExists       = 3  // Exists, ExistsW
+	opGetChildren2 = 12 // Children, ChildrenW
+)
 
 // isDeletionWatch reports whether p is one whole getChildren2 request,
 // without the watch flag, for a lock znode (whose last path segment is a
-// lock znode's name). Such a request is length, xid, type, then the path
-// (length and bytes) and the flag, one byte.
+// lock znode's name).
 func isDeletionWatch(p []byte) bool {
+	path, ok := watchRequestPath(p, opGetChildren2)
+	return ok && isLockPath(path)
+}
+
+// watchRequestPath returns the path of p if p is one whole request of
+// type op that is a path and a watch flag, with the flag clear: length,
+// xid, type, then the path (length and bytes) and the flag, one byte.
+func watchRequestPath(p []byte, op int32) ([]byte, bool) {
 	const head = 4 + 4 + 4 + 4 // packet length, xid, type, path length
-	if len(p) < head+minChild+2 || int(binary.BigEndian.Uint32(p[0:4])) != len(p)-4 ||
-		int32(binary.BigEndian.Uint32(p[8:12])) != opGetChildren2 {
-		return false
+	if len(p) < head+2 || int(binary.BigEndian.Uint32(p[0:4])) != len(p)-4 ||
+		int32(binary.BigEndian.Uint32(p[8:12])) != op {
+		return nil, false
 	}
 	n := int(int32(binary.BigEndian.Uint32(p[12:16])))
 	if n != len(p)-head-1 || p[len(p)-1] != 0 {
-		return false
+		return nil, false
 	}
-	path := p[head : head+n]
+	return p[head : head+n], true
+}
+
+// isLockPath reports whether path's last segment is a lock znode's name.
+func isLockPath(path []byte) bool {
 	i := bytes.LastIndexByte(path, '/')
 	if i < 0 || i+1 >= len(path) || path[i+1] != marker {
 		return false

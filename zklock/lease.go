@@ -224,8 +224,16 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 // znode is gone already deletes nothing. A marker found missing (which
 // this package never does to a held lease's) is no reason not to release.
 func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxid int64, marker string) error {
+	mark := marker == "" && l.tab.ka != nil && isExclusivePath(path)
 	for range 3 {
 		_, err := call(ctx, l.g, nil, func() (struct{}, error) {
+			if mark {
+				// The release mark (see acquisition.waitFor): the data
+				// change tells the waiter behind that a holder went.
+				res, err := l.conn.Multi(&zk.SetDataRequest{Path: path, Data: []byte(l.o.Identity), Version: version},
+					&zk.DeleteRequest{Path: path, Version: version + 1})
+				return struct{}{}, multiErr(res, err)
+			}
 			if marker == "" {
 				return struct{}{}, l.conn.Delete(path, version)
 			}

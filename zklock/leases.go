@@ -19,7 +19,8 @@ type leaseTable struct {
 	g    *group
 	ss   *sessions
 	jan  *janitor
-	poll bool // New: poll the watch channels of held leases
+	poll bool       // New: poll the watch channels of held leases
+	ka   *keepalive // Dial's; nil for New
 
 	kick         chan struct{} // wakes run
 	sessionEnded atomic.Bool   // a session ended; run has not ended its leases yet
@@ -28,6 +29,7 @@ type leaseTable struct {
 	mu       sync.Mutex
 	watched  map[string]*watchEntry     // the znodes of acquisitions and held leases, by path
 	waiters  map[string][]chan zk.Event // Dial: the waits for a znode's deletion, by path (waitDeletion)
+	changes  map[string][]chan zk.Event // Dial: the waits for a znode's change, by path (waitChange)
 	pending  []nodeEvent                // events for held leases, for run
 	arming   []pendingArm               // held leases whose watch is not set yet, oldest first (armLater)
 	armTimer *time.Timer                // fires when the oldest of arming is due; nil until the first grant
@@ -42,6 +44,7 @@ func newLeaseTable(g *group, ss *sessions, jan *janitor, poll bool) *leaseTable 
 		kick:    make(chan struct{}, 1),
 		watched: make(map[string]*watchEntry),
 		waiters: make(map[string][]chan zk.Event),
+		changes: make(map[string][]chan zk.Event),
 	}
 }
 
@@ -56,14 +59,34 @@ func newLeaseTable(g *group, ss *sessions, jan *janitor, poll bool) *leaseTable 
 // and watches anew. stop forgets the wait; calling it after the event
 // came does nothing.
 func (t *leaseTable) waitDeletion(path string) (<-chan zk.Event, func()) {
+	return t.wait(t.waiters, path)
+}
+
+// waitChange is waitDeletion for the next change of the znode at path,
+// its data or its deletion: the waiter sets the watch with a plain exists
+// of the znode, which the connection wrapper sends with the watch flag
+// because the wait is registered (wantsChange).
+func (t *leaseTable) waitChange(path string) (<-chan zk.Event, func()) {
+	return t.wait(t.changes, path)
+}
+
+// wantsChange reports whether a wait for the change of the znode at path
+// is registered (keepalive.wantsChange).
+func (t *leaseTable) wantsChange(path []byte) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.changes[string(path)]) > 0
+}
+
+func (t *leaseTable) wait(m map[string][]chan zk.Event, path string) (<-chan zk.Event, func()) {
 	ch := make(chan zk.Event, 1)
 	t.mu.Lock()
-	t.waiters[path] = append(t.waiters[path], ch)
+	m[path] = append(m[path], ch)
 	t.mu.Unlock()
 	return ch, func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		ws := t.waiters[path]
+		ws := m[path]
 		for i, w := range ws {
 			if w == ch {
 				ws = append(ws[:i:i], ws[i+1:]...)
@@ -71,19 +94,20 @@ func (t *leaseTable) waitDeletion(path string) (<-chan zk.Event, func()) {
 			}
 		}
 		if len(ws) == 0 {
-			delete(t.waiters, path)
+			delete(m, path)
 		} else {
-			t.waiters[path] = ws
+			m[path] = ws
 		}
 	}
 }
 
-// notifyWaitersLocked hands ev to every wait for path, and forgets them.
-func (t *leaseTable) notifyWaitersLocked(path string, ev zk.Event) {
-	for _, ch := range t.waiters[path] {
+// notifyWaitersLocked hands ev to every wait in m for path, and forgets
+// them.
+func notifyWaitersLocked(m map[string][]chan zk.Event, path string, ev zk.Event) {
+	for _, ch := range m[path] {
 		ch <- ev // buffered, and each wait gets one event at most
 	}
-	delete(t.waiters, path)
+	delete(m, path)
 }
 
 // watchEntry is the Locker's view of one of its own lock znodes.
@@ -119,12 +143,23 @@ func (t *leaseTable) untrack(path string) {
 	t.mu.Unlock()
 }
 
+// deletedBeforeGrant reports whether a deletion of the tracked znode at
+// path was routed before its grant.
+func (t *leaseTable) deletedBeforeGrant(path string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.watched[path]
+	return e != nil && e.deleted
+}
+
 // connect tells run that a new connection has a session (keepalive's
 // onConnect).
 func (t *leaseTable) connect() {
 	t.mu.Lock()
-	for path := range t.waiters {
-		t.notifyWaitersLocked(path, zk.Event{Type: zk.EventNotWatching, State: zk.StateHasSession, Path: path})
+	for _, m := range []map[string][]chan zk.Event{t.waiters, t.changes} {
+		for path := range m {
+			notifyWaitersLocked(m, path, zk.Event{Type: zk.EventNotWatching, State: zk.StateHasSession, Path: path})
+		}
 	}
 	t.mu.Unlock()
 	t.reconnected.Store(true)

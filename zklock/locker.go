@@ -72,6 +72,7 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 	ka := &keepalive{clk: o.clock}
 	l := newLocker(o, ka, false)
 	ka.onHeard, ka.onTimeout, ka.onConnect = l.ss.heard, l.negotiatedTimeout, l.tab.connect
+	ka.wantsChange = l.tab.wantsChange
 	dialer := o.dialer
 	if dialer == nil {
 		dialer = net.DialTimeout
@@ -202,6 +203,7 @@ func newLocker(o *options, ka *keepalive, poll bool) *Locker {
 	l.ss.tel = tel
 	l.jan = newJanitor(g, o.Logger)
 	l.tab = newLeaseTable(g, l.ss, l.jan, poll)
+	l.tab.ka = ka
 	l.ss.onEnd, l.ss.onHealthy = l.tab.sessionEnd, l.jan.wakeIfPending
 	return l
 }

@@ -60,9 +60,14 @@ const ownPollInterval = 500 * time.Millisecond
 // go-zookeeper's reading goroutine (Dial) or sessions.run (New), so it
 // only records and wakes.
 func (t *leaseTable) route(ev zk.Event) {
-	if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeChildrenChanged {
+	if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeChildrenChanged || ev.Type == zk.EventNodeDataChanged {
 		t.mu.Lock()
-		t.notifyWaitersLocked(ev.Path, ev)
+		if ev.Type != zk.EventNodeDataChanged {
+			notifyWaitersLocked(t.waiters, ev.Path, ev)
+		}
+		if ev.Type != zk.EventNodeChildrenChanged {
+			notifyWaitersLocked(t.changes, ev.Path, ev)
+		}
 		t.mu.Unlock()
 	}
 	if ev.Type != zk.EventNodeDeleted && ev.Type != zk.EventNodeDataChanged {
