@@ -751,12 +751,10 @@ func (a *acquisition) byMark(reqs []queue.Request, i int, watched []int) bool {
 // itself says whether pred left as a holder: a data change admits this
 // request, a deletion makes it look again.
 //
-// The waiter's own znode is not read again: a waiter's znode goes with
-// its session (whose end ends the wait), by its own Acquire, or by
-// someone else's hand. In that last case the lease is granted all the
-// same and ends with lock.ErrLost when its watch is set, ownWatchDelay
-// after the grant (setting it reads the znode): the bound a holder's
-// znode deleted by someone else right after its grant has too.
+// Someone else may delete the waiter's znode or set the data of pred by
+// hand; a grant on a mark is therefore checked by a listing right after
+// it (check), which ends the lease with lock.ErrLost one round trip after
+// the grant if it should not have been made.
 func (a *acquisition) waitFor(ctx context.Context, pred string) (*Lease, error) {
 	l := a.l
 	predPath := a.parent + "/" + pred
@@ -788,7 +786,35 @@ func (a *acquisition) waitFor(ctx context.Context, pred string) (*Lease, error) 
 	if l.tab.deletedBeforeGrant(a.path) {
 		return nil, a.deleted()
 	}
-	return a.grant()
+	le, err := a.grant()
+	if err == nil {
+		l.g.spawn(func() { a.check(le) })
+	}
+	return le, err
+}
+
+// check lists the queue once after a grant on a release mark (waitFor),
+// off the grant's path, and ends the lease with lock.ErrLost unless the
+// listing shows its znode admitted. The mark is a data change, and
+// someone else could set a lock znode's data by hand: the waiter would
+// then be granted while the holder holds on. A waiter's znode deleted by
+// someone else while it waited is found here too. Either way the lease
+// ends one round trip after its grant; the tokens keep the protected
+// resource safe meanwhile. A lease released or ended by then is left
+// alone, and so is a listing that fails (the session's end, if that is
+// why, ends the lease).
+func (a *acquisition) check(le *Lease) {
+	kids, err := call(a.l.g.bg, a.l.g, le.s, childrenOf(a.l.conn, a.parent))
+	if err != nil || le.stopped() || le.endErr() != nil {
+		return
+	}
+	q, reqs := lockQueue(kids.names)
+	switch i := slices.Index(q, a.own); {
+	case i < 0:
+		le.lose(znodeDeleted(le.path))
+	case !queue.Admitted(reqs[:i+1], i):
+		le.lose(fmt.Errorf("%w: granted on the release of %s, which its listing still shows ahead of it: someone else set that znode's data", lock.ErrLost, a.parent+"/"+q[i-1]))
+	}
 }
 
 // confirm grants the acquisition if its znode is still the one it

@@ -102,13 +102,39 @@
 // that may not write the parent lists as well), and a parent with one
 // child has only the new znode, which no later request can get ahead of,
 // so it is granted without a listing. (With a lock-delay the
-// grant still lists, for the markers.) A waiter whose one watched znode was
-// the last request ahead of it (a lock's waiter right behind the holder, a
-// reader behind the writer at the head) is admitted when that znode's
-// deletion is reported, once a read of its own znode confirms that it is
-// still there and the same (its czxid): nothing can have joined the queue
-// ahead of it, and the read is cheaper than a listing of the whole queue.
-// Other waiters list again.
+// grant still lists, for the markers.)
+//
+// A Locker from [Dial] hands a lock over without any request between the
+// release and the grant. It releases a lease of an exclusive request (a
+// lock's, a writer's) with one transaction that sets the znode's data and
+// deletes it: the release mark. Nothing else ends a lock znode that way
+// (a cancelled wait, an expired session, a revocation, Close or a delete
+// by hand delete it plainly). A waiter of such a Locker whose one watched
+// znode is an exclusive request watches it with an exists, whose one
+// watch fires once: for the data change when the request left as a
+// holder, for the deletion otherwise. When the holder's leaving admits
+// the waiter (nothing else was queued between them that would keep it
+// waiting), a data change grants it at once; a deletion makes it list
+// the queue again. Someone else could set a lock znode's data by hand,
+// or delete the waiter's znode while it waits: so the waiter lists the
+// queue once more right after such a grant, off the grant's path, and
+// the lease ends with [lock.ErrLost] if the listing does not show it
+// admitted, one round trip after its grant. The token (older than that
+// of the rightful holder) keeps the protected resource safe meanwhile. A
+// contended grant so costs 5 requests (create, listing, exists, the
+// listing after the grant, release) and 1 watch event, as go-zookeeper's
+// Lock does, but the next holder learns of the release from the event
+// alone, one round trip sooner. A record ahead whose data someone else
+// set before the waiter watched it makes the waiter list the queue after
+// each change instead.
+//
+// Other waiters (a Locker from [New], a permit's waiter, one with a
+// lock-delay) watch for deletions only. One whose watched znode was the
+// last request ahead of it is admitted when that znode's deletion is
+// reported, once a read of its own znode confirms that it is still there
+// and the same (its czxid): nothing can have joined the queue ahead of
+// it, and the read is cheaper than a listing of the whole queue. The
+// others list again.
 //
 // # Tokens
 //
@@ -168,8 +194,9 @@
 // that a short critical section costs no watch event for its own release
 // (a deletion within those 50ms is found when the watch is set, which
 // reads the znode); a waiter sets no watch on its own znode, and learns
-// that it went from its next listing of the queue, or from the read that
-// confirms its admission. A Locker from [Dial]
+// that it went from its next listing of the queue, from the read that
+// confirms its admission, or (granted on a release mark) from the listing
+// right after the grant. A Locker from [Dial]
 // keeps nothing per watch beyond its own table entry: go-zookeeper is
 // asked for a plain listing of the znode (a lock znode has no children),
 // and the Locker's connection wrapper sets the request's watch flag on

@@ -223,6 +223,10 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 // same Multi: a clean release leaves no delay behind, and one whose
 // znode is gone already deletes nothing. A marker found missing (which
 // this package never does to a held lease's) is no reason not to release.
+//
+// Without a marker, a Locker from Dial releases an exclusive request's
+// znode with the release mark: a Multi that sets its data, guarded by
+// version, and deletes it (see acquisition.waitFor).
 func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxid int64, marker string) error {
 	mark := marker == "" && l.tab.ka != nil && isExclusivePath(path)
 	for range 3 {

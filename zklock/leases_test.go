@@ -1,6 +1,7 @@
 package zklock
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fencelock/internal/clock"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -189,5 +191,82 @@ func TestWaitDeletion(t *testing.T) {
 	tab.mu.Unlock()
 	if left != 0 {
 		t.Errorf("%d paths still have waits; want none", left)
+	}
+}
+
+// TestWaitChange checks the waits of a Locker from Dial for a znode's
+// change (a release mark's data change, or its deletion): both reach the
+// waits for the path, a child change does not, and a handshake ends every
+// wait; while a wait is registered, the exists requests for its path go
+// with the watch flag, and no others do.
+func TestWaitChange(t *testing.T) {
+	o, err := buildOptions([]Option{WithSessionTimeout(time.Second), WithLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab := newLocker(o, nil, false).tab
+	got := func(ch <-chan zk.Event) (zk.Event, bool) {
+		select {
+		case ev := <-ch:
+			return ev, true
+		default:
+			return zk.Event{}, false
+		}
+	}
+	const p = "/l/x/~a"
+	if tab.wantsChange([]byte(p)) {
+		t.Fatal("wantsChange before any wait = true")
+	}
+	del, stopDel := tab.waitDeletion(p)
+	defer stopDel()
+	ch, stop := tab.waitChange(p)
+	if !tab.wantsChange([]byte(p)) || tab.wantsChange([]byte("/l/x/~b")) {
+		t.Fatal("wantsChange is not true for the waited path alone")
+	}
+	tab.route(zk.Event{Type: zk.EventNodeChildrenChanged, Path: p})
+	if ev, ok := got(ch); ok {
+		t.Fatalf("a child change reached the wait for a change: %+v", ev)
+	}
+	<-del // a child change is for the deletion waits, as before
+	tab.route(zk.Event{Type: zk.EventNodeDataChanged, Path: p})
+	if ev, ok := got(ch); !ok || ev.Type != zk.EventNodeDataChanged {
+		t.Fatalf("the wait for a change got %+v, %v; want the data change", ev, ok)
+	}
+	stop()
+	if tab.wantsChange([]byte(p)) {
+		t.Fatal("wantsChange after the wait stopped = true")
+	}
+
+	ch2, stop2 := tab.waitChange(p)
+	defer stop2()
+	tab.route(zk.Event{Type: zk.EventNodeDeleted, Path: p})
+	if ev, ok := got(ch2); !ok || ev.Type != zk.EventNodeDeleted {
+		t.Fatalf("the wait for a change got %+v, %v; want the deletion", ev, ok)
+	}
+	ch3, _ := tab.waitChange(p)
+	tab.connect()
+	if ev, ok := got(ch3); !ok || ev.Type != zk.EventNotWatching {
+		t.Fatalf("the wait for a change after a handshake got %+v, %v; want EventNotWatching", ev, ok)
+	}
+
+	// The connection wrapper asks the table about plain exists requests.
+	ka := &keepalive{clk: clock.NewFake(epoch0), wantsChange: tab.wantsChange}
+	c := &trackedConn{Conn: &scriptConn{}, ka: ka, requestSent: true}
+	exists := func(path string, flag byte) []byte {
+		b := []byte{0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, opExists, 0, 0, 0, byte(len(path))}
+		b = append(append(b, path...), flag)
+		binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+		return b
+	}
+	if c.watchFlag(exists(p, 0)) {
+		t.Fatal("watchFlag(exists) with no wait = true")
+	}
+	_, stop4 := tab.waitChange(p)
+	defer stop4()
+	if !c.watchFlag(exists(p, 0)) {
+		t.Fatal("watchFlag(exists of a waited path) = false")
+	}
+	if c.watchFlag(exists(p, 1)) || c.watchFlag(exists("/l/x/~b", 0)) {
+		t.Fatal("watchFlag is true for an exists with the flag set, or of another path")
 	}
 }
