@@ -226,9 +226,11 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 //
 // Without a marker, a Locker from Dial releases an exclusive request's
 // znode with the release mark: a Multi that sets its data, guarded by
-// version, and deletes it (see acquisition.waitFor).
+// version, and deletes it (see acquisition.waitFor). A Locker that may
+// not write its lock znodes (their ACL) finds that out at its first
+// release, which then deletes plainly, as do all its releases after it.
 func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxid int64, marker string) error {
-	mark := marker == "" && l.tab.ka != nil && isExclusivePath(path)
+	mark := marker == "" && l.tab.ka != nil && !l.noMark.Load() && isExclusivePath(path)
 	for range 3 {
 		_, err := call(ctx, l.g, nil, func() (struct{}, error) {
 			if mark {
@@ -236,6 +238,14 @@ func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxi
 				// change tells the waiter behind that a holder went.
 				res, err := l.conn.Multi(&zk.SetDataRequest{Path: path, Data: []byte(l.o.Identity), Version: version},
 					&zk.DeleteRequest{Path: path, Version: version + 1})
+				if len(res) > 0 && errors.Is(res[0].Error, zk.ErrNoAuth) {
+					// The lock znodes' ACL does not let this Locker set
+					// their data: it deletes them plainly from now on,
+					// and the waiters behind list the queue again.
+					mark = false
+					l.noMark.Store(true)
+					return struct{}{}, errMarkDenied
+				}
 				return struct{}{}, multiErr(res, err)
 			}
 			if marker == "" {
@@ -248,7 +258,7 @@ func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxi
 			}
 			return struct{}{}, multiErr(res, err)
 		})
-		if errors.Is(err, errMarkerGone) {
+		if errors.Is(err, errMarkerGone) || errors.Is(err, errMarkDenied) {
 			continue
 		}
 		if !errors.Is(err, zk.ErrBadVersion) {
@@ -268,7 +278,10 @@ func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxi
 	return fmt.Errorf("znode %s keeps changing", path)
 }
 
-var errMarkerGone = errors.New("lock-delay marker gone")
+var (
+	errMarkerGone = errors.New("lock-delay marker gone")
+	errMarkDenied = errors.New("no write permission on the lock znode")
+)
 
 // stopped reports whether Release has taken over.
 func (le *Lease) stopped() bool { return le.st.Releasing() }

@@ -40,6 +40,9 @@ type Locker struct {
 	// noStamp: creates go without the stamp of the parent (see
 	// createZnode), since this Locker may not write a lock's parent.
 	noStamp atomic.Bool
+	// noMark: releases go without the release mark (see deleteOwn), since
+	// this Locker may not set the data of its lock znodes.
+	noMark atomic.Bool
 }
 
 // Dial connects to the ZooKeeper servers ("host:port", at least one) and

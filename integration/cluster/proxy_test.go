@@ -91,8 +91,17 @@ func TestProxyForwards(t *testing.T) {
 	if got, err := c.roundTrip("hello", 5*time.Second); err != nil || got != "hello" {
 		t.Fatalf("roundTrip(hello) = %q, %v; want hello, nil", got, err)
 	}
+	// A chunk is counted once its write to the other side has returned,
+	// which may be after the echo of it came back: the counts settle a
+	// moment after the round trip.
+	want := func(s ProxyStats) bool {
+		return s.Accepted == 1 && s.Active == 1 && s.BytesUp == 6 && s.BytesDown == 6 && s.HeldWhileBlackholed == 0
+	}
 	s := p.Stats()
-	if s.Accepted != 1 || s.Active != 1 || s.BytesUp != 6 || s.BytesDown != 6 || s.HeldWhileBlackholed != 0 {
+	for deadline := time.Now().Add(2 * time.Second); !want(s) && time.Now().Before(deadline); s = p.Stats() {
+		time.Sleep(5 * time.Millisecond) // polling with a deadline
+	}
+	if !want(s) {
 		t.Fatalf("Stats() = %+v; want 1 accepted, 1 active, 6 bytes each way, none held", s)
 	}
 }
