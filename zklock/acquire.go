@@ -196,6 +196,8 @@ type acquisition struct {
 	// noMark says that this acquisition does not wait for release marks
 	// (see waitFor): a record ahead had data set by someone else.
 	noMark bool
+	// marked says that the acquisition was admitted on a release mark.
+	marked bool
 
 	// marker is the acquisition's lock-delay marker, created with its
 	// znode (see delay), when the Locker has a lock-delay: a discarded
@@ -752,9 +754,9 @@ func (a *acquisition) byMark(reqs []queue.Request, i int, watched []int) bool {
 // request, a deletion makes it look again.
 //
 // Someone else may delete the waiter's znode or set the data of pred by
-// hand; a grant on a mark is therefore checked by a listing right after
-// it (check), which ends the lease with lock.ErrLost one round trip after
-// the grant if it should not have been made.
+// hand; a lease granted on a mark and still held ownWatchDelay after its
+// grant is therefore checked by a listing (Lease.checkMark), which ends it
+// with lock.ErrLost if the grant should not have been made.
 func (a *acquisition) waitFor(ctx context.Context, pred string) (*Lease, error) {
 	l := a.l
 	predPath := a.parent + "/" + pred
@@ -786,35 +788,8 @@ func (a *acquisition) waitFor(ctx context.Context, pred string) (*Lease, error) 
 	if l.tab.deletedBeforeGrant(a.path) {
 		return nil, a.deleted()
 	}
-	le, err := a.grant()
-	if err == nil {
-		l.g.spawn(func() { a.check(le) })
-	}
-	return le, err
-}
-
-// check lists the queue once after a grant on a release mark (waitFor),
-// off the grant's path, and ends the lease with lock.ErrLost unless the
-// listing shows its znode admitted. The mark is a data change, and
-// someone else could set a lock znode's data by hand: the waiter would
-// then be granted while the holder holds on. A waiter's znode deleted by
-// someone else while it waited is found here too. Either way the lease
-// ends one round trip after its grant; the tokens keep the protected
-// resource safe meanwhile. A lease released or ended by then is left
-// alone, and so is a listing that fails (the session's end, if that is
-// why, ends the lease).
-func (a *acquisition) check(le *Lease) {
-	kids, err := call(a.l.g.bg, a.l.g, le.s, childrenOf(a.l.conn, a.parent))
-	if err != nil || le.stopped() || le.endErr() != nil {
-		return
-	}
-	q, reqs := lockQueue(kids.names)
-	switch i := slices.Index(q, a.own); {
-	case i < 0:
-		le.lose(znodeDeleted(le.path))
-	case !queue.Admitted(reqs[:i+1], i):
-		le.lose(fmt.Errorf("%w: granted on the release of %s, which its listing still shows ahead of it: someone else set that znode's data", lock.ErrLost, a.parent+"/"+q[i-1]))
-	}
+	a.marked = true
+	return a.grant()
 }
 
 // confirm grants the acquisition if its znode is still the one it
@@ -1010,6 +985,7 @@ func (a *acquisition) grant() (*Lease, error) {
 		path:    a.path,
 		czxid:   a.czxid,
 		version: a.version,
+		byMark:  a.marked,
 	}
 	if err := a.l.tab.hold(le); err != nil {
 		return nil, err

@@ -116,17 +116,21 @@
 // the waiter (nothing else was queued between them that would keep it
 // waiting), a data change grants it at once; a deletion makes it list
 // the queue again. Someone else could set a lock znode's data by hand,
-// or delete the waiter's znode while it waits: so the waiter lists the
-// queue once more right after such a grant, off the grant's path, and
-// the lease ends with [lock.ErrLost] if the listing does not show it
-// admitted, one round trip after its grant. The token (older than that
-// of the rightful holder) keeps the protected resource safe meanwhile. A
-// contended grant so costs 5 requests (create, listing, exists, the
-// listing after the grant, release) and 1 watch event, as go-zookeeper's
-// Lock does, but the next holder learns of the release from the event
-// alone, one round trip sooner. A record ahead whose data someone else
-// set before the waiter watched it makes the waiter list the queue after
-// each change instead.
+// or delete the waiter's znode while it waits, and the waiter would be
+// granted all the same: so a lease granted on a mark and still held 50ms
+// after its grant (when its own watch is set, see below) lists the queue
+// once, and ends with [lock.ErrLost] if the listing does not show it
+// admitted. That is the bound given below for a holder's znode deleted by
+// someone else right after its grant; the token (older than that of the
+// rightful holder, or newer than that of the holder still holding) keeps
+// the protected resource safe meanwhile. A contended grant so costs 4
+// requests (create, listing, exists, release) and 1 watch event when the
+// lock is held for less than 50ms, and 5 and 1 when it is held longer
+// (the listing, and the lease's own watch as ever), against 5 and 1 for
+// go-zookeeper's Lock; and the next holder learns of a release from the
+// event alone, one round trip sooner. A record ahead whose data someone
+// else set before the waiter watched it makes the waiter list the queue
+// after each change instead.
 //
 // Other waiters (a Locker from [New], a permit's waiter, one with a
 // lock-delay) watch for deletions only. One whose watched znode was the
@@ -195,8 +199,8 @@
 // (a deletion within those 50ms is found when the watch is set, which
 // reads the znode); a waiter sets no watch on its own znode, and learns
 // that it went from its next listing of the queue, from the read that
-// confirms its admission, or (granted on a release mark) from the listing
-// right after the grant. A Locker from [Dial]
+// confirms its admission, or (granted on a release mark) when its lease's
+// watch is set, with the listing that goes with it. A Locker from [Dial]
 // keeps nothing per watch beyond its own table entry: go-zookeeper is
 // asked for a plain listing of the znode (a lock znode has no children),
 // and the Locker's connection wrapper sets the request's watch flag on

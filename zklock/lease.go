@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/go-zookeeper/zk"
@@ -12,6 +13,7 @@ import (
 	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/leasestate"
 	"github.com/fencelock/fencelock/internal/names"
+	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -23,6 +25,7 @@ type Lease struct {
 	path    string
 	czxid   int64
 	version int32
+	byMark  bool             // granted on a release mark: checked once (checkMark)
 	st      leasestate.State // its end, once; "releasing" once Release has begun
 }
 
@@ -285,3 +288,31 @@ var (
 
 // stopped reports whether Release has taken over.
 func (le *Lease) stopped() bool { return le.st.Releasing() }
+
+// checkMark lists the lock's queue once for a lease granted on a release
+// mark (acquisition.waitFor) that is still held ownWatchDelay after its
+// grant (armDue), and ends it with lock.ErrLost unless the listing shows
+// its znode admitted. The mark is a data change, and someone else could
+// set a lock znode's data by hand: the waiter would then be granted while
+// the holder holds on. A waiter's znode deleted by someone else while it
+// waited is found here too (and by the lease's watch, set at the same
+// time). A lease released by then is not checked: a short critical
+// section costs no request for it, and the check would end nothing. A
+// listing that fails is left alone (the session's end, if that is why,
+// ends the lease).
+func (le *Lease) checkMark() {
+	l := le.l
+	i := strings.LastIndexByte(le.path, '/')
+	parent, own := le.path[:i], le.path[i+1:]
+	kids, err := call(l.g.bg, l.g, le.s, childrenOf(l.conn, parent))
+	if err != nil || le.stopped() || le.endErr() != nil {
+		return
+	}
+	q, reqs := lockQueue(kids.names)
+	switch j := slices.Index(q, own); {
+	case j < 0:
+		le.lose(znodeDeleted(le.path))
+	case !queue.Admitted(reqs[:j+1], j):
+		le.lose(fmt.Errorf("%w: granted on the release of %s, which a listing still shows ahead of it: someone else set that znode's data", lock.ErrLost, parent+"/"+q[j-1]))
+	}
+}

@@ -182,6 +182,9 @@ func (t *leaseTable) armDue() {
 	for _, le := range les {
 		if le.endErr() == nil {
 			t.rearm(le)
+			if le.byMark {
+				t.g.spawn(le.checkMark)
+			}
 		}
 	}
 }

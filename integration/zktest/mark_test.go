@@ -39,7 +39,8 @@ func waitQueued(t *testing.T, h *harness, name string, n int) {
 // the next holder is granted after the release and not before, a waiter
 // ahead that gives up (a plain deletion) grants nobody, and a data change
 // made by someone else, which the waiter cannot tell from a mark, ends
-// the lease it granted within a round trip while the holder holds on.
+// the lease it granted (when its watch is set, 50ms after the grant)
+// while the holder holds on.
 func TestZKReleaseMark(t *testing.T) {
 	c := startEnsemble(t)
 	h := newHarness(t, c.Endpoints())
@@ -128,8 +129,9 @@ func TestZKReleaseMark(t *testing.T) {
 		}
 		select {
 		case r := <-got:
-			// Granted on what looked like a mark: the listing right
-			// after it must end the lease, and the holder holds on.
+			// Granted on what looked like a mark: the listing that goes
+			// with the lease's watch must end it, and the holder holds
+			// on.
 			if r.err != nil {
 				t.Fatalf("Acquire() = %v; want a lease, or none while the lock is held", r.err)
 			}
