@@ -135,24 +135,34 @@ func containsLease(les []*Lease, le *Lease) bool {
 	return false
 }
 
+// dialTable returns the lease table of a Locker from Dial, without its
+// connection and goroutines.
+func dialTable(t *testing.T) *leaseTable {
+	t.Helper()
+	o, err := buildOptions([]Option{WithSessionTimeout(time.Second), WithLogger(slog.New(slog.DiscardHandler))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newLocker(o, nil, false).tab
+}
+
+// pending returns the event waiting in ch, if there is one.
+func pending(ch <-chan zk.Event) (zk.Event, bool) {
+	select {
+	case ev := <-ch:
+		return ev, true
+	default:
+		return zk.Event{}, false
+	}
+}
+
 // TestWaitDeletion checks the waits of a Locker from Dial for a znode's
 // deletion: the event reaches every wait for its path and no other, a
 // wait gets one event, a stopped wait gets none, and a handshake ends
 // every wait (the server dropped their watches with the connection).
 func TestWaitDeletion(t *testing.T) {
-	o, err := buildOptions([]Option{WithSessionTimeout(time.Second), WithLogger(slog.New(slog.DiscardHandler))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tab := newLocker(o, nil, false).tab
-	got := func(ch <-chan zk.Event) (zk.Event, bool) {
-		select {
-		case ev := <-ch:
-			return ev, true
-		default:
-			return zk.Event{}, false
-		}
-	}
+	tab := dialTable(t)
+	got := pending
 
 	a1, stopA1 := tab.waitDeletion("/l/x/~a")
 	a2, _ := tab.waitDeletion("/l/x/~a")
@@ -200,19 +210,8 @@ func TestWaitDeletion(t *testing.T) {
 // wait; while a wait is registered, the exists requests for its path go
 // with the watch flag, and no others do.
 func TestWaitChange(t *testing.T) {
-	o, err := buildOptions([]Option{WithSessionTimeout(time.Second), WithLogger(slog.New(slog.DiscardHandler))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tab := newLocker(o, nil, false).tab
-	got := func(ch <-chan zk.Event) (zk.Event, bool) {
-		select {
-		case ev := <-ch:
-			return ev, true
-		default:
-			return zk.Event{}, false
-		}
-	}
+	tab := dialTable(t)
+	got := pending
 	const p = "/l/x/~a"
 	if tab.wantsChange([]byte(p)) {
 		t.Fatal("wantsChange before any wait = true")

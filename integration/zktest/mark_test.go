@@ -33,6 +33,19 @@ func waitQueued(t *testing.T, h *harness, name string, n int) {
 	testutil.Eventually(t, 10*time.Second, "the queue's records", func() bool { return len(h.admin.records(t, h.root, name)) == n })
 }
 
+// heldAndQueued has one Locker hold name and another queue for it, and
+// returns the lease and where the waiter's result comes.
+func heldAndQueued(t *testing.T, ctx context.Context, h *harness, name string) (lock.Lease, <-chan markResult) {
+	t.Helper()
+	held, err := h.dial(t).Acquire(ctx, name)
+	if err != nil {
+		t.Fatalf("Acquire() = %v", err)
+	}
+	got := acquireAsync(ctx, h.dial(t), name)
+	waitQueued(t, h, name, 2)
+	return held, got
+}
+
 // TestZKReleaseMark checks the hand-over on a release mark (a Dial
 // Locker's exclusive release sets its znode's data and deletes it in one
 // transaction; the waiter behind is granted on the data change alone):
@@ -48,13 +61,7 @@ func TestZKReleaseMark(t *testing.T) {
 	t.Run("HandOver", func(t *testing.T) {
 		ctx := testutil.Context(t, time.Minute)
 		name := lockName(t)
-		a, b := h.dial(t), h.dial(t)
-		held, err := a.Acquire(ctx, name)
-		if err != nil {
-			t.Fatalf("Acquire() = %v", err)
-		}
-		got := acquireAsync(ctx, b, name)
-		waitQueued(t, h, name, 2)
+		held, got := heldAndQueued(t, ctx, h, name)
 		select {
 		case r := <-got:
 			t.Fatalf("Acquire() returned (%v, %v) while the lock was held", r.le, r.err)
@@ -115,13 +122,7 @@ func TestZKReleaseMark(t *testing.T) {
 	t.Run("DataSetByHand", func(t *testing.T) {
 		ctx := testutil.Context(t, time.Minute)
 		name := lockName(t)
-		a, b := h.dial(t), h.dial(t)
-		held, err := a.Acquire(ctx, name)
-		if err != nil {
-			t.Fatalf("Acquire() = %v", err)
-		}
-		got := acquireAsync(ctx, b, name)
-		waitQueued(t, h, name, 2)
+		held, got := heldAndQueued(t, ctx, h, name)
 		time.Sleep(200 * time.Millisecond) // the waiter's watch is set (a grant below proves it was)
 		path := held.(*zklock.Lease).Path()
 		if _, err := h.admin.conn.Set(path, []byte("meddled"), -1); err != nil {
