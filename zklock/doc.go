@@ -60,9 +60,13 @@
 //     and Queue show it as the holder, and Observe reports it, although
 //     its Acquire has not returned yet.
 //
-// A lock-delay adds no round trip to an acquisition or a release: the
-// marker rides on the znode's create and delete, and the markers are read
-// in the listing the grant reads anyway. Only a grant that finds a stale
+// A lock-delay adds no round trip to an acquisition or a release but one:
+// the marker rides on the znode's create and delete, and the markers are
+// read in a listing made after the holder went. A contended grant of a
+// Locker from [Dial] without a lock-delay needs no such listing (it is
+// granted on the release mark, see "ZooKeeper" below), so with a
+// lock-delay it costs one request and one round trip more, as every
+// contended grant did before the release mark. A grant that finds a stale
 // marker sends one more request, after its wait. Markers change the
 // parent's child version, which numbers the sequential znodes, so a lock
 // with a lock-delay uses up its 2^31 sequence numbers about twice as

@@ -29,12 +29,24 @@ func lockDelayRecipe(kind cluster.Kind, fl recipe) recipe {
 	return r
 }
 
+// markerListing is the requests per contended grant that a lock-delay
+// adds on the backend: on ZooKeeper, the listing after the release that
+// shows whether the holder left a marker, which zklock without a
+// lock-delay does without (it grants on the release mark: see the
+// zklock package doc); none on etcd.
+func markerListing(kind cluster.Kind) float64 {
+	if kind == cluster.ZooKeeper {
+		return 1
+	}
+	return 0
+}
+
 // runLockDelay measures contended handoff (measureContended, every
 // client count of the run) for the backend's fencelock recipe without
 // and with a lock-delay, in alternating order in the same run. Every
 // release is clean, so no grant may wait out the lock-delay; the markers
-// ride on requests the grant sends anyway, so the rows should differ only
-// by noise (and the requests per grant not at all).
+// ride on requests the grant sends anyway (but for markerListing), so
+// the rows should differ only by noise and that request.
 func runLockDelay(t *testing.T, kind cluster.Kind, fl recipe, at placement, cfg config) []contendedResult {
 	rs := []recipe{fl, lockDelayRecipe(kind, fl)}
 	var out []contendedResult
@@ -60,10 +72,12 @@ func runLockDelay(t *testing.T, kind cluster.Kind, fl recipe, at placement, cfg 
 					t.Errorf("%s, %d clients: a handoff after a clean release took %.0f ms; want every one under the lock-delay (%v)", r.name, n, res.Handoff.Max, benchLockDelay)
 				}
 				// The package docs promise no extra round trip per
-				// grant; the pings counted with the requests vary by
-				// a few tenths.
-				if i == 1 && len(out) > 0 && res.RequestsPerGrant > out[len(out)-1].RequestsPerGrant+0.5 {
-					t.Errorf("%s, %d clients: %.1f requests per grant against %.1f without the lock-delay; want no more", r.name, n, res.RequestsPerGrant, out[len(out)-1].RequestsPerGrant)
+				// grant but, on ZooKeeper, the listing after the
+				// release that reads the markers, which a grant on a
+				// release mark (no lock-delay) spares; the pings
+				// counted with the requests vary by a few tenths.
+				if i == 1 && len(out) > 0 && res.RequestsPerGrant > out[len(out)-1].RequestsPerGrant+markerListing(kind)+0.5 {
+					t.Errorf("%s, %d clients: %.1f requests per grant against %.1f without the lock-delay; want at most %.0f more", r.name, n, res.RequestsPerGrant, out[len(out)-1].RequestsPerGrant, markerListing(kind))
 				}
 				out = append(out, res)
 			}
