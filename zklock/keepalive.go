@@ -43,7 +43,7 @@ type keepalive struct {
 	connected atomic.Int64 // handshakes that brought a session
 
 	// wantsChange, if set, reports whether a plain exists request for
-	// path should go with the watch flag (see isWatchRequest): a waiter
+	// path should go with the watch flag (see trackedConn.watchFlag): a waiter
 	// waits for that znode's change (leaseTable.waitChange).
 	wantsChange func(path []byte) bool
 }
@@ -179,13 +179,11 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 // or a plain exists of a znode some waiter waits to see change
 // (keepalive.wantsChange).
 func (c *trackedConn) watchFlag(p []byte) bool {
-	if path, ok := watchRequestPath(p, opGetChildren2); ok {
-		return isLockPath(path)
+	if isDeletionWatch(p) {
+		return true
 	}
-	if path, ok := watchRequestPath(p, opExists); ok && c.ka.wantsChange != nil {
-		return c.ka.wantsChange(path)
-	}
-	return false
+	path, ok := watchRequestPath(p, opExists)
+	return ok && c.ka.wantsChange != nil && c.ka.wantsChange(path)
 }
 
 // received handles one whole packet from the server; body holds up to its
