@@ -196,7 +196,9 @@ type acquisition struct {
 	// noMark says that this acquisition does not wait for release marks
 	// (see waitFor): a record ahead had data set by someone else.
 	noMark bool
-	// marked says that the acquisition was admitted on a release mark.
+	// marked says that the acquisition was admitted with no listing
+	// after its predecessor went: on a release mark, or on the holder's
+	// going (see waitFor).
 	marked bool
 
 	// marker is the acquisition's lock-delay marker, created with its
@@ -633,7 +635,7 @@ func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 	watched := queue.Watched(reqs, i)
 	touchWakes := queue.WaitsForTouch(reqs, i)
 	if !touchWakes && a.byMark(reqs, i, watched) {
-		return a.waitFor(ctx, q[watched[0]])
+		return a.waitFor(ctx, q[watched[0]], watched[0] == 0)
 	}
 	futures := make([]*future[exists], len(watched))
 	// A Locker from Dial watches for deletions without go-zookeeper's
@@ -753,11 +755,18 @@ func (a *acquisition) byMark(reqs []queue.Request, i int, watched []int) bool {
 // itself says whether pred left as a holder: a data change admits this
 // request, a deletion makes it look again.
 //
+// When pred headed the listing (head), it was the holder, and its going
+// admits this request however it went: nothing can join the queue ahead
+// of it. A head already gone when the exists is answered, or deleted
+// without a mark, then grants this request as a mark does, with no
+// listing. (Under load the holder mostly releases between the waiter's
+// listing and its exists: one request fewer for those hand-overs.)
+//
 // Someone else may delete the waiter's znode or set the data of pred by
-// hand; a lease granted on a mark and still held ownWatchDelay after its
-// grant is therefore checked by a listing (Lease.checkMark), which ends it
-// with lock.ErrLost if the grant should not have been made.
-func (a *acquisition) waitFor(ctx context.Context, pred string) (*Lease, error) {
+// hand; a lease granted here and still held ownWatchDelay after its grant
+// is therefore checked by a listing (Lease.checkMark), which ends it with
+// lock.ErrLost if the grant should not have been made.
+func (a *acquisition) waitFor(ctx context.Context, pred string, head bool) (*Lease, error) {
 	l := a.l
 	predPath := a.parent + "/" + pred
 	ch, stop := l.tab.waitChange(predPath)
@@ -769,6 +778,8 @@ func (a *acquisition) waitFor(ctx context.Context, pred string) (*Lease, error) 
 		return nil, a.retry(ctx, err)
 	}
 	switch {
+	case !p.ok && head:
+		return a.grantUnlisted()
 	case !p.ok:
 		return nil, nil // gone already: look again
 	case p.stat.Version != 0:
@@ -781,11 +792,20 @@ func (a *acquisition) waitFor(ctx context.Context, pred string) (*Lease, error) 
 	if err != nil {
 		return nil, err
 	}
-	if fired != zk.EventNodeDataChanged {
+	switch {
+	case fired == zk.EventNodeDataChanged, fired == zk.EventNodeDeleted && head:
+		return a.grantUnlisted()
+	default:
 		// Deleted otherwise, or the connection changed: look again.
 		return nil, nil
 	}
-	if l.tab.deletedBeforeGrant(a.path) {
+}
+
+// grantUnlisted grants the acquisition on its predecessor's going, seen
+// without a listing (see waitFor); the lease is checked once if it is
+// still held ownWatchDelay after the grant.
+func (a *acquisition) grantUnlisted() (*Lease, error) {
+	if a.l.tab.deletedBeforeGrant(a.path) {
 		return nil, a.deleted()
 	}
 	a.marked = true

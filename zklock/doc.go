@@ -119,10 +119,15 @@
 // holder, for the deletion otherwise. When the holder's leaving admits
 // the waiter (nothing else was queued between them that would keep it
 // waiting), a data change grants it at once; a deletion makes it list
-// the queue again. Someone else could set a lock znode's data by hand,
-// or delete the waiter's znode while it waits, and the waiter would be
-// granted all the same: so a lease granted on a mark and still held 50ms
-// after its grant (when its own watch is set, see below) lists the queue
+// the queue again, unless the watched znode headed the queue at the
+// waiter's listing: it was the holder then, and its going admits the
+// waiter however it went, so a deletion grants it at once too, as does
+// an exists that finds the znode gone already (with two clients the
+// holder mostly releases between the waiter's listing and its exists).
+// Someone else could set a lock znode's data by hand, or delete the
+// waiter's znode while it waits, and the waiter would be granted all the
+// same: so a lease granted without a listing after its predecessor went,
+// and still held 50ms after its grant (when its own watch is set, see below) lists the queue
 // once, and ends with [lock.ErrLost] if the listing does not show it
 // admitted. That is the bound given below for a holder's znode deleted by
 // someone else right after its grant; the token (older than that of the
@@ -203,7 +208,7 @@
 // (a deletion within those 50ms is found when the watch is set, which
 // reads the znode); a waiter sets no watch on its own znode, and learns
 // that it went from its next listing of the queue, from the read that
-// confirms its admission, or (granted on a release mark) when its lease's
+// confirms its admission, or (granted with no listing) when its lease's
 // watch is set, with the listing that goes with it. A Locker from [Dial]
 // keeps nothing per watch beyond its own table entry: go-zookeeper is
 // asked for a plain listing of the znode (a lock znode has no children),

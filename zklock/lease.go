@@ -25,7 +25,7 @@ type Lease struct {
 	path    string
 	czxid   int64
 	version int32
-	byMark  bool             // granted on a release mark: checked once (checkMark)
+	byMark  bool             // granted with no listing after its predecessor went: checked once (checkMark)
 	st      leasestate.State // its end, once; "releasing" once Release has begun
 }
 
@@ -289,10 +289,11 @@ var (
 // stopped reports whether Release has taken over.
 func (le *Lease) stopped() bool { return le.st.Releasing() }
 
-// checkMark lists the lock's queue once for a lease granted on a release
-// mark (acquisition.waitFor) that is still held ownWatchDelay after its
-// grant (armDue), and ends it with lock.ErrLost unless the listing shows
-// its znode admitted. The mark is a data change, and someone else could
+// checkMark lists the lock's queue once for a lease granted with no
+// listing, on a release mark or on the holder's going
+// (acquisition.waitFor), that is still held ownWatchDelay after its grant
+// (armDue), and ends it with lock.ErrLost unless the listing shows its
+// znode admitted. The mark is a data change, and someone else could
 // set a lock znode's data by hand: the waiter would then be granted while
 // the holder holds on. A waiter's znode deleted by someone else while it
 // waited is found here too (and by the lease's watch, set at the same

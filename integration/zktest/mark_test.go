@@ -50,7 +50,8 @@ func heldAndQueued(t *testing.T, ctx context.Context, h *harness, name string) (
 // Locker's exclusive release sets its znode's data and deletes it in one
 // transaction; the waiter behind is granted on the data change alone):
 // the next holder is granted after the release and not before, a waiter
-// ahead that gives up (a plain deletion) grants nobody, and a data change
+// ahead that gives up (a plain deletion) grants nobody, a deletion of the
+// holder's znode by hand grants the waiter behind it, and a data change
 // made by someone else, which the waiter cannot tell from a mark, ends
 // the lease it granted (when its watch is set, 50ms after the grant)
 // while the holder holds on.
@@ -116,6 +117,37 @@ func TestZKReleaseMark(t *testing.T) {
 		}
 		if r := testutil.Recv(t, gotW, 10*time.Second, "the grant after the release"); r.err != nil {
 			t.Fatalf("Acquire() after the release = %v", r.err)
+		}
+	})
+
+	t.Run("HolderDeletedByHand", func(t *testing.T) {
+		// A plain deletion of the holder's znode (no mark) admits the
+		// waiter watching it: the holder was the head of the queue.
+		ctx := testutil.Context(t, time.Minute)
+		name := lockName(t)
+		held, got := heldAndQueued(t, ctx, h, name)
+		time.Sleep(200 * time.Millisecond) // the waiter's watch is set
+		path := held.(*zklock.Lease).Path()
+		if err := h.admin.conn.Delete(path, -1); err != nil {
+			t.Fatalf("Delete(%s) = %v", path, err)
+		}
+		r := testutil.Recv(t, got, 10*time.Second, "the waiter's grant after the holder's znode was deleted")
+		if r.err != nil {
+			t.Fatalf("Acquire() = %v; want a lease", r.err)
+		}
+		testutil.Recv(t, held.Done(), 5*time.Second, "Done of the lease whose znode was deleted")
+		if err := held.Err(); !errors.Is(err, lock.ErrLost) {
+			t.Errorf("the holder's Err() = %v; want an error wrapping %v", err, lock.ErrLost)
+		}
+		// The listing that goes with the new lease's watch finds it
+		// rightful.
+		select {
+		case <-r.le.Done():
+			t.Fatalf("the lease granted on the holder's deletion ended: %v", r.le.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+		if err := r.le.Release(ctx); err != nil {
+			t.Fatalf("Release() = %v", err)
 		}
 	})
 
