@@ -138,7 +138,8 @@ type acquisition struct {
 
 // acquireIn runs one acquisition within session s.
 func (l *Locker) acquireIn(ctx context.Context, s *session, name string, req queue.Request, try bool) (*Lease, error) {
-	a := &acquisition{pending: pending{record: record{s: s, key: l.recordKey(name, s, req)}}, l: l, name: name, pfx: l.namePrefix(name), req: req, try: try}
+	pfx := l.namePrefix(name)
+	a := &acquisition{pending: pending{record: record{s: s, key: l.recordKey(pfx, s, req)}}, l: l, name: name, pfx: pfx, req: req, try: try}
 	if l.opts.LockDelay > 0 {
 		a.marker = l.markerKey(name, a.key)
 	}
@@ -235,7 +236,7 @@ func (a *acquisition) createTxn(ctx context.Context, was int64) clientv3.Txn {
 	}
 	var then []clientv3.Op
 	if a.req.Kind == queue.Exclusive {
-		lastTwo := clientv3.OpGet(a.pfx, clientv3.WithPrefix(),
+		lastTwo := clientv3.OpGet(a.pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))
 		first := clientv3.OpGet(a.pfx, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
 		then = []clientv3.Op{put, lastTwo, first}

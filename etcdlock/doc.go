@@ -10,8 +10,8 @@
 //	<prefix><name>/#<session lease ID>-<sequence>
 //
 // (both numbers in hexadecimal, the lease ID in 16 digits; the sequence
-// counts the session's acquisitions) attached to the session lease and
-// holding the Locker's identity. The
+// tells apart the session's acquisitions of the name, see Record keys)
+// attached to the session lease and holding the Locker's identity. The
 // record with the lowest create revision under "<prefix><name>/#" holds the
 // lock; the others wait in create-revision order, each watching only the
 // record just before its own. A waiter whose predecessor goes re-reads
@@ -140,6 +140,32 @@
 // of an acquisition never granted), or with the next grant of the name.
 // Nothing else is written: no other per-lock key, no key outside the
 // prefix.
+//
+// # Record keys
+//
+// An acquisition that follows a clean Release of the same name through
+// the same Locker (same session) takes the released record's key again,
+// with a new create revision; every other acquisition takes a sequence
+// number its session never gave. etcd keeps a deleted key in its index
+// until the next compaction, and the read of a name's records that goes
+// with every create walks the deleted keys under the name's prefix too:
+// with a new key per acquisition, a lock taken a hundred times a second
+// on a cluster compacted hourly would make each create walk up to
+// 360,000 dead keys by the end of the hour. With the key reused, the
+// history of a lock taken over and over by a few Lockers is a few keys
+// with many revisions, which a read at the current revision does not
+// walk (the layout of etcd's concurrency package, whose key is the
+// session lease alone, has the same property). A key is reused only when
+// nothing can write it any more: its create was answered, and the
+// Release's own transaction deleted it and its lock-delay marker; the
+// key of a lost, revoked or discarded record, or of one whose create went
+// unanswered, is never used again by its session. The deletes that may
+// still be in flight for a reused key (a Release sent again after an
+// answer was lost, a [Locker.Revoke]) compare the record's create
+// revision, so they cannot delete the record that took the key over; and
+// [Lease.IsHeld] compares it too. A Locker keeps at most 4096 names' keys for
+// reuse. So a record key names a request of one session, not one
+// acquisition: tell grants apart by their tokens.
 //
 // # Lock-delay
 //

@@ -63,7 +63,11 @@ func (le *Lease) Token() fencing.Token {
 	return fencing.Token(le.rev)
 }
 
-// Key returns the etcd key of the lease's record.
+// Key returns the etcd key of the lease's record. After a clean Release,
+// the next acquisition of the name through the same Locker takes the same
+// key again (see "Record keys" in the package doc), with a new create
+// revision: tell grants apart by [Lease.Token], and guard writes with
+// [Lease.IsHeld], which compares the create revision too.
 func (le *Lease) Key() string {
 	if le == nil {
 		return ""
@@ -166,7 +170,7 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 	case ended != nil:
 		if errors.Is(ended, lock.ErrLost) && !le.s.ended() {
 			ctx, cancel := context.WithTimeout(ctx, le.l.closeWait())
-			_, _ = le.deleteRecord(ctx, false)
+			_, _, _ = le.deleteRecord(ctx, false)
 			cancel()
 		}
 		return fmt.Errorf("etcdlock: release: %w", ended)
@@ -182,7 +186,7 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 		// here, and ended the lease with it: say so, as Err does.
 		return fmt.Errorf("etcdlock: release: %w", le.st.Err())
 	}
-	deleted, err := le.deleteRecord(ctx, true)
+	deleted, itself, err := le.deleteRecord(ctx, true)
 	switch {
 	case err != nil:
 		le.l.cleanupLater(pending{record: le.record})
@@ -191,6 +195,9 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 		lost := fmt.Errorf("lease %q (token %d): %w: record %q was already gone at release", le.Name(), le.rev, lock.ErrLost, le.key)
 		le.st.LostAtRelease(lost)
 		return fmt.Errorf("etcdlock: release: %w", lost)
+	}
+	if itself && !le.ambiguous {
+		le.s.reuse(le.key)
 	}
 	return nil
 }
@@ -209,9 +216,12 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 // then does the transaction also delete the lease's lock-delay marker, so
 // that the next grant is not delayed. The Release of a lost lease leaves
 // the marker, since its holder may have writes in flight.
-func (le *Lease) deleteRecord(ctx context.Context, clean bool) (bool, error) {
-	var deleted, failed bool
-	err := le.l.call(ctx, nil, func(ctx context.Context) error {
+//
+// itself says that the answer came to the transaction that deleted the
+// record (and the marker, if clean): no other request did.
+func (le *Lease) deleteRecord(ctx context.Context, clean bool) (deleted, itself bool, err error) {
+	var failed bool
+	err = le.l.call(ctx, nil, func(ctx context.Context) error {
 		txn := le.l.client.Txn(ctx).If(le.IsHeld())
 		// A clean release deletes the lock-delay marker with the record,
 		// and only then: a record already gone (lost, revoked, expired)
@@ -241,10 +251,10 @@ func (le *Lease) deleteRecord(ctx context.Context, clean bool) (bool, error) {
 		}
 		// After a request with no answer, a record already gone was
 		// most likely deleted by that request.
-		deleted = resp.Succeeded || failed
+		deleted, itself = resp.Succeeded || failed, resp.Succeeded
 		return nil
 	})
-	return deleted, err
+	return deleted, itself, err
 }
 
 // recordDeleted ends the lease with cause, which says its record is gone,

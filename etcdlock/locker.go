@@ -133,13 +133,14 @@ func (l *Locker) TTL() time.Duration {
 // never share a prefix range.
 func (l *Locker) namePrefix(name string) string { return l.opts.prefix + name + "/#" }
 
-// recordKey names one acquisition's record: scoped by the session lease, so
-// that a retried create of the same acquisition is idempotent, by a
-// per-session sequence number, so that two acquisitions through one Locker
-// are two records, and, for a shared or semaphore request, by its kind's
-// tag after a '~', so that a listing of the keys tells every record's kind.
-func (l *Locker) recordKey(name string, s *session, req queue.Request) string {
-	key := fmt.Sprintf("%s%016x-%x", l.namePrefix(name), int64(s.id), s.seq.Add(1))
+// recordKey names one acquisition's record under pfx, name's prefix:
+// scoped by the session lease, so that a retried create of the same
+// acquisition is idempotent, by a number the session gives it (see
+// session.number), so that two acquisitions through one Locker are two
+// records, and, for a shared or semaphore request, by its kind's tag
+// after a '~', so that a listing of the keys tells every record's kind.
+func (l *Locker) recordKey(pfx string, s *session, req queue.Request) string {
+	key := fmt.Sprintf("%s%016x-%x", pfx, int64(s.id), s.number(pfx))
 	if tag := req.Tag(); tag != "" {
 		key += "~" + tag
 	}

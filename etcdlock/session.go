@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,7 +31,7 @@ import (
 type session struct {
 	l   *Locker
 	id  clientv3.LeaseID
-	seq atomic.Uint64 // per-acquisition suffix of record keys
+	seq atomic.Uint64 // the last number given to a record key (see number)
 
 	// guardKey is the session's guard: every create compares its mod
 	// revision, and ending an acquisition whose create was ambiguous
@@ -48,6 +50,76 @@ type session struct {
 	mu       sync.Mutex
 	deadline time.Time // local loss deadline
 	leases   map[*Lease]struct{}
+	// spare holds, by name prefix, a number whose record a clean Release
+	// deleted, for the next acquisition of the name (see number); created
+	// on first use, at most maxSpare entries.
+	spare map[string]uint64
+}
+
+// maxSpare bounds session.spare: a Locker that locks ever new names keeps
+// at most this many numbers for reuse (about 100 bytes each).
+const maxSpare = 4096
+
+// number returns the number of a new record key under pfx: a number that
+// this session gave up under pfx (see reuse), else one never given before.
+//
+// etcd keeps a deleted key in its index until the next compaction, and
+// every read of a name's records (each acquisition's create reads the
+// newest two and the oldest) walks the deleted keys of the name's prefix
+// as well: with a new key per acquisition, the create of a busy name that
+// has not been compacted for an hour would walk every acquisition of that
+// hour. Reusing the key of the previous acquisition keeps one key per
+// session, as a key reused by its session lease does (etcd's concurrency
+// package): etcd then keeps the key's history as revisions of one index
+// entry, which a read at the current revision does not walk.
+func (s *session) number(pfx string) uint64 {
+	s.mu.Lock()
+	n, ok := s.spare[pfx]
+	if ok {
+		delete(s.spare, pfx)
+	}
+	s.mu.Unlock()
+	if ok {
+		return n
+	}
+	return s.seq.Add(1)
+}
+
+// reuse offers the number of key, a record that a clean Release deleted,
+// to the next acquisition of its name. Only a key that nothing can write
+// any more is offered: its create was answered (no late create can bring
+// it back, see "Late creates"), and the release's own transaction deleted
+// it, with its lock-delay marker, so that no request left in flight can
+// delete a record under the key but the one it was sent for (every other
+// delete of a record compares its create revision, see Lease.IsHeld), and
+// no marker of it is left for a new one to overwrite. A key that any
+// other path deleted (a discarded acquisition, a lost lease, a cleanup in
+// the background, whose delete takes whatever is under the key) is never
+// used again.
+func (s *session) reuse(key string) {
+	i := strings.LastIndexByte(key, '#')
+	if i < 0 {
+		return
+	}
+	pfx, rest := key[:i+1], key[i+1:]
+	if k := strings.IndexByte(rest, '~'); k >= 0 {
+		rest = rest[:k]
+	}
+	n, err := strconv.ParseUint(rest[strings.LastIndexByte(rest, '-')+1:], 16, 64)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.leases == nil {
+		return // ended: no more acquisitions
+	}
+	if s.spare == nil {
+		s.spare = make(map[string]uint64)
+	}
+	if _, ok := s.spare[pfx]; !ok && len(s.spare) < maxSpare {
+		s.spare[pfx] = n
+	}
 }
 
 func newSession(l *Locker, id clientv3.LeaseID, grantSent time.Time) *session {
