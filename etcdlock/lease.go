@@ -82,6 +82,12 @@ func (le *Lease) Key() string {
 // new grant is a new record, so the comparison fails from the moment the
 // lock could belong to someone else, whatever the local clock says.
 //
+// A Txn with no operations in Then or Else is served by the member it
+// reaches without asking the leader (etcd counts it as a serializable
+// read), so it can answer from a state older than this lease. To ask
+// whether the lease still holds, give the Txn a read, such as
+// Then(clientv3.OpGet(le.Key())).
+//
 // For a nil or zero *Lease it returns a comparison that always fails.
 func (le *Lease) IsHeld() clientv3.Cmp {
 	if !le.valid() {

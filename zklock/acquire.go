@@ -638,8 +638,8 @@ func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 		return a.waitFor(ctx, q[watched[0]], watched[0] == 0)
 	}
 	futures := make([]*future[exists], len(watched))
-	// A Locker from Dial watches for deletions without go-zookeeper's
-	// bookkeeping (see leaseTable.waitDeletion); mine[n] is then the
+	// A Locker from Dial watches without go-zookeeper's bookkeeping (see
+	// leaseTable.waitDeletion and waitChange); mine[n] is then the
 	// channel the event comes on.
 	mine := make([]<-chan zk.Event, len(watched))
 	for n, j := range watched {
@@ -649,6 +649,13 @@ func (a *acquisition) step(ctx context.Context) (*Lease, error) {
 		path := a.parent + "/" + q[j]
 		var w func() (exists, error)
 		switch {
+		case touchWakes && !a.l.tab.poll:
+			// The touch is a data change: an exists watch, set as the
+			// deletion watches below are.
+			ch, stop := a.l.tab.waitChange(path)
+			defer stop()
+			mine[n] = ch
+			w = statOf(a.l.conn, path)
 		case touchWakes:
 			w = existsW(a.l.conn, path)
 		case !a.l.tab.poll:

@@ -220,10 +220,15 @@
 // again, 32 at a time; a znode deleted meanwhile is then found missing
 // and its lease ends. A waiter of a Locker from [Dial] watches its
 // predecessor the same way, and each reconnection ends its wait, so that it
-// lists the queue again and watches anew: go-zookeeper keeps no watch at
-// all for such a Locker (a permit waiter's watch for its predecessor's
-// touch aside). (A Locker from [New] does not own the connection:
-// its leases' and waiters' watches are go-zookeeper's. It reads the caller's event
+// lists the queue again and watches anew. A permit waiter's watch for
+// its predecessor's touch and [Locker.Observe]'s watch on a lock's
+// parent are set the same way (an observation lists again after each
+// reconnection), so go-zookeeper keeps no watch at all for such a
+// Locker. That also keeps clear of a data race inside go-zookeeper
+// v1.0.4, which sets its own watches again after a reconnection while its
+// reading goroutine already runs. (A Locker from [New] does not own the
+// connection: its leases', waiters' and observations' watches are
+// go-zookeeper's. It reads the caller's event
 // channel, from which go-zookeeper drops events when it is full; it also
 // looks at its leases' own watches twice a second, so a dropped deletion
 // is noticed within about half a second.)

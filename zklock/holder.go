@@ -29,7 +29,7 @@ func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
 	}
 	defer l.leave()
 	for {
-		h, _, err := l.holder(ctx, l.parent(name), false)
+		h, err := l.holder(ctx, l.parent(name))
 		if err == nil {
 			if h.Token == 0 {
 				return h, fmt.Errorf("zklock: holder %q: %w", name, lock.ErrNotHeld)
@@ -54,51 +54,21 @@ func holderOf(child string, data []byte, st *zk.Stat) lock.Holder {
 }
 
 // holder reads the lowest znode under parent; a zero Holder means none.
-// With watch it also returns a channel that fires when parent's children
-// change (or, if parent does not exist, when it is created).
-func (l *Locker) holder(ctx context.Context, parent string, watch bool) (lock.Holder, <-chan zk.Event, error) {
+func (l *Locker) holder(ctx context.Context, parent string) (lock.Holder, error) {
 	for {
-		var (
-			names []string
-			w     <-chan zk.Event
-			err   error
-		)
-		if watch {
-			type cw struct {
-				names []string
-				w     <-chan zk.Event
-			}
-			var r cw
-			r, err = call(ctx, l.g, nil, func() (cw, error) {
-				n, _, w, err := l.conn.ChildrenW(parent)
-				return cw{n, w}, err
-			})
-			names, w = r.names, r.w
-			if errors.Is(err, zk.ErrNoNode) {
-				var e exists
-				e, err = call(ctx, l.g, nil, existsW(l.conn, parent))
-				if err == nil && e.ok {
-					continue // created meanwhile
-				}
-				return lock.Holder{}, e.watch, err
-			}
-		} else {
-			if err := l.syncWith(ctx, parent); err != nil {
-				return lock.Holder{}, nil, err
-			}
-			var r children
-			r, err = call(ctx, l.g, nil, childrenOf(l.conn, parent))
-			names = r.names
-			if errors.Is(err, zk.ErrNoNode) {
-				return lock.Holder{}, nil, nil
-			}
+		if err := l.syncWith(ctx, parent); err != nil {
+			return lock.Holder{}, err
+		}
+		kids, err := call(ctx, l.g, nil, childrenOf(l.conn, parent))
+		if errors.Is(err, zk.ErrNoNode) {
+			return lock.Holder{}, nil
 		}
 		if err != nil {
-			return lock.Holder{}, nil, err
+			return lock.Holder{}, err
 		}
-		q := queueOf(names)
+		q := queueOf(kids.names)
 		if len(q) == 0 {
-			return lock.Holder{}, w, nil
+			return lock.Holder{}, nil
 		}
 		type gd struct {
 			data []byte
@@ -112,8 +82,8 @@ func (l *Locker) holder(ctx context.Context, parent string, watch bool) (lock.Ho
 			continue // released meanwhile
 		}
 		if err != nil {
-			return lock.Holder{}, nil, err
+			return lock.Holder{}, err
 		}
-		return holderOf(q[0], r.data, r.stat), w, nil
+		return holderOf(q[0], r.data, r.stat), nil
 	}
 }

@@ -46,6 +46,9 @@ type keepalive struct {
 	// path should go with the watch flag (see trackedConn.watchFlag): a waiter
 	// waits for that znode's change (leaseTable.waitChange).
 	wantsChange func(path []byte) bool
+	// wantsChildren, if set, reports whether a plain listing of the
+	// znode at path should set a watch (see leaseTable.waitChildren).
+	wantsChildren func(path []byte) bool
 }
 
 // deadline returns the moment the server may expire the session, less
@@ -176,11 +179,16 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 
 // watchFlag reports whether the request p, one whole packet, goes with
 // the watch flag set: a plain listing of a lock znode (isDeletionWatch),
-// or a plain exists of a znode some waiter waits to see change
+// or of a znode whose children some waiter waits to see change
+// (wantsChildren: an observation of a lock's parent), or a plain exists
+// of a znode some waiter waits to see change
 // (keepalive.wantsChange).
 func (c *trackedConn) watchFlag(p []byte) bool {
 	if isDeletionWatch(p) {
 		return true
+	}
+	if path, ok := watchRequestPath(p, opGetChildren2); ok {
+		return c.ka.wantsChildren != nil && c.ka.wantsChildren(path)
 	}
 	path, ok := watchRequestPath(p, opExists)
 	return ok && c.ka.wantsChange != nil && c.ka.wantsChange(path)

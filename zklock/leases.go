@@ -63,11 +63,29 @@ func (t *leaseTable) waitDeletion(path string) (<-chan zk.Event, func()) {
 }
 
 // waitChange is waitDeletion for the next change of the znode at path,
-// its data or its deletion: the waiter sets the watch with a plain exists
-// of the znode, which the connection wrapper sends with the watch flag
-// because the wait is registered (wantsChange).
+// its data or its deletion (or its creation, for a znode that did not
+// exist): the waiter sets the watch with a plain exists of the znode,
+// which the connection wrapper sends with the watch flag because the wait
+// is registered (wantsChange).
 func (t *leaseTable) waitChange(path string) (<-chan zk.Event, func()) {
 	return t.wait(t.changes, path)
+}
+
+// waitChildren is waitDeletion for the next change of the children of the
+// znode at path (or its deletion): the waiter sets the watch with a plain
+// listing of the znode, which the connection wrapper sends with the watch
+// flag because the wait is registered (wantsChildren). A child watch
+// fires for both, so these waits share the map of waitDeletion.
+func (t *leaseTable) waitChildren(path string) (<-chan zk.Event, func()) {
+	return t.wait(t.waiters, path)
+}
+
+// wantsChildren reports whether a wait for the children of the znode at
+// path is registered (keepalive.wantsChildren).
+func (t *leaseTable) wantsChildren(path []byte) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.waiters[string(path)]) > 0
 }
 
 // wantsChange reports whether a wait for the change of the znode at path

@@ -269,3 +269,57 @@ func TestWaitChange(t *testing.T) {
 		t.Fatal("watchFlag is true for an exists with the flag set, or of another path")
 	}
 }
+
+// TestWaitChildren checks the waits of an observation of a lock's parent
+// (Dial): a child change or the parent's deletion reaches them, a data
+// change does not; a plain listing of the parent gets the watch flag only
+// while such a wait is registered; and a creation reaches the waits for a
+// change (an exists of a parent that did not exist).
+func TestWaitChildren(t *testing.T) {
+	tab := dialTable(t)
+	got := pending
+	const parent = "/l/x"
+	ka := &keepalive{clk: clock.NewFake(epoch0), wantsChange: tab.wantsChange, wantsChildren: tab.wantsChildren}
+	c := &trackedConn{Conn: &scriptConn{}, ka: ka, requestSent: true}
+	listing := func(path string) []byte {
+		b := []byte{0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, opGetChildren2, 0, 0, 0, byte(len(path))}
+		b = append(append(b, path...), 0)
+		binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+		return b
+	}
+	if c.watchFlag(listing(parent)) {
+		t.Fatal("watchFlag(listing of a parent) with no wait = true")
+	}
+	if !c.watchFlag(listing(parent + "/~f49b8ff2e076534c15939de60ef2a558~0000000000")) {
+		t.Fatal("watchFlag(listing of a lock znode) = false")
+	}
+	ch, stop := tab.waitChildren(parent)
+	if !c.watchFlag(listing(parent)) || c.watchFlag(listing("/l/y")) {
+		t.Fatal("watchFlag is not true for the listing of the waited parent alone")
+	}
+	tab.route(zk.Event{Type: zk.EventNodeDataChanged, Path: parent})
+	if ev, ok := got(ch); ok {
+		t.Fatalf("a data change reached the wait for children: %+v", ev)
+	}
+	tab.route(zk.Event{Type: zk.EventNodeChildrenChanged, Path: parent})
+	if ev, ok := got(ch); !ok || ev.Type != zk.EventNodeChildrenChanged {
+		t.Fatalf("the wait for children got %+v, %v; want the child change", ev, ok)
+	}
+	stop()
+	if c.watchFlag(listing(parent)) {
+		t.Fatal("watchFlag(listing of the parent) after the wait stopped = true")
+	}
+	ch2, stop2 := tab.waitChildren(parent)
+	defer stop2()
+	tab.route(zk.Event{Type: zk.EventNodeDeleted, Path: parent})
+	if ev, ok := got(ch2); !ok || ev.Type != zk.EventNodeDeleted {
+		t.Fatalf("the wait for children got %+v, %v; want the deletion", ev, ok)
+	}
+
+	created, stop3 := tab.waitChange(parent)
+	defer stop3()
+	tab.route(zk.Event{Type: zk.EventNodeCreated, Path: parent})
+	if ev, ok := got(created); !ok || ev.Type != zk.EventNodeCreated {
+		t.Fatalf("the wait for a change got %+v, %v; want the creation", ev, ok)
+	}
+}

@@ -76,6 +76,7 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 	l := newLocker(o, ka, false)
 	ka.onHeard, ka.onTimeout, ka.onConnect = l.ss.heard, l.negotiatedTimeout, l.tab.connect
 	ka.wantsChange = l.tab.wantsChange
+	ka.wantsChildren = l.tab.wantsChildren
 	dialer := o.dialer
 	if dialer == nil {
 		dialer = net.DialTimeout

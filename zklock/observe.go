@@ -102,28 +102,56 @@ func (o *observation) run(ctx context.Context) {
 	}
 	type listed struct {
 		watch <-chan zk.Event
+		stop  func()
 		err   error
 	}
 	results := make(chan listed, 1) // at most one listing runs
+	var (
+		endMu sync.Mutex
+		ended bool // run has returned
+	)
 	listing := false
 	relist := func() {
 		listing = true
 		o.l.g.spawn(func() {
-			w, err := o.list(ctx)
+			w, stop, err := o.list(ctx)
 			if err != nil && !isStop(err) && isConnErr(err) {
 				// Requests queue in go-zookeeper while it reconnects;
 				// waiting here keeps a connection that fails at once
 				// from spinning.
 				_ = o.l.ss.awaitConnected(ctx, nil)
 			}
-			results <- listed{w, err}
+			endMu.Lock()
+			defer endMu.Unlock()
+			if ended {
+				if stop != nil {
+					stop()
+				}
+				return
+			}
+			results <- listed{w, stop, err}
 		})
 	}
 	var (
-		watch   <-chan zk.Event
-		retry   <-chan time.Time
-		backoff time.Duration
+		watch     <-chan zk.Event
+		stopWatch = func() {}
+		retry     <-chan time.Time
+		backoff   time.Duration
 	)
+	defer func() {
+		stopWatch()
+		// A listing that ends after run forgets its own wait.
+		endMu.Lock()
+		ended = true
+		endMu.Unlock()
+		select {
+		case r := <-results:
+			if r.stop != nil {
+				r.stop()
+			}
+		default:
+		}
+	}()
 	relist()
 	for {
 		var send chan lock.Holder
@@ -142,7 +170,8 @@ func (o *observation) run(ctx context.Context) {
 			listing = false
 			switch {
 			case r.err == nil:
-				watch, backoff = r.watch, 0
+				stopWatch()
+				watch, stopWatch, backoff = r.watch, r.stop, 0
 			case ctx.Err() != nil || o.l.ss.isClosed():
 				// The select ends it below.
 			case isConnErr(r.err):
@@ -181,41 +210,72 @@ const (
 )
 
 // list takes one listing, queues the changes it reveals, and returns the
-// watch for the next change.
-func (o *observation) list(ctx context.Context) (<-chan zk.Event, error) {
+// watch for the next change, and the function that forgets it (called by
+// run when it no longer waits for it).
+//
+// A Locker from Dial sets these watches as its waiters do, without
+// go-zookeeper's bookkeeping (see leaseTable.waitChildren): go-zookeeper
+// v1.0.4 sets its own watches again after a reconnection while its
+// reading goroutine already runs, a data race that -race reports. The
+// server drops these watches with the connection, and every handshake
+// ends the wait (an EventNotWatching), so the observation lists again.
+func (o *observation) list(ctx context.Context) (<-chan zk.Event, func(), error) {
+	dial := o.l.tab.ka != nil
 	for {
 		type cw struct {
 			names []string
 			stat  *zk.Stat
 			w     <-chan zk.Event
 		}
+		stop := func() {}
+		var mine <-chan zk.Event
+		if dial {
+			mine, stop = o.l.tab.waitChildren(o.parent)
+		}
 		r, err := call(ctx, o.l.g, nil, func() (cw, error) {
+			if dial {
+				n, st, err := o.l.conn.Children(o.parent) // the wrapper sets the watch flag
+				return cw{n, st, mine}, err
+			}
 			n, st, w, err := o.l.conn.ChildrenW(o.parent)
 			return cw{n, st, w}, err
 		})
 		if errors.Is(err, zk.ErrNoNode) {
-			e, err := call(ctx, o.l.g, nil, existsW(o.l.conn, o.parent))
+			stop()
+			var e exists
+			if dial {
+				mine, stop = o.l.tab.waitChange(o.parent)
+				e, err = call(ctx, o.l.g, nil, statOf(o.l.conn, o.parent))
+				e.watch = mine
+			} else {
+				e, err = call(ctx, o.l.g, nil, existsW(o.l.conn, o.parent))
+			}
 			if err != nil {
-				return nil, err
+				stop()
+				return nil, nil, err
 			}
 			if e.ok {
+				stop()
 				continue // created meanwhile
 			}
 			o.report("", lock.Holder{})
 			o.listed = false
-			return e.watch, nil
+			return e.watch, stop, nil
 		}
 		if err != nil {
-			return nil, err
+			stop()
+			return nil, nil, err
 		}
 		again, err := o.take(ctx, r.names, r.stat)
 		if err != nil {
-			return nil, err
+			stop()
+			return nil, nil, err
 		}
 		if again {
+			stop()
 			continue
 		}
-		return r.w, nil
+		return r.w, stop, nil
 	}
 }
 

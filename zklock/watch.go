@@ -60,9 +60,10 @@ const ownPollInterval = 500 * time.Millisecond
 // go-zookeeper's reading goroutine (Dial) or sessions.run (New), so it
 // only records and wakes.
 func (t *leaseTable) route(ev zk.Event) {
-	if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeChildrenChanged || ev.Type == zk.EventNodeDataChanged {
+	switch ev.Type {
+	case zk.EventNodeDeleted, zk.EventNodeChildrenChanged, zk.EventNodeDataChanged, zk.EventNodeCreated:
 		t.mu.Lock()
-		if ev.Type != zk.EventNodeDataChanged {
+		if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeChildrenChanged {
 			notifyWaitersLocked(t.waiters, ev.Path, ev)
 		}
 		if ev.Type != zk.EventNodeChildrenChanged {

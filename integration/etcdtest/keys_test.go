@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fencelock/fencelock/etcdlock"
 	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock"
@@ -47,12 +49,14 @@ func TestRecordKeyReuse(t *testing.T) {
 				t.Errorf("token %d; want more than the previous grant's %d", le.Token(), prev.Token())
 			}
 			// The released lease's guard fails on the record that took its
-			// key over; the new lease's holds.
+			// key over; the new lease's holds. (The read in Then makes the
+			// transaction linearizable: etcd serves one without operations
+			// from the member it reaches, which may lag.)
 			for _, g := range []struct {
 				le   lock.Lease
 				want bool
 			}{{prev, false}, {le, true}} {
-				resp, err := admin.Txn(ctx).If(g.le.(*etcdlock.Lease).IsHeld()).Commit()
+				resp, err := admin.Txn(ctx).If(g.le.(*etcdlock.Lease).IsHeld()).Then(clientv3.OpGet(keyOf(le))).Commit()
 				if err != nil {
 					t.Fatalf("Txn() = %v", err)
 				}
