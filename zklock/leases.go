@@ -82,18 +82,17 @@ func (t *leaseTable) waitChildren(path string) (<-chan zk.Event, func()) {
 
 // wantsChildren reports whether a wait for the children of the znode at
 // path is registered (keepalive.wantsChildren).
-func (t *leaseTable) wantsChildren(path []byte) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.waiters[string(path)]) > 0
-}
+func (t *leaseTable) wantsChildren(path []byte) bool { return t.wants(t.waiters, path) }
 
 // wantsChange reports whether a wait for the change of the znode at path
 // is registered (keepalive.wantsChange).
-func (t *leaseTable) wantsChange(path []byte) bool {
+func (t *leaseTable) wantsChange(path []byte) bool { return t.wants(t.changes, path) }
+
+// wants reports whether a wait in m for the znode at path is registered.
+func (t *leaseTable) wants(m map[string][]chan zk.Event, path []byte) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.changes[string(path)]) > 0
+	return len(m[string(path)]) > 0
 }
 
 func (t *leaseTable) wait(m map[string][]chan zk.Event, path string) (<-chan zk.Event, func()) {

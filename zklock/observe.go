@@ -221,16 +221,24 @@ const (
 // ends the wait (an EventNotWatching), so the observation lists again.
 func (o *observation) list(ctx context.Context) (<-chan zk.Event, func(), error) {
 	dial := o.l.tab.ka != nil
+	forget := func() {} // the wait of the latest request (Dial)
+	kept := false
+	defer func() {
+		if !kept {
+			forget()
+		}
+	}()
 	for {
+		forget()
+		forget = func() {}
 		type cw struct {
 			names []string
 			stat  *zk.Stat
 			w     <-chan zk.Event
 		}
-		stop := func() {}
 		var mine <-chan zk.Event
 		if dial {
-			mine, stop = o.l.tab.waitChildren(o.parent)
+			mine, forget = o.l.tab.waitChildren(o.parent)
 		}
 		r, err := call(ctx, o.l.g, nil, func() (cw, error) {
 			if dial {
@@ -241,41 +249,39 @@ func (o *observation) list(ctx context.Context) (<-chan zk.Event, func(), error)
 			return cw{n, st, w}, err
 		})
 		if errors.Is(err, zk.ErrNoNode) {
-			stop()
+			forget()
+			forget = func() {}
 			var e exists
 			if dial {
-				mine, stop = o.l.tab.waitChange(o.parent)
+				mine, forget = o.l.tab.waitChange(o.parent)
 				e, err = call(ctx, o.l.g, nil, statOf(o.l.conn, o.parent))
 				e.watch = mine
 			} else {
 				e, err = call(ctx, o.l.g, nil, existsW(o.l.conn, o.parent))
 			}
 			if err != nil {
-				stop()
 				return nil, nil, err
 			}
 			if e.ok {
-				stop()
 				continue // created meanwhile
 			}
 			o.report("", lock.Holder{})
 			o.listed = false
-			return e.watch, stop, nil
+			kept = true
+			return e.watch, forget, nil
 		}
 		if err != nil {
-			stop()
 			return nil, nil, err
 		}
 		again, err := o.take(ctx, r.names, r.stat)
 		if err != nil {
-			stop()
 			return nil, nil, err
 		}
 		if again {
-			stop()
 			continue
 		}
-		return r.w, stop, nil
+		kept = true
+		return r.w, forget, nil
 	}
 }
 
