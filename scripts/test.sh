@@ -63,8 +63,10 @@ optin_note='opt-in tests: TestBench (make bench), TestChaos (make chaos)'
 # runs them: the provider-neutral tests of package cluster, and the long
 # timing proofs and scale checks (TestFrozen*: 30 frozen-member trials per
 # variant; the held-leases goroutine counts), which measure the library,
-# not the way its servers were started.
-neutral_skip='^(TestBench|TestChaos|TestFaultCheckers|TestProxy.*|TestLastLines|TestBuildOptions|TestReserveLoopbackPorts|TestFromEnv|TestSkipUnlessRequested|TestFrozen.*|TestHeldLeasesGoroutines|TestZKHeldLeasesGoroutines)$'
+# not the way its servers were started. The partition proofs
+# (TestZKPartition, TestEtcdPartition, TestPeerCut) need the process
+# provider: the harness cuts a member off from its peers by its cgroup.
+neutral_skip='^(TestBench|TestChaos|TestFaultCheckers|TestProxy.*|TestLastLines|TestBuildOptions|TestReserveLoopbackPorts|TestFromEnv|TestSkipUnlessRequested|TestFrozen.*|TestHeldLeasesGoroutines|TestZKHeldLeasesGoroutines|TestZKPartition|TestEtcdPartition|TestPeerCut)$'
 
 # Local images by default, built by integration/images/build.sh; other
 # names (official images, with registry access) are pulled by the tests.
@@ -178,6 +180,11 @@ needed_packages() {
 	if prepare_process; then
 		if has "$backends" zookeeper && [[ -z ${FENCELOCK_ZK_CLASSPATH:-} ]] && [[ ! -f /usr/share/java/zookeeper.jar ]]; then
 			need+=(zookeeper)
+		fi
+		# The partition tests cut a member off from its peers with it
+		# (integration/cluster/peercut.go).
+		if ! command -v iptables >/dev/null && [[ ! -x /usr/sbin/iptables ]]; then
+			need+=(iptables)
 		fi
 		if [[ -z ${FENCELOCK_POSTGRES_BIN:-} ]] && ! compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null; then
 			need+=(postgresql)

@@ -10,9 +10,10 @@
 // When CI=true a missing server binary or Docker engine fails the test;
 // otherwise the test is skipped with a message saying what to install.
 //
-// Faults: a Member can be killed, frozen and restarted, and [NewProxy] and
+// Faults: a Member can be killed, frozen and restarted, [NewProxy] and
 // [NewProxies] put a TCP proxy in front of members that can blackhole,
-// delay or reset client connections. Proxies count what they did
+// delay or reset client connections, and [Cluster.CutPeers] cuts a member
+// off from its peers while its clients still reach it. Proxies count what they did
 // ([Proxy.Stats]) and members report their state ([Member.Running]), so
 // that a test can check that a fault really happened instead of assuming
 // it.
@@ -81,6 +82,8 @@ type Cluster struct {
 	impl clusterImpl
 	// secureEndpoints are the TLS client addresses (WithZKSecurity).
 	secureEndpoints []string
+	// peers makes CutPeers possible (WithPeerCuts); nil otherwise.
+	peers *peerNet
 }
 
 type clusterImpl interface {
@@ -131,6 +134,7 @@ type options struct {
 	maxClientConns int         // maxClientCnxns; -1: ZooKeeper's default (60)
 	juteMaxBuffer  int         // jute.maxbuffer in bytes; 0: ZooKeeper's default (1 MiB)
 	zkSecurity     *ZKSecurity // secure_zk.go
+	peerCuts       bool        // peercut.go
 }
 
 // WithMembers sets the number of members (default 3).

@@ -78,6 +78,9 @@ func (p ctrProvider) Start(t testing.TB, kind Kind, opts ...Option) *Cluster {
 	if err != nil {
 		t.Fatalf("cluster: start %s: %v", kind, err)
 	}
+	if o.peerCuts {
+		t.Fatalf("cluster: start %s: WithPeerCuts needs the process provider (a container's processes are not in a cgroup the harness controls)", kind)
+	}
 	var image, imageVar string
 	switch kind {
 	case Etcd:

@@ -39,6 +39,9 @@ const logTailLines = 200
 
 var errPortInUse = errors.New("port already in use")
 
+// errNoPeerCuts says that WithPeerCuts cannot be honoured on this machine.
+var errNoPeerCuts = errors.New("cannot cut members off from their peers here")
+
 func (p processProvider) Start(t testing.TB, kind Kind, opts ...Option) *Cluster {
 	t.Helper()
 	SkipUnlessRequested(t, kind)
@@ -66,6 +69,9 @@ func (p processProvider) Start(t testing.TB, kind Kind, opts ...Option) *Cluster
 			t.Logf("cluster: %s cluster of %d started in %v: %s", kind, o.members, time.Since(begin).Round(time.Millisecond), strings.Join(c.Endpoints(), ","))
 			return c
 		}
+		if errors.Is(err, errNoPeerCuts) {
+			unavailable(t, "cluster: start %s: %v", kind, err)
+		}
 		if errors.Is(err, errPortInUse) && attempt < startAttempts {
 			t.Logf("cluster: start %s (attempt %d): %v; retrying on other ports", kind, attempt, err)
 			continue
@@ -77,6 +83,7 @@ func (p processProvider) Start(t testing.TB, kind Kind, opts ...Option) *Cluster
 // layout turns a member's place in the cluster into its command line.
 type layout struct {
 	portsPerMember int
+	peerPorts      []int // which of a member's ports its peers connect to
 	// files writes the member's configuration into dir and returns its
 	// command line. ports[i] are the ports of member i.
 	files func(i int, dir string, ports [][]int) ([]string, error)
@@ -93,15 +100,27 @@ func startProcesses(t testing.TB, kind Kind, o options, lay layout, dir string) 
 	for i := range ports {
 		ports[i] = lease.ports[i*lay.portsPerMember : (i+1)*lay.portsPerMember]
 	}
+	var pn *peerNet
+	if o.peerCuts {
+		peer := make([][]int, o.members)
+		for i := range peer {
+			for _, k := range lay.peerPorts {
+				peer[i] = append(peer[i], ports[i][k])
+			}
+		}
+		if pn, err = newPeerNet(peer); err != nil {
+			lease.close()
+			return nil, fmt.Errorf("%w: %w", errNoPeerCuts, err)
+		}
+	}
 	members := make([]*procMember, o.members)
 	for i := range members {
 		mdir := filepath.Join(dir, fmt.Sprintf("%s-%d", shortKind(kind), i+1))
-		if err := os.MkdirAll(mdir, 0o755); err != nil {
-			lease.close()
-			return nil, err
-		}
-		argv, err := lay.files(i, mdir, ports)
+		argv, err := memberFiles(lay, i, mdir, ports)
 		if err != nil {
+			if pn != nil {
+				pn.tearDown()
+			}
 			lease.close()
 			return nil, err
 		}
@@ -113,10 +132,18 @@ func startProcesses(t testing.TB, kind Kind, o options, lay layout, dir string) 
 			dir:        mdir,
 			log:        newLogBuffer(),
 		}
+		if pn != nil {
+			members[i].cgroup = pn.cgroupDir(i)
+		}
 	}
 	teardown := func() {
 		for _, m := range members {
-			m.teardown()
+			if m != nil {
+				m.teardown()
+			}
+		}
+		if pn != nil {
+			pn.tearDown()
 		}
 		lease.close()
 	}
@@ -132,7 +159,7 @@ func startProcesses(t testing.TB, kind Kind, o options, lay layout, dir string) 
 	for i, m := range members {
 		iface[i] = m
 	}
-	c := &Cluster{Kind: kind, Members: iface, impl: newMemberHealth(kind, iface)}
+	c := &Cluster{Kind: kind, Members: iface, impl: newMemberHealth(kind, iface), peers: pn}
 	c.secureEndpoints = zkSecureAddrs(kind, o, ports)
 
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
@@ -150,6 +177,15 @@ func startProcesses(t testing.TB, kind Kind, o options, lay layout, dir string) 
 		}
 	})
 	return c, nil
+}
+
+// memberFiles writes member i's files into mdir and returns its command
+// line.
+func memberFiles(lay layout, i int, mdir string, ports [][]int) ([]string, error) {
+	if err := os.MkdirAll(mdir, 0o755); err != nil {
+		return nil, err
+	}
+	return lay.files(i, mdir, ports)
 }
 
 // waitStarted waits until c is healthy, failing early when a member exits.
@@ -194,6 +230,7 @@ type procMember struct {
 	argv       []string
 	dir        string
 	log        *logBuffer
+	cgroup     string // the cgroup v2 directory it runs in (WithPeerCuts), or ""
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd     // nil before the first start
@@ -238,6 +275,15 @@ func (m *procMember) startLocked() error {
 		// cleanups run.
 		Pdeathsig: syscall.SIGKILL,
 		Setpgid:   true,
+	}
+	if m.cgroup != "" {
+		// Born in its cgroup: every socket it opens carries it.
+		dir, err := os.Open(m.cgroup)
+		if err != nil {
+			return fmt.Errorf("cluster: start %s: %w", m.name, err)
+		}
+		defer dir.Close()
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(dir.Fd())
 	}
 	fmt.Fprintf(m.log, "=== %s: starting %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(m.argv, " "))
 	if err := cmd.Start(); err != nil {

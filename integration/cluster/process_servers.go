@@ -51,6 +51,7 @@ func etcdLayout(o options) (layout, error) {
 	token := "fencelock-" + randomToken()
 	return layout{
 		portsPerMember: 2,
+		peerPorts:      []int{1},
 		files: func(i int, dir string, ports [][]int) ([]string, error) {
 			var initial []string
 			for j, p := range ports {
@@ -148,6 +149,7 @@ func zkLayout(o options) (layout, error) {
 	}
 	return layout{
 		portsPerMember: 3 + zkSecurePorts(o), // client, quorum, election[, secure client]
+		peerPorts:      []int{1, 2},
 		files: func(i int, dir string, ports [][]int) ([]string, error) {
 			data := filepath.Join(dir, "data")
 			if err := os.MkdirAll(data, 0o755); err != nil {
