@@ -14,13 +14,16 @@ import (
 )
 
 // keepalive tracks, across the TCP connections go-zookeeper opens for one
-// zk.Conn, the latest moment at which the server certainly heard from this
-// client: the send time of the latest request it answered. The server
-// touches a session whenever it receives a packet of it, and answers the
+// zk.Conn, the latest moment at which the ensemble's leader, which alone
+// expires sessions, certainly heard of this client: the send time of the
+// latest sync (or handshake) the server answered. A follower answers
+// reads and pings by itself, even cut off from the leader, but passes a
+// sync to the leader and answers it only when the leader does; a
+// handshake is confirmed by the leader too. The server answers the
 // requests of one connection in order, so matching replies to requests
-// first-in first-out gives a lower bound on the server's last touch that
-// holds even when packets flow one way only (a half-open partition in which
-// watch notifications still arrive and go-zookeeper sees nothing wrong).
+// first-in first-out gives that time even when packets flow one way only
+// (a half-open partition in which watch notifications still arrive and
+// go-zookeeper sees nothing wrong). See docs/design/zookeeper-loss.md.
 //
 // It also reads the session timeout the server negotiated, which
 // go-zookeeper keeps to itself.
@@ -65,7 +68,7 @@ func (ka *keepalive) deadline(margin func(time.Duration) time.Duration) (time.Ti
 // negotiated returns the session timeout of the latest handshake, or 0.
 func (ka *keepalive) negotiated() time.Duration { return time.Duration(ka.timeout.Load()) }
 
-// markHeard records that the server answered a request sent at sent. An
+// markHeard records that the leader answered a request sent at sent. An
 // answer to an older request than the latest one answered (connections
 // overlap while go-zookeeper reconnects) does not move the mark back.
 func (ka *keepalive) markHeard(sent time.Time) {
@@ -103,7 +106,7 @@ type trackedConn struct {
 	ka *keepalive
 
 	mu   sync.Mutex
-	sent []time.Time // send times of requests not answered yet, oldest first
+	sent []request // requests not answered yet, oldest first
 
 	w frames // guarded by go-zookeeper's single writer
 	r frames // guarded by go-zookeeper's single reader
@@ -131,8 +134,15 @@ func (c *trackedConn) buffered() int { return c.rend - c.rpos }
 // system call, and so do packets that arrived together.
 const readBufSize = 4096
 
+// request is what trackedConn remembers of a request until its reply.
+type request struct {
+	sent     time.Time
+	confirms bool // its reply shows that the leader heard of the session
+}
+
 func (c *trackedConn) Write(p []byte) (int, error) {
 	now := c.ka.clk.Now() // before the write: the server cannot have the packet earlier
+	first := !c.requestSent
 	out := p
 	if c.requestSent && c.w.nhdr == 0 && c.watchFlag(p) {
 		// p is not ours to change (io.Writer): send a copy.
@@ -142,9 +152,12 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 	}
 	c.requestSent = true // the first packet is the connect request
 	n, err := c.Conn.Write(out)
-	c.w.feed(p[:n], func([]byte) {
+	c.w.feed(p[:n], func(body []byte) {
+		// A request's body begins with its xid and type.
+		confirms := first || len(body) >= 8 && int32(binary.BigEndian.Uint32(body[4:8])) == opSync
+		first = false
 		c.mu.Lock()
-		c.sent = append(c.sent, now)
+		c.sent = append(c.sent, request{now, confirms})
 		c.mu.Unlock()
 	})
 	return n, err
@@ -214,7 +227,7 @@ func (c *trackedConn) received(body []byte) {
 		if old := c.ka.timeout.Swap(int64(timeout)); old != int64(timeout) && c.ka.onTimeout != nil {
 			c.ka.onTimeout(timeout)
 		}
-		c.ka.markHeard(sent)
+		c.ka.markHeard(sent.sent)
 		c.ka.connected.Add(1)
 		if c.ka.onConnect != nil {
 			c.ka.onConnect()
@@ -224,16 +237,17 @@ func (c *trackedConn) received(body []byte) {
 	if len(body) >= 4 && int32(binary.BigEndian.Uint32(body[:4])) == -1 {
 		return // a watch notification answers no request
 	}
-	if sent, ok := c.pop(); ok {
-		c.ka.markHeard(sent)
+	// A reply's header: xid int32, zxid int64, err int32.
+	if req, ok := c.pop(); ok && req.confirms && len(body) >= 16 && binary.BigEndian.Uint32(body[12:16]) == 0 {
+		c.ka.markHeard(req.sent)
 	}
 }
 
-func (c *trackedConn) pop() (time.Time, bool) {
+func (c *trackedConn) pop() (request, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.sent) == 0 {
-		return time.Time{}, false
+		return request{}, false
 	}
 	t := c.sent[0]
 	c.sent = c.sent[1:]
@@ -284,15 +298,15 @@ func (f *frames) feed(p []byte, done func(body []byte)) {
 // The server's side of the deadline. Only the leader expires sessions, and
 // it learns that a client was heard from by a follower only when the
 // follower answers one of its pings (every tickTime/2) with the sessions it
-// touched since the last one. Requests a follower answered after its last
-// answer to the leader are never reported if it then stops. So the
-// leader's last touch can precede the send time that keepalive records by
-// up to one report interval plus the longest gap between two requests that
-// reach the follower; see WithLossMargin for how the default margin covers
-// both. keepalive.run keeps the second term at a twelfth of the timeout.
+// touched since the last one. A sync the follower passed to the leader
+// went after the follower's earlier answers on the same connection, so
+// the leader's last touch precedes the sync's send time by at most one
+// report interval plus the longest gap between two requests that reach
+// the follower; see WithLossMargin for how the default margin covers both.
+// keepalive.run keeps the second term at a twelfth of the timeout.
 
-// run sends a cheap read every interval() (the negotiated timeout /
-// KeepaliveFraction) while the connection has a session. The reads go out
+// run sends a sync every interval() (the negotiated timeout /
+// KeepaliveFraction) while the connection has a session. The syncs go out
 // on schedule whether or not the earlier ones were answered, so that a
 // slow server does not stretch the gap between requests; at most
 // KeepaliveFraction are outstanding.
@@ -338,6 +352,7 @@ func (ka *keepalive) run(g *group, conn link, ping func(), interval func() time.
 
 // Request codes of go-zookeeper's requests that trackedConn recognizes.
 const (
+	opSync         = 9  // Sync
 	opExists       = 3  // Exists, ExistsW
 	opGetChildren2 = 12 // Children, ChildrenW
 )

@@ -136,22 +136,27 @@ func TestTrackedConn(t *testing.T) {
 		t.Errorf("deadline after the handshake = %v; want 3s (sent at 0, timeout 6s, margin 3s)", d.Sub(epoch0))
 	}
 
-	// Two requests at 2s and 3s; a watch notification, then both answers.
+	// A sync at 2s, a read at 3s and a sync at 3s; a watch notification,
+	// then the answers: the first sync's moves heard to 2s, the read's
+	// does not (a follower answers reads by itself), and neither does the
+	// second sync's, an error.
 	clk.Advance(time.Second)
-	write([]byte{0, 0, 0, 1, 0, 0, 0, 4})
+	write([]byte{0, 0, 0, 1, 0, 0, 0, opSync})
 	clk.Advance(time.Second)
 	write([]byte{0, 0, 0, 2, 0, 0, 0, 4})
+	write([]byte{0, 0, 0, 3, 0, 0, 0, opSync})
 	notification := []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-	read(append(frame(notification), frame([]byte{0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9})...))
+	read(append(frame(notification), frame([]byte{0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0})...))
 	if got := time.Unix(0, ka.heard.Load()); !got.Equal(epoch0.Add(2 * time.Second)) {
-		t.Errorf("heard after the first answer = %v; want 2s (the notification answers nothing)", got.Sub(epoch0))
+		t.Errorf("heard after the sync's answer = %v; want 2s (the notification answers nothing)", got.Sub(epoch0))
 	}
-	read(frame([]byte{0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 9}))
-	if got := time.Unix(0, ka.heard.Load()); !got.Equal(epoch0.Add(3 * time.Second)) {
-		t.Errorf("heard after the second answer = %v; want 3s", got.Sub(epoch0))
+	read(frame([]byte{0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 0}))
+	read(frame([]byte{0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 9, 0xff, 0xff, 0xff, 0x90}))
+	if got := time.Unix(0, ka.heard.Load()); !got.Equal(epoch0.Add(2 * time.Second)) {
+		t.Errorf("heard after the read's answer and a failed sync = %v; want 2s", got.Sub(epoch0))
 	}
-	if heard.Load() != 3 {
-		t.Errorf("onHeard called %d times; want 3 (handshake, two answers)", heard.Load())
+	if heard.Load() != 2 {
+		t.Errorf("onHeard called %d times; want 2 (handshake, the first sync)", heard.Load())
 	}
 
 	// A new connection: same timeout (not reported again), then an expired

@@ -108,8 +108,8 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 	l.start(conn, nil)
 	l.g.spawn(func() {
 		ka.run(l.g, l.conn, func() {
-			// "/" always exists, and exists needs no permission on it.
-			_, _, _ = l.conn.Exists("/")
+			// A sync needs no permission, and "/" always exists.
+			_, _ = l.conn.Sync("/")
 		}, l.keepaliveInterval)
 	})
 	if _, err := l.ss.get(ctx); err != nil {
