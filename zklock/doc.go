@@ -169,34 +169,30 @@
 //
 // # Sessions and loss
 //
-// A lease lives as long as the session that created its znode. [Dial]
-// wraps each TCP connection to learn when the server last certainly heard
-// from the client (the send time of the latest request it answered) and
-// the negotiated session timeout T, and sends a cheap read of its own
-// every T/12. When no reply has come for T minus the loss margin
-// ([WithLossMargin]; half of T by default), the Locker stops trusting the
-// session: its leases end with [lock.ErrLost] and its waiting Acquire calls
-// return errors wrapping [lock.ErrLost]. That is before the ensemble's
-// leader can expire the session, and so before anyone else can be granted
-// the lock. The margin is that large because the server the client talks
-// to is often a follower, which passes on the sessions it heard from only
-// every half tick; the leader's view of the session can be up to T/3 older
-// than the client's (see [WithLossMargin] for the arithmetic), and the
-// rest of the margin covers timer delay and a local clock slower than the
-// server's. A session expiry reported by the server ends them at once. A
-// shorter disconnection changes nothing: the session, its znodes and its
-// waiters' queue positions survive it.
-//
-// This is measured: with a 3-server ensemble at tickTime 1s and a session
-// timeout of 2s, the holder's only server a follower frozen (SIGSTOP) at
-// 30 offsets within the client's ping period, the holder's Done closed
-// before the waiter's grant in every trial (integration/zktest,
-// TestFrozenFollower). The leader's log showed it expiring the session up
-// to 600ms before the holder's last answered request plus T (the bound is
-// T/3, 667ms). With the tenth of T this package used to allow, the same
-// test (the holder reading every 100ms) failed in 1 of 40 trials: the
-// leader expired the session 250ms before that time plus T, and the
-// holder's Done closed 41ms after the waiter's grant.
+// A lease lives as long as the session that created its znode, and only
+// the ensemble's leader expires sessions. [Dial] sends a sync every T/12
+// (T the negotiated session timeout), which a follower passes to the
+// leader and answers only when the leader does, and wraps each TCP
+// connection to learn the send time of the latest sync (or handshake) the
+// servers answered: the latest moment the leader certainly heard of the
+// session. Replies to reads and pings do not count, because a follower
+// cut off from the leader goes on giving them. When no sync has been
+// answered for T minus the loss margin ([WithLossMargin]; half of T by
+// default), the Locker stops trusting the session: its leases end with
+// [lock.ErrLost] and its waiting Acquire calls return errors wrapping
+// [lock.ErrLost]. That is before the leader can expire the session, and
+// so before anyone else can be granted the lock, whether the holder's
+// server is frozen, killed, or cut off from its peers while the holder
+// still reaches it (a follower both ways or one way, or the leader). The
+// arithmetic and the measurements are in docs/design/zookeeper-loss.md;
+// TestFrozenFollower and TestZKPartition (integration/zktest) prove it
+// in every one of 30 trials per case. A session expiry reported by the
+// server ends the leases at once. A shorter disconnection changes
+// nothing: the session, its znodes and its waiters' queue positions
+// survive it. A leader that stops answering for longer than T/2 (frozen,
+// or cut off until an election ends) costs the leases of every session on
+// the ensemble, which the Locker cannot tell apart from a leader that
+// expires them.
 //
 // A held lease costs no goroutine: one goroutine of the Locker ends the
 // leases of a session it stops trusting, and the watch events on the
@@ -292,21 +288,17 @@
 // write a ZooKeeper multi that starts with [Lease.CheckOp].
 //
 // The loss deadline relies on the server's defaults: a session timeout of
-// at least two ticks (minSessionTimeout), and a follower that stops
-// answering its clients when it stops reporting to the leader. A server
-// configured with minSessionTimeout below 2 × tickTime can lag more than
-// the margin allows. A follower cut off from the leader while its clients
-// still reach it keeps answering them (and so keeps the Locker's deadline
-// moving) until it gives up on the leader, after syncLimit × tickTime;
-// when that is longer than T/2 the leader can expire the session first.
-// This case is not covered by the tests.
+// at least two ticks (minSessionTimeout) and global sessions
+// (localSessionsEnabled=false). A server configured otherwise can expire
+// a session sooner than the margin allows.
 //
 // Grant order follows the 10-digit sequence numbers ZooKeeper appends;
 // after 2^31 acquisitions of one lock (without its parent being removed in
 // between) they overflow and the order breaks. [Locker.Observe] may skip
-// grants shorter than a round trip (see "What Observe reports"). A Locker from [New] detects
-// a partition only through go-zookeeper's disconnection event, two thirds
-// of the session timeout after the last reply, which is later than the
-// bound above allows when the server that stops is a follower; prefer
-// [Dial]. The package needs ZooKeeper 3.5 or later (container znodes).
+// grants shorter than a round trip (see "What Observe reports"). A Locker from [New] sends
+// no sync and detects a partition only through go-zookeeper's
+// disconnection event, two thirds of the session timeout after the last
+// reply; that is too late when the holder's server is a follower that
+// stops, or that is cut off from its peers: use [Dial] where the loss
+// bound matters. The package needs ZooKeeper 3.5 or later (container znodes).
 package zklock

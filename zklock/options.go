@@ -35,11 +35,11 @@ const (
 	// MinLossMarginFraction says how small a loss margin can be and still
 	// keep the promise on a default-configured ensemble: a third of the
 	// negotiated session timeout, the most the leader's view of the session
-	// can lag behind the client's last answered request (see
+	// can lag behind the client's last answered sync (see
 	// [WithLossMargin]). A smaller margin is raised to it.
 	MinLossMarginFraction = 3
 
-	// KeepaliveFraction sets how often a Locker from [Dial] sends a request
+	// KeepaliveFraction sets how often a Locker from [Dial] sends a sync
 	// of its own: every twelfth of the negotiated session timeout.
 	KeepaliveFraction = 12
 )
@@ -210,23 +210,21 @@ func WithNameAttribute(f func(name string) string) Option {
 // session a cut-off Locker declares its leases lost (default: half the
 // negotiated session timeout T, see [DefaultLossMarginFraction]).
 //
-// With [Dial] the Locker knows the send time of the latest request the
-// server answered, and a lease ends at that time plus T minus the margin.
+// With [Dial] the Locker knows the send time of the latest sync the
+// servers answered, and a lease ends at that time plus T minus the margin.
 // The margin has to cover how far the ensemble's leader, which alone
-// expires sessions, can be behind that time. A follower answers its
-// clients' reads and pings by itself and tells the leader which sessions
-// it saw only in its answers to the leader's pings, which come every half
-// tick; what it answered after its last such report never reaches the
-// leader if the follower then stops (freezes, crashes, is cut off). The
-// leader's last touch of the session can therefore precede the client's
-// last answered request by up to one report interval, tickTime/2, plus the
-// longest gap between two requests of the client. The arithmetic:
+// expires sessions, can be behind that time. A follower passes a sync to
+// the leader, after its earlier reports on the same link, but tells the
+// leader which sessions it heard from only in its answers to the leader's
+// pings, which come every half tick. The leader's last touch of the
+// session can therefore precede the sync's send time by up to one report
+// interval, tickTime/2, plus the longest gap between two requests of the
+// client. The arithmetic (docs/design/zookeeper-loss.md):
 //
 //   - a server negotiates at least two ticks (minSessionTimeout defaults
 //     to 2 × tickTime), so tickTime/2 ≤ T/4;
-//   - the Locker sends a request of its own every T/12 (see
-//     [KeepaliveFraction]) instead of relying on go-zookeeper's pings, which
-//     come every T/3;
+//   - the Locker sends a sync of its own every T/12 (see
+//     [KeepaliveFraction]);
 //   - so the lag stays below T/4 + T/12 = T/3 ([MinLossMarginFraction]),
 //     and the default margin, T/2, leaves T/6 over that for timer delay,
 //     scheduling pauses and a local clock slower than the server's.
