@@ -83,10 +83,12 @@ type stats struct {
 	WritesFailed  int // refused for another reason, or never sent
 	ReadsStale    int
 	// FrozenClient counts belief overlaps where the older holder's client
-	// was frozen (SIGSTOP) during the overlap and fencing refused its
-	// stale requests: the case fencing exists for, since a paused holder
-	// cannot see Done. Overlaps are counted per pair of grants, so one
-	// long freeze during which several grants follow counts several.
+	// was frozen (SIGSTOP) when the server had ended its grant, believed
+	// no longer than the freeze explains, and had a request refused as
+	// stale (see frozenExcuse): the case fencing exists for, since a
+	// paused holder cannot see Done. Overlaps are counted per pair of
+	// grants, so one long freeze during which several grants follow
+	// counts several.
 	FrozenClient int
 	// Revoked counts belief overlaps (per pair of grants) with an older
 	// holder whose grant the test had revoked before the newer grant and
@@ -101,8 +103,10 @@ type stats struct {
 	// the read-write rules allow: they show that readers did share.
 	SharedOverlaps int
 	// Permits counts the semaphore's grants, MaxPermits the most permit
-	// beliefs held at once, and PermitsFrozen and PermitsExcused the
-	// grants that found the limit exceeded in the two excused cases.
+	// beliefs held at once, PermitsFrozen the grants that found the limit
+	// exceeded only by frozen holders' own stale permits (permitExcuse),
+	// and PermitsExcused those whose excess etcd issues 12528 and 15247
+	// explain (serverExcuse).
 	Permits, MaxPermits, PermitsFrozen, PermitsExcused int
 	// DelayedGrants counts the grants checked against a lock-delay (one
 	// per crashed holder); DelayLow and DelayHigh are the least, over
@@ -216,54 +220,73 @@ func (h *history) operations() []porcupine.Operation {
 	}
 	sort.Ints(ids)
 	for _, id := range ids {
-		var read, readOK *event
-		var wrote *event
-		for i := range h.clients[id] {
-			e := &h.clients[id][i]
-			switch e.Kind {
-			case "read":
-				read, readOK, wrote = e, nil, nil
-			case "read-ok":
-				readOK = e
-			case "read-stale", "read-err":
-				read = nil
-			case "write":
-				wrote = e
-			case "write-ok", "write-unknown", "write-stale", "write-err":
-				if read == nil || readOK == nil {
-					continue
-				}
-				rs := regState{n: readOK.N, sum: readOK.Sum}
-				switch e.Kind {
-				case "write-ok":
-					ops = append(ops, porcupine.Operation{ClientId: id, Call: read.T, Return: e.T,
-						Input: modelInput{rmw: true, op: e.Op, read: rs}, Output: modelOutput{}})
-				case "write-unknown":
-					ops = append(ops, porcupine.Operation{ClientId: id, Call: read.T, Return: never,
-						Input: modelInput{rmw: true, op: e.Op, read: rs}, Output: modelOutput{unknown: true}})
-				default:
-					ops = append(ops, porcupine.Operation{ClientId: id, Call: read.T, Return: readOK.T,
-						Input: modelInput{}, Output: modelOutput{seen: rs}})
-				}
-				read, readOK, wrote = nil, nil, nil
-			}
-		}
-		// The log ended (the process was killed) with a request in flight.
-		if read != nil && readOK != nil {
-			rs := regState{n: readOK.N, sum: readOK.Sum}
-			if wrote != nil {
-				ops = append(ops, porcupine.Operation{ClientId: id, Call: read.T, Return: never,
-					Input: modelInput{rmw: true, op: wrote.Op, read: rs}, Output: modelOutput{unknown: true}})
-			} else {
-				ops = append(ops, porcupine.Operation{ClientId: id, Call: read.T, Return: readOK.T,
-					Input: modelInput{}, Output: modelOutput{seen: rs}})
-			}
-		}
+		ops = append(ops, clientOps(id, h.clients[id])...)
 	}
 	// The register's final state, read once everything had ended.
 	ops = append(ops, porcupine.Operation{ClientId: len(ids), Call: h.end, Return: h.end + 1,
 		Input: modelInput{}, Output: modelOutput{seen: regState{n: h.finalN, sum: h.finalS}}})
 	return ops
+}
+
+// clientOps returns the operations of one client's log: its
+// read-modify-writes and its readers' reads.
+func clientOps(id int, evs []event) []porcupine.Operation {
+	var ops []porcupine.Operation
+	var read, readOK, wrote *event
+	for i := range evs {
+		e := &evs[i]
+		switch e.Kind {
+		case "read":
+			read, readOK, wrote = e, nil, nil
+		case "read-ok":
+			readOK = e
+			if read != nil && read.Shared {
+				// A reader's read stands alone: no write follows it.
+				ops = append(ops, readOp(id, read, readOK))
+				read, readOK = nil, nil
+			}
+		case "read-stale", "read-err":
+			read = nil
+		case "write":
+			wrote = e
+		case "write-ok", "write-unknown", "write-stale", "write-err":
+			switch {
+			case read == nil || readOK == nil:
+			case e.Kind == "write-ok":
+				ops = append(ops, rmwOp(id, read, readOK, e.Op, e.T))
+			case e.Kind == "write-unknown":
+				ops = append(ops, rmwOp(id, read, readOK, e.Op, never))
+			default: // refused: only the read counts
+				ops = append(ops, readOp(id, read, readOK))
+			}
+			read, readOK, wrote = nil, nil, nil
+		}
+	}
+	// The log ended (the process was killed) with a request in flight.
+	switch {
+	case read == nil || readOK == nil:
+	case wrote != nil:
+		ops = append(ops, rmwOp(id, read, readOK, wrote.Op, never))
+	default:
+		ops = append(ops, readOp(id, read, readOK))
+	}
+	return ops
+}
+
+// readOp is the operation of a read answered by readOK whose state alone
+// counts: a reader's, or one whose write was refused or never sent.
+func readOp(id int, read, readOK *event) porcupine.Operation {
+	return porcupine.Operation{ClientId: id, Call: read.T, Return: readOK.T,
+		Input: modelInput{}, Output: modelOutput{seen: regState{n: readOK.N, sum: readOK.Sum}}}
+}
+
+// rmwOp is the operation of a read-modify-write whose read was answered
+// by readOK and whose append of op was acknowledged at ret, or, if ret is
+// never, has an unknown outcome.
+func rmwOp(id int, read, readOK *event, op, ret int64) porcupine.Operation {
+	rs := regState{n: readOK.N, sum: readOK.Sum}
+	return porcupine.Operation{ClientId: id, Call: read.T, Return: ret,
+		Input: modelInput{rmw: true, op: op, read: rs}, Output: modelOutput{unknown: ret == never}}
 }
 
 // belief is the span in which a client believed it held the lock (or a
@@ -314,10 +337,58 @@ func (h *history) spans(grant, done, rel string) []belief {
 	return out
 }
 
-// frozenDuring reports whether client was frozen at some time in w.
-func (h *history) frozenDuring(client int, w window) bool {
+// endedBy returns the time by which the server had ended grant a, at the
+// latest: the first later grant that a excludes (any grant, unless both
+// are read locks). Its grant is the proof: the server admits it only once
+// a's record is gone. never if no such grant came.
+func endedBy(a belief, bs []belief) int64 {
+	end := never
+	for _, b := range bs {
+		if b.token > a.token && b.from >= a.from && !(a.shared && b.shared) {
+			end = min(end, b.from)
+		}
+	}
+	return end
+}
+
+// frozenExcuse says whether a freeze of client explains o, an overlap of
+// its stale belief with a grant the server made once it had ended the
+// client's (by ended at the latest, see endedBy), and if not, why not. A
+// Locker reports a loss no later than the server could grant the lock
+// again, so a client that ran at ended should have believed no longer. A
+// frozen one runs none of its timers, and once thawed is late by at most
+// the time it was frozen. So only a freeze that held the client at ended
+// excuses it, and only up to ended plus the freeze's length: "the freeze
+// itself plus the time until the server had ended the grant". Whether
+// fencing stopped the client is for the callers to show, with the tokens
+// its requests carried.
+func (h *history) frozenExcuse(client int, ended int64, o window) (bool, string) {
+	if ended >= never || o.from < ended {
+		return false, fmt.Sprintf("the overlap began at %v, before any grant proved client %d's over on the server", ms(o.from), client)
+	}
+	if len(h.frozen[client]) == 0 {
+		return false, fmt.Sprintf("client %d was not frozen", client)
+	}
+	var why []string
 	for _, f := range h.frozen[client] {
-		if f.from < w.to && w.from < f.to {
+		switch {
+		case ended < f.from || f.to < ended:
+			why = append(why, fmt.Sprintf("client %d was frozen from %v to %v, not when the server had ended its grant (by %v)", client, ms(f.from), ms(f.to), ms(ended)))
+		case o.to-ended > f.to-f.from:
+			why = append(why, fmt.Sprintf("client %d was frozen from %v to %v, but its belief lasted until %v, longer after the server had ended its grant (by %v) than the freeze lasted", client, ms(f.from), ms(f.to), ms(o.to), ms(ended)))
+		default:
+			return true, ""
+		}
+	}
+	return false, strings.Join(why, "; ")
+}
+
+// refusedSince reports whether the register refused, as stale, a request
+// carrying tok at or after t: the evidence that fencing stopped a stale
+// holder, without which a freeze excuses nothing.
+func (h *history) refusedSince(tok uint64, t int64) bool {
+	for _, e := range h.server {
+		if e.Token == tok && e.Status == http.StatusConflict && e.T >= t {
 			return true
 		}
 	}
@@ -393,14 +464,40 @@ func (h *history) serverExcuse(start int64) (bool, string) {
 // check runs every checker over h and returns the run's counts and the
 // violations found, each a sentence saying what broke.
 func (h *history) check() (stats, []string) {
-	var st stats
+	st := h.counts()
 	var bad []string
-	st.Runs = 1
+	// 1. No acknowledged append lost.
+	bad = append(bad, h.checkAcked()...)
+	// 2. Linearizability of the register's history.
+	bad = append(bad, h.checkLinearizable()...)
+	// 3. Accepted tokens never decrease, and no accepted write was based
+	// on a version older than the current one (a lost update).
+	bad = append(bad, h.checkTokens()...)
+	// 4. Belief spans overlap only where an excuse of overlapExcuse
+	// applies and fencing held.
+	bad = append(bad, h.checkOverlaps(&st)...)
+	// 5. No more than limit permits believed held at once, except where
+	// frozen holders' own stale permits, or a server defect, account for
+	// the excess.
+	bad = append(bad, h.checkPermits(&st)...)
+	// 6. With a lock-delay, no grant came sooner than the delay after a
+	// crashed holder's record vanished.
+	bad = append(bad, h.checkLockDelay(&st)...)
+	// 7. Every client that kept trying was served after the last fault.
+	bad = append(bad, h.checkServed()...)
+	st.Violations = len(bad)
+	return st, bad
+}
 
-	// Counts.
-	acked := map[int64]int{} // op -> client, for acknowledged appends
-	for id, evs := range h.clients {
+// counts counts what the clients did. A reader's reads are no
+// read-modify-writes, and are left out.
+func (h *history) counts() stats {
+	st := stats{Runs: 1}
+	for _, evs := range h.clients {
 		for _, e := range evs {
+			if e.Shared && strings.HasPrefix(e.Kind, "read") {
+				continue
+			}
 			switch e.Kind {
 			case "read":
 				st.Ops++
@@ -410,7 +507,6 @@ func (h *history) check() (stats, []string) {
 				st.Permits++
 			case "write-ok":
 				st.WritesOK++
-				acked[e.Op] = id
 			case "write-stale":
 				st.WritesStale++
 			case "write-unknown":
@@ -430,21 +526,35 @@ func (h *history) check() (stats, []string) {
 			st.WritesUnknown++
 		}
 	}
+	return st
+}
 
-	// 1. No acknowledged append lost.
+// checkAcked requires every acknowledged append in the final set.
+func (h *history) checkAcked() []string {
+	acked := map[int64]int{} // op -> client
+	for id, evs := range h.clients {
+		for _, e := range evs {
+			if e.Kind == "write-ok" {
+				acked[e.Op] = id
+			}
+		}
+	}
 	var lost []int64
 	for op := range acked {
 		if !h.final[op] {
 			lost = append(lost, op)
 		}
 	}
-	if len(lost) > 0 {
-		slices.Sort(lost)
-		bad = append(bad, fmt.Sprintf("%d of %d acknowledged appends are missing from the final set (first: op %d by client %d)",
-			len(lost), len(acked), lost[0], acked[lost[0]]))
+	if len(lost) == 0 {
+		return nil
 	}
+	slices.Sort(lost)
+	return []string{fmt.Sprintf("%d of %d acknowledged appends are missing from the final set (first: op %d by client %d)",
+		len(lost), len(acked), lost[0], acked[lost[0]])}
+}
 
-	// 2. Linearizability of the register's history.
+// checkLinearizable requires the register's history to be linearizable.
+func (h *history) checkLinearizable() []string {
 	ops := h.operations()
 	res, info := porcupine.CheckOperationsVerbose(setModel.ToModel(), ops, 2*time.Minute)
 	switch res {
@@ -456,13 +566,17 @@ func (h *history) check() (stats, []string) {
 		} else if err := porcupine.VisualizePath(setModel.ToModel(), info, path); err == nil {
 			msg += " (visualization: " + path + ")"
 		}
-		bad = append(bad, msg)
+		return []string{msg}
 	case porcupine.Unknown:
-		bad = append(bad, fmt.Sprintf("the linearizability check of %d operations did not finish in time", len(ops)))
+		return []string{fmt.Sprintf("the linearizability check of %d operations did not finish in time", len(ops))}
 	}
+	return nil
+}
 
-	// 3. Accepted tokens never decrease, and no accepted write was based
-	// on a version older than the current one (a lost update).
+// checkTokens requires the tokens the register accepted never to
+// decrease, and no accepted write to be based on an old version.
+func (h *history) checkTokens() []string {
+	var bad []string
 	var hi uint64
 	var hiClient int
 	for _, e := range h.server {
@@ -483,26 +597,46 @@ func (h *history) check() (stats, []string) {
 			break
 		}
 	}
+	return bad
+}
 
-	// 4. Belief spans overlap only where the older holder's client was
-	// frozen during the overlap (it could not see Done) or a documented
-	// server defect explains it (serverExcuse); either way fencing must
-	// have rejected the stale holder: none of its requests accepted after
-	// the newer holder's first. Any other overlap means Done fired too
-	// late.
-	bs := h.beliefs()
-	firstAccepted := map[uint64]int64{}
-	lastAccepted := map[uint64]int64{}
-	for _, e := range h.server {
-		if e.Status != http.StatusOK {
-			continue
+// checkServed requires every client that kept trying to have been
+// granted the lock after the last fault.
+func (h *history) checkServed() []string {
+	var bad []string
+	for _, id := range sortedIDs(h.live) {
+		served := false
+		for _, e := range h.clients[id] {
+			served = served || (e.Kind == "acq-ok" && e.T >= h.healed)
 		}
-		if _, ok := firstAccepted[e.Token]; !ok {
-			firstAccepted[e.Token] = e.T
+		if !served {
+			bad = append(bad, fmt.Sprintf("client %d kept trying but was not granted the lock after the fault ended at %v", id, ms(h.healed)))
 		}
-		lastAccepted[e.Token] = e.T
 	}
+	return bad
+}
+
+// excuse names why an overlap of two holders' beliefs is allowed.
+type excuse int
+
+const (
+	excuseNone    excuse = iota
+	excuseFrozen         // the older holder's client was frozen (frozenExcuse)
+	excuseRevoked        // the older grant was revoked (revokedExcuse)
+	excuseServer         // a documented server defect (serverExcuse)
+)
+
+// checkOverlaps checks the lock's belief spans: two overlap only where
+// overlapExcuse finds an excuse, and then fencing must have rejected the
+// stale holder: none of its requests accepted after the newer holder's
+// first. Any other overlap means Done fired too late. The excused
+// overlaps are counted apart, per pair of grants.
+func (h *history) checkOverlaps(st *stats) []string {
+	var bad []string
+	bs := h.beliefs()
+	first, last := h.acceptedTimes()
 	for i, a := range bs {
+		ended := endedBy(a, bs)
 		for _, b := range bs[i+1:] {
 			if b.token == a.token || b.from >= a.to || a.from >= b.to {
 				continue
@@ -511,73 +645,89 @@ func (h *history) check() (stats, []string) {
 				st.SharedOverlaps++
 				continue
 			}
-			overlap := window{from: max(a.from, b.from), to: min(a.to, b.to)}
-			clientFrozen := h.frozenDuring(a.client, overlap)
-			revoked := !clientFrozen && h.revokedExcuse(a, b)
-			excused, why := false, ""
-			if !clientFrozen && !revoked {
-				excused, why = h.serverExcuse(overlap.from)
-			}
-			if !clientFrozen && !revoked && !excused {
-				bad = append(bad, fmt.Sprintf("client %d believed it held the lock (token %d) from %v to %v, but client %d was granted it (token %d) at %v; client %d was not frozen during the overlap, and no known server defect explains it: %s",
-					a.client, a.token, ms(a.from), ms(a.to), b.client, b.token, ms(b.from), a.client, why))
+			ex, why := h.overlapExcuse(a, b, ended)
+			if ex == excuseNone {
+				bad = append(bad, fmt.Sprintf("client %d believed it held the lock (token %d) from %v to %v, but client %d was granted it (token %d) at %v; no excuse applies: %s",
+					a.client, a.token, ms(a.from), ms(a.to), b.client, b.token, ms(b.from), why))
 				continue
 			}
-			if f, ok := firstAccepted[b.token]; ok && lastAccepted[a.token] > f {
+			if f, ok := first[b.token]; ok && last[a.token] > f {
 				bad = append(bad, fmt.Sprintf("client %d (token %d) had a request accepted at %v, after client %d (token %d) had one accepted at %v: the overlap was not fenced",
-					a.client, a.token, ms(lastAccepted[a.token]), b.client, b.token, ms(f)))
+					a.client, a.token, ms(last[a.token]), b.client, b.token, ms(f)))
 				continue
 			}
-			switch {
-			case clientFrozen:
+			switch ex {
+			case excuseFrozen:
 				st.FrozenClient++
-			case revoked:
+			case excuseRevoked:
 				st.Revoked++
 			default:
 				st.Excused++
 			}
 		}
 	}
+	return bad
+}
 
-	// 5. No more than limit permits believed held at once, except in the
-	// two excused cases of 4.
-	bad = append(bad, h.checkPermits(&st)...)
-
-	// 6. With a lock-delay, no grant came sooner than the delay after a
-	// crashed holder's record vanished.
-	bad = append(bad, h.checkLockDelay(&st)...)
-
-	// 7. Every client that kept trying was served after the last fault.
-	for id := range h.live {
-		served := false
-		for _, e := range h.clients[id] {
-			if e.Kind == "acq-ok" && e.T >= h.healed {
-				served = true
-				break
-			}
+// acceptedTimes returns, by token, when the register first and last
+// accepted a request carrying it.
+func (h *history) acceptedTimes() (first, last map[uint64]int64) {
+	first, last = map[uint64]int64{}, map[uint64]int64{}
+	for _, e := range h.server {
+		if e.Status != http.StatusOK {
+			continue
 		}
-		if !served {
-			bad = append(bad, fmt.Sprintf("client %d kept trying but was not granted the lock after the fault ended at %v", id, ms(h.healed)))
+		if _, ok := first[e.Token]; !ok {
+			first[e.Token] = e.T
 		}
+		last[e.Token] = e.T
 	}
+	return first, last
+}
 
-	st.Violations = len(bad)
-	return st, bad
+// overlapExcuse says which excuse, if any, allows the overlap of a, the
+// older grant, with b, and if none does, why not; ended is when the
+// server had ended a (endedBy). A freeze excuses it only with the
+// evidence that fencing rejected a's client: a request with a's token
+// refused since the overlap began. (A reader sends its token too, so a
+// frozen writer's overlap with a reader is held to the same evidence.)
+func (h *history) overlapExcuse(a, b belief, ended int64) (excuse, string) {
+	o := window{from: max(a.from, b.from), to: min(a.to, b.to)}
+	frozen, why := h.frozenExcuse(a.client, ended, o)
+	switch {
+	case frozen && h.refusedSince(a.token, o.from):
+		return excuseFrozen, ""
+	case frozen:
+		why = fmt.Sprintf("client %d was frozen, but no request with its token %d was refused from %v on, so fencing was not seen to stop it", a.client, a.token, ms(o.from))
+	}
+	if h.revokedExcuse(a, b) {
+		return excuseRevoked, ""
+	}
+	ok, swhy := h.serverExcuse(o.from)
+	if ok {
+		return excuseServer, ""
+	}
+	return excuseNone, why + "; " + swhy
 }
 
 // checkPermits checks the semaphore workload: at each permit grant, at
 // most limit permit beliefs may be held, the new one included. An excess
-// is excused, and counted apart, only as an overlap of the mutex is: one
-// of the holders it counts was a client frozen during the excess (a
-// paused process cannot see Done; its protected writes go through the
-// fenced lock), or a documented server defect explains it (serverExcuse).
+// is excused, and counted apart, in two cases. Either the permits over
+// the limit are each a frozen holder's own stale permit (permitExcuse);
+// or a documented server defect explains it (serverExcuse).
 func (h *history) checkPermits(st *stats) []string {
 	if h.limit == 0 {
 		return nil
 	}
 	var bad []string
 	bs := h.permitBeliefs()
-	for _, b := range bs {
+	locks := h.beliefs()
+	// ended holds, by token, the first grant made while the permit was
+	// believed held and the limit reached: the server makes such a grant
+	// only once some permit held then is gone, so it is the proof that a
+	// stale one had ended (see permitExcuse).
+	ended := map[uint64]int64{}
+	for _, b := range byGrant(bs) {
 		var held []belief
 		for _, a := range bs {
 			if a.from <= b.from && b.from < a.to {
@@ -588,31 +738,74 @@ func (h *history) checkPermits(st *stats) []string {
 		if len(held) <= h.limit {
 			continue
 		}
-		end := never
-		for _, a := range held {
-			end = min(end, a.to)
-		}
-		excess := window{from: b.from, to: end}
-		frozen := false
-		for _, a := range held {
-			frozen = frozen || (a.token != b.token && h.frozenDuring(a.client, excess))
-		}
-		if frozen {
+		unexcused, why := h.unexcusedPermits(held, b, ended, locks)
+		if unexcused <= h.limit {
 			st.PermitsFrozen++
 			continue
 		}
-		if ok, why := h.serverExcuse(b.from); ok {
+		ok, swhy := h.serverExcuse(b.from)
+		if ok {
 			st.PermitsExcused++
-		} else {
-			var who []string
-			for _, a := range held {
-				who = append(who, fmt.Sprintf("client %d (token %d, from %v)", a.client, a.token, ms(a.from)))
-			}
-			bad = append(bad, fmt.Sprintf("%d permits of a semaphore of limit %d were believed held at %v: %s; no holder was frozen then, and no known server defect explains it: %s",
-				len(held), h.limit, ms(b.from), strings.Join(who, ", "), why))
+			continue
 		}
+		var who []string
+		for _, a := range held {
+			who = append(who, fmt.Sprintf("client %d (token %d, from %v)", a.client, a.token, ms(a.from)))
+		}
+		bad = append(bad, fmt.Sprintf("%d permits of a semaphore of limit %d were believed held at %v: %s; %d of them are not a frozen holder's own stale permit (%s), and no known server defect explains it: %s",
+			len(held), h.limit, ms(b.from), strings.Join(who, ", "), unexcused, why, swhy))
 	}
 	return bad
+}
+
+// byGrant returns bs in the order they were granted.
+func byGrant(bs []belief) []belief {
+	out := slices.Clone(bs)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].from < out[j].from })
+	return out
+}
+
+// unexcusedPermits counts the permits held at b's grant (b's own
+// included) that permitExcuse does not excuse, and says why. It first
+// records b's grant in ended as the end of each held permit that has
+// none yet.
+func (h *history) unexcusedPermits(held []belief, b belief, ended map[uint64]int64, locks []belief) (int, string) {
+	n := 0
+	var why []string
+	for _, a := range held {
+		if _, ok := ended[a.token]; !ok && a.token != b.token {
+			ended[a.token] = b.from
+		}
+		if a.token == b.token {
+			n++
+			continue
+		}
+		if ok, w := h.permitExcuse(a, b, ended[a.token], locks); !ok {
+			n++
+			why = append(why, w)
+		}
+	}
+	return n, strings.Join(why, "; ")
+}
+
+// permitExcuse says whether a's permit, believed held at b's grant beyond
+// the limit, is excused as its frozen holder's stale one, and if not, why
+// not. As for the lock (frozenExcuse), a's client must have been frozen
+// when the server had ended a's permit (by ended) and believed no longer
+// than the freeze explains; and fencing must have rejected it: a request
+// made under a lock it took while holding the permit refused since b's
+// grant. (The permit has no token of its own at the register; the
+// client's writes carry its lock's.)
+func (h *history) permitExcuse(a, b belief, ended int64, locks []belief) (bool, string) {
+	if ok, why := h.frozenExcuse(a.client, ended, window{from: b.from, to: a.to}); !ok {
+		return false, why
+	}
+	for _, l := range locks {
+		if l.client == a.client && a.from <= l.from && l.from < a.to && h.refusedSince(l.token, b.from) {
+			return true, ""
+		}
+	}
+	return false, fmt.Sprintf("client %d was frozen, but none of its requests under a lock it took while holding permit %d was refused from %v on", a.client, a.token, ms(b.from))
 }
 
 // ms formats a time of the shared clock.

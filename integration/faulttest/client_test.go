@@ -35,6 +35,10 @@ const clientEnv = "FENCELOCK_FAULT_CLIENT"
 // register's log and hooks can tell clients apart.
 const clientHeader = "Fault-Client"
 
+// sharedHeader marks a reader's read, so that the faults, which strike a
+// holder between its read and its write, can pass it over.
+const sharedHeader = "Fault-Shared"
+
 // clientConfig is what a client process needs to know.
 type clientConfig struct {
 	ID        int           `json:"id"`
@@ -78,9 +82,12 @@ type clientConfig struct {
 //
 //   - "" (the mutex): every grant exclusive.
 //   - "rw": a client alternates between the write lock of cfg.Lock (with
-//     its read-modify-writes) and a read lock of it (held cfg.Hold, no
-//     request to the register): the rw checker requires that a writer
-//     never overlaps another writer or a reader.
+//     its read-modify-writes) and a read lock of it (cfg.RMWs reads of
+//     the register with the read lock's token, then held cfg.Hold): the
+//     rw checker requires that a writer never overlaps another writer or
+//     a reader, and that where a frozen writer does, the register refused
+//     the writer, as a reader's token, once read with, makes it do. The
+//     faults pass readers' reads over (see sharedHeader).
 //   - "semaphore": a client first takes one of cfg.Limit permits of
 //     semName, then the lock and its read-modify-writes, and releases
 //     both: the semaphore checker requires that no more than cfg.Limit
@@ -97,8 +104,9 @@ const (
 // Kinds: "start", "exit"; "acq" then "acq-ok" or "acq-err"; "done" when the
 // lease's Done channel closed; for a semaphore permit, "sem" then "sem-ok"
 // or "sem-err", "sem-done", "sem-rel" then "sem-rel-ok" or "sem-rel-err"; "read" then "read-ok", "read-stale" or
-// "read-err"; "write" then "write-ok", "write-stale", "write-err" (refused,
-// not applied) or "write-unknown"; "rel" then "rel-ok" or "rel-err".
+// "read-err" (Shared for a reader's read, which no write follows); "write"
+// then "write-ok", "write-stale", "write-err" (refused, not applied) or
+// "write-unknown"; "rel" then "rel-ok" or "rel-err".
 type event struct {
 	T      int64  `json:"t"`
 	Client int    `json:"c"`
@@ -112,7 +120,7 @@ type event struct {
 	Sum     uint64 `json:"sum,omitempty"`
 	Class   string `json:"class,omitempty"` // of an error: lost, released, closed, timeout, canceled, other
 	Err     string `json:"err,omitempty"`
-	// Shared marks an "acq-ok" of a read lock.
+	// Shared marks an "acq-ok" of a read lock, and its reads.
 	Shared bool `json:"sh,omitempty"`
 }
 
@@ -375,8 +383,8 @@ func (w *worker) permit(ctx context.Context) (func(), bool) {
 	}, true
 }
 
-// grant takes one grant of the lock, does its read-modify-writes unless
-// it is shared, holds it and releases it.
+// grant takes one grant of the lock, does its read-modify-writes (its
+// reads if it is shared), holds it and releases it.
 func (w *worker) grant(ctx context.Context, shared bool) {
 	cfg := w.cfg
 	w.lg.log(event{Kind: "acq"})
@@ -390,11 +398,15 @@ func (w *worker) grant(ctx context.Context, shared bool) {
 	watched := w.watch(lease, "done")
 	hold := cfg.Hold
 	for range cfg.RMWs {
-		// The last check before a write: a real program would stop
+		// The last check before a request: a real program would stop
 		// here once the lease has ended. A pause after this point is
 		// the case only the resource's check can handle.
-		if shared || lease.Err() != nil || ctx.Err() != nil {
+		if lease.Err() != nil || ctx.Err() != nil {
 			break
+		}
+		if shared {
+			w.read(lease, 0, true)
+			continue
 		}
 		w.seq++
 		if h := w.readModifyWrite(lease, cfg.OpBase+w.seq); h > hold {
@@ -443,28 +455,15 @@ const requestTimeout = 20 * time.Second
 // It returns the hold time the register asked for, if any.
 func (w *worker) readModifyWrite(lease lock.Lease, op int64) time.Duration {
 	tok := uint64(lease.Token())
-	w.lg.log(event{Kind: "read", Token: tok, Op: op})
-	rc := &http.Client{Transport: &httpfence.Transport{Lease: lease, Base: w.base}, Timeout: requestTimeout}
-	req, _ := http.NewRequest(http.MethodGet, w.cfg.Register, nil)
-	req.Header.Set(clientHeader, strconv.Itoa(w.cfg.ID))
-	st, status, err := do(rc, req)
-	switch {
-	case err != nil:
-		w.lg.log(event{Kind: "read-err", Token: tok, Op: op, Class: classify(err), Err: err.Error()})
-		return 0
-	case status == http.StatusConflict:
-		w.lg.log(event{Kind: "read-stale", Token: tok, Op: op})
-		return 0
-	case status != http.StatusOK:
-		w.lg.log(event{Kind: "read-err", Token: tok, Op: op, Class: "other", Err: fmt.Sprintf("status %d", status)})
+	st, ok := w.read(lease, op, false)
+	if !ok {
 		return 0
 	}
-	w.lg.log(event{Kind: "read-ok", Token: tok, Op: op, Version: st.Version, N: st.N, Sum: st.Sum})
 
 	<-time.After(w.cfg.Think)
 
 	q := url.Values{"base": {strconv.Itoa(st.Version)}, "op": {strconv.FormatInt(op, 10)}}
-	req, _ = http.NewRequest(http.MethodPost, w.cfg.Register+"?"+q.Encode(), nil)
+	req, _ := http.NewRequest(http.MethodPost, w.cfg.Register+"?"+q.Encode(), nil)
 	req.Header.Set(clientHeader, strconv.Itoa(w.cfg.ID))
 	req.Header.Set(httpfence.Header, lease.Token().String())
 	w.lg.log(event{Kind: "write", Token: tok, Op: op, Version: st.Version, N: st.N, Sum: st.Sum})
@@ -482,6 +481,40 @@ func (w *worker) readModifyWrite(lease lock.Lease, op int64) time.Duration {
 		w.lg.log(event{Kind: "write-err", Token: tok, Op: op, Err: fmt.Sprintf("status %d", status)})
 	}
 	return max(st.Hold, nst.Hold)
+}
+
+// read reads the register through httpfence.Transport, with the lease's
+// token, for the read-modify-write op or, if shared, as a reader, and
+// logs the outcome. It returns what it read and whether it was answered.
+// The register's fencing applies to a reader's read as to a writer's: a
+// reader's token, once seen, makes the register refuse every writer
+// granted before it, so a frozen writer cannot write while readers hold.
+// It also refuses the reads of readers granted before it; readers share,
+// which a token check does not fit (see package fencing), and such a
+// refusal only costs the older reader its read.
+func (w *worker) read(lease lock.Lease, op int64, shared bool) (registerState, bool) {
+	tok := uint64(lease.Token())
+	w.lg.log(event{Kind: "read", Token: tok, Op: op, Shared: shared})
+	rc := &http.Client{Transport: &httpfence.Transport{Lease: lease, Base: w.base}, Timeout: requestTimeout}
+	req, _ := http.NewRequest(http.MethodGet, w.cfg.Register, nil)
+	req.Header.Set(clientHeader, strconv.Itoa(w.cfg.ID))
+	if shared {
+		req.Header.Set(sharedHeader, "1")
+	}
+	st, status, err := do(rc, req)
+	switch {
+	case err != nil:
+		w.lg.log(event{Kind: "read-err", Token: tok, Op: op, Class: classify(err), Err: err.Error(), Shared: shared})
+		return st, false
+	case status == http.StatusConflict:
+		w.lg.log(event{Kind: "read-stale", Token: tok, Op: op, Shared: shared})
+		return st, false
+	case status != http.StatusOK:
+		w.lg.log(event{Kind: "read-err", Token: tok, Op: op, Class: "other", Err: fmt.Sprintf("status %d", status), Shared: shared})
+		return st, false
+	}
+	w.lg.log(event{Kind: "read-ok", Token: tok, Op: op, Version: st.Version, N: st.N, Sum: st.Sum, Shared: shared})
+	return st, true
 }
 
 // do sends req and decodes a 200 answer.

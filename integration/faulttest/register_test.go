@@ -34,6 +34,8 @@ type serverEvent struct {
 	T      int64 // since the run's start, on the shared monotonic clock
 	Client int
 	Write  bool
+	// Shared marks a reader's read (see sharedHeader).
+	Shared bool
 	Token  uint64
 	Status int // 200 accepted, 409 stale, 400 bad token
 	Op     int64
@@ -109,7 +111,7 @@ func (r *register) recordRefusals(h http.Handler) http.Handler {
 		op, _ := strconv.ParseInt(req.URL.Query().Get("op"), 10, 64)
 		r.mu.Lock()
 		r.log = append(r.log, serverEvent{
-			T: monoNow() - r.start, Client: client, Write: req.Method == http.MethodPost,
+			T: monoNow() - r.start, Client: client, Write: req.Method == http.MethodPost, Shared: req.Header.Get(sharedHeader) != "",
 			Token: uint64(tok), Status: sw.status, Op: op, V: r.cur,
 		})
 		r.mu.Unlock()
@@ -124,22 +126,12 @@ func (r *register) serve(w http.ResponseWriter, req *http.Request) {
 		httpfence.WriteError(w, err)
 		return
 	}
-	client, _ := strconv.Atoi(req.Header.Get(clientHeader))
-	e := serverEvent{Client: client, Token: uint64(tok), Status: http.StatusOK}
-	switch req.Method {
-	case http.MethodGet:
-	case http.MethodPost:
-		base, err1 := strconv.Atoi(req.URL.Query().Get("base"))
-		op, err2 := strconv.ParseInt(req.URL.Query().Get("op"), 10, 64)
-		if err1 != nil || err2 != nil || op <= 0 {
-			http.Error(w, "bad base or op", http.StatusBadRequest)
-			return
-		}
-		e.Write, e.Base, e.Op = true, base, op
-	default:
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+	e, status, msg := parseRequest(req)
+	if status != http.StatusOK {
+		http.Error(w, msg, status)
 		return
 	}
+	e.Token = uint64(tok)
 
 	r.mu.Lock()
 	if e.Write {
@@ -179,6 +171,27 @@ func (r *register) serve(w http.ResponseWriter, req *http.Request) {
 			r.mu.Unlock()
 		}
 	}
+}
+
+// parseRequest returns the log entry of an accepted request, without its
+// token and times, or the status and message refusing it.
+func parseRequest(req *http.Request) (serverEvent, int, string) {
+	client, _ := strconv.Atoi(req.Header.Get(clientHeader))
+	e := serverEvent{Client: client, Status: http.StatusOK}
+	switch req.Method {
+	case http.MethodGet:
+		e.Shared = req.Header.Get(sharedHeader) != ""
+	case http.MethodPost:
+		base, err1 := strconv.Atoi(req.URL.Query().Get("base"))
+		op, err2 := strconv.ParseInt(req.URL.Query().Get("op"), 10, 64)
+		if err1 != nil || err2 != nil || op <= 0 {
+			return e, http.StatusBadRequest, "bad base or op"
+		}
+		e.Write, e.Base, e.Op = true, base, op
+	default:
+		return e, http.StatusMethodNotAllowed, "method not allowed"
+	}
+	return e, http.StatusOK, ""
 }
 
 // onAccepted installs fn, called with every accepted request (in handling

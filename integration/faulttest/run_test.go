@@ -392,12 +392,14 @@ func (r *run) waitHigherWrite(tok uint64) error {
 }
 
 // nextAccepted calls fn, inside the register's critical section, with the
-// next accepted request that match accepts, and returns that request.
+// next accepted request that match accepts, and returns that request. A
+// reader's read is never one: the faults strike a holder between its read
+// and its write, and await that write, which a reader never sends.
 func (r *run) nextAccepted(match func(serverEvent) bool, fn func(serverEvent)) (serverEvent, error) {
 	got := make(chan serverEvent, 1)
 	var fired atomic.Bool
 	r.reg.onAccepted(func(e serverEvent) bool {
-		if !match(e) || !fired.CompareAndSwap(false, true) {
+		if e.Shared || !match(e) || !fired.CompareAndSwap(false, true) {
 			return fired.Load()
 		}
 		fn(e)
