@@ -25,7 +25,7 @@ func TestBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatalf("buildOptions() = %v", err)
 	}
-	l := newLocker(o, nil, false) // never started: every call below must stop before using it
+	l := newLocker(o, false) // never started: every call below must stop before using it
 	nilCtx := context.Context(nil)
 	ctx := context.Background()
 	var (

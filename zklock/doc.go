@@ -170,12 +170,11 @@
 // # Sessions and loss
 //
 // A lease lives as long as the session that created its znode, and only
-// the ensemble's leader expires sessions. [Dial] sends a sync every T/12
-// (T the negotiated session timeout), which a follower passes to the
-// leader and answers only when the leader does, and wraps each TCP
-// connection to learn the send time of the latest sync (or handshake) the
-// servers answered: the latest moment the leader certainly heard of the
-// session. Replies to reads and pings do not count, because a follower
+// the ensemble's leader expires sessions. A Locker sends a sync every
+// T/12 (T the session timeout), which a follower passes to the leader and
+// answers only when the leader does, and keeps the send time of the
+// latest sync (or, with [Dial], handshake) the servers answered: the
+// latest moment the leader certainly heard of the session. Replies to reads and pings do not count, because a follower
 // cut off from the leader goes on giving them. When no sync has been
 // answered for T minus the loss margin ([WithLossMargin]; half of T by
 // default), the Locker stops trusting the session: its leases end with
@@ -295,10 +294,7 @@
 // Grant order follows the 10-digit sequence numbers ZooKeeper appends;
 // after 2^31 acquisitions of one lock (without its parent being removed in
 // between) they overflow and the order breaks. [Locker.Observe] may skip
-// grants shorter than a round trip (see "What Observe reports"). A Locker from [New] sends
-// no sync and detects a partition only through go-zookeeper's
-// disconnection event, two thirds of the session timeout after the last
-// reply; that is too late when the holder's server is a follower that
-// stops, or that is cut off from its peers: use [Dial] where the loss
-// bound matters. The package needs ZooKeeper 3.5 or later (container znodes).
+// grants shorter than a round trip (see "What Observe reports"). A Locker from [New] keeps
+// the same deadline with the session timeout it is given, which must be
+// the one the server negotiated. The package needs ZooKeeper 3.5 or later (container znodes).
 package zklock

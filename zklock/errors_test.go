@@ -24,7 +24,7 @@ func TestErrorPrefixOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newLocker(o, nil, false) // never connected
+	l := newLocker(o, false) // never connected
 	if err := l.Close(); err != nil {
 		t.Fatalf("Close() = %v", err)
 	}

@@ -54,15 +54,14 @@ type keepalive struct {
 	wantsChildren func(path []byte) bool
 }
 
-// deadline returns the moment the server may expire the session, less
-// margin(timeout), and whether any handshake happened yet.
-func (ka *keepalive) deadline(margin func(time.Duration) time.Duration) (time.Time, bool) {
+// deadline returns the moment the leader may expire the session, of
+// timeout, less margin(timeout), and whether the leader was heard from yet.
+func (ka *keepalive) deadline(timeout time.Duration, margin func(time.Duration) time.Duration) (time.Time, bool) {
 	h := ka.heard.Load()
 	if h == 0 {
 		return time.Time{}, false
 	}
-	t := time.Duration(ka.timeout.Load())
-	return time.Unix(0, h).Add(t - margin(t)), true
+	return time.Unix(0, h).Add(timeout - margin(timeout)), true
 }
 
 // negotiated returns the session timeout of the latest handshake, or 0.
@@ -305,12 +304,12 @@ func (f *frames) feed(p []byte, done func(body []byte)) {
 // the follower; see WithLossMargin for how the default margin covers both.
 // keepalive.run keeps the second term at a twelfth of the timeout.
 
-// run sends a sync every interval() (the negotiated timeout /
+// run calls sync every interval() (the session timeout /
 // KeepaliveFraction) while the connection has a session. The syncs go out
 // on schedule whether or not the earlier ones were answered, so that a
 // slow server does not stretch the gap between requests; at most
 // KeepaliveFraction are outstanding.
-func (ka *keepalive) run(g *group, conn link, ping func(), interval func() time.Duration) {
+func (ka *keepalive) run(g *group, conn link, sync func(), interval func() time.Duration) {
 	slots := make(chan struct{}, KeepaliveFraction)
 	timer := ka.clk.NewTimer(interval())
 	defer timer.Stop()
@@ -331,7 +330,7 @@ func (ka *keepalive) run(g *group, conn link, ping func(), interval func() time.
 		}
 		g.spawn(func() {
 			defer func() { <-slots }()
-			ping()
+			sync()
 		})
 	}
 }

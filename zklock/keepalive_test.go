@@ -19,7 +19,7 @@ import (
 func TestKeepaliveDeadline(t *testing.T) {
 	half := func(d time.Duration) time.Duration { return d / 2 }
 	ka := &keepalive{clk: clock.NewFake(epoch0)}
-	if d, ok := ka.deadline(half); ok || !d.IsZero() {
+	if d, ok := ka.deadline(4*time.Second, half); ok || !d.IsZero() {
 		t.Fatalf("deadline() before a handshake = %v, %t; want zero, false", d, ok)
 	}
 	handshake(ka, epoch0, 4*time.Second, 1)
@@ -39,7 +39,7 @@ func TestKeepaliveDeadline(t *testing.T) {
 		if !tt.heard.IsZero() {
 			ka.markHeard(tt.heard)
 		}
-		d, ok := ka.deadline(half)
+		d, ok := ka.deadline(4*time.Second, half)
 		if !ok || !d.Equal(tt.want) {
 			t.Errorf("%s: deadline() = %v, %t; want %v", tt.name, d.Sub(epoch0), ok, tt.want.Sub(epoch0))
 		}
@@ -132,7 +132,7 @@ func TestTrackedConn(t *testing.T) {
 		t.Errorf("after the handshake: session 0x%x, %d timeout reports (last %v); want 0x55, 1, 6s",
 			ka.sessionID.Load(), renegotiated.Load(), time.Duration(lastTimeout.Load()))
 	}
-	if d, _ := ka.deadline(func(d time.Duration) time.Duration { return d / 2 }); !d.Equal(epoch0.Add(3 * time.Second)) {
+	if d, _ := ka.deadline(ka.negotiated(), func(d time.Duration) time.Duration { return d / 2 }); !d.Equal(epoch0.Add(3 * time.Second)) {
 		t.Errorf("deadline after the handshake = %v; want 3s (sent at 0, timeout 6s, margin 3s)", d.Sub(epoch0))
 	}
 

@@ -72,8 +72,8 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", lock.ErrInvalidConfig)
 	}
-	ka := &keepalive{clk: o.clock}
-	l := newLocker(o, ka, false)
+	l := newLocker(o, true)
+	ka := l.ss.ka
 	ka.onHeard, ka.onTimeout, ka.onConnect = l.ss.heard, l.negotiatedTimeout, l.tab.connect
 	ka.wantsChange = l.tab.wantsChange
 	ka.wantsChildren = l.tab.wantsChildren
@@ -106,12 +106,8 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 	}
 	l.owned = true
 	l.start(conn, nil)
-	l.g.spawn(func() {
-		ka.run(l.g, l.conn, func() {
-			// A sync needs no permission, and "/" always exists.
-			_, _ = l.conn.Sync("/")
-		}, l.keepaliveInterval)
-	})
+	// The connection wrapper sees the syncs' answers.
+	l.g.spawn(func() { ka.run(l.g, l.conn, func() { _, _ = l.conn.Sync("/") }, l.keepaliveInterval) })
 	if _, err := l.ss.get(ctx); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("%v: no session: %w", servers, err)
@@ -158,10 +154,9 @@ func checkServers(servers []string) error {
 // go-zookeeper does not reveal the negotiated session timeout, so New needs
 // it: give [WithSessionTimeout] the value passed to zk.Connect (it must lie
 // inside the server's [2, 20] × tickTime range, or the server negotiates
-// another one and the loss bound is wrong). New cannot see when the server
-// last heard from the connection either, and relies on go-zookeeper's
-// disconnection event (see [WithLossMargin]); prefer [Dial] where the loss
-// bound matters.
+// another one and the loss bound is wrong). The Locker sends a sync on
+// conn every twelfth of that timeout, and trusts the session only as long
+// as one was answered (see [WithLossMargin]): none before the first.
 //
 // A nil conn or events, or a missing WithSessionTimeout, return errors
 // wrapping [lock.ErrInvalidConfig]. New does not wait for a session.
@@ -188,15 +183,28 @@ func New(conn *zk.Conn, events <-chan zk.Event, opts ...Option) (*Locker, error)
 	if len(o.creds()) > 0 {
 		return nil, fmt.Errorf("zklock: new: %w: WithDigest and WithAuth apply to Dial only (call conn.AddAuth, and give WithACL)", lock.ErrInvalidConfig)
 	}
-	l := newLocker(o, nil, true)
+	l := newLocker(o, false)
+	ka := l.ss.ka
+	ka.onHeard = l.ss.heard
 	l.start(conn, events)
+	l.g.spawn(func() {
+		ka.run(l.g, conn, func() {
+			sent := o.clock.Now() // no later than the request's send time
+			if _, err := conn.Sync("/"); err == nil {
+				ka.markHeard(sent)
+			}
+		}, l.keepaliveInterval)
+	})
 	return l, nil
 }
 
-// newLocker composes a Locker, before it has a connection. ka is Dial's
-// keepalive, nil for New; poll is New's: poll the watches of held leases.
-func newLocker(o *options, ka *keepalive, poll bool) *Locker {
+// newLocker composes a Locker, before it has a connection. dial says
+// whether its keepalive also sees every packet (Dial's connection
+// wrapper); a Locker from New polls the watches of its held leases
+// instead.
+func newLocker(o *options, dial bool) *Locker {
 	g := newGroup()
+	ka := &keepalive{clk: o.clock}
 	l := &Locker{o: o, g: g, down: make(chan struct{})}
 	tel, err := telemetry.New(backend, o.Telemetry)
 	if err != nil {
@@ -206,8 +214,10 @@ func newLocker(o *options, ka *keepalive, poll bool) *Locker {
 	l.ss = newSessions(o.clock, ka, o, g.closing)
 	l.ss.tel = tel
 	l.jan = newJanitor(g, o.Logger)
-	l.tab = newLeaseTable(g, l.ss, l.jan, poll)
-	l.tab.ka = ka
+	l.tab = newLeaseTable(g, l.ss, l.jan, !dial)
+	if dial {
+		l.tab.ka = ka
+	}
 	l.ss.onEnd, l.ss.onHealthy = l.tab.sessionEnd, l.jan.wakeIfPending
 	return l
 }

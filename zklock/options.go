@@ -39,8 +39,8 @@ const (
 	// [WithLossMargin]). A smaller margin is raised to it.
 	MinLossMarginFraction = 3
 
-	// KeepaliveFraction sets how often a Locker from [Dial] sends a sync
-	// of its own: every twelfth of the negotiated session timeout.
+	// KeepaliveFraction sets how often a Locker sends a sync of its own:
+	// every twelfth of the session timeout.
 	KeepaliveFraction = 12
 )
 
@@ -239,12 +239,9 @@ func WithNameAttribute(f func(name string) string) Option {
 // session that negotiates a shorter timeout has its margin lowered to 5T/6,
 // with a warning.
 //
-// With [New] the Locker only learns of a disconnection from the
-// connection's events, which go-zookeeper raises two thirds of the session
-// timeout after the last reply; a lease then ends one third of the session
-// timeout minus the margin after the event, which with any margin allowed
-// is at the event itself. That is later than the bound above allows when
-// the server that stops is a follower: prefer Dial.
+// A Locker from [New] sends the same syncs on the caller's connection and
+// counts from the time it called Sync, which is no later than the send
+// time; it works with the timeout given to [WithSessionTimeout].
 //
 // The margin must be positive, and not above five sixths of the session
 // timeout given to [WithSessionTimeout].

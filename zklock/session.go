@@ -52,7 +52,7 @@ type link interface {
 type sessions struct {
 	conn    link
 	clk     clock.Clock
-	ka      *keepalive // Dial: when the server last heard from us; nil for New
+	ka      *keepalive // when the leader last certainly heard of the session
 	given   time.Duration
 	margin  func(timeout time.Duration) time.Duration
 	logger  *slog.Logger
@@ -74,7 +74,6 @@ type sessions struct {
 	connGone bool          // New: the caller closed the connection
 	cur      *session      // the usable session; nil while there is none
 	changed  chan struct{} // closed and replaced whenever the state is reevaluated
-	discAt   time.Time     // New: when the connection was first seen without a session
 	seenExp  int64         // expired events already acted on
 }
 
@@ -96,10 +95,8 @@ func newSessions(clk clock.Clock, ka *keepalive, o *options, closing <-chan stru
 // timeout returns the session timeout to work with: the one the server
 // negotiated (Dial) or the one given (New).
 func (ss *sessions) timeout() time.Duration {
-	if ss.ka != nil {
-		if t := ss.ka.negotiated(); t > 0 {
-			return t
-		}
+	if t := ss.ka.negotiated(); t > 0 {
+		return t
 	}
 	return ss.given
 }
@@ -236,7 +233,7 @@ func (ss *sessions) reconcile(now time.Time) time.Time {
 		healthy = false
 	}
 	timeout := ss.timeout()
-	deadline := ss.deadlineLocked(now, healthy, timeout)
+	deadline := ss.deadlineLocked(now, timeout)
 	ss.checkLocked(now, healthy, id, deadline, timeout)
 	if ss.cur == nil && healthy {
 		if deadline.IsZero() || now.Before(deadline) {
@@ -257,24 +254,15 @@ func (ss *sessions) reconcile(now time.Time) time.Time {
 	return deadline
 }
 
-// deadlineLocked returns when the server may expire the session, less
-// the margin, or zero while there is no such moment.
-func (ss *sessions) deadlineLocked(now time.Time, healthy bool, timeout time.Duration) time.Time {
-	if ss.ka != nil {
-		deadline, _ := ss.ka.deadline(ss.margin)
-		return deadline
+// deadlineLocked returns when the leader may expire the session, less
+// the margin; before the leader was heard from at all, now: there is
+// nothing to trust yet.
+func (ss *sessions) deadlineLocked(now time.Time, timeout time.Duration) time.Time {
+	deadline, ok := ss.ka.deadline(timeout, ss.margin)
+	if !ok {
+		return now
 	}
-	if healthy {
-		ss.discAt = time.Time{}
-	} else if ss.discAt.IsZero() {
-		ss.discAt = now
-	}
-	if ss.discAt.IsZero() {
-		return time.Time{}
-	}
-	// go-zookeeper raises the disconnection at most two thirds of the
-	// timeout after the last reply.
-	return ss.discAt.Add(max(timeout/3-ss.margin(timeout), 0))
+	return deadline
 }
 
 // checkLocked ends the current session if the connection shows it is

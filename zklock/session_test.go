@@ -50,19 +50,16 @@ func (f *fakeLink) set(state zk.State, id int64) {
 
 var epoch0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// newTestSessions returns sessions on a fake link and a fake clock: for
-// Dial (dial true: the deadline runs from what keepalive heard) or for
-// New (from the disconnection), with the session timeout given and the
-// loss margin given (0: the default).
+// newTestSessions returns sessions on a fake link and a fake clock, with
+// the session timeout given and the loss margin given (0: the default).
+// For Dial (dial true) the tests record handshakes, which also bring the
+// negotiated timeout; for New only answered syncs.
 func newTestSessions(dial bool, given, margin time.Duration) (*sessions, *fakeLink, *clock.Fake, *keepalive) {
 	clk := clock.NewFake(epoch0)
 	o := &options{sessionTimeout: given, clock: clk}
 	o.LossMargin = margin
 	o.Logger = slog.New(slog.DiscardHandler)
-	var ka *keepalive
-	if dial {
-		ka = &keepalive{clk: clk}
-	}
+	ka := &keepalive{clk: clk}
 	ss := newSessions(clk, ka, o, make(chan struct{}))
 	link := &fakeLink{}
 	ss.conn = link
@@ -84,7 +81,7 @@ type look struct {
 	id        int64
 	handshake time.Duration // Dial: a handshake sent at this time (with timeout), before the look; 0: none
 	timeout   time.Duration
-	heard     time.Duration // Dial: a request sent at this time was answered; 0: none
+	heard     time.Duration // a sync sent at this time was answered; 0: none
 	expired   bool          // a StateExpired event before the look
 	gone      bool          // New: the event channel was closed
 	close     bool          // Close before the look
@@ -166,18 +163,19 @@ func TestReconcile(t *testing.T) {
 			{at: 0, handshake: 1, timeout: T, state: has, id: 1, want: 1, fresh: true, deadline: 1500*time.Millisecond + 1},
 			{at: 10 * time.Millisecond, close: true, state: has, id: 1},
 		}},
-		{"New: connected, and lost at the disconnection with any margin", false, 0, []look{
-			{at: 0, state: conn},
-			{at: time.Second, state: has, id: 7, want: 7, fresh: true},
-			{at: 2 * time.Second, state: conn, id: 7, lost: "no reply"},
-			{at: 3 * time.Second, state: has, id: 7, want: 7, fresh: true},
+		{"New: trusted once a sync is answered, lost when none is for T minus the margin", false, 0, []look{
+			{at: 0, state: has, id: 7},
+			{at: time.Second, heard: 900 * time.Millisecond, state: has, id: 7, want: 7, fresh: true, deadline: 2400 * time.Millisecond},
+			{at: 2 * time.Second, state: has, id: 7, want: 7, deadline: 2400 * time.Millisecond},
+			{at: 2400 * time.Millisecond, state: has, id: 7, lost: "no reply from the server within the session timeout 3s (margin 1.5s)"},
+			{at: 3 * time.Second, heard: 2900 * time.Millisecond, state: has, id: 7, want: 7, fresh: true, deadline: 4400 * time.Millisecond},
 		}},
 		{"New: expiry and a new session", false, 0, []look{
-			{at: 0, state: has, id: 7, want: 7, fresh: true},
-			{at: time.Second, expired: true, state: has, id: 8, lost: "session 0x7 expired", want: 8, fresh: true},
+			{at: 0, heard: 1, state: has, id: 7, want: 7, fresh: true, deadline: 1500*time.Millisecond + 1},
+			{at: time.Second, expired: true, state: has, id: 8, lost: "session 0x7 expired", want: 8, fresh: true, deadline: 1500*time.Millisecond + 1},
 		}},
 		{"New: the caller closed the connection", false, 0, []look{
-			{at: 0, state: has, id: 7, want: 7, fresh: true},
+			{at: 0, heard: 1, state: has, id: 7, want: 7, fresh: true, deadline: 1500*time.Millisecond + 1},
 			{at: time.Second, gone: true, state: has, id: 7, lost: "the zk connection was closed"},
 			{at: 2 * time.Second, state: has, id: 7},
 		}},
@@ -299,7 +297,7 @@ func TestSessionsRun(t *testing.T) {
 // waiters), and that a session that arrives without an event (a Locker
 // from New may miss one) is still found.
 func TestSessionsGetWaitsQuietly(t *testing.T) {
-	ss, link, _, _ := newTestSessions(false, time.Second, 0)
+	ss, link, clk, ka := newTestSessions(false, time.Second, 0)
 	link.set(zk.StateConnecting, 0)
 	closing := make(chan struct{})
 	ss.closing = closing
@@ -335,6 +333,7 @@ func TestSessionsGetWaitsQuietly(t *testing.T) {
 		res <- got{s, err}
 	}()
 	time.Sleep(2 * getPoll) // get has looked and waits
+	ka.markHeard(clk.Now()) // a sync answered, with no wake-up either
 	link.set(zk.StateHasSession, 7)
 	select {
 	case r := <-res:

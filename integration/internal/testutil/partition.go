@@ -43,9 +43,10 @@ var PartitionCases = []PartitionCase{
 	{"FollowerCannotSend", false, cluster.CutSend},
 }
 
-// Pairs of holder and waiter per cut, and cuts per case: 30 trials.
+// Pairs of holder and waiter per cut, and cuts per case: 30 trials. Each
+// cut opens PartitionPairs holders' Lockers, then the waiters' one.
 const (
-	partitionPairs  = 10
+	PartitionPairs  = 10
 	partitionRounds = 3
 )
 
@@ -148,15 +149,15 @@ func partitionRound(t *testing.T, b PartitionBackend, pc PartitionCase, round in
 			others = append(others, m.ClientAddr())
 		}
 	}
-	names := make([]string, partitionPairs)
-	holders := make([]partitionHolder, partitionPairs)
+	names := make([]string, PartitionPairs)
+	holders := make([]partitionHolder, PartitionPairs)
 	for k := range holders {
 		names[k] = UniqueName(t)
 		holders[k] = openHolder(t, ctx, b, member, names[k])
-		time.Sleep(b.Period / partitionPairs) // spreads the keepalive phases over one period
+		time.Sleep(b.Period / PartitionPairs) // spreads the keepalive phases over one period
 	}
 	waiter := b.Open(t, others)
-	grants := make([]chan partitionGrant, partitionPairs)
+	grants := make([]chan partitionGrant, PartitionPairs)
 	for k := range grants {
 		grants[k] = acquireBehind(ctx, waiter, names[k], holders[k].lease)
 	}
@@ -173,8 +174,8 @@ func partitionRound(t *testing.T, b PartitionBackend, pc PartitionCase, round in
 		t.Fatalf("CutPeers(%s) = %v", member.Name(), err)
 	}
 	t.Cleanup(func() { _ = cut.Heal() })
-	trials := make([]PartitionTrial, partitionPairs)
-	won := make([]partitionGrant, partitionPairs)
+	trials := make([]PartitionTrial, PartitionPairs)
+	won := make([]partitionGrant, PartitionPairs)
 	for k := range holders {
 		won[k] = Recv(t, grants[k], time.Minute, "the waiter's grant")
 		if won[k].err != nil {
