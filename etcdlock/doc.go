@@ -244,7 +244,11 @@
 //     at 30 offsets within the keepalive period: the holder's Done closed
 //     before the next grant in every trial, at least 858ms before it
 //     (integration/etcdtest, TestFrozenFollower). At TTL 2s on a heavily
-//     loaded machine the closest trial left 31ms of the 400ms margin.
+//     loaded machine the closest trial left 31ms of the 400ms margin. The
+//     same holds when the holder's member is cut off from its peers while
+//     the holder still reaches it (a follower both ways or one way, or the
+//     leader, which renews no lease without confirming its leadership):
+//     TestEtcdPartition, 30 trials per case.
 //   - A release deletes only its own record. A cancelled or failed Acquire,
 //     a lost lease and Close leave no record behind once the cluster is
 //     reachable (at the latest, the session lease's expiry removes them),
