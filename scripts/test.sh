@@ -516,7 +516,7 @@ if wants process || wants containers; then
 	left_out+=(-left-out "$optin_note")
 fi
 if wants_containers; then
-	left_out+=(-left-out "containers stage: TestFault runs the workloads FENCELOCK_FAULT_WORKLOADS=${FENCELOCK_FAULT_WORKLOADS:-mutex} (the process stage runs mutex, rw and semaphore)")
+	left_out+=(-left-out "containers stage: TestFault runs the workloads FENCELOCK_FAULT_WORKLOADS=${FENCELOCK_FAULT_WORKLOADS:-mutex} (the process stage runs mutex, rw and semaphore) and leaves out the partition faults (partition-*: the harness cuts a member off from its peers by its cgroup; the process stage runs them)")
 fi
 
 status=0

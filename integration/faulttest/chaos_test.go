@@ -60,6 +60,30 @@ func chaosRun(rng *rand.Rand) (runConfig, int) {
 	return cfg, 1 + rng.IntN(3)
 }
 
+// chaosScenarios returns the scenarios TestChaos draws from: all of them,
+// or those FENCELOCK_CHAOS_SCENARIOS (a regular expression) matches.
+func chaosScenarios(t *testing.T) []scenario {
+	t.Helper()
+	pat := os.Getenv("FENCELOCK_CHAOS_SCENARIOS")
+	if pat == "" {
+		return scenarios
+	}
+	re, err := regexp.Compile(pat)
+	if err != nil {
+		t.Fatalf("FENCELOCK_CHAOS_SCENARIOS=%q: %v", pat, err)
+	}
+	var pool []scenario
+	for _, sc := range scenarios {
+		if re.MatchString(sc.name) {
+			pool = append(pool, sc)
+		}
+	}
+	if len(pool) == 0 {
+		t.Fatalf("FENCELOCK_CHAOS_SCENARIOS=%q matches no scenario", pat)
+	}
+	return pool
+}
+
 // TestChaos runs random faults with random timings and workloads (the
 // mutex, read-write and semaphore workloads of TestFault), on each
 // backend for FENCELOCK_CHAOS_DURATION, and prints a summary table. Only
@@ -74,22 +98,7 @@ func TestChaos(t *testing.T) {
 	dur := chaosDuration(t)
 	seed := chaosSeed(t)
 	t.Logf("chaos: %v per backend, seed %d", dur, seed)
-	pool := scenarios
-	if pat := os.Getenv("FENCELOCK_CHAOS_SCENARIOS"); pat != "" {
-		re, err := regexp.Compile(pat)
-		if err != nil {
-			t.Fatalf("FENCELOCK_CHAOS_SCENARIOS=%q: %v", pat, err)
-		}
-		pool = nil
-		for _, sc := range scenarios {
-			if re.MatchString(sc.name) {
-				pool = append(pool, sc)
-			}
-		}
-		if len(pool) == 0 {
-			t.Fatalf("FENCELOCK_CHAOS_SCENARIOS=%q matches no scenario", pat)
-		}
-	}
+	pool := chaosScenarios(t)
 	kinds := backends
 	if k := os.Getenv("FENCELOCK_CHAOS_BACKENDS"); k != "" {
 		kinds = nil
@@ -104,7 +113,12 @@ func TestChaos(t *testing.T) {
 		perScenario[kind] = map[string]*stats{}
 		t.Run(string(kind), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(seed), uint64(len(kind))))
-			b := startBackend(t, kind)
+			b := startBackend(t, kind, peerCutOptions(t)...)
+			pool := runnable(t, b, pool)
+			if len(pool) == 0 {
+				t.Logf("chaos %s: no scenario left to draw", kind)
+				return
+			}
 			deadline := time.Now().Add(dur)
 			for i := 0; time.Now().Before(deadline); i++ {
 				sc := pool[rng.IntN(len(pool))]

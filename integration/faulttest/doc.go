@@ -41,7 +41,12 @@
 //     holder's record on the servers;
 //   - every client that kept trying was served again after the fault.
 //
-// TestFault runs one short pass of every fault on both backends.
+// TestFault runs one short pass of every fault on both backends. The
+// partition faults cut the member a holder's client talks to off from its
+// peers (a follower or the leader both ways, or a follower's sends only)
+// while the client still reaches it; they need a cluster started with
+// cluster.WithPeerCuts, which only the process provider can start, and
+// are left out, with a message, under the containers provider.
 // TestFaultLockDelay runs the holder crashes (killed, or frozen until its
 // session expired) with a lock-delay on every client, timing the crashed
 // holder's record vanishing, then a control run without a lock-delay that

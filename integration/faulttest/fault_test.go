@@ -17,7 +17,10 @@ type scenario struct {
 	// singleEndpoint gives client i member i as its only server, so that
 	// the test knows which server a client depends on.
 	singleEndpoint bool
-	inject         fault
+	// peerCut marks a partition fault, which needs a cluster started
+	// WithPeerCuts (see runnable).
+	peerCut bool
+	inject  fault
 }
 
 // scenarios are the faults of TestFault, in the order they run. Each
@@ -32,6 +35,9 @@ var scenarios = []scenario{
 	{name: "waiter-expires", inject: faultWaiterExpires},
 	{name: "kill-holder", inject: faultKillHolder},
 	{name: "revoke-holder", inject: faultRevokeHolder},
+	{name: "partition-follower", singleEndpoint: true, peerCut: true, inject: faultCutPeers(false, cluster.CutBoth)},
+	{name: "partition-leader", singleEndpoint: true, peerCut: true, inject: faultCutPeers(true, cluster.CutBoth)},
+	{name: "partition-follower-send", singleEndpoint: true, peerCut: true, inject: faultCutPeers(false, cluster.CutSend)},
 }
 
 // backends are the kinds every scenario runs on.
@@ -166,10 +172,11 @@ func TestFault(t *testing.T) {
 	for _, kind := range backends {
 		var total stats
 		t.Run(string(kind), func(t *testing.T) {
-			b := startBackend(t, kind)
+			b := startBackend(t, kind, peerCutOptions(t)...)
+			pool := runnable(t, b, scenarios)
 			for _, w := range faultWorkloads(t) {
 				var wtotal stats
-				for _, sc := range scenarios {
+				for _, sc := range pool {
 					t.Run(w.key(sc), func(t *testing.T) {
 						o := runScenario(t, b, sc, w.config(), 1)
 						wtotal.add(o.stats)

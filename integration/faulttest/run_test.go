@@ -38,11 +38,11 @@ type nopLogger struct{}
 
 func (nopLogger) Printf(string, ...any) {}
 
-// startBackend starts a cluster of kind and its raw client; both are
-// stopped in t.Cleanup.
-func startBackend(t *testing.T, kind cluster.Kind) *backend {
+// startBackend starts a cluster of kind with opts and its raw client;
+// both are stopped in t.Cleanup.
+func startBackend(t *testing.T, kind cluster.Kind, opts ...cluster.Option) *backend {
 	t.Helper()
-	b := &backend{kind: kind, c: cluster.FromEnv(t).Start(t, kind)}
+	b := &backend{kind: kind, c: cluster.FromEnv(t).Start(t, kind, opts...)}
 	switch kind {
 	case cluster.Etcd:
 		cli, err := clientv3.New(clientv3.Config{Endpoints: b.c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
