@@ -398,6 +398,9 @@ func (h *history) refusedSince(tok uint64, t int64) bool {
 // revocation is one grant revoked by the test.
 type revocation struct {
 	client int
+	// called is when Revoke was called: the server deletes the record,
+	// and may grant the lock to the next waiter, before Revoke returns.
+	called int64
 	// at is when Revoke returned, resumed when the holder's client ran
 	// again after the freeze the revocation was made in (at, if its
 	// client was not frozen).
@@ -405,14 +408,14 @@ type revocation struct {
 }
 
 // revokedExcuse reports whether the overlap of a, the older grant, with b
-// is the documented window of a revocation (see lock.Revoker): a was
-// revoked before b was granted, and a's client, which learns of the
+// is the documented window of a revocation (see lock.Revoker): b was
+// granted after Revoke of a was called, and a's client, which learns of the
 // revocation only when its Locker hears of the deletion, ended its belief
 // within one TTL of running again. A revoked holder that believes longer
 // has missed the deletion, which is a violation.
 func (h *history) revokedExcuse(a, b belief) bool {
 	rv, ok := h.revoked[a.token]
-	if !ok || rv.client != a.client || b.from < rv.at {
+	if !ok || rv.client != a.client || b.from < rv.called {
 		return false
 	}
 	resumed := max(rv.at, rv.resumed)

@@ -328,8 +328,8 @@ func frozenFencingCases() []checkerCase {
 }
 
 // revokedCases check the excuse of a revoked holder. Client 1 (token 5)
-// is frozen 2-9 and revoked at 8, client 2 granted at 10: the TTL
-// reaches from the thaw at 9 to 14.
+// is frozen 2-9, Revoke is called at 7 and returns at 8, client 2 is
+// granted at 10: the TTL reaches from the thaw at 9 to 14.
 func revokedCases() []checkerCase {
 	revoked := func(kind cluster.Kind, to int64, frozen map[int][]window, rv revocation, srv []serverEvent) history {
 		return history{backend: kind, ttl: unitTTL, clients: map[int][]event{1: grant(1, 5, 0, to), 2: grant(2, 6, 10, 30)},
@@ -338,23 +338,27 @@ func revokedCases() []checkerCase {
 	frozen := map[int][]window{1: {{from: 2, to: 9}}}
 	return []checkerCase{{
 		name:    "revoked holder told within a TTL of its thaw, fenced",
-		h:       revoked(cluster.Etcd, 14, frozen, revocation{client: 1, at: 8, resumed: 9}, fencedLog()),
+		h:       revoked(cluster.Etcd, 14, frozen, revocation{client: 1, called: 7, at: 8, resumed: 9}, fencedLog()),
 		revoked: 1,
 	}, {
 		name: "control: revoked holder told more than a TTL after its thaw",
-		h:    revoked(cluster.Etcd, 15, frozen, revocation{client: 1, at: 8, resumed: 9}, fencedLog()),
+		h:    revoked(cluster.Etcd, 15, frozen, revocation{client: 1, called: 7, at: 8, resumed: 9}, fencedLog()),
 		want: []string{"client 1 believed it held the lock (token 5)", "not when the server had ended its grant"},
 	}, {
+		name:    "revoked holder, the newer grant before Revoke returned",
+		h:       revoked(cluster.ZooKeeper, 14, nil, revocation{client: 1, called: 10, at: 11, resumed: 11}, fencedLog()),
+		revoked: 1,
+	}, {
 		name: "control: holder revoked after the newer grant",
-		h:    revoked(cluster.ZooKeeper, 14, nil, revocation{client: 1, at: 11, resumed: 11}, fencedLog()),
+		h:    revoked(cluster.ZooKeeper, 14, nil, revocation{client: 1, called: 11, at: 12, resumed: 12}, fencedLog()),
 		want: []string{"client 1 believed it held the lock (token 5)"},
 	}, {
 		name: "control: another client's grant revoked",
-		h:    revoked(cluster.ZooKeeper, 14, nil, revocation{client: 3, at: 8, resumed: 8}, fencedLog()),
+		h:    revoked(cluster.ZooKeeper, 14, nil, revocation{client: 3, called: 7, at: 8, resumed: 8}, fencedLog()),
 		want: []string{"client 1 believed it held the lock (token 5)"},
 	}, {
 		name: "revoked holder, stale request accepted after the newer holder's",
-		h:    revoked(cluster.Etcd, 14, nil, revocation{client: 1, at: 8, resumed: 9}, staleLog()),
+		h:    revoked(cluster.Etcd, 14, nil, revocation{client: 1, called: 7, at: 8, resumed: 9}, staleLog()),
 		want: []string{"accepted token 5", "the overlap was not fenced"},
 	}}
 }

@@ -20,20 +20,26 @@
 //   - no acknowledged append is missing from the final set;
 //   - the tokens the register accepted never decrease;
 //   - the intervals in which clients believed they held the lock (from the
-//     grant to Done) overlap only where the older holder's client was
-//     frozen during the overlap (a paused process cannot see Done), or, on
-//     etcd only, where the overlap begins within one TTL after the resume
-//     of a member that was the leader when it was frozen (etcd issues 12528
-//     and 15247: a resumed former leader may revoke leases its successor
-//     kept alive); in both cases none of the older holder's requests may
-//     have been accepted after the newer holder's first, and each case is
-//     counted apart. The revoke-holder fault adds a third case: an
-//     overlap with a holder whose grant the test revoked (lock.Revoker)
-//     before the newer grant, ending within one TTL after its client was
-//     thawed (it learns of the revocation only when its Locker hears of
-//     the deletion), fenced the same way and counted apart too. Any other
-//     overlap, on ZooKeeper or after a frozen etcd follower included, is a
-//     violation;
+//     grant to Done) overlap only in three cases, each counted apart, and
+//     in each none of the older holder's requests may have been accepted
+//     after the newer holder's first. (1) The older holder's client was
+//     frozen when a later grant proved its grant over on the server, its
+//     belief outlasted that proof by no more than the freeze lasted (a
+//     paused process cannot see Done, and is late by at most its pause
+//     once thawed), and the register refused a request with its token
+//     since the overlap began. (2) On etcd only, the overlap begins within
+//     one TTL after the resume of a member that was the leader when it was
+//     frozen (etcd issues 12528 and 15247: a resumed former leader may
+//     revoke leases its successor kept alive). (3) The revoke-holder
+//     fault: the newer grant came after the test called Revoke on the
+//     older one (lock.Revoker), whose belief ended within one TTL after
+//     its client was thawed (it learns of the revocation only when its
+//     Locker hears of the deletion). Readers read the register with their
+//     tokens, so an overlap of a writer with a reader is held to the same
+//     rules. Any other overlap, on ZooKeeper or after a frozen etcd
+//     follower included, is a violation; so is a semaphore excess beyond
+//     one frozen holder's own permit, once a grant at the full limit
+//     proved that permit over, with its writes refused;
 //   - no lock record (etcd key, ZooKeeper ephemeral znode) is left once the
 //     clients are gone (lock-delay markers are not records);
 //   - with a lock-delay, the grant that follows a crashed holder comes no

@@ -130,7 +130,7 @@ func faultRevokeHolder(r *run) error {
 	if r.revoked == nil {
 		r.revoked = map[uint64]revocation{}
 	}
-	r.revoked[e.Token] = revocation{client: target.id, at: revoked, resumed: never}
+	r.revoked[e.Token] = revocation{client: target.id, called: called, at: revoked, resumed: never}
 	r.mu.Unlock()
 	after, err := r.clientRecords(target.id, target.cfg.Lock)
 	if err != nil {
