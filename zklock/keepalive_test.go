@@ -404,3 +404,107 @@ func TestKeepaliveRun(t *testing.T) {
 		tick()
 	}
 }
+
+// serveZK answers one client connection as a ZooKeeper server that grants
+// session 0x55 and says yes to every request, until the connection fails.
+func serveZK(c net.Conn) {
+	defer c.Close()
+	read := func() ([]byte, error) {
+		var n [4]byte
+		if _, err := io.ReadFull(c, n[:]); err != nil {
+			return nil, err
+		}
+		body := make([]byte, binary.BigEndian.Uint32(n[:]))
+		_, err := io.ReadFull(c, body)
+		return body, err
+	}
+	if _, err := read(); err != nil { // connect request
+		return
+	}
+	if _, err := c.Write(frame(append(connectResponse(4*time.Second, 0x55), make([]byte, 16)...))); err != nil {
+		return
+	}
+	for {
+		req, err := read()
+		if err != nil || len(req) < 4 {
+			return
+		}
+		// reply header: the request's xid, zxid 1, error 0
+		reply := binary.BigEndian.AppendUint64(append([]byte(nil), req[:4]...), 1)
+		if _, err := c.Write(frame(binary.BigEndian.AppendUint32(reply, 0))); err != nil {
+			return
+		}
+	}
+}
+
+// failingConn fails every write after the first (the connect request).
+type failingConn struct {
+	net.Conn
+	writes int
+}
+
+func (c *failingConn) Write(p []byte) (int, error) {
+	if c.writes++; c.writes > 1 {
+		return 0, errors.New("injected write failure")
+	}
+	return c.Conn.Write(p)
+}
+
+type discardLogger struct{}
+
+func (discardLogger) Printf(string, ...any) {}
+
+// TestTrackedConnWriteFailure checks that a failed write does not stop
+// go-zookeeper's connection loop for good (see trackedConn.Write): the
+// second connection fails the write of the credentials go-zookeeper sends
+// again first thing after the handshake, and the client must go on to a
+// third connection and a session.
+func TestTrackedConnWriteFailure(t *testing.T) {
+	ka := &keepalive{clk: clock.Real()}
+	var dials atomic.Int32
+	firstServer := make(chan net.Conn, 1)
+	dial := ka.wrap(func(string, string, time.Duration) (net.Conn, error) {
+		client, server := net.Pipe()
+		go serveZK(server)
+		switch dials.Add(1) {
+		case 1:
+			firstServer <- server
+		case 2:
+			return &failingConn{Conn: client}, nil
+		}
+		return client, nil
+	})
+	sessions := make(chan struct{}, 8) // the callback, unlike the event channel, drops nothing
+	onEvent := func(ev zk.Event) {
+		if ev.Type == zk.EventSession && ev.State == zk.StateHasSession {
+			sessions <- struct{}{}
+		}
+	}
+	conn, _, err := zk.Connect([]string{"127.0.0.1:2181"}, 4*time.Second, zk.WithDialer(dial),
+		zk.WithEventCallback(onEvent), zk.WithLogger(discardLogger{}), zk.WithLogInfo(false))
+	if err != nil {
+		t.Fatalf("zk.Connect() = %v", err)
+	}
+	t.Cleanup(conn.Close)
+	deadline := time.After(10 * time.Second)
+	waitSession := func(on int32) {
+		t.Helper()
+		for {
+			select {
+			case <-sessions:
+				if dials.Load() >= on {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no session on connection %d (%d dialled, state %v); want one", on, dials.Load(), conn.State())
+			}
+		}
+	}
+	waitSession(1)
+	if err := conn.AddAuth("digest", []byte("user:password")); err != nil {
+		t.Fatalf("AddAuth() = %v", err)
+	}
+	(<-firstServer).Close()
+	// The second connection has a session too before its write fails.
+	waitSession(3)
+}
