@@ -106,7 +106,7 @@ func testFrozen(t *testing.T, freezeLeader bool) {
 		what = "leader"
 	}
 	t.Logf("frozen %s: %d trials, %d failures, %d waiters' leases revoked after the old leader resumed, %d trials run again; Done-to-grant margin %s",
-		what, trials, failed, revoked, redone, marginSummary(margins))
+		what, trials, failed, revoked, redone, testutil.MarginSummary(margins))
 }
 
 func frozenTrial(t *testing.T, c *cluster.Cluster, freezeLeader bool, offset time.Duration) (frozenOutcome, bool) {
@@ -294,15 +294,4 @@ func frozenTrial(t *testing.T, c *cluster.Cluster, freezeLeader bool, offset tim
 		member.Name(), offset.Milliseconds(), done.Sub(frozenAt).Milliseconds(), g.at.Sub(frozenAt).Milliseconds(),
 		o.margin.Milliseconds(), note)
 	return o, ok
-}
-
-// marginSummary formats the minimum and median of ms.
-func marginSummary(ms []time.Duration) string {
-	if len(ms) == 0 {
-		return "none"
-	}
-	s := slices.Clone(ms)
-	slices.Sort(s)
-	return fmt.Sprintf("min %v, median %v, max %v over %d trials",
-		s[0].Round(time.Millisecond), s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond), len(s))
 }

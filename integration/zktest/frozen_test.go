@@ -121,11 +121,11 @@ func TestFrozenFollower(t *testing.T) {
 			trial, offset.Milliseconds(), r.done.Milliseconds(), r.grant.Milliseconds(), r.margin.Milliseconds(),
 			r.lastAck.Milliseconds(), r.expiry)
 	}
-	t.Logf("frozen follower: %d trials, %d failures, %d trials run again; Done-to-grant margin %s", trials, failed, redone, marginSummary(margins))
+	t.Logf("frozen follower: %d trials, %d failures, %d trials run again; Done-to-grant margin %s", trials, failed, redone, testutil.MarginSummary(margins))
 	if expiries > 0 {
 		t.Logf("the leader's expiry log line was found in %d trials; at its earliest it expired the session %v before the holder's last answered request plus the timeout (the loss margin is %v)",
 			expiries, maxEarly, holder.SessionTimeout()/zklock.DefaultLossMarginFraction)
-		t.Logf("the holder's Done closed before the leader's expiry by %s", marginSummary(beforeExpiry))
+		t.Logf("the holder's Done closed before the leader's expiry by %s", testutil.MarginSummary(beforeExpiry))
 	}
 }
 
@@ -293,17 +293,6 @@ func expiryEvidence(c *cluster.Cluster, id int64, lastAck time.Time, timeout tim
 		}
 	}
 	return "(no expiry line found)", time.Time{}, 0, false
-}
-
-// marginSummary formats the minimum and median of ms.
-func marginSummary(ms []time.Duration) string {
-	if len(ms) == 0 {
-		return "none"
-	}
-	s := slices.Clone(ms)
-	slices.Sort(s)
-	return fmt.Sprintf("min %v, median %v, max %v over %d trials",
-		s[0].Round(time.Millisecond), s[len(s)/2].Round(time.Millisecond), s[len(s)-1].Round(time.Millisecond), len(s))
 }
 
 // wireLog watches a client's connections: when it sends a ping, and the
