@@ -194,14 +194,18 @@ func partitionRound(t *testing.T, b PartitionBackend, pc PartitionCase, round in
 	if err != nil || dropped == 0 {
 		t.Fatalf("cut of %s (%v) dropped %d packets, %v: the fault did not happen", member.Name(), pc.Mode, dropped, err)
 	}
+	evidence := ""
+	if b.Evidence != nil { // before the heal: the member answers again after it
+		evidence = b.Evidence(holders[0].l, holders[0].lease, cutAt, member)
+	}
 	if err := cut.Heal(); err != nil {
 		t.Fatalf("Heal() = %v", err)
 	}
 	for k, h := range holders {
 		checkPartitionTrial(t, ctx, k, h, won[k], waiter, names[k], trials[k])
 	}
-	if b.Evidence != nil {
-		t.Logf("round %d, %s cut (%v), pair 0: %s", round, member.Name(), pc.Mode, b.Evidence(holders[0].l, holders[0].lease, cutAt, member))
+	if evidence != "" {
+		t.Logf("round %d, %s cut (%v), pair 0: %s", round, member.Name(), pc.Mode, evidence)
 	}
 	t.Logf("round %d: %s cut (%v), %d packets dropped; %s", round, member.Name(), pc.Mode, dropped, formatTrials(trials))
 	return trials
