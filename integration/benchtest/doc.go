@@ -37,6 +37,8 @@
 // connect every recipe to the same follower, and the i-th client of a
 // many-client measurement to member i mod 3, since a ZooKeeper write sent
 // through a follower takes one hop more than one sent through the leader.
+// Every grant of a many-client row is checked, for its whole hold, to be
+// exclusive (or within its limit) and to carry no stale token (register).
 //
 // What is measured, per backend:
 //
@@ -64,12 +66,11 @@
 //   - read-write locks: 16 readers and 2 writers, and 1+1 and 24+8 for the
 //     herd check, each holding every grant 2ms, against etcd's
 //     recipes.RWMutex (go-zookeeper has none): reads and writes per
-//     second, a writer's wait, requests and watch events per grant, and
-//     every grant checked against the exclusion rules;
+//     second, a writer's wait, requests and watch events per grant;
 //   - semaphores of limit 4 with 16 clients, and with 2 and 32 waiters
 //     beyond the 4 holders: grants per second, handoff, requests and
-//     events per grant, and every grant checked against the limit. No
-//     reference: neither client library ships a semaphore;
+//     events per grant. No reference: neither client library ships a
+//     semaphore;
 //   - scale (only when asked for), on a cluster started for it, with
 //     ZooKeeper's limit of 60 connections per client address lifted: 200
 //     Lockers, each its own connection and session, spread over the

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fencelock/fencelock/etcdlock"
+	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock"
 	"github.com/fencelock/fencelock/zklock"
@@ -67,15 +68,39 @@ const (
 	naiveRoot       = "/bench-naive"
 )
 
+// fencedClient is a client whose grants carry a fencing token: the
+// fencelock recipes'. The reference recipes, the floor and the herd
+// baseline have none.
+type fencedClient interface {
+	client
+	// acquireFenced is acquire that also returns the grant's token.
+	acquireFenced(ctx context.Context, name string) (fencing.Token, func(context.Context) error, error)
+}
+
+// acquireGrant acquires name through cl and returns the grant's token (0
+// when the recipe has none) and its release.
+func acquireGrant(ctx context.Context, cl client, name string) (fencing.Token, func(context.Context) error, error) {
+	if fc, ok := cl.(fencedClient); ok {
+		return fc.acquireFenced(ctx, name)
+	}
+	rel, err := cl.acquire(ctx, name)
+	return 0, rel, err
+}
+
 // lockerClient adapts a lock.Locker.
 type lockerClient struct{ l lock.Locker }
 
 func (c lockerClient) acquire(ctx context.Context, name string) (func(context.Context) error, error) {
+	_, rel, err := c.acquireFenced(ctx, name)
+	return rel, err
+}
+
+func (c lockerClient) acquireFenced(ctx context.Context, name string) (fencing.Token, func(context.Context) error, error) {
 	le, err := c.l.Acquire(ctx, name)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
-	return le.Release, nil
+	return le.Token(), le.Release, nil
 }
 
 // ---- etcd ----

@@ -252,8 +252,9 @@ func inParallel(workers, from, to int, f func(i int) error) error {
 // measureScaleLockers runs cfg.ScaleLockers connections of r, each with
 // its own session and one client looping acquire then release on a name
 // drawn at random from cfg.ScaleNames, and measures a window of
-// cfg.ScaleWindowSec after a warm-up. Two grants of one name at once fail
-// the run.
+// cfg.ScaleWindowSec after a warm-up. Every grant enters a register (see
+// register) until its release starts: two grants of one name at once, or
+// a stale token, fail the run.
 func measureScaleLockers(t *testing.T, r recipe, c *cluster.Cluster, at placement, cfg config) scaleLockersResult {
 	n := cfg.ScaleLockers
 	ctr := &counters{}
@@ -294,12 +295,11 @@ func measureScaleLockers(t *testing.T, r recipe, c *cluster.Cluster, at placemen
 	for i := range names {
 		names[i] = fmt.Sprintf("%s/%d", prefix, i)
 	}
-	holders := make([]atomic.Int32, len(names))
+	reg := newRegister(fmt.Sprintf("%s, %d Lockers on %d names", r.name, n, len(names)), 0)
 	var (
 		stop      atomic.Bool
 		measuring atomic.Bool
 		grants    atomic.Int64
-		overlaps  atomic.Int64
 		waitsMu   sync.Mutex
 		waits     []time.Duration
 		errOnce   sync.Once
@@ -320,19 +320,17 @@ func measureScaleLockers(t *testing.T, r recipe, c *cluster.Cluster, at placemen
 			for !stop.Load() {
 				k := rng.IntN(len(names))
 				start := time.Now()
-				rel, err := cl.acquire(ctx, names[k])
+				tok, rel, err := acquireGrant(ctx, cl, names[k])
 				if err != nil {
 					errOnce.Do(func() { firstErr = fmt.Errorf("locker %d: acquire(%q) = %w; want nil", i, names[k], err) })
 					return
 				}
-				if holders[k].Add(1) != 1 {
-					overlaps.Add(1)
-				}
+				reg.enter(names[k], i, exclusive, tok)
 				if measuring.Load() {
 					grants.Add(1)
 					mine = append(mine, time.Since(start))
 				}
-				holders[k].Add(-1)
+				reg.leave(names[k], i)
 				if err := rel(ctx); err != nil {
 					errOnce.Do(func() { firstErr = fmt.Errorf("locker %d: release(%q) = %w; want nil", i, names[k], err) })
 					return
@@ -368,8 +366,8 @@ func measureScaleLockers(t *testing.T, r recipe, c *cluster.Cluster, at placemen
 	if firstErr != nil {
 		t.Fatalf("%s: %v", r.name, firstErr)
 	}
-	if o := overlaps.Load(); o != 0 {
-		t.Fatalf("%s: %d grants of a name while another client held it; want 0", r.name, o)
+	if err := reg.err(); err != nil {
+		t.Fatal(err)
 	}
 	g := grants.Load()
 	if g == 0 {

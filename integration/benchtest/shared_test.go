@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	recipes "go.etcd.io/etcd/client/v3/experimental/recipes"
 
+	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/integration/cluster"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -23,8 +22,9 @@ import (
 // connection and session and loops acquire, release, as in the contended
 // measurement; a client is a reader or a writer for the whole window.
 
-// rwClient takes one kind of grant of a read-write lock or semaphore.
-type rwClient func(ctx context.Context, name string) (release func(context.Context) error, err error)
+// rwClient takes one kind of grant of a read-write lock or semaphore, and
+// returns its fencing token (0 for a recipe without tokens) and release.
+type rwClient func(ctx context.Context, name string) (token fencing.Token, release func(context.Context) error, err error)
 
 // rwRecipe is one way to get read-write locks or semaphores on a backend.
 type rwRecipe struct {
@@ -57,13 +57,13 @@ func fencelockRW(r recipe) rwRecipe {
 		if !ok1 || !ok2 {
 			t.Fatalf("%s: %T is not a lock.SharedLocker and a lock.Semaphore", r.name, l)
 		}
-		grant := func(le lock.Lease, err error) (func(context.Context) error, error) {
+		grant := func(le lock.Lease, err error) (fencing.Token, func(context.Context) error, error) {
 			if err != nil {
-				return nil, err
+				return 0, nil, err
 			}
-			return le.Release, nil
+			return le.Token(), le.Release, nil
 		}
-		return func(ctx context.Context, name string) (func(context.Context) error, error) {
+		return func(ctx context.Context, name string) (fencing.Token, func(context.Context) error, error) {
 			switch {
 			case limit > 0:
 				return grant(sem.AcquireSemaphore(ctx, name, limit))
@@ -92,18 +92,20 @@ func rwMutexRecipe() rwRecipe {
 			t.Fatalf("NewSession() = %v", err)
 		}
 		t.Cleanup(func() { s.Close(); cli.Close() })
-		return func(_ context.Context, name string) (func(context.Context) error, error) {
+		// recipes.RWMutex has no tokens: its grants are checked by
+		// occupancy only (see register).
+		return func(_ context.Context, name string) (fencing.Token, func(context.Context) error, error) {
 			m := recipes.NewRWMutex(s, "bench/rwmutex/"+name)
 			if shared {
 				if err := m.RLock(); err != nil {
-					return nil, err
+					return 0, nil, err
 				}
-				return func(context.Context) error { return m.RUnlock() }, nil
+				return 0, func(context.Context) error { return m.RUnlock() }, nil
 			}
 			if err := m.Lock(); err != nil {
-				return nil, err
+				return 0, nil, err
 			}
-			return func(context.Context) error { return m.Unlock() }, nil
+			return 0, func(context.Context) error { return m.Unlock() }, nil
 		}
 	}}
 }
@@ -129,126 +131,106 @@ type sharedResult struct {
 
 // measureShared runs readers shared clients and writers exclusive ones on
 // one name (limit == 0), or readers permit clients of a semaphore of
-// limit, for one window, and checks the exclusion or limit on every grant.
+// limit, for one window. Every grant enters the row's register for the
+// whole hold, which checks the exclusion or the limit and the tokens.
 func measureShared(t *testing.T, r rwRecipe, readers, writers, limit int, at placement, cfg config) sharedResult {
 	ctr := &counters{}
 	name := uniqueName(fmt.Sprintf("shared%d-%d-%d", readers, writers, limit))
-	n := readers + writers
-	cls := make([]rwClient, n)
+	cls := make([]rwClient, readers+writers)
 	for i := range cls {
 		cls[i] = r.dial(t, at.spread(i), ctr, cfg.ttl(), i < readers, limit)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.window()+cfg.warm()+5*time.Minute)
 	defer cancel()
+	row := fmt.Sprintf("%s, %d readers/permits, %d writers, limit %d", r.name, readers, writers, limit)
+	reg, win := newRegister(row, limit), newRowWindow()
 	var (
-		winStart, winEnd   atomic.Int64
-		stop               atomic.Bool
-		mu                 sync.Mutex
-		nReaders, nWriters int
-		res                = sharedResult{Recipe: r.name, Role: r.role, Readers: readers, Writers: writers, Limit: limit}
-		lastRelease        time.Time
-		writeWaits, hands  []time.Duration
-		reads, writes      int
-		errOnce            sync.Once
-		firstErr           error
-		wg                 sync.WaitGroup
+		mu          sync.Mutex
+		lastRelease time.Time
+		tally       sharedTally
 	)
-	winStart.Store(math.MaxInt64)
-	winEnd.Store(math.MaxInt64)
-	inWindow := func(at time.Time) bool {
-		n := at.UnixNano()
-		return n >= winStart.Load() && n < winEnd.Load()
+	cycle := func(i int) error {
+		k := sharedKind(i, readers, limit)
+		asked := time.Now()
+		tok, rel, err := cls[i](ctx, name)
+		if err != nil {
+			return fmt.Errorf("client %d: acquire(%q) = %w", i, name, err)
+		}
+		got := time.Now()
+		reg.enter(name, i, k, tok)
+		mu.Lock()
+		if win.contains(got) {
+			tally.record(k, asked, got, lastRelease)
+		}
+		mu.Unlock()
+		time.Sleep(holdFor)
+		// The grant counts until its release starts: the backends end a
+		// lease before they send its deletion, so a grant that this
+		// one's release lets in comes after this.
+		reg.leave(name, i)
+		mu.Lock()
+		lastRelease = time.Now()
+		mu.Unlock()
+		if err := rel(ctx); err != nil {
+			return fmt.Errorf("client %d: release(%q) = %w", i, name, err)
+		}
+		return nil
 	}
-	for i, cl := range cls {
-		reader := i < readers
-		wg.Go(func() {
-			for !stop.Load() {
-				asked := time.Now()
-				rel, err := cl(ctx, name)
-				if err != nil {
-					errOnce.Do(func() { firstErr = fmt.Errorf("client %d: acquire(%q) = %w", i, name, err) })
-					return
-				}
-				got := time.Now()
-				mu.Lock()
-				switch {
-				case limit > 0 && nReaders >= limit, !reader && (nReaders > 0 || nWriters > 0), reader && nWriters > 0:
-					res.Violations++
-				}
-				if reader {
-					nReaders++
-				} else {
-					nWriters++
-				}
-				res.MaxHolders = max(res.MaxHolders, nReaders+nWriters)
-				if inWindow(got) {
-					if reader {
-						reads++
-					} else {
-						writes++
-						writeWaits = append(writeWaits, got.Sub(asked))
-					}
-					if !lastRelease.IsZero() && lastRelease.After(asked) {
-						hands = append(hands, got.Sub(lastRelease))
-					}
-				}
-				mu.Unlock()
-				time.Sleep(holdFor)
-				// The grant counts until its release starts: the backends
-				// end a lease before they send its deletion, so a grant
-				// that this one's release lets in comes after this.
-				mu.Lock()
-				if reader {
-					nReaders--
-				} else {
-					nWriters--
-				}
-				lastRelease = time.Now()
-				mu.Unlock()
-				if err := rel(ctx); err != nil {
-					errOnce.Do(func() { firstErr = fmt.Errorf("client %d: release(%q) = %w", i, name, err) })
-					return
-				}
-			}
-		})
+	w := win.run(t, row, len(cls), ctr, cfg.warm(), cfg.window(), cancel, cycle)
+	if err := reg.err(); err != nil {
+		t.Error(err)
 	}
-	time.Sleep(cfg.warm())
-	start := time.Now()
-	winStart.Store(start.UnixNano())
-	c0 := ctr.snapshot()
-	time.Sleep(cfg.window())
-	end := time.Now()
-	winEnd.Store(end.UnixNano())
-	c1 := ctr.snapshot()
-	stop.Store(true)
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(3 * time.Minute):
-		cancel()
-		<-done
-		t.Fatalf("%s: the queue did not drain within 3m after the window", r.name)
-	}
-	if firstErr != nil {
-		t.Fatalf("%s: %v", r.name, firstErr)
-	}
-	if res.Violations != 0 {
-		t.Errorf("%s, %d readers/permits, %d writers, limit %d: %d grants broke the exclusion or the limit; want 0", r.name, readers, writers, limit, res.Violations)
-	}
-	win := end.Sub(start).Seconds()
-	res.WindowSec = win
-	res.ReadsPerSec, res.WritesPerSec = float64(reads)/win, float64(writes)/win
-	res.GrantsPerSec = float64(reads+writes) / win
-	res.WriteWait, res.Handoff = summarize(writeWaits), summarize(hands)
-	if g := reads + writes; g > 0 {
-		d := c1.sub(c0)
-		res.RequestsPerGrant = float64(d.requests) / float64(g)
-		res.EventsPerGrant = float64(d.events) / float64(g)
-	}
-	t.Logf("%s, %d readers/permits, %d writers, limit %d: %.0f reads/s, %.0f writes/s, %.1f requests and %.2f events per grant, at most %d holders",
-		r.name, readers, writers, limit, res.ReadsPerSec, res.WritesPerSec, res.RequestsPerGrant, res.EventsPerGrant, res.MaxHolders)
+	res := sharedResult{Recipe: r.name, Role: r.role, Readers: readers, Writers: writers, Limit: limit}
+	res.Violations, res.MaxHolders = reg.counts()
+	tally.fill(&res, w)
+	t.Logf("%s: %.0f reads/s, %.0f writes/s, %.1f requests and %.2f events per grant, at most %d holders",
+		row, res.ReadsPerSec, res.WritesPerSec, res.RequestsPerGrant, res.EventsPerGrant, res.MaxHolders)
 	return res
+}
+
+// sharedTally is what measureShared counts in its window.
+type sharedTally struct {
+	reads, writes        int             // shared grants or permits; exclusive grants
+	writeWaits, handoffs []time.Duration // handoffs: to grants that had to wait
+}
+
+// sharedKind is the kind of grant client i of a measureShared row takes.
+func sharedKind(i, readers, limit int) grantKind {
+	switch {
+	case limit > 0:
+		return permit
+	case i < readers:
+		return shared
+	}
+	return exclusive
+}
+
+// record counts a grant of kind k asked for at asked and granted at got,
+// the last release of any client having started at last.
+func (a *sharedTally) record(k grantKind, asked, got, last time.Time) {
+	if k == exclusive {
+		a.writes++
+		a.writeWaits = append(a.writeWaits, got.Sub(asked))
+	} else {
+		a.reads++
+	}
+	if !last.IsZero() && last.After(asked) {
+		a.handoffs = append(a.handoffs, got.Sub(last))
+	}
+}
+
+// fill sets res's rates and per-grant figures from the tally and the
+// window w.
+func (a sharedTally) fill(res *sharedResult, w windowRun) {
+	win := w.length.Seconds()
+	res.WindowSec = win
+	res.ReadsPerSec, res.WritesPerSec = float64(a.reads)/win, float64(a.writes)/win
+	res.GrantsPerSec = float64(a.reads+a.writes) / win
+	res.WriteWait, res.Handoff = summarize(a.writeWaits), summarize(a.handoffs)
+	if g := a.reads + a.writes; g > 0 {
+		res.RequestsPerGrant = float64(w.counts.requests) / float64(g)
+		res.EventsPerGrant = float64(w.counts.events) / float64(g)
+	}
 }
 
 // holdFor is how long every client holds each grant, so that shared
