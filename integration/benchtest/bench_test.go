@@ -258,32 +258,7 @@ func runBackend(t *testing.T, kind cluster.Kind, cfg config) *backendReport {
 	})
 	t.Run("contended", func(t *testing.T) {
 		skipUnlessSelected(t, "contended")
-		// Each recipe's window is cut into cfg.Repeats parts, run in
-		// alternating order (A B C, C B A, ...), so that a change in the
-		// machine's load does not favour one recipe.
-		rs := byRole(roleFencelock, roleReference, roleNaive)
-		for _, n := range cfg.Clients {
-			runs := make([][]contendedRun, len(rs))
-			for rep := range cfg.Repeats {
-				for k := range rs {
-					i := k
-					if rep%2 == 1 {
-						i = len(rs) - 1 - k
-					}
-					r := rs[i]
-					t.Run(fmt.Sprintf("%s/%d", r.name, n), func(t *testing.T) {
-						runs[i] = append(runs[i], measureContended(t, r, n, at, cfg))
-					})
-				}
-			}
-			for i, r := range rs {
-				if len(runs[i]) == cfg.Repeats {
-					res := combine(r, n, runs[i])
-					t.Logf("%s, %d clients: %d grants/s, %.1f requests and %.2f watch events per grant", r.name, n, int(res.GrantsPerSec), res.RequestsPerGrant, res.EventsPerGrant)
-					br.Contended = append(br.Contended, res)
-				}
-			}
-		}
+		br.Contended = runContended(t, byRole(roleFencelock, roleReference, roleNaive), at, cfg)
 	})
 	t.Run("lockdelay", func(t *testing.T) {
 		skipUnlessSelected(t, "lockdelay")
@@ -368,23 +343,7 @@ func printBackend(w io.Writer, br *backendReport, cfg config) {
 	tw.Flush()
 	printTLS(w, br.Backend, br.TLS, cfg)
 
-	fmt.Fprintf(w, "\nContended handoff, one lock, each client its own connection and session, %.0fs window per row (%d parts, recipes in alternating order); requests and watch events counted on every client's connection (herd check):\n", cfg.WindowSec, cfg.Repeats)
-	fmt.Fprintln(tw, "clients\t recipe\t grants/s\t wait p50 ms\t wait p99 ms\t handoff p50 ms\t handoff p99 ms\t requests/grant\t events/grant\t late watches/grant\t client CPU µs/grant\t grants/s vs ref\t")
-	for _, c := range br.Contended {
-		vs := ""
-		if c.Role == roleFencelock {
-			if r, ok := find(br.Contended, func(x contendedResult) bool { return x.Role == roleReference && x.Clients == c.Clients }); ok {
-				vs = ratio(c.GrantsPerSec, r.GrantsPerSec)
-			}
-		}
-		late := "-" // ZooKeeper has no watch start revision
-		if br.Backend == cluster.Etcd {
-			late = fmt.Sprintf("%.2f", c.LateWatchesPerGrant)
-		}
-		fmt.Fprintf(tw, "%d\t %s\t %.0f\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t %.2f\t %s\t %.0f\t %s\t\n", c.Clients, c.Recipe, c.GrantsPerSec, c.Wait.P50, c.Wait.P99, c.Handoff.P50, c.Handoff.P99, c.RequestsPerGrant, c.EventsPerGrant, late, c.ClientCPUUs, vs)
-	}
-	tw.Flush()
-
+	printContended(w, br, cfg)
 	printLockDelay(w, br.LockDelay, cfg)
 
 	fmt.Fprintf(w, "\nFailover: holder in a child process killed with SIGKILL, TTL/session timeout %.0fs for every recipe, time from kill to the next grant:\n", cfg.FailoverTTLSec)
@@ -434,7 +393,7 @@ func printBackend(w io.Writer, br *backendReport, cfg config) {
 	printShared(w, tw, br, cfg)
 	printScale(w, br.Scale)
 
-	fmt.Fprintf(w, "\nTargets:\n")
+	fmt.Fprintf(w, "\nTargets (the contended lines are checked on the rows with an empty critical section, as the targets were set):\n")
 	for _, tg := range br.Targets {
 		verdict := "met"
 		if !tg.Met {
@@ -448,7 +407,12 @@ func printBackend(w io.Writer, br *backendReport, cfg config) {
 // missed "at least" target never rounds up to the target itself.
 func trunc2(q float64) float64 { return math.Floor(q*100) / 100 }
 
-// checkTargets compares this run's figures with the targets.
+// checkTargets compares this run's figures with the targets. The
+// contended targets are checked on the rows with an empty critical
+// section, on which they were set: their absolute figures (300 grants/s
+// on etcd) only mean something there, since a 1ms hold alone takes a
+// third of that budget. The rows that hold each grant are printed next to
+// them, with their own ratios to the reference.
 func checkTargets(br *backendReport, cfg config) []target {
 	var out []target
 	u := func(r role) (uncontendedResult, bool) {
@@ -465,7 +429,7 @@ func checkTargets(br *backendReport, cfg config) []target {
 		}
 	}
 	c := func(r role, n int) (contendedResult, bool) {
-		return find(br.Contended, func(x contendedResult) bool { return x.Role == r && x.Clients == n })
+		return find(br.Contended, func(x contendedResult) bool { return x.Role == r && x.Clients == n && x.HoldMs == 0 })
 	}
 	for _, n := range []int{2, 32} {
 		fl, ok1 := c(roleFencelock, n)

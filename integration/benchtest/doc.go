@@ -45,12 +45,13 @@
 //   - uncontended acquire and release by one client: latency percentiles,
 //     cycles per second and requests per cycle, in interleaved rounds so
 //     that a change in the machine's load hits every recipe alike;
-//   - contended handoff with 2, 8 and 32 clients on one lock, each client
-//     with its own connection and session, each looping acquire then
-//     release: grants per second, wait from the acquire call to the grant,
-//     handoff from the start of one release to the next grant, and the
-//     requests and watch events per grant counted on every client's
-//     connection (the herd check);
+//   - contended handoff with 2 to 32 clients on one lock, each with its
+//     own connection and session, looping acquire, hold, release, holding
+//     each grant 1ms (the default table), not at all (as the recipes' own
+//     benchmarks do) and 10ms (2, 8 and 32 clients): grants per second,
+//     wait from the acquire call to the grant, handoff from the start of
+//     one release to the next grant, and the requests and watch events
+//     per grant counted on every client's connection (the herd check);
 //   - lock-delay: the contended handoff of the fencelock recipe again,
 //     without and with a lock-delay of 1s (WithLockDelay), in alternating
 //     order in the same run; every release is clean, so no grant may wait

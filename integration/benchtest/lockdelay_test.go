@@ -42,7 +42,8 @@ func markerListing(kind cluster.Kind) float64 {
 }
 
 // runLockDelay measures contended handoff (measureContended, every
-// client count of the run) for the backend's fencelock recipe without
+// client count of the run, an empty critical section) for the backend's
+// fencelock recipe without
 // and with a lock-delay, in alternating order in the same run. Every
 // release is clean, so no grant may wait out the lock-delay; the markers
 // ride on requests the grant sends anyway (but for markerListing), so
@@ -60,13 +61,13 @@ func runLockDelay(t *testing.T, kind cluster.Kind, fl recipe, at placement, cfg 
 				}
 				r := rs[i]
 				t.Run(fmt.Sprintf("%s/%d", r.name, n), func(t *testing.T) {
-					runs[i] = append(runs[i], measureContended(t, r, n, at, cfg))
+					runs[i] = append(runs[i], measureContended(t, r, n, 0, at, cfg))
 				})
 			}
 		}
 		for i, r := range rs {
 			if len(runs[i]) == cfg.Repeats {
-				res := combine(r, n, runs[i])
+				res := combine(r, n, 0, runs[i])
 				t.Logf("%s, %d clients: %d grants/s, handoff p50 %.1f ms, max %.1f ms", r.name, n, int(res.GrantsPerSec), res.Handoff.P50, res.Handoff.Max)
 				if i == 1 && res.Handoff.Max >= float64(benchLockDelay.Milliseconds()) {
 					t.Errorf("%s, %d clients: a handoff after a clean release took %.0f ms; want every one under the lock-delay (%v)", r.name, n, res.Handoff.Max, benchLockDelay)

@@ -214,6 +214,7 @@ type contendedResult struct {
 	Recipe           string  `json:"recipe"`
 	Role             role    `json:"role"`
 	Clients          int     `json:"clients"`
+	HoldMs           float64 `json:"hold_ms"` // how long each grant is held: 0 is an empty critical section
 	Grants           int     `json:"grants"`
 	WindowSec        float64 `json:"window_sec"`
 	GrantsPerSec     float64 `json:"grants_per_sec"`
@@ -229,13 +230,13 @@ type contendedResult struct {
 }
 
 // measureContended has clients clients, each with its own connection and
-// session, loop acquire then release on one lock.
+// session, loop acquire, hold the grant for hold, release, on one lock.
 // Only grants inside the measurement window (cfg.WindowSec / cfg.Repeats,
 // after a warm-up) count; the requests and watch events of every client
 // are counted over the same window. Every grant enters the row's register
 // for the whole hold, so a grant while another client holds the lock, or
 // with a stale token, fails the row.
-func measureContended(t *testing.T, r recipe, clients int, at placement, cfg config) contendedRun {
+func measureContended(t *testing.T, r recipe, clients int, hold time.Duration, at placement, cfg config) contendedRun {
 	ctr := &counters{}
 	name := uniqueName(fmt.Sprintf("contended%d", clients))
 	cls := make([]client, clients)
@@ -244,7 +245,7 @@ func measureContended(t *testing.T, r recipe, clients int, at placement, cfg con
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.window()+cfg.warm()+5*time.Minute)
 	defer cancel()
-	row := fmt.Sprintf("%s, %d clients", r.name, clients)
+	row := fmt.Sprintf("%s, %d clients, hold %v", r.name, clients, hold)
 	reg, win := newRegister(row, 0), newRowWindow()
 	var (
 		mu              sync.Mutex
@@ -267,6 +268,7 @@ func measureContended(t *testing.T, r recipe, clients int, at placement, cfg con
 			}
 		}
 		mu.Unlock()
+		time.Sleep(hold) // the critical section
 		reg.leave(name, i)
 		mu.Lock()
 		lastRelease = time.Now()
@@ -368,8 +370,8 @@ type contendedRun struct {
 	cpu             time.Duration // CPU time of this process in the window
 }
 
-// combine sums the windows of one recipe and client count.
-func combine(r recipe, clients int, runs []contendedRun) contendedResult {
+// combine sums the windows of one recipe, client count and hold.
+func combine(r recipe, clients int, hold time.Duration, runs []contendedRun) contendedResult {
 	var all contendedRun
 	for _, x := range runs {
 		all.grants += x.grants
@@ -387,6 +389,7 @@ func combine(r recipe, clients int, runs []contendedRun) contendedResult {
 		Recipe:           r.name,
 		Role:             r.role,
 		Clients:          clients,
+		HoldMs:           ms(hold),
 		Grants:           all.grants,
 		WindowSec:        win,
 		GrantsPerSec:     float64(all.grants) / win,

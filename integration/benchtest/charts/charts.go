@@ -39,11 +39,12 @@ func buildCharts(runs []*benchRun) ([]chart, error) {
 	}
 	for _, b := range backendNames(runs) {
 		if hasRows(runs, b, func(x backend) int { return len(x.Contended) }) {
-			f, err := grantsFigure(runs, b)
+			view, hold := contendedView(runs, b)
+			f, err := grantsFigure(view, b, hold)
 			if err := add("grants-"+b+".svg", f, err); err != nil {
 				return nil, err
 			}
-			f, err = handoffFigure(runs, b)
+			f, err = handoffFigure(view, b, hold)
 			if err := add("handoff-"+b+".svg", f, err); err != nil {
 				return nil, err
 			}
@@ -245,9 +246,58 @@ func spreadNote(runs int, what string) string {
 	return fmt.Sprintf("%s; one mark per run.", what)
 }
 
+// chartHoldMs is the hold of the contended rows that the grants and
+// handoff charts draw: 1 ms, the rows of TestBench's default table.
+const chartHoldMs = 1
+
+// contendedView returns the runs with backend b's contended rows cut down
+// to those of one hold, and that hold: chartHoldMs if any run has rows of
+// it, else 0, the only hold of results written before the rows had one.
+// A run without rows of that hold then has no contended rows of b, and
+// the charts leave it out rather than mix holds.
+func contendedView(runs []*benchRun, b string) ([]*benchRun, float64) {
+	hold := 0.0
+	if hasRows(runs, b, func(x backend) int { return len(holdRows(x.Contended, chartHoldMs)) }) {
+		hold = chartHoldMs
+	}
+	out := make([]*benchRun, len(runs))
+	for i, r := range runs {
+		v := *r
+		v.Backends = slices.Clone(r.Backends)
+		for j := range v.Backends {
+			if v.Backends[j].Backend == b {
+				v.Backends[j].Contended = holdRows(v.Backends[j].Contended, hold)
+			}
+		}
+		out[i] = &v
+	}
+	return out, hold
+}
+
+// holdRows returns the rows of cs held holdMs.
+func holdRows(cs []contended, holdMs float64) []contended {
+	return slices.DeleteFunc(slices.Clone(cs), func(c contended) bool { return c.HoldMs != holdMs })
+}
+
+// cycleText says what each client of the contended rows does, for holdMs.
+func cycleText(holdMs float64) string {
+	if holdMs == 0 {
+		return "loops acquire → release on the one lock (an empty critical section)"
+	}
+	return fmt.Sprintf("loops acquire → hold %g ms → release on the one lock", holdMs)
+}
+
+// holdSuffix is the end of a contended chart's title: the hold, if any.
+func holdSuffix(holdMs float64) string {
+	if holdMs == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%g ms hold)", holdMs)
+}
+
 // grantsFigure: contended grants per second against clients, one line per
-// recipe, on backend b.
-func grantsFigure(runs []*benchRun, b string) (figure, error) {
+// recipe, on backend b, for runs whose rows all hold holdMs.
+func grantsFigure(runs []*benchRun, b string, holdMs float64) (figure, error) {
 	used := runsWith(runs, func(x backend) int { return len(x.Contended) }, b)
 	type cell struct {
 		k       recipeKey
@@ -287,13 +337,13 @@ func grantsFigure(runs []*benchRun, b string) (figure, error) {
 		}
 		series = append(series, s)
 	}
-	title := fmt.Sprintf("Contended lock on %s: grants per second", serverOf(runs, b))
+	title := fmt.Sprintf("Contended lock on %s: grants per second%s", serverOf(runs, b), holdSuffix(holdMs))
 	p := newPlot("clients on one lock (log scale)", "grants per second (higher is better)")
 	legend, err := linePlot(p, series, len(used))
 	if err != nil {
 		return figure{}, err
 	}
-	capt := []string{caption(used), "Each client, with its own connection and session, loops acquire → release on the one lock."}
+	capt := []string{caption(used), "Each client, with its own connection and session, " + cycleText(holdMs) + "."}
 	if n := spreadNote(len(used), "Line: median of the runs"); n != "" {
 		capt[1] += " " + n
 	}
@@ -301,8 +351,8 @@ func grantsFigure(runs []*benchRun, b string) (figure, error) {
 }
 
 // handoffFigure: the handoff latency distribution per client count and
-// recipe on backend b.
-func handoffFigure(runs []*benchRun, b string) (figure, error) {
+// recipe on backend b, for runs whose rows all hold holdMs.
+func handoffFigure(runs []*benchRun, b string, holdMs float64) (figure, error) {
 	used := runsWith(runs, func(x backend) int { return len(x.Contended) }, b)
 	var recipes []recipeKey
 	var clients []int
@@ -355,7 +405,7 @@ func handoffFigure(runs []*benchRun, b string) (figure, error) {
 	if len(items) == 0 {
 		return figure{}, errors.New("no handoff latencies above 0 in the contended rows")
 	}
-	title := fmt.Sprintf("Contended lock on %s: handoff latency", serverOf(runs, b))
+	title := fmt.Sprintf("Contended lock on %s: handoff latency%s", serverOf(runs, b), holdSuffix(holdMs))
 	p := newPlot("clients on one lock", "handoff, ms (log scale; lower is better)")
 	addGrid(p)
 	p.Add(distPlot{items})

@@ -116,7 +116,30 @@ func TestCharts(t *testing.T) {
 			},
 			notTexts: map[string][]string{
 				"handoff-etcd.svg": {"dot: p50"},
-				"grants-etcd.svg":  {"zklock (fencelock)"},
+				"grants-etcd.svg":  {"zklock (fencelock)", "Contended lock on etcd 3.6.16, 3 members: grants per second (1 ms hold)"},
+			},
+		},
+		{
+			name:  "rows of three holds",
+			files: []string{"holds.json"},
+			want:  []string{"grants-etcd.svg", "handoff-etcd.svg"},
+			texts: map[string][]string{
+				"grants-etcd.svg":  {"Contended lock on etcd 3.6.16, 3 members: grants per second (1 ms hold)", "loops acquire → hold 1 ms → release on the one lock."},
+				"handoff-etcd.svg": {"Contended lock on etcd 3.6.16, 3 members: handoff latency (1 ms hold)"},
+			},
+		},
+		{
+			// The run without a hold has no 1 ms rows: left out, not mixed in.
+			name:  "a run with holds and one without",
+			files: []string{"holds.json", "run-a.json"},
+			want:  all,
+			texts: map[string][]string{
+				"grants-etcd.svg":      {"grants per second (1 ms hold)", "Run of 2026-11-28 10:00 UTC on Test CPU 3000"},
+				"grants-zookeeper.svg": {"Run of 2026-11-20 09:30 UTC", "an empty critical section"},
+				"heap-per-lease.svg":   {"Run of 2026-11-20 09:30 UTC"},
+			},
+			notTexts: map[string][]string{
+				"grants-zookeeper.svg": {"Contended lock on ZooKeeper 3.8.0, 3 members: grants per second (1 ms hold)"},
 			},
 		},
 		{
@@ -175,6 +198,52 @@ func TestCharts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestContendedView checks which contended rows the grants and handoff
+// charts draw: the 1 ms rows of the runs that have them, else the rows of
+// results written before the rows had a hold.
+func TestContendedView(t *testing.T) {
+	tests := []struct {
+		files    []string
+		wantHold float64
+		want     []int // contended rows of etcd per run after the cut
+	}{
+		{[]string{"holds.json"}, 1, []int{4}},
+		{[]string{"run-a.json"}, 0, []int{6}},
+		{[]string{"holds.json", "run-a.json"}, 1, []int{4, 0}},
+	}
+	for _, tt := range tests {
+		var paths []string
+		for _, f := range tt.files {
+			paths = append(paths, filepath.Join("testdata", f))
+		}
+		runs, err := loadRuns(paths)
+		if err != nil {
+			t.Fatalf("loadRuns(%q) = %v", tt.files, err)
+		}
+		view, hold := contendedView(runs, "etcd")
+		var got []int
+		for _, r := range view {
+			for _, b := range r.Backends {
+				if b.Backend == "etcd" {
+					for _, c := range b.Contended {
+						if c.HoldMs != hold {
+							t.Errorf("%q: a row held %v ms in the view of hold %v", tt.files, c.HoldMs, hold)
+						}
+					}
+					got = append(got, len(b.Contended))
+				}
+			}
+		}
+		if hold != tt.wantHold || !slices.Equal(got, tt.want) {
+			t.Errorf("contendedView(%q) = rows %v, hold %v; want %v, %v", tt.files, got, hold, tt.want, tt.wantHold)
+		}
+		// The runs read are left as they were.
+		if n := len(runs[0].Backends[0].Contended); n == 0 || (tt.files[0] == "holds.json" && n != 12) {
+			t.Errorf("%q: the first run has %d contended rows after the view; want them all", tt.files, n)
+		}
 	}
 }
 

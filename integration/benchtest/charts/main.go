@@ -10,6 +10,12 @@
 //   - rwlock.svg and semaphore.svg: grants per second of the read-write lock
 //     and semaphore rows, when the results have them.
 //
+// The grants and handoff charts draw the contended rows whose clients hold
+// each grant 1 ms, those of TestBench's default table; results written
+// before the rows had a hold are drawn from their rows with an empty
+// critical section, and a run without 1 ms rows is left out of a chart
+// that another run has them for, so that no chart mixes holds.
+//
 // Usage, from the integration directory:
 //
 //	go run ./benchtest/charts -out DIR results.json [more.json ...]

@@ -73,9 +73,12 @@ type dist struct {
 func (d dist) hasQuartiles() bool { return d.P25 > 0 && d.P75 > 0 }
 
 type contended struct {
-	Recipe       string  `json:"recipe"`
-	Role         string  `json:"role"`
-	Clients      int     `json:"clients"`
+	Recipe  string `json:"recipe"`
+	Role    string `json:"role"`
+	Clients int    `json:"clients"`
+	// HoldMs is how long each grant was held; results written before
+	// the rows had a hold have none, and held nothing (0).
+	HoldMs       float64 `json:"hold_ms"`
 	GrantsPerSec float64 `json:"grants_per_sec"`
 	Handoff      dist    `json:"handoff"`
 }
@@ -158,6 +161,7 @@ func (r *benchRun) check() error {
 				errs = append(errs, fmt.Errorf("%s: want a recipe and a number of clients > 0", where))
 			}
 			bad(where+": grants_per_sec", c.GrantsPerSec, false)
+			bad(where+": hold_ms", c.HoldMs, false)
 			for _, q := range []struct {
 				name string
 				v    float64
