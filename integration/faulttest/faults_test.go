@@ -431,13 +431,39 @@ func faultReplyLost(req string) fault {
 // faultWaiterExpires cuts a client off while it waits for the lock, until
 // the cluster has expired its session (no record of it is left), then
 // heals: its wait must end with ErrLost, never with a lease from the dead
-// session.
+// session. A waiter whose grant was already on its way when it was cut
+// off (a watch event or a reply that reached it just before) is granted
+// soon after the cut, well before its Locker stops trusting the session
+// (half a TTL or session timeout after its last answered request at the
+// soonest): that waiter was not the one the fault needs, so the fault is
+// made again on the next waiter, up to three times. A grant half a TTL or
+// more after the cut is an error.
 func faultWaiterExpires(r *run) error {
-	var target *clientProc
-	var inv event
-	// A client whose latest event is a pending "acq" is queued behind the
-	// holder.
-	if !poll(r.timeout(), func() bool {
+	for try := 1; ; try++ {
+		err := waiterExpiresOnce(r)
+		var g *grantedAtCut
+		if !errors.As(err, &g) || try == 3 {
+			return err
+		}
+		r.t.Logf("waiter-expires, try %d: %v; cutting off another waiter", try, err)
+	}
+}
+
+// grantedAtCut says that the waiter cut off was granted the lock within
+// half a TTL of the cut.
+type grantedAtCut struct {
+	client int
+	after  time.Duration
+}
+
+func (g *grantedAtCut) Error() string {
+	return fmt.Sprintf("client %d was granted the lock %v after it was cut off: its grant was on its way", g.client, g.after)
+}
+
+// waitingClient returns a client whose latest event is a pending "acq":
+// it is queued behind the holder.
+func waitingClient(r *run) (target *clientProc, inv event, ok bool) {
+	ok = poll(r.timeout(), func() bool {
 		for _, p := range r.all() {
 			evs := p.events()
 			if n := len(evs); n > 0 && evs[n-1].Kind == "acq" && r.now()-evs[n-1].T > int64(5*time.Millisecond) {
@@ -446,7 +472,13 @@ func faultWaiterExpires(r *run) error {
 			}
 		}
 		return false
-	}) {
+	})
+	return target, inv, ok
+}
+
+func waiterExpiresOnce(r *run) error {
+	target, inv, ok := waitingClient(r)
+	if !ok {
 		return errors.New("no client was waiting for the lock")
 	}
 	for _, p := range target.proxies {
@@ -488,6 +520,9 @@ func faultWaiterExpires(r *run) error {
 	}
 	if res.T < cut {
 		return fmt.Errorf("client %d's wait ended (%s) before it was cut off: it was not waiting", target.id, res.Kind)
+	}
+	if res.Kind == "acq-ok" && time.Duration(res.T-cut) < r.cfg.ttl/2 {
+		return &grantedAtCut{client: target.id, after: time.Duration(res.T - cut)}
 	}
 	if res.Kind != "acq-err" || res.Class != "lost" {
 		return fmt.Errorf("client %d, cut off while waiting until its session expired: wait ended %s (%s %s); want acq-err wrapping ErrLost",
