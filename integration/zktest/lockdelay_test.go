@@ -52,11 +52,7 @@ func TestCancelledCalls(t *testing.T) {
 func markerCounter(admin *admin, root string) func(t *testing.T, name string) int {
 	return func(t *testing.T, name string) int {
 		t.Helper()
-		// The admin's server may lag the one that applied the last
-		// write: catch it up first.
-		if _, err := admin.conn.Sync(root + "/" + name); err != nil && !errors.Is(err, zk.ErrNoNode) {
-			t.Fatalf("Sync(%s/%s) = %v", root, name, err)
-		}
+		admin.sync(t, root+"/"+name)
 		kids, _, err := admin.conn.Children(root + "/" + name)
 		if errors.Is(err, zk.ErrNoNode) {
 			return 0
