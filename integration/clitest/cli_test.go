@@ -61,9 +61,11 @@ func zkBackend(t *testing.T) backend {
 	t.Helper()
 	c := cluster.FromEnv(t).Start(t, cluster.ZooKeeper)
 	conn := testutil.ZKConn(t, c.Endpoints(), 10*time.Second, nil)
+	barrier := testutil.ZKReadBarrier(t, conn)
 	parent := func(name string) string { return "/" + prefix + "/" + name }
 	children := func(t testing.TB, name string) []string {
 		t.Helper()
+		barrier(t)
 		kids, _, err := conn.Children(parent(name))
 		if err == zk.ErrNoNode {
 			return nil

@@ -193,36 +193,25 @@ func readPacket(r io.Reader) ([]byte, error) {
 // change the tree behind the Lockers' backs.
 type admin struct {
 	conn    *zk.Conn
-	barrier string // a znode of the admin's own, written by sync
+	barrier func(t testing.TB)
 }
 
 // newAdmin returns an admin connection to servers with a live session.
 func newAdmin(t *testing.T, servers []string) *admin {
 	t.Helper()
-	a := &admin{conn: testutil.ZKConn(t, servers, 10*time.Second, nil), barrier: "/zktest-barrier-" + randHex(6)}
-	if _, err := a.conn.Create(a.barrier, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
-		t.Fatalf("Create(%s) = %v", a.barrier, err)
-	}
-	t.Cleanup(func() { _ = a.conn.Delete(a.barrier, -1) })
-	return a
+	conn := testutil.ZKConn(t, servers, 10*time.Second, nil)
+	return &admin{conn: conn, barrier: testutil.ZKReadBarrier(t, conn)}
 }
 
 // sync makes a read after it see every write the servers had answered
 // before it (a grant's create, answered once its own server applied it),
-// wherever it was made. A sync request does not always: the leader
-// serves one like a read (its commit processor does not match syncs,
-// ZooKeeper 3.8), which can run before a write it has committed, and
-// another client's server has answered, is applied there. Seen in
-// TestCancelledCalls under load: a marker whose delete had been answered
-// 0.7ms earlier was still listed after a sync, in 3 of 8 runs. A write of
-// the admin's own is ordered after all those writes on every server, and
-// the admin's later reads after it; path only names what is about to be
-// read.
+// through testutil.ZKReadBarrier: a sync request is no such barrier on the
+// leader. Seen in TestCancelledCalls under load: a marker whose delete had
+// been answered 0.7ms earlier was still listed after a sync, in 3 of 8
+// runs. path only names what is about to be read.
 func (a *admin) sync(t *testing.T, path string) {
 	t.Helper()
-	if _, err := a.conn.Set(a.barrier, nil, -1); err != nil {
-		t.Fatalf("write barrier before reading %s: %v", path, err)
-	}
+	a.barrier(t)
 }
 
 // records returns the lock znodes of name under root.

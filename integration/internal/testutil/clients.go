@@ -1,8 +1,10 @@
 package testutil
 
 import (
+	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,4 +57,30 @@ func ZKConn(t testing.TB, servers []string, sessionTimeout time.Duration, dialer
 	t.Cleanup(conn.Close)
 	Eventually(t, sessionWait, "a ZooKeeper session on "+strings.Join(servers, ","), func() bool { return conn.State() == zk.StateHasSession })
 	return conn
+}
+
+var barrierSeq atomic.Int64
+
+// ZKReadBarrier returns a function that makes conn's next reads see every
+// write the servers had answered before it was called, whichever server
+// conn reaches: it writes a znode of its own (created here, deleted in
+// t.Cleanup). A plain read can come from a server that has not applied
+// such a write yet, and a sync is no barrier either when conn reaches
+// the leader, which serves a sync like a read (its commit processor does
+// not match syncs, ZooKeeper 3.8); a write is ordered after every write
+// answered before it, on every server, and the connection's later reads
+// after it.
+func ZKReadBarrier(t testing.TB, conn *zk.Conn) func(t testing.TB) {
+	t.Helper()
+	path := fmt.Sprintf("/fencelock-test-barrier-%d-%d", time.Now().UnixNano(), barrierSeq.Add(1))
+	if _, err := conn.Create(path, nil, 0, zk.WorldACL(zk.PermAll)); err != nil {
+		t.Fatalf("Create(%s) = %v", path, err)
+	}
+	t.Cleanup(func() { _ = conn.Delete(path, -1) })
+	return func(t testing.TB) {
+		t.Helper()
+		if _, err := conn.Set(path, nil, -1); err != nil {
+			t.Fatalf("read barrier: Set(%s) = %v", path, err)
+		}
+	}
 }
