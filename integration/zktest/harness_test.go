@@ -199,7 +199,12 @@ type admin struct {
 // newAdmin returns an admin connection to servers with a live session.
 func newAdmin(t *testing.T, servers []string) *admin {
 	t.Helper()
-	conn := testutil.ZKConn(t, servers, 10*time.Second, nil)
+	return adminOn(t, testutil.ZKConn(t, servers, 10*time.Second, nil))
+}
+
+// adminOn returns an admin on conn, which has a session.
+func adminOn(t *testing.T, conn *zk.Conn) *admin {
+	t.Helper()
 	return &admin{conn: conn, barrier: testutil.ZKReadBarrier(t, conn)}
 }
 

@@ -525,7 +525,7 @@ func newSecureHarness(t *testing.T, s *secured, cfg *tls.Config) *secureHarness 
 	t.Helper()
 	h := &harness{servers: s.secure, root: uniqueRoot(t), sess: newSessions(), gates: map[*zklock.Locker]*testutil.Gate{}}
 	// The admin reads the tree on the plain port, with the digest.
-	h.admin = &admin{conn: s.rawConn(t, appUser, appPassword)}
+	h.admin = adminOn(t, s.rawConn(t, appUser, appPassword))
 	return &secureHarness{harness: h, s: s, cfg: cfg}
 }
 
