@@ -236,7 +236,7 @@ func (ss *sessions) reconcile(now time.Time) time.Time {
 	deadline := ss.deadlineLocked(now, timeout)
 	ss.checkLocked(now, healthy, id, deadline, timeout)
 	if ss.cur == nil && healthy {
-		if deadline.IsZero() || now.Before(deadline) {
+		if now.Before(deadline) {
 			ss.cur = &session{id: id, done: make(chan struct{})}
 			ss.needHeard.Store(false)
 			ss.tel.SessionStarted()
@@ -284,7 +284,7 @@ func (ss *sessions) checkLocked(now time.Time, healthy bool, id int64, deadline 
 		ss.endLocked(telemetry.WithReason(telemetry.Disconnected, fmt.Errorf("%w: the zk connection was closed", lock.ErrLost)))
 	case healthy && id != ss.cur.id:
 		ss.endLocked(telemetry.WithReason(telemetry.Expired, fmt.Errorf("%w: session 0x%x replaced by 0x%x", lock.ErrLost, ss.cur.id, id)))
-	case !deadline.IsZero() && !now.Before(deadline):
+	case !now.Before(deadline):
 		ss.endLocked(telemetry.WithReason(telemetry.Disconnected, fmt.Errorf("%w: no reply from the server within the session timeout %v (margin %v): it may have expired session 0x%x",
 			lock.ErrLost, timeout, ss.margin(timeout), ss.cur.id)))
 	}
