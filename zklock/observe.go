@@ -220,6 +220,13 @@ const (
 // server drops these watches with the connection, and every handshake
 // ends the wait (an EventNotWatching), so the observation lists again.
 func (o *observation) list(ctx context.Context) (<-chan zk.Event, func(), error) {
+	if !o.listed {
+		// The first holder reported is the current one, as Holder's is:
+		// the server catches up with the leader first.
+		if err := o.l.syncWith(ctx, o.parent); err != nil {
+			return nil, func() {}, err
+		}
+	}
 	dial := o.l.tab.ka != nil
 	forget := func() {} // the wait of the latest request (Dial)
 	kept := false
