@@ -65,7 +65,7 @@ func (le *Lease) Token() fencing.Token {
 
 // Key returns the etcd key of the lease's record. After a clean Release,
 // the next acquisition of the name through the same Locker takes the same
-// key again (see "Record keys" in the package doc), with a new create
+// key again (see "Record keys" in docs/design/etcd.md), with a new create
 // revision: tell grants apart by [Lease.Token], and guard writes with
 // [Lease.IsHeld], which compares the create revision too.
 func (le *Lease) Key() string {
@@ -154,8 +154,8 @@ func (le *Lease) lose(cause error) {
 // ctx's error as soon as ctx is done, and the delete is retried in the
 // background until it succeeds, the session ends, or a TTL plus the loss
 // margin has passed, after which the Locker ends the session so that the
-// lease's expiry removes the record (see "Late creates" in the package
-// documentation for the bound). Releasing again returns an error wrapping
+// lease's expiry removes the record (the package documentation gives the
+// bound). Releasing again returns an error wrapping
 // [lock.ErrReleased]; releasing a lost lease deletes what is left of its
 // record and returns an error wrapping [lock.ErrLost], as does a Release
 // that finds the record already gone (Err then wraps [lock.ErrLost] too,

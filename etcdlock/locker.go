@@ -67,8 +67,8 @@ var (
 // they time out and retry on another member.
 //
 // TLS and authentication are the client's: configure clientv3.Config's
-// TLS, Username and Password (see Security in the package documentation
-// for the role the user needs). A request the cluster refuses (permission
+// TLS, Username and Password (see "Keys and security" in the package
+// documentation for the role the user needs). A request the cluster refuses (permission
 // denied, no or wrong credentials) fails at once with an error wrapping
 // [lock.ErrPermission]; a TLS handshake the client cannot complete shows
 // as the client's connection error, at the end of the call's context or
@@ -250,24 +250,15 @@ func (l *Locker) dropSession(s *session, cause error) {
 func (l *Locker) closeWait() time.Duration { return min(l.opts.ttl, maxCloseWait) }
 
 // Acquire blocks until it holds the lock called name, ctx is done, or the
-// Locker is closed, and returns a *Lease.
-//
-// It creates one record for this acquisition, in a transaction that also
-// reads the current owner, so the uncontended path costs one round trip.
-// Otherwise it watches only the record just before its own (by create
-// revision), and after that record goes it checks that its own record, and
-// so its session lease, still exists before it reports success. A failed or
-// cancelled Acquire deletes its record (with a fresh context of at most
-// 2s); if the cluster cannot be reached then, the deletion is retried in
-// the background, and the session lease's expiry removes the record at the
-// latest. A create attempt that was left without an answer and is applied
-// later cannot bring the record back (see "Late creates" in the package
-// documentation).
+// Locker is closed, and returns a *Lease. The uncontended path is one
+// round trip. A failed or cancelled Acquire deletes its record (with a
+// fresh context of at most 2s, then in the background; the session lease's
+// expiry removes it at the latest).
 //
 // Errors wrap [lock.ErrInvalidName], [lock.ErrClosed], [lock.ErrLost] (the
 // session ended while waiting; the next call starts a new one),
-// [lock.ErrPermission] (the cluster refused the client; see Security in
-// the package documentation) or ctx's error.
+// [lock.ErrPermission] (the cluster refused the client; see "Keys and
+// security" in the package documentation) or ctx's error.
 func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, fmt.Errorf("etcdlock: acquire %q: %w", name, err)
@@ -283,8 +274,8 @@ func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
 // returns an error wrapping [lock.ErrLocked]. It creates its record only if
 // name has no record at all, in one transaction, so a refused TryAcquire
 // writes nothing (unless one of its attempts went unanswered: it then ends
-// the acquisition like a failed Acquire, see "Late creates" in the package
-// documentation).
+// the acquisition like a failed Acquire, see "Late creates" in
+// docs/design/etcd.md).
 func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, fmt.Errorf("etcdlock: try acquire %q: %w", name, err)

@@ -19,28 +19,14 @@ import (
 // channel is unbuffered and closed at the end; the returned function then
 // tells why (ctx's error or an error wrapping [lock.ErrClosed]).
 //
-// It reads the holder once and then follows a watch on name's records from
-// the revision of that read, so it costs no polling and sees every event:
-// each grant, each release, and the free moment between a release and a
-// grant that was not already queued. When the holder's record is deleted,
-// the next holder is read at the revision of that deletion, so no holder
-// between two events is skipped.
-//
-// The observation does not end when the watch does. A watch that the
-// client resumes after a lost connection or a member's restart goes on
-// from the last revision it delivered. A watch the server cancels for
-// another reason (a member that lost its leader, a leader change) is
-// created again from the revision after the last event it delivered, so
-// again nothing is missed. Only a compaction of the revisions the
-// observation still needs (it was cut off, or its reader stalled, for
-// longer than the cluster keeps history) loses events: the observation
-// then reads the current holder, sends it if it is not the one last sent,
-// and watches again from that read. Across a compaction it therefore
-// reports the state before and the state after, not the grants that came
-// and went in between. Failed reads are retried with backoff for as long
-// as the observation lasts, each attempt bounded; every request of the
-// observation ends when ctx is done or Close starts, so Close never waits
-// on an unreachable cluster.
+// It follows a watch on name's records from the revision of its first
+// read, so it sees every grant, every release and every free moment, also
+// across lost connections, restarted members and leader changes. Only a
+// compaction of the revisions it still needs (it was cut off, or its
+// reader stalled, for longer than the cluster keeps history) loses
+// events: it then sends the current holder if it is not the one last sent
+// and watches on from there. Failed reads are retried for as long as the
+// observation lasts; Close never waits on an unreachable cluster.
 func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, nil, fmt.Errorf("etcdlock: observe %q: %w", name, err)

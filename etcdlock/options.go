@@ -165,8 +165,8 @@ func WithLossMargin(margin time.Duration) Option {
 // Release the next grant is immediate. An acquisition of this Locker whose
 // session ends while it waits delays the next grant too (the safe side:
 // its record cannot show whether it was granted). d must be positive:
-// leave the option out for none. See "Lock-delay" in the package
-// documentation.
+// leave the option out for none. How it works: "Lock-delay" in
+// docs/design/etcd.md.
 func WithLockDelay(d time.Duration) Option {
 	return func(o *options) {
 		o.SetLockDelay(d)

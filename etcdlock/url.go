@@ -47,8 +47,8 @@ type driver struct{}
 // off the command line and out of the URL, "etcd://app@h:2379/…?password_env=APP_ETCD_PASSWORD",
 // which reads it from that environment variable. A client certificate
 // without a user name authenticates as the certificate's common name when
-// the cluster runs with --client-cert-auth. See the package documentation,
-// "Security", for the role an application needs.
+// the cluster runs with --client-cert-auth. See "Keys and security" in the
+// package documentation for the role an application needs.
 //
 // Any other query key, a repeated one, a fragment, a bad value, a file
 // that cannot be read or parsed, a certificate without its key, or a user

@@ -18,36 +18,16 @@ import (
 // free; a holder is never sent twice in a row. The changes are queued
 // inside the observation, so a slow reader misses nothing the observation
 // saw. The channel is closed at the end; the returned function then tells
-// why (ctx's cause or an error wrapping [lock.ErrClosed]).
+// why (ctx's cause or an error wrapping [lock.ErrClosed]). The observation
+// survives lost connections and expired sessions.
 //
-// The observation follows a child watch on the lock's parent and lists the
-// children after every change. It does not end when the connection does:
-// a watch that a reconnection in the same session restores fires at once
-// if anything changed meanwhile, one that an expired session drops fires
-// too, and either way the observation lists the children again on the new
-// connection or session and sets a new watch. A request that fails for
-// another reason (a refusal, say) is logged and retried with backoff.
-//
-// go-zookeeper v1.0.4 has no persistent watches: a child watch fires once,
-// and a listing shows only the present. What is and is not reported
-// follows from that (see the package doc, "What Observe reports"):
-//
-//   - The final state is always reported: once the lock stops changing,
-//     the next listing shows it.
-//   - A holder whose znode is still there when the first listing after
-//     its grant (and the read of its data) is served is reported. That listing starts when the watch event of the
-//     change before it arrives, so a grant that lasts longer than one round
-//     trip (event to the client, listing to the server) plus the client's
-//     own delays is reported; a grant created and deleted inside that
-//     window is not. While the Locker is disconnected the window lasts
-//     until it has reconnected.
-//   - A free moment between two grants is reported when a listing shows
-//     the lock free, or when the parent's child version shows that the old
-//     holder's znode was deleted before the new one was created (ZooKeeper
-//     numbers sequential children with that version); when other changes
-//     in between make it ambiguous, it is not.
-//   - What is reported is in grant order: tokens rise, with at most one
-//     zero Holder between two holders.
+// What is reported is in grant order, tokens rising, with at most one zero
+// Holder between two holders, and the state the lock ends up in is always
+// reported. A holder whose grant lasts longer than about one round trip
+// plus the client's own delays is reported; one created and deleted within
+// that window, or while the Locker is disconnected, is not, nor is a free
+// moment no listing shows and the parent's child version cannot prove.
+// Why: "What Observe reports" in docs/design/zookeeper.md.
 func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, nil, fmt.Errorf("zklock: observe %q: %w", name, err)

@@ -28,8 +28,8 @@ const (
 	DefaultSessionTimeout = 10 * time.Second
 
 	// DefaultLossMarginFraction is the default loss margin as a fraction of
-	// the negotiated session timeout: one half. See [WithLossMargin] for
-	// the arithmetic.
+	// the negotiated session timeout: one half. The arithmetic is in
+	// docs/design/zookeeper-loss.md.
 	DefaultLossMarginFraction = 2
 
 	// MinLossMarginFraction says how small a loss margin can be and still
@@ -123,7 +123,7 @@ func WithIdentity(id string) Option {
 // The default depends on the credentials:
 //
 //   - without credentials, zk.WorldACL(zk.PermAll): anyone may do
-//     anything, as before credentials existed;
+//     anything;
 //   - with [WithDigest], the digest user has every permission and anyone
 //     may read (zk.DigestACL(zk.PermAll, user, password) plus
 //     zk.WorldACL(zk.PermRead));
@@ -157,8 +157,7 @@ func WithACL(acl []zk.ACL) Option {
 }
 
 // WithLogger sets where the Locker and its go-zookeeper connection log
-// (default: slog.Default(), as in etcdlock; before this default was
-// shared, a zklock Locker logged nowhere by default). Connection chatter
+// (default: slog.Default(), as in etcdlock). Connection chatter
 // is logged at debug level, session state changes and lost leases at info
 // and warn. Every line carries backend=zookeeper, and where they apply the
 // keys lock, token and session (the session ID, in hex). A connection
@@ -176,8 +175,8 @@ func WithLogger(l *slog.Logger) Option {
 // Release the next grant is immediate. An acquisition of this Locker whose
 // session ends while it waits delays the next grant too (the safe side:
 // its record cannot show whether it was granted). d must be positive:
-// leave the option out for none. See "Lock-delay" in the package
-// documentation.
+// leave the option out for none. How it works: "Lock-delay" in
+// docs/design/zookeeper.md.
 func WithLockDelay(d time.Duration) Option {
 	return func(o *options) {
 		o.SetLockDelay(d)
@@ -208,43 +207,14 @@ func WithNameAttribute(f func(name string) string) Option {
 
 // WithLossMargin sets how much earlier than the server could expire the
 // session a cut-off Locker declares its leases lost (default: half the
-// negotiated session timeout T, see [DefaultLossMarginFraction]).
-//
-// With [Dial] the Locker knows the send time of the latest sync the
-// servers answered, and a lease ends at that time plus T minus the margin.
-// The margin has to cover how far the ensemble's leader, which alone
-// expires sessions, can be behind that time. A follower passes a sync to
-// the leader, after its earlier reports on the same link, but tells the
-// leader which sessions it heard from only in its answers to the leader's
-// pings, which come every half tick. The leader's last touch of the
-// session can therefore precede the sync's send time by up to one report
-// interval, tickTime/2, plus the longest gap between two requests of the
-// client. The arithmetic (docs/design/zookeeper-loss.md):
-//
-//   - a server negotiates at least two ticks (minSessionTimeout defaults
-//     to 2 × tickTime), so tickTime/2 ≤ T/4;
-//   - the Locker sends a sync of its own every T/12 (see
-//     [KeepaliveFraction]);
-//   - so the lag stays below T/4 + T/12 = T/3 ([MinLossMarginFraction]),
-//     and the default margin, T/2, leaves T/6 over that for timer delay,
-//     scheduling pauses and a local clock slower than the server's.
-//
-// (ZooKeeper's Java client gives up on a connection after 2T/3 without a
-// reply, a margin of T/3 in these terms.) The Locker cannot learn the
-// server's tickTime, so it cannot prove a margin below T/3 safe: a smaller
-// one is raised to T/3, with a warning in the log. A margin must also
-// leave the Locker two keepalive intervals to hear from the server, that
-// is at most 5T/6: when the negotiated timeout is too short for the margin,
-// Dial returns an error wrapping [lock.ErrInvalidConfig], and a later
-// session that negotiates a shorter timeout has its margin lowered to 5T/6,
-// with a warning.
-//
-// A Locker from [New] sends the same syncs on the caller's connection and
-// counts from the time it called Sync, which is no later than the send
-// time; it works with the timeout given to [WithSessionTimeout].
-//
-// The margin must be positive, and not above five sixths of the session
-// timeout given to [WithSessionTimeout].
+// negotiated session timeout T, see [DefaultLossMarginFraction]): a lease
+// ends at the send time of the latest sync the servers answered plus T
+// minus the margin. It must be positive and at most five sixths of the
+// timeout given to [WithSessionTimeout]. A margin below T/3 cannot be
+// proved safe and is raised to T/3, with a warning; a negotiated timeout
+// too short for the margin is an error wrapping [lock.ErrInvalidConfig] at
+// Dial, and lowers the margin to 5T/6, with a warning, in a later session.
+// Why these bounds: docs/design/zookeeper-loss.md.
 func WithLossMargin(d time.Duration) Option {
 	return func(o *options) {
 		o.SetLossMargin(d)
