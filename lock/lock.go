@@ -10,24 +10,20 @@
 //
 //   - At most one lease of a name is held at a time, as far as the backend's
 //     quorum is concerned. Two acquisitions on one Locker exclude each other
-//     exactly as two Lockers do. (Read locks and semaphores, the optional
-//     [SharedLocker] and [Semaphore], admit several leases of a name at
-//     once, by the queue rules documented on SharedLocker.)
+//     exactly as two Lockers do.
 //   - Waiters are served in the order they arrived, and a release wakes only
-//     the next waiter.
+//     the waiters it may admit.
 //   - A lease's Done channel closes, with Err wrapping [ErrLost], no later
 //     than the moment the backend could grant the lock to someone else, as
 //     long as the local clock does not run slow by more than the configured
 //     margin.
-//   - Tokens rise with every grant and zero is never handed out.
-//   - Tokens of all names come from one counter per deployment (an etcd
-//     cluster, a ZooKeeper ensemble, a locktest.Memory): an acquisition
-//     that starts after a lease of any name was granted, through any
-//     Locker of the deployment, gets a higher token than that lease. (A
-//     token is fixed when the acquisition's record is created, so a waiter
-//     queued earlier on another name may be granted later with a lower
-//     token.) fencing.Guard relies on this to forget idle resources
-//     without refusing new grants; see its "Bounded memory".
+//   - Tokens rise with every grant and zero is never handed out. Tokens of
+//     all names come from one counter per deployment (an etcd cluster, a
+//     ZooKeeper ensemble, a locktest.Memory): an acquisition that starts
+//     after a lease of any name was granted gets a higher token than that
+//     lease. A token is fixed when the acquisition's record is created, so
+//     a waiter queued earlier on another name may be granted later with a
+//     lower token.
 //
 // # What is not
 //
@@ -37,87 +33,49 @@
 // safe. Send [Lease.Token] with every write and have the resource enforce it,
 // with the helpers in package fencing or the guarded writes of the backends.
 //
-// # Leader election and running while holding
+// # Optional interfaces
 //
-// [Election] runs a candidate over any Locker: a leadership context cancelled
-// when the lease ends, the lease's token as the term, [Election.Resign] for an
-// immediate handover, [Election.Leader] and [Election.Observe]. [Do] runs a
-// function while holding a lock, with a context cancelled if the lease is
-// lost. Neither can stop code that is already running when a lease is lost:
-// enforce the term (the token) with package fencing.
+// Found by a type assertion on a Locker, implemented by both backends and
+// locktest.Memory: [SharedLocker] (read-write locks) and [Semaphore], which
+// share one queue per name by the rules on SharedLocker; [HolderLister],
+// [QueueLister], [Revoker], [Observer] and [HealthChecker] (readiness).
 //
-// # Names, namespaces and identities
+// [Election] runs a candidate over any Locker, with the lease's token as
+// its term; [Do] runs a function while holding a lock, with a context
+// cancelled if the lease is lost. Neither can stop code already running
+// when a lease is lost: enforce the token with package fencing.
 //
-// Lock names follow one rule on every backend; see [ValidateName].
-// Namespaces (etcdlock.WithPrefix, zklock.WithRoot, the path of an [Open]
-// URL) are lock names with an optional leading and trailing slash; see
-// [URLPath]. A Locker's identity is 1 to [MaxIdentityLen] bytes of UTF-8
-// without control characters on every backend ([ValidateIdentity]), and
-// defaults to "hostname/pid/random" ([DefaultIdentity]).
+// # Names, identities and bad input
 //
-// # Bad input
+// Lock names follow one rule on every backend ([ValidateName]); namespaces
+// (etcdlock.WithPrefix, zklock.WithRoot, the path of an [Open] URL) are lock
+// names with an optional leading and trailing slash ([URLPath]). An
+// identity is 1 to [MaxIdentityLen] bytes of UTF-8 without control
+// characters ([ValidateIdentity]), by default "hostname/pid/random"
+// ([DefaultIdentity]). A nil context, Locker, lease or function, an invalid
+// name, identity or namespace, and a malformed URL are errors wrapping
+// [ErrInvalidConfig] or [ErrInvalidName], never panics; only [Register], as
+// database/sql.Register does, panics on a programming error.
 //
-// A nil context, Locker, lease or function, an invalid name, identity or
-// namespace, and a malformed URL are errors wrapping [ErrInvalidConfig]
-// or [ErrInvalidName], never panics. The one exception is [Register],
-// which like database/sql.Register panics on a programming error in a
-// backend's init function.
-//
-// # Opening by URL
+// # Opening by URL and observability
 //
 // [Open] builds a Locker from a URL such as
 // "etcd://127.0.0.1:2379,127.0.0.1:22379/myapp?ttl=10s" or
-// "zk://127.0.0.1:2181/myapp?session_timeout=10s". Backends register their
-// scheme like database/sql drivers: import the backend package for its side
-// effect. Its options ([WithLogger], [WithMeterProvider],
-// [WithTracerProvider], [WithIdentity], [WithNameAttribute]) are the ones
-// every backend understands.
+// "zk://127.0.0.1:2181/myapp?session_timeout=10s"; import the backend
+// package for its side effect to register its scheme. Its options are the
+// ones every backend understands. Both backends log through a
+// *slog.Logger ([WithLogger], default slog.Default()), with their client
+// libraries' lines routed to it and the keys backend, lock, token and
+// session, never a password. Metrics and spans go through the
+// OpenTelemetry API only when a provider is given; [WithMeterProvider] and
+// [WithTracerProvider] list them. Lock names are attributes only as
+// [WithNameAttribute] maps them.
 //
-// # Observability
+// # Read more
 //
-// Logs: both backends log through a *slog.Logger, by default
-// slog.Default(), with the keys backend, lock, token and session (never a
-// password); their client libraries' own lines (etcd's zap logger for a
-// Locker from Open, go-zookeeper's logger) go through the same logger.
-//
-// Metrics, through the OpenTelemetry metric API, recorded only when a
-// MeterProvider is given (instrumentation scope
-// "github.com/fencelock/fencelock"):
-//
-//	fencelock.acquire.duration      histogram, s       backend, kind, outcome (granted, locked, cancelled, lost, error)
-//	fencelock.hold.duration         histogram, s       backend, kind
-//	fencelock.leases.held           up-down, {lease}   backend, kind
-//	fencelock.acquisitions.waiting  up-down, {acquisition}  backend, kind (Acquire calls only)
-//	fencelock.leases.lost           counter, {lease}   backend, kind, reason (expired, deleted, disconnected, revoked, closed)
-//	fencelock.session.starts        counter, {session} backend
-//	fencelock.session.ends          counter, {session} backend, reason (closed, or a loss reason)
-//	fencelock.fencing.decisions     counter, {decision} helper, decision (accepted, rejected)
-//	fencelock.election.leader       up-down, {leader}  election (1 while leading)
-//	fencelock.election.changes      counter, {change}  election, change (elected, ended)
-//
-// Attribute keys are prefixed "fencelock." (fencelock.backend is "etcd" or
-// "zookeeper"; fencelock.kind "exclusive", "shared" or "permit"). The
-// reasons: expired, the server ended the session; deleted, the lease's
-// record was deleted by someone else (a [Revoker], by hand); disconnected,
-// the Locker heard nothing from the servers until its loss deadline;
-// revoked, the Locker ended its own session because it could not delete a
-// record; closed, the Locker was closed while the lease was held. The
-// helpers are "guard", "sqlfence", "httpfence", "etcdlock.GuardedTxn" and
-// "zklock.GuardedMulti"; each is given its provider by its own option.
-// Lock and election names can be unbounded (one lock per customer), so
-// they are attributes (fencelock.lock, fencelock.election) only as
-// [WithNameAttribute] or ElectionConfig.NameAttribute maps them. Counting
-// a lease's end costs memory while it is held: with a MeterProvider, each
-// held lease of etcdlock and zklock keeps a function for it (96 bytes);
-// without one, nothing.
-//
-// Spans, through the OpenTelemetry trace API, recorded only when a
-// TracerProvider is given: fencelock.acquire, fencelock.release and
-// fencelock.fenced_write (the guarded writes, sqlfence's Apply and
-// httpfence's Handler), each with the token as fencelock.token.
-//
-// Health: [HealthChecker] tells a readiness probe whether a Locker has a
-// live session.
+// The design notes in the repository's docs/design: queue.md (the queue
+// rules), etcd.md and zookeeper.md (how each backend keeps this contract),
+// trials.md (the fault trials that check it).
 package lock
 
 import (

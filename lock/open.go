@@ -76,9 +76,35 @@ func WithLogger(l *slog.Logger) OpenOption {
 	}
 }
 
-// WithMeterProvider sets the provider of the Locker's metrics (see
-// "Observability" in the package documentation); without it, the Locker
-// records none. It must not be nil.
+// WithMeterProvider sets the provider of the Locker's metrics; without it,
+// the Locker records none. It must not be nil. The instrumentation scope
+// is "github.com/fencelock/fencelock", and the instruments, the same on
+// every backend, are:
+//
+//	fencelock.acquire.duration      histogram, s       backend, kind, outcome (granted, locked, cancelled, lost, error)
+//	fencelock.hold.duration         histogram, s       backend, kind
+//	fencelock.leases.held           up-down, {lease}   backend, kind
+//	fencelock.acquisitions.waiting  up-down, {acquisition}  backend, kind (Acquire calls only)
+//	fencelock.leases.lost           counter, {lease}   backend, kind, reason
+//	fencelock.session.starts        counter, {session} backend
+//	fencelock.session.ends          counter, {session} backend, reason (closed, or a loss reason)
+//	fencelock.fencing.decisions     counter, {decision} helper, decision (accepted, rejected)
+//	fencelock.election.leader       up-down, {leader}  election (1 while leading)
+//	fencelock.election.changes      counter, {change}  election, change (elected, ended)
+//
+// Attribute keys are prefixed "fencelock." (backend "etcd" or
+// "zookeeper"; kind "exclusive", "shared" or "permit"). A loss reason is
+// expired (the server ended the session), deleted (someone else deleted
+// the record: a [Revoker], by hand), disconnected (nothing heard from the
+// servers until the loss deadline), revoked (the Locker ended its own
+// session because it could not delete a record) or closed (the Locker was
+// closed while the lease was held). The fencing helpers are "guard",
+// "sqlfence", "httpfence", "etcdlock.GuardedTxn" and "zklock.GuardedMulti",
+// each given its provider by its own option. Lock and election names are
+// attributes (fencelock.lock, fencelock.election) only as
+// [WithNameAttribute] or ElectionConfig.NameAttribute maps them. With a
+// provider, each held lease keeps a function to count its end (96 bytes);
+// without one, nothing.
 func WithMeterProvider(mp metric.MeterProvider) OpenOption {
 	return func(c *OpenConfig) {
 		if nilcheck.IsNil(mp) {
@@ -90,7 +116,10 @@ func WithMeterProvider(mp metric.MeterProvider) OpenOption {
 }
 
 // WithTracerProvider sets the provider of the Locker's spans; without it,
-// the Locker records none. It must not be nil.
+// the Locker records none. It must not be nil. The spans are
+// fencelock.acquire, fencelock.release and fencelock.fenced_write (the
+// guarded writes, sqlfence's Apply and httpfence's Handler), each with the
+// token as fencelock.token.
 func WithTracerProvider(tp trace.TracerProvider) OpenOption {
 	return func(c *OpenConfig) {
 		if nilcheck.IsNil(tp) {

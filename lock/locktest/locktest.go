@@ -4,57 +4,38 @@
 // # The conformance suite
 //
 // [TestLocker] runs one subtest per rule of the contract against a backend
-// reached through a [Harness]: acquire and release, TryAcquire, rising
-// tokens, mutual exclusion between Lockers and within one Locker, FIFO
-// order, cancelled waits (before, during and after the create request),
-// Release with a cancelled context, Holder, a released lease's Done closed
-// before the next grant, ending a lease twice and concurrently, Close
-// (repeated, concurrent, and racing Acquire and Release), name validation,
-// and, when the Locker implements [lock.Observer], observation and its end
-// at Close; with a [SessionStaller] too, an observation that outlives the
-// loss of its Locker's connection and session (frozen with a
-// [SessionFreezer], stalled until expiry, expired with a [SessionExpirer]):
-// it reports the state after each outage, then every change, vacancy
-// included, in order, never the same holder twice in a row, and ends only
-// with its context.
+// reached through a [Harness]:
 //
-// When the Locker implements [lock.SharedLocker], the suite checks the
-// read-write lock: readers share and exclude writers (on one Locker and
-// across Lockers), one FIFO queue without starvation either way,
-// TryAcquireShared refused while a writer holds or waits, tokens in request
-// order with a writer's above every reader admitted before it, handover
-// after a cancelled waiter and a closed holder, and (with a
-// [SessionExpirer]) after the session of a holder or of a waiter expires.
-// When it implements [lock.Semaphore]: at most limit holders among many
-// concurrent clients, FIFO grants, requests that disagree about the limit
-// or mix semaphore and lock requests refused with [lock.ErrIncompatible]
-// and never admitted, a limit below 1 refused, and the same handovers. When
-// it implements [lock.HolderLister]: every holder listed, in grant order,
-// with Shared and Limit set, and no waiter. When it implements
-// [lock.Revoker]: Revoke of any token but the holder's (an ended grant's,
-// 0, the queued waiter's, another name's) ends nothing and wraps
-// [lock.ErrNotHeld]; Revoke of the holder's token ends that lease with
-// [lock.ErrLost] and admits the waiter; a revoked semaphore permit leaves
-// the other holder alone; and, with a [SessionFreezer], a holder cut off
-// from the server is revoked and replaced without its help. When it
-// implements [lock.QueueLister]: the holder and the waiters listed in
-// arrival order with rising tokens, positions and kinds (readers holding
-// together ahead of a waiting writer), the listing updated as grants are
-// released, a waiter's token unchanged when it is granted and, with a
-// Revoker, not revocable. Each of these checks also requires that no
-// record is left behind.
+//   - the Locker: acquire and release, TryAcquire, rising tokens, mutual
+//     exclusion between Lockers and within one, FIFO order, cancelled waits
+//     (before, during and after the create request), Release with a
+//     cancelled context, Holder, a released lease's Done closed before the
+//     next grant, ending a lease twice and concurrently, Close (repeated,
+//     concurrent, racing Acquire and Release), and name validation;
+//   - [lock.Observer]: observation in order, its end at Close, and, with a
+//     [SessionStaller], an observation that outlives the loss of its
+//     connection and session;
+//   - [lock.SharedLocker] and [lock.Semaphore]: readers share and exclude
+//     writers, one FIFO queue without starvation, TryAcquireShared refused
+//     while a writer holds or waits, tokens in request order, at most limit
+//     holders, incompatible requests refused with [lock.ErrIncompatible],
+//     a limit below 1 refused, and hand-over after a cancelled waiter, a
+//     closed holder and an expired session;
+//   - [lock.HolderLister], [lock.QueueLister] and [lock.Revoker]: every
+//     holder in grant order; holders and waiters in arrival order; Revoke
+//     ending only the holder with that token (else [lock.ErrNotHeld]), and,
+//     with a [SessionFreezer], a holder cut off from the server.
 //
-// Like testing/fstest.TestFS it looks for optional interfaces, and runs the
-// checks that need one only when it is present: a Harness that also
-// implements [RecordLister] lets the suite check that no record is left
-// behind and know exactly when a waiter has queued; one that implements
+// Each check also requires that no record is left behind. Like
+// testing/fstest.TestFS it runs a check only when the optional interface
+// it needs is present, on the Locker or on the Harness: a [RecordLister]
+// lets the suite see records and know exactly when a waiter has queued; a
 // [SessionExpirer] enables the session-loss checks (a lost lease's Err and
-// Release, waiters of a lost session, a new session afterwards, and a lost
-// lease's Release leaving a later grant alone); one that implements
-// [SessionStaller] enables the check that a lease lost with its session has
-// ended before anyone else is granted its lock. Checks that did not apply
-// are listed with t.Log rather than skipped; [Options.RequireOptional]
-// makes them failures. A backend's test calls
+// Release, waiters of a lost session, a new session afterwards); a
+// [SessionStaller] the check that a lease lost with its session has ended
+// before anyone else is granted its lock. Checks that did not apply are
+// listed with t.Log; [Options.RequireOptional] makes them failures. A
+// backend's test calls
 //
 //	func TestConformance(t *testing.T) {
 //		locktest.TestLocker(t, myHarness{...})
@@ -62,41 +43,28 @@
 //
 // Every subtest uses its own Lockers and a lock name no other run uses, so
 // the suite can run against a shared, long-lived cluster. It orders its
-// steps with channels and, with a RecordLister, by polling the records; only
-// without one does it fall back to a short grace period (see
-// [Options.Settle]). Where the order of two events is the subject (a lease
-// ending before the next grant), the waiter's own goroutine looks at the
-// earlier lease's Done the moment its Acquire returns.
+// steps with channels and, with a RecordLister, by polling the records;
+// only without one does it fall back to a grace period ([Options.Settle]).
+// Release with a context already cancelled may still release and return
+// nil, or return ctx's error; either way the lease must have ended and its
+// record must go.
 //
-// Release with a context that is already cancelled may go either way: it
-// may still release (bounded by a timeout of its own) and return nil, or
-// return ctx's error; the suite requires that the lease has ended when it
-// returns and that its record goes, so that another Locker gets the lock.
-//
-// What the suite does not check: the loss deadline under partial failures
-// (a frozen server, a slow network, a clock that drifts), that a release
-// wakes one waiter rather than all of them, and anything about
-// performance. Those need fault injection and the backend's internals; the
-// integration tests of each backend cover them.
+// The suite does not check the loss deadline under partial failures (a
+// frozen server, a slow network, a drifting clock), that a release wakes
+// one waiter rather than all, or performance: those need fault injection,
+// and each backend's integration tests cover them.
 //
 // # The in-memory Locker
 //
 // [Memory] is a fake lock server: many [MemLocker]s share one Memory the way
 // many clients share one etcd cluster. It follows the semantics both real
-// backends share: tokens from one revision counter that rises with every
-// record created, one record per acquisition, FIFO waiters that each wait
-// only for their predecessor's record to vanish, no records left by a
-// failed or cancelled Acquire, sessions that a test can expire with
-// [Memory.ExpireSession], and observation of the holder. It also offers
-// read-write locks, semaphores and the list of holders
-// ([lock.SharedLocker], [lock.Semaphore], [lock.HolderLister]), queued and
-// woken by the rules documented on lock.SharedLocker: one FIFO queue per
-// name, and each waiter waiting for one record only.
-//
-// Memory models a single, always-available server: there is no network, no
-// clock, no keepalive and no partition, so a lease is lost only when a test
-// expires its session. It is meant for unit tests of code that uses a
-// Locker, and for runnable examples; it is not a lock for production use
+// backends share (tokens from one counter, one record per acquisition,
+// FIFO waiters that each wait for one record, no records left by a failed
+// or cancelled Acquire, observation) and implements every optional
+// interface of package lock, by the queue rules on lock.SharedLocker. A
+// test expires a session with [Memory.ExpireSession]. Memory has no
+// network, no clock and no partition, so a lease is lost only when a test
+// expires its session; it is for unit tests and examples, not production
 // (it does not even span processes).
 package locktest
 
