@@ -123,15 +123,13 @@ func encodeFenced(token fencing.Token, value string) string {
 // many times. A zero token is an error wrapping fencing.ErrInvalidToken,
 // an empty key, a nil ctx or a nil kv one wrapping lock.ErrInvalidConfig.
 //
-// The check and the write are one transaction, evaluated by etcd: a
-// missing key, or one with an empty value, counts as token 0; otherwise the
-// stored value must compare below the header of token+1. So of two writers
-// racing with tokens 7 and 8, the write of 7 lands only if it is applied
-// before the write of 8, never after it. The key is fenced by what it
-// stores, not by a lease: the check holds for writers whose lease has
-// long ended and for writers that never held a lease of this Locker. It costs
-// one round trip, also when the write is rejected: the stored token for
-// the error is read in the same transaction.
+// The check and the write are one transaction, evaluated by etcd, and a
+// missing key or an empty value counts as token 0: of two writers racing
+// with tokens 7 and 8, the write of 7 lands only if it is applied before
+// the write of 8. The key is fenced by what it stores, not by a lease, so
+// the check holds for writers whose lease has long ended too. It costs one
+// round trip, also when the write is rejected (see "Guarded and fenced
+// writes" in docs/design/etcd.md).
 //
 // The stored value is the token in 20 zero-padded decimal digits, a colon,
 // then value ("00000000000000000042:hello"); read it with GetFenced. The

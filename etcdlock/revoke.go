@@ -16,19 +16,14 @@ import (
 var _ lock.Revoker = (*Locker)(nil)
 
 // Revoke ends the lease of name's current holder whose token is token (see
-// [lock.Revoker]). It reads name's records in queue order, finds the one
-// whose create revision is token, refuses unless it is admitted, and
-// deletes it with a transaction that compares the key's create revision
-// with token, so a later record under the same key is never deleted: two
-// round trips, needing no session of this Locker. The holder's Locker
-// learns of the deletion from the watch on its record and ends the lease
-// with [lock.ErrLost] and a cause naming the deletion's revision; etcd
-// does not tell it who deleted the record. A lease starts watching its
-// record only recordWatchDelay (50ms) after its grant, so a revocation
-// within that time reaches a running holder when the watch starts, up to
-// that long after the grant plus a round trip: a holder that releases
-// before then finds its record gone: its Release returns an error wrapping
-// ErrLost, and so does Err from then on.
+// [lock.Revoker]): it deletes the admitted record whose create revision is
+// token, in a transaction that compares that revision, so a later record
+// under the same key is never deleted. It needs no session of this Locker.
+// The holder's Locker ends the lease with [lock.ErrLost] (its cause names
+// the deletion's revision, not who deleted it) when its watch reports the
+// deletion: at once, or, for a grant less than 50ms old, when the lease
+// starts its watch; a Release before then returns an error wrapping
+// ErrLost.
 //
 // A token that is not a current holder's returns an error wrapping
 // [lock.ErrNotHeld]. If the connection fails while the delete is on its

@@ -29,48 +29,33 @@ type driver struct{}
 //
 // The path after the slash that ends the host list is given to
 // [WithPrefix] as is (default [DefaultPrefix]): "etcd://h:2379/app/locks"
-// keeps its records under "app/locks/…" and "etcd://h:2379//app/locks"
-// (two slashes) under "/app/locks/…". The query keys ttl, identity,
-// loss_margin and lock_delay map to [WithTTL], [WithIdentity],
-// [WithLossMargin] and [WithLockDelay].
+// keeps its records under "app/locks/…", "etcd://h:2379//app/locks" under
+// "/app/locks/…". The keys ttl, identity, loss_margin and lock_delay map to
+// [WithTTL], [WithIdentity], [WithLossMargin] and [WithLockDelay]; cfg's
+// logger, providers, name attribute and identity to the options of the
+// same names (an identity in both is an error).
 //
-// TLS is on when any of ca_file, cert_file, key_file or server_name is
-// given, or with tls=true (which alone verifies the members with the
-// system's roots). ca_file names the PEM certificates that verify the
-// members, cert_file and key_file the client's certificate and key (for
-// etcd's --client-cert-auth), server_name the name to verify in the
-// members' certificates when it is not the host of the URL. The files are
-// read once, by Open.
-//
-// The user information is etcd's user name and password (etcd
-// authentication): "etcd://app:secret@h:2379/…", or, to keep the password
-// off the command line and out of the URL, "etcd://app@h:2379/…?password_env=APP_ETCD_PASSWORD",
-// which reads it from that environment variable. A client certificate
-// without a user name authenticates as the certificate's common name when
-// the cluster runs with --client-cert-auth. See "Keys and security" in the
-// package documentation for the role an application needs.
+// TLS is on when any of ca_file (the PEM certificates that verify the
+// members), cert_file and key_file (the client's certificate and key),
+// server_name (the name to verify when it is not the URL's host) or
+// tls=true (the system's roots) is given; the files are read once, by
+// Open. The user information is etcd's user and password, or the user
+// alone with password_env naming the variable that holds the password; a
+// client certificate without a user authenticates as its common name when
+// the cluster runs with --client-cert-auth.
 //
 // Any other query key, a repeated one, a fragment, a bad value, a file
 // that cannot be read or parsed, a certificate without its key, or a user
-// without a password is an error wrapping [lock.ErrInvalidConfig] (see
-// [lock.Open]). With credentials, Open logs in, bounded by ctx and by 5s:
-// a cluster that does not answer is an error wrapping
-// context.DeadlineExceeded, a wrong
-// user or password is an error wrapping [lock.ErrPermission], as is a
-// certificate the members refuse or one of theirs that does not verify.
-// Without credentials no request is sent before the first call that needs
-// one. No error and no log line repeats the password or the contents of a
-// key file.
+// without a password is an error wrapping [lock.ErrInvalidConfig]. With
+// credentials, Open logs in, bounded by ctx and by 5s: a cluster that does
+// not answer is an error wrapping context.DeadlineExceeded; a wrong user
+// or password, or a certificate refused either way, one wrapping
+// [lock.ErrPermission]. Without credentials Open sends no request. No
+// error or log line repeats the password or a key file's contents.
 //
-// The Locker owns the client it creates and closes it in Close. The
-// client pings its connections (every 5s, 2s timeout) so that a member
-// that stops answering is left behind, and logs through the Locker's
-// logger (see [WithLogger]), never straight to stderr.
-//
-// cfg's logger, providers, name attribute and identity map to
-// [WithLogger], [WithMeterProvider], [WithTracerProvider],
-// [WithNameAttribute] and [WithIdentity]; an identity given both there and
-// in the URL is an error.
+// The Locker owns the client it creates and closes it in Close. The client
+// pings its connections (every 5s, 2s timeout), so that a member that
+// stops answering is left behind, and logs through the Locker's logger.
 func (driver) Open(ctx context.Context, u *url.URL, cfg lock.OpenConfig) (lock.Locker, error) {
 	if ctx == nil || u == nil {
 		return nil, fmt.Errorf("etcdlock: open: %w: nil context or URL", lock.ErrInvalidConfig)

@@ -144,14 +144,11 @@ func zkLease(lease lock.Lease) (*Lease, error) {
 // segments, in UTF-8 without the characters ZooKeeper refuses) one
 // wrapping lock.ErrInvalidConfig.
 //
-// The check and the write are made atomic by the znode's version: SetFenced
-// reads the data and version, compares the stored token, and sets the new
-// data only if the version is still the one it read. If another write came
-// in between, it reads again and compares with that write's token. So of
-// two writers racing with tokens 7 and 8, the write of 7 lands only if it
-// is applied before the write of 8, never after it. The znode is fenced by
-// what it stores, not by a lease: the check holds for writers whose lease
-// has long ended and for writers that hold no lease of this Locker.
+// The check and the write are atomic: of two writers racing with tokens 7
+// and 8, the write of 7 lands only if it is applied before the write of 8.
+// The znode is fenced by what it stores, not by a lease, so the check
+// holds for writers whose lease has long ended too (see "Guarded and
+// fenced writes" in docs/design/zookeeper.md).
 //
 // A missing znode is created (persistent, with zk.WorldACL(zk.PermAll)),
 // atomically with its first data; its parent must exist. To choose the ACL, create the znode yourself with

@@ -16,28 +16,19 @@ import (
 var _ lock.Revoker = (*Locker)(nil)
 
 // Revoke ends the lease of name's current holder whose token is token (see
-// [lock.Revoker]). It lists name's znodes, reads the admitted ones (one
-// pipelined round trip, as [Locker.Holders] does), and deletes the one
-// whose czxid is token with a delete guarded by the version it read. A
-// lock znode's name carries a random prefix of its own, so its path is
-// never used again, and the guarded delete removes that grant or nothing.
+// [lock.Revoker]): it deletes the znode whose czxid is token, guarded by
+// the version it read, so it removes that grant or nothing. A token that
+// is not a current holder's returns an error wrapping [lock.ErrNotHeld].
 //
-// The holder's Locker learns of the deletion from the watch on its znode,
-// at once or when it reconnects within its session, and ends the lease
-// with [lock.ErrLost] and a cause saying that its znode was deleted by
-// another client (the deletion of an ephemeral znode of a live session is
-// always someone else's). A lease sets that watch only ownWatchDelay
-// (50ms) after its grant, so a revocation within that time reaches a
-// running holder when the watch is set, up to that long after the grant
-// plus a round trip: a holder that releases before then finds its znode
-// gone, and its Release returns an error wrapping ErrLost. A token that is not a current holder's returns
-// an error wrapping [lock.ErrNotHeld]. If the connection fails while the
-// delete is on its way, Revoke sends it again once connected, and a second
-// attempt that finds the znode gone reports ErrNotHeld although the first
-// one revoked it. The listing comes from the server the connection is on,
-// which may lag the leader by a moment: a grant made a moment ago may not
-// be found yet (ErrNotHeld), but a grant that has ended is never deleted
-// in place of another.
+// The holder's Locker ends the lease with [lock.ErrLost] when its watch
+// reports the deletion: at once, when it reconnects within its session,
+// or, for a grant less than 50ms old, when the lease sets its watch. Its
+// Release then returns an error wrapping ErrLost. Two non-guarantees: a
+// delete sent again after a failed connection finds the znode gone and
+// reports ErrNotHeld although the first attempt revoked it; and the
+// listing comes from the connection's server, which may lag the leader,
+// so a grant made a moment ago may not be found yet (ErrNotHeld). A grant
+// that has ended is never deleted in place of another.
 func (l *Locker) Revoke(ctx context.Context, name string, token fencing.Token) error {
 	if err := l.usable(ctx); err != nil {
 		return fmt.Errorf("zklock: revoke %q token %d: %w", name, token, err)
