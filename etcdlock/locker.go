@@ -57,27 +57,18 @@ var (
 // Locker borrows client: Close does not close it, and client must stay open
 // until Close returns. A nil client (or a zero clientv3.Client, not made by
 // clientv3.New) or a bad option is an error wrapping
-// [lock.ErrInvalidConfig].
+// [lock.ErrInvalidConfig]. New does no I/O: the session lease is granted
+// by the first Acquire or TryAcquire.
 //
 // Configure client with DialKeepAliveTime and DialKeepAliveTimeout (for
 // instance 5s and 2s): without gRPC pings, a watch on a member that stops
-// answering without closing its connection (a frozen process, a dropped
-// network path) stays silent, and a waiter on it is served only when the
-// member answers again. Keepalives and requests do not depend on this:
-// they time out and retry on another member.
-//
-// TLS and authentication are the client's: configure clientv3.Config's
-// TLS, Username and Password (see "Keys and security" in the package
-// documentation for the role the user needs). A request the cluster refuses (permission
-// denied, no or wrong credentials) fails at once with an error wrapping
-// [lock.ErrPermission]; a TLS handshake the client cannot complete shows
-// as the client's connection error, at the end of the call's context or
-// of the request timeout, since the Locker cannot see the handshakes of
-// a borrowed client (a Locker opened by [lock.Open] can, and fails such
-// calls at once).
-//
-// New does no I/O: the session lease is granted by the first Acquire or
-// TryAcquire.
+// answering without closing its connection stays silent, and a waiter on
+// it is served late. TLS and authentication are the client's (see "Keys
+// and security" in the package documentation). A request the cluster
+// refuses fails at once with an error wrapping [lock.ErrPermission]; a TLS
+// handshake the client cannot complete shows as the client's connection
+// error at the end of the call's context or request timeout, since the
+// Locker cannot see a borrowed client's handshakes.
 func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 	if client == nil {
 		return nil, fmt.Errorf("etcdlock: new: %w: nil client", lock.ErrInvalidConfig)

@@ -32,51 +32,37 @@ const DefaultMaxResources = 1 << 16
 //
 // The zero Guard is ready to use, remembers up to [DefaultMaxResources]
 // resources and records no metrics; [NewGuard] sets another limit and,
-// with [WithMeterProvider], counts the Guard's decisions. A Guard must not be copied after
-// first use. It is safe for concurrent use. A nil *Guard refuses every
-// write with an error wrapping [ErrInvalidConfig].
+// with [WithMeterProvider], counts the Guard's decisions. A Guard must not
+// be copied after first use. It is safe for concurrent use. A nil *Guard
+// refuses every write with an error wrapping [ErrInvalidConfig].
 //
 // # A failed write still fences
 //
-// Apply records the token as soon as the check passes, before the write runs.
-// A write that then fails or panics has still shown that a grant with that
-// token exists, which means every holder with a lower token has lost the
-// lock; letting such a holder write after the failure would let a stale write
-// in behind a newer holder that is about to retry. The newer holder itself is
-// not hindered: equal tokens are accepted, so it simply retries.
+// Apply records the token as soon as the check passes, before the write
+// runs. A write that then fails or panics has still shown that a grant with
+// that token exists, so every holder with a lower token has lost the lock
+// and stays refused. The newer holder itself retries: equal tokens are
+// accepted.
 //
 // # Bounded memory
 //
 // A Guard tracks at most its limit of resources, plus those that calls are
-// using at the moment (a resource in use is never evicted). When it needs
-// room it forgets the least recently used idle resource, and raises a floor
-// to that resource's highest token. A resource the Guard does not know —
-// never seen, or evicted — starts at the floor rather than at zero, so
-// forgetting a resource never lets a stale token through.
+// using at the moment. When it needs room it forgets the least recently
+// used idle resource and raises a floor to that resource's highest token;
+// a resource the Guard does not know starts at the floor, not at zero.
 //
-// Safety does not depend on where tokens come from: a resource's own
-// highest token is never forgotten, only merged into the floor, and the
-// floor only rises. Any source of tokens that rise per resource is enforced
-// correctly, even one whose tokens of different resources are unrelated.
-//
-// Liveness does depend on it. After an eviction, a write to an unknown
-// resource whose token is below the floor is rejected even if that
-// resource never saw a higher token. With tokens from one counter for all
-// resources — as package lock promises for all names of one deployment
-// (etcd revisions, ZooKeeper zxids): an acquisition started after any
-// grant gets a higher token — a new grant is always at or above the floor,
-// so only a holder whose grant is older than the evicted tokens, on a
-// resource idle long enough to be evicted, can be refused, and its next
-// grant succeeds. With tokens of independent counters per resource (two
-// lock deployments, hand-made counters), one evicted resource with high
-// tokens would block another resource with low tokens until its counter
-// passes the floor: give each token source a Guard of its own, or size the
-// limit above the number of resources so that nothing is evicted.
-//
-// Keeping a floor per resource after its eviction would need memory for
-// every resource ever seen, which is what the limit is there to bound; a
-// floor per hash bucket would only make the liveness loss rarer, not
-// remove it, and would make it depend on which names collide.
+// Safety never depends on where tokens come from: a resource's highest
+// token is only merged into the floor, and the floor only rises. Liveness
+// does: after an eviction, a write to an unknown resource below the floor
+// is rejected. With tokens from one counter for all resources, as package
+// lock promises for all names of one deployment, a new grant is always at
+// or above the floor, so only a holder whose grant is older than the
+// evicted tokens can be refused, and its next grant succeeds. With
+// independent counters per resource (two lock deployments, hand-made
+// counters), give each source a Guard of its own, or a limit above the
+// number of resources so that nothing is evicted. A floor per resource
+// would need memory for every resource ever seen, which the limit is there
+// to bound.
 type Guard struct {
 	mu      sync.Mutex
 	limit   int               // 0 means DefaultMaxResources

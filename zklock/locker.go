@@ -141,22 +141,19 @@ func checkServers(servers []string) error {
 // New returns a Locker on a connection the caller opened with zk.Connect,
 // and borrows it: Close deletes the Locker's znodes but leaves conn open.
 //
-// events must be the channel zk.Connect returned with conn. The Locker
-// reads it until it is closed (when conn is closed) and the caller must
-// not read it too. The session states on it drive the Locker; go-zookeeper
-// drops events when nobody reads the channel, so New must be called right
-// after zk.Connect, and the Locker also compares conn.State and
-// conn.SessionID with what it last saw, so that a session change is never
-// missed even if its event was dropped. The watch events on the channel
-// tell held leases that their znodes were deleted; one that was dropped is
-// caught within about half a second by looking at the watch itself.
+// events must be the channel zk.Connect returned with conn; the Locker
+// reads it until it is closed, and the caller must not read it too. Call
+// New right after zk.Connect: go-zookeeper drops events nobody reads. A
+// dropped session change is still noticed (the Locker also compares
+// conn.State and conn.SessionID), and a dropped deletion of a held lease's
+// znode within about half a second.
 //
-// go-zookeeper does not reveal the negotiated session timeout, so New needs
-// it: give [WithSessionTimeout] the value passed to zk.Connect (it must lie
-// inside the server's [2, 20] × tickTime range, or the server negotiates
-// another one and the loss bound is wrong). The Locker sends a sync on
-// conn every twelfth of that timeout, and trusts the session only as long
-// as one was answered (see [WithLossMargin]): none before the first.
+// go-zookeeper does not reveal the negotiated session timeout, so
+// [WithSessionTimeout] is required: give it the value passed to
+// zk.Connect, inside the server's [2, 20] × tickTime range, or the loss
+// bound is wrong. The Locker trusts the session only while a sync it sent
+// on conn was answered recently (see [WithLossMargin]), none before the
+// first.
 //
 // A nil conn or events, or a missing WithSessionTimeout, return errors
 // wrapping [lock.ErrInvalidConfig]. New does not wait for a session.

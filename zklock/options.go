@@ -119,33 +119,22 @@ func WithIdentity(id string) Option {
 // WithACL sets the ACL of every znode the Locker creates: the root and
 // its missing ancestors, each lock's parent (and the intermediate znodes
 // of a multi-segment name), and each lease's znode. It must be non-empty.
+// Without it the ACL depends on the credentials:
 //
-// The default depends on the credentials:
+//   - none: zk.WorldACL(zk.PermAll), anyone may do anything;
+//   - [WithDigest]: zk.DigestACL(zk.PermAll, user, password) plus
+//     zk.WorldACL(zk.PermRead);
+//   - [WithAuth] only: zk.AuthACL(zk.PermAll) plus zk.WorldACL(zk.PermRead).
 //
-//   - without credentials, zk.WorldACL(zk.PermAll): anyone may do
-//     anything;
-//   - with [WithDigest], the digest user has every permission and anyone
-//     may read (zk.DigestACL(zk.PermAll, user, password) plus
-//     zk.WorldACL(zk.PermRead));
-//   - with [WithAuth] only, zk.AuthACL(zk.PermAll) plus
-//     zk.WorldACL(zk.PermRead).
-//
-// With credentials, then, only the Locker's own identity can create a
-// record under a lock's parent (queue for the lock), delete a record
-// (ZooKeeper checks a delete against the parent's DELETE permission) or
-// change one; any client, authenticated or not, can read them, so that
-// [Locker.Holder], [Locker.Holders] and [Locker.Observe] work for a
-// reader with other (or no) credentials. Another client's attempt to
-// write gets zk.ErrNoAuth from the server, which the Locker of that
-// client reports as an error wrapping [lock.ErrPermission]. ZooKeeper
-// ACLs are not inherited: a root created beforehand keeps its own ACL,
-// and the Locker's apply only to what it creates.
-//
-// WithACL replaces the default entirely, with or without credentials.
-// The Locker needs READ, CREATE and DELETE on the root and the lock
-// parents and READ on its records; an ACL that denies its own identity
-// those makes its calls fail with [lock.ErrPermission]. To let several
-// identities share locks, give every one of them all permissions here.
+// With credentials, then, only the Locker's own identity can queue for a
+// lock, delete a record or change one, and anyone can read, so Holder,
+// Holders and Observe work for other readers; another client's write is
+// refused with an error wrapping [lock.ErrPermission]. ACLs are not
+// inherited: a root created beforehand keeps its own. An ACL given here
+// must grant the Locker's identity READ, CREATE and DELETE on the root and
+// the lock parents and READ on its records, or its calls fail with
+// [lock.ErrPermission]; to let several identities share locks, give each
+// all permissions.
 func WithACL(acl []zk.ACL) Option {
 	return func(o *options) {
 		if len(acl) == 0 {
