@@ -28,7 +28,7 @@
 #                         its graph page taken by headless Chromium
 #   make images           build the local container images (needs dockerd)
 #
-# Variables for the test targets (README.md, "Testing"): FENCELOCK_BACKENDS
+# Variables for the test targets (CONTRIBUTING.md, "Set-up and the test run"): FENCELOCK_BACKENDS
 # (etcd,zookeeper), FENCELOCK_PROVIDERS (process,containers), FENCELOCK_RUN
 # (a -run pattern for the integration stages, for development), FUZZTIME,
 # CI=true. Every test target runs scripts/test.sh, which reads

@@ -45,8 +45,8 @@
 // blocks its lock. [WithLossMargin] (default a fifth of the TTL, at most
 // half) must exceed the longest stall of the holder's process.
 // [WithLockDelay] (default none) makes the next grant after a lease that
-// ended without a clean Release wait; give every Locker of a name the same
-// delay. [WithPrefix] (default [DefaultPrefix]) is where every key lives;
+// ended without a clean Release wait, at no extra round trip; give every
+// Locker of a name the same delay. [WithPrefix] (default [DefaultPrefix]) is where every key lives;
 // [WithIdentity], [WithLogger], [WithMeterProvider], [WithTracerProvider]
 // and [WithNameAttribute] as in package lock. [New] borrows the caller's
 // client; [lock.Open] with an "etcd://" URL (this package registers the

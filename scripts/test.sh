@@ -15,7 +15,7 @@
 #   containers  integration tests, clusters of containers
 #   fuzz        every Fuzz target of the root module, FUZZTIME each
 #
-# Environment (see README.md, "Testing"):
+# Environment (see CONTRIBUTING.md, "Set-up and the test run"):
 #   FENCELOCK_BACKENDS   etcd,zookeeper (default) or one of them
 #   FENCELOCK_PROVIDERS  process,containers (default) or one of them
 #   FENCELOCK_RUN        a "go test -run" pattern for the process and
@@ -213,7 +213,7 @@ needed_packages() {
 	echo "${need[*]}"
 }
 
-subset_hint='or run only what this machine can: make test-unit, or FENCELOCK_PROVIDERS=process|containers and FENCELOCK_BACKENDS=etcd|zookeeper (README.md, "Testing")'
+subset_hint='or run only what this machine can: make test-unit, or FENCELOCK_PROVIDERS=process|containers and FENCELOCK_BACKENDS=etcd|zookeeper (CONTRIBUTING.md, "Set-up and the test run")'
 
 # install_packages installs the missing packages, or dies with one message
 # that says what is missing and how to install it.
@@ -258,7 +258,7 @@ install_packages() {
 	local still
 	still=$(needed_packages)
 	if [[ -n $still ]]; then
-		die "apt-get installed ${missing[*]}, but what the tests need from $still is still not there (see README.md, \"Testing\", for the files each provider uses)"
+		die "apt-get installed ${missing[*]}, but what the tests need from $still is still not there (see CONTRIBUTING.md, \"Set-up and the test run\", for the files each provider uses)"
 	fi
 }
 

@@ -52,9 +52,9 @@
 // crashed holder blocks its lock. [WithLossMargin] (default half of T) is
 // raised to T/3 with a warning if set lower, and must leave two keepalive
 // intervals (at most 5T/6). [WithLockDelay] (default none) makes the next
-// grant after a lease that ended without a clean Release wait; give every
-// Locker of a name the same delay, and delete a lock's "~delay~" children
-// by hand to cancel a pending one. [WithRoot] (default [DefaultRoot]) is
+// grant after a lease that ended without a clean Release wait, at most one
+// listing more per grant; give every Locker of a name the same delay, and
+// delete a lock's "~delay~" children to cancel a pending one. [WithRoot] (default [DefaultRoot]) is
 // where locks live; [WithDialer], [WithIdentity], [WithLogger],
 // [WithMeterProvider], [WithTracerProvider] and [WithNameAttribute] as
 // usual. [lock.Open] takes "zk://" URLs (this package registers the
