@@ -54,12 +54,24 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	out := fs.String("out", "", "the directory to write the SVG files to (created if missing; required unless -spread)")
 	spread := fs.Bool("spread", false, "instead of drawing, write the target lines of every run side by side, as Markdown, to standard output")
+	report := fs.Bool("report", false, "instead of drawing, regenerate the tables of the Markdown files given and check that every figure outside them has a source")
+	check := fs.Bool("check", false, "with -report: rewrite nothing, fail if a table is out of date")
+	sources := fs.String("sources", "docs/bench", "with -report: the directory of the committed results files a figure may come from")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: charts -out DIR results.json [more.json ...]\n       charts -spread results.json [more.json ...]")
+		fmt.Fprintln(stderr, "usage: charts -out DIR results.json [more.json ...]\n       charts -spread results.json [more.json ...]\n       charts -report [-check] [-sources DIR] doc.md [more.md ...]")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *report {
+		if fs.NArg() == 0 {
+			return errors.New("no input: give the Markdown files of the report")
+		}
+		return runReport(reportOptions{check: *check, sources: *sources, docs: fs.Args()}, stdout)
+	}
+	if *check {
+		return errors.New("-check goes with -report")
 	}
 	if *out == "" && !*spread {
 		return errors.New("-out is required: the directory for the SVG files")
