@@ -186,7 +186,10 @@ func loadSets(docs []*document) (map[string][]*reportRun, error) {
 				return nil, fmt.Errorf("%w: %s: set %q names no file", errReport, at, name)
 			}
 			for _, file := range paths {
-				p := filepath.Join(filepath.Dir(d.path), file)
+				p := file
+				if !filepath.IsAbs(p) {
+					p = filepath.Join(filepath.Dir(d.path), file)
+				}
 				r, ok := files[p]
 				if !ok {
 					var err error

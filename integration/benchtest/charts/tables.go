@@ -654,7 +654,7 @@ func scaleTable(g *gen, runs []*reportRun) (string, bool) {
 
 // overheadsTable: every run's overheads, each with its interval.
 func overheadsTable(g *gen, runs []*reportRun) (string, bool) {
-	t := table{head: []string{"backend", "run", "what", "metric", "on / off", "95% interval", "pairs", "within 1%"}}
+	t := table{head: []string{"backend", "run", "what", "metric", "on / off", "95% interval", "pairs", "interval within ±1%"}}
 	for _, b := range backendsOf(runs) {
 		for i, r := range runs {
 			for _, x := range r.Backends {
@@ -676,7 +676,7 @@ func overheadsTable(g *gen, runs []*reportRun) (string, bool) {
 	if len(t.rows) == 0 {
 		return "", false
 	}
-	return t.String() + sourceLine(runs, len(runs), false), true
+	return t.String() + sourceLine(runs, 1, false), true
 }
 
 // summaryTable: the few ratios the README shows, one column per backend.
