@@ -23,6 +23,12 @@
 #                         files are several runs)
 #   make bench-spread     the target lines of several runs side by side, as
 #                         Markdown (BENCH_JSON: their files)
+#   make bench-report     the tables of BENCHMARKS.md and of README.md's
+#                         Performance section, made again from the results
+#                         files BENCHMARKS.md names; fails if a figure
+#                         outside them is in no results file in docs/bench
+#   make bench-report-check  the same without rewriting: fails if a table
+#                         is out of date
 #   make screenshot       examples/metrics/prometheus-graph.png from a real
 #                         run: the metrics example scraped by Prometheus,
 #                         its graph page taken by headless Chromium
@@ -51,7 +57,7 @@ BENCH_OUT := $(or $(FENCELOCK_BENCH_OUT),bench-results.json)
 BENCH_JSON ?= $(if $(filter /%,$(BENCH_OUT)),$(BENCH_OUT),integration/$(BENCH_OUT))
 CHARTS_DIR ?= docs/bench
 
-.PHONY: deps images vet demo test test-unit test-examples test-process test-containers fuzz test-fault chaos bench charts bench-spread screenshot
+.PHONY: deps images vet demo test test-unit test-examples test-process test-containers fuzz test-fault chaos bench charts bench-spread bench-report bench-report-check screenshot
 
 deps:
 	scripts/test.sh deps
@@ -137,6 +143,23 @@ bench-spread:
 	@mkdir -p $(CACHE_BIN)
 	@cd integration && $(GO) build -o .cache/bin/benchcharts ./benchtest/charts
 	@$(CACHE_BIN)/benchcharts -spread $(BENCH_JSON)
+
+# The generated tables of the benchmark docs (integration/benchtest/charts,
+# -report). The results files they are made from are named once, by the
+# "bench-report-set" lines at the top of BENCHMARKS.md; a figure outside
+# the tables must match one in a results file in BENCH_SOURCES.
+BENCH_REPORT_DOCS := BENCHMARKS.md README.md
+BENCH_SOURCES ?= docs/bench
+
+bench-report:
+	@mkdir -p $(CACHE_BIN)
+	@cd integration && $(GO) build -o .cache/bin/benchcharts ./benchtest/charts
+	$(CACHE_BIN)/benchcharts -report -sources $(BENCH_SOURCES) $(BENCH_REPORT_DOCS)
+
+bench-report-check:
+	@mkdir -p $(CACHE_BIN)
+	@cd integration && $(GO) build -o .cache/bin/benchcharts ./benchtest/charts
+	$(CACHE_BIN)/benchcharts -report -check -sources $(BENCH_SOURCES) $(BENCH_REPORT_DOCS)
 
 # Installs Prometheus and Chromium if missing (make deps does too), then
 # runs the metrics example's Prometheus test on etcd for a minute and a

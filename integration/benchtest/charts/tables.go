@@ -266,10 +266,10 @@ func pick[T any](rows []T, role string, key func(T) (string, bool)) (T, bool) {
 }
 
 func uncontendedTable(g *gen, runs []*reportRun) (string, bool) {
-	t := table{head: []string{"backend", "fencelock p50 ms", "reference p50 ms", "floor p50 ms", "p50 vs reference", "p50 vs floor", "requests/cycle"}}
+	t := table{head: []string{"backend", "fencelock p50 ms", "reference p50 ms", "floor p50 ms", "p50 vs reference", "p50 vs floor", "requests/cycle", "client CPU µs/cycle"}}
 	windows, most := false, 0
 	for _, b := range backendsOf(runs) {
-		var f, ref, floor, req []float64
+		var f, ref, floor, req, cpu, refCPU []float64
 		var vsRef, vsFloor []sample
 		each(runs, b, func(x *reportBackend) {
 			role := func(u uncontended) (string, bool) { return u.Role, true }
@@ -279,8 +279,10 @@ func uncontendedTable(g *gen, runs []*reportRun) (string, bool) {
 			}
 			f = append(f, fl.Latency.P50)
 			req = append(req, fl.RequestsPerCycle)
+			cpu = append(cpu, fl.ClientCPUUs)
 			if rf, ok := pick(x.Uncontended, "reference", role); ok {
 				ref = append(ref, rf.Latency.P50)
+				refCPU = append(refCPU, rf.ClientCPUUs)
 				if s, ok := sampleOf(fl.Ratio, fl.Latency.P50, rf.Latency.P50); ok {
 					vsRef = append(vsRef, s)
 				}
@@ -298,7 +300,7 @@ func uncontendedTable(g *gen, runs []*reportRun) (string, bool) {
 		a, _ := g.spanOf(vsRef)
 		c, _ := g.spanOf(vsFloor)
 		windows, most = windows || a.windows, max(most, len(f))
-		t.add(displayName(b), num(g.med(f), 2), num(g.med(ref), 2), num(g.med(floor), 2), a.String(), c.String(), num(g.med(req), 1))
+		t.add(displayName(b), num(g.med(f), 2), num(g.med(ref), 2), num(g.med(floor), 2), a.String(), c.String(), num(g.med(req), 1), vs(g, cpu, refCPU, 0))
 	}
 	return t.String() + sourceLine(runs, most, windows), len(t.rows) > 0
 }
