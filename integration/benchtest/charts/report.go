@@ -25,7 +25,13 @@ import (
 //	<!-- /bench-report:TABLE -->
 //
 // is a generated region: its text is the table TABLE made from the first
-// of the sets (default "latest") whose runs have rows for it.
+// of the sets (default "latest") whose runs have rows for it. The figures
+// of a document are checked everywhere outside its regions, or, if it has
+// any, only between
+//
+//	<!-- bench-report-check --> and <!-- /bench-report-check -->
+//
+// (say, in the one section of a README that reports benchmarks).
 
 const defaultSet = "latest"
 
@@ -33,6 +39,7 @@ var (
 	setMarker   = regexp.MustCompile(`(?s)<!-- bench-report-set (\S+)\s(.*?)-->`)
 	openMarker  = regexp.MustCompile(`<!-- bench-report:([a-z0-9-]+)(?: ([A-Za-z0-9_,-]+))? -->`)
 	closeMarker = regexp.MustCompile(`<!-- /bench-report:([a-z0-9-]+) -->`)
+	checkSpan   = regexp.MustCompile(`(?s)<!-- bench-report-check -->.*?<!-- /bench-report-check -->`)
 )
 
 // document is one Markdown file of the report.
@@ -232,7 +239,7 @@ func (d *document) render(g *gen, sets map[string][]*reportRun) (string, error) 
 		if body == "" {
 			body = fmt.Sprintf("No run of %s has rows for this table.\n", strings.Join(r.sets, ", "))
 		}
-		sb.WriteString("\n\n" + body + "\n")
+		sb.WriteString("\n\n" + body)
 		pos = r.end
 	}
 	sb.WriteString(d.text[pos:])
@@ -251,6 +258,14 @@ func (d *document) unsourced(k *known) []string {
 				text[i] = ' '
 			}
 		}
+	}
+	if spans := checkSpan.FindAllIndex(text, -1); spans != nil {
+		pos := 0
+		for _, m := range spans {
+			blank(pos, m[0])
+			pos = m[1]
+		}
+		blank(pos, len(text))
 	}
 	for _, r := range d.regions {
 		blank(r.start, r.end)

@@ -174,13 +174,31 @@ func TestReportUnsourced(t *testing.T) {
 		if !errors.Is(err, errReport) {
 			t.Errorf("-report (check %v) = %v; want errReport", check, err)
 		}
-		want := filepath.Join(dir, "unsourced.md") + `:16: figure "7.77×" has no source`
+		want := filepath.Join(dir, "unsourced.md") + `:15: figure "7.77×" has no source`
 		if !strings.Contains(out, want) {
 			t.Errorf("-report (check %v) output %q lacks %q", check, out, want)
 		}
 		if n := strings.Count(out, "has no source"); n != 1 {
 			t.Errorf("-report (check %v) flagged %d figures; want 1 (only 7.77×): %q", check, n, out)
 		}
+	}
+}
+
+// TestReportCheckSpan checks that a document with a checked span has its
+// figures checked there only: span.md's figures before and after it are
+// not flagged. Its region uses the set unsourced.md states.
+func TestReportCheckSpan(t *testing.T) {
+	dir := reportDir(t)
+	out, err := report(t, dir, true, "unsourced.md", "span.md")
+	if !errors.Is(err, errReport) {
+		t.Errorf("-report -check = %v; want errReport", err)
+	}
+	want := filepath.Join(dir, "span.md") + `:17: figure "8.88×" has no source`
+	if !strings.Contains(out, want) {
+		t.Errorf("-report -check output %q lacks %q", out, want)
+	}
+	if n := strings.Count(out, "span.md:"); n != 1 {
+		t.Errorf("-report -check flagged %d figures of span.md; want 1: %q", n, out)
 	}
 }
 
