@@ -645,13 +645,12 @@ func scaleTable(g *gen, runs []*reportRun) (string, bool) {
 			return []string{num(g.med(f[0]), 0), num(g.med(f[1]), 0), ""}
 		},
 	})
-	var parts []string
-	for _, p := range []string{lockers, leases} {
-		if p != "" {
-			parts = append(parts, p)
-		}
+	if ok1 && ok2 {
+		// Both tables come from the same runs: one source line.
+		lockers = lockers[:strings.LastIndex(strings.TrimSuffix(lockers, "\n"), "\n")+1]
+		return lockers + leases, true
 	}
-	return strings.Join(parts, "\n"), ok1 || ok2
+	return lockers + leases, ok1 || ok2
 }
 
 // overheadsTable: every run's overheads, each with its interval.
