@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -69,6 +70,9 @@ type known struct {
 	ratios []float64
 	values []float64
 }
+
+// errNoSources is returned when the sources directory has no JSON.
+var errNoSources = errors.New("no results files")
 
 // ratioKeys are the JSON fields whose numbers are ratios.
 var ratioKeys = []string{"ratio", "median", "min", "max", "per_window", "ci95_low", "ci95_high"}

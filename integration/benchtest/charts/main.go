@@ -23,7 +23,13 @@
 // or "make charts" from the repository root (see BENCHMARKS.md). With
 // -spread it draws nothing and writes instead, as Markdown tables, every
 // target line of every run side by side, with the number of runs that met
-// it ("make bench-spread"). Several
+// it ("make bench-spread"). With -report it draws nothing either: it
+// makes the generated tables of the Markdown files given again from the
+// results files those files name, and fails if a figure outside the
+// tables (a ratio, or a number in ms, µs, /s, bytes or %) is in no results
+// file of the -sources directory; -check verifies without rewriting
+// ("make bench-report", "make bench-report-check"; report.go describes
+// the markers). Several
 // files are several runs: every run's figure is drawn, so that the spread
 // between runs shows, and the lines and bars stand for the median. A chart
 // whose rows no input has is not drawn, and a file of that name left in DIR

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -84,10 +83,7 @@ func runReport(o reportOptions, stdout io.Writer) error {
 	g := &gen{}
 	var problems []string
 	for _, d := range docs {
-		text, err := d.render(g, sets)
-		if err != nil {
-			return err
-		}
+		text := d.render(g, sets)
 		if text == d.text {
 			continue
 		}
@@ -151,8 +147,9 @@ func findRegions(path, text string) ([]region, error) {
 		if c == nil || text[r.start+c[2]:r.start+c[3]] != name {
 			return nil, fmt.Errorf("%w: %s:%d: region %q is not closed by <!-- /bench-report:%s -->", errReport, path, r.line, name, name)
 		}
-		if o := openMarker.FindStringIndex(text[r.start : r.start+c[0]]); o != nil {
-			return nil, fmt.Errorf("%w: %s:%d: region %q opens before region %q is closed", errReport, path, lineOf(text, r.start+o[0]), "", name)
+		if o := openMarker.FindStringSubmatchIndex(text[r.start : r.start+c[0]]); o != nil {
+			inner := text[r.start+o[2] : r.start+o[3]]
+			return nil, fmt.Errorf("%w: %s:%d: region %q opens before region %q is closed", errReport, path, lineOf(text, r.start+o[0]), inner, name)
 		}
 		r.end = r.start + c[0]
 		out = append(out, r)
@@ -223,7 +220,7 @@ func loadSets(docs []*document) (map[string][]*reportRun, error) {
 }
 
 // render returns the document with every region made again.
-func (d *document) render(g *gen, sets map[string][]*reportRun) (string, error) {
+func (d *document) render(g *gen, sets map[string][]*reportRun) string {
 	var sb strings.Builder
 	pos := 0
 	for _, r := range d.regions {
@@ -243,7 +240,7 @@ func (d *document) render(g *gen, sets map[string][]*reportRun) (string, error) 
 		pos = r.end
 	}
 	sb.WriteString(d.text[pos:])
-	return sb.String(), nil
+	return sb.String()
 }
 
 // unsourced returns a line for every figure outside the regions and the
@@ -282,6 +279,3 @@ func (d *document) unsourced(k *known) []string {
 	}
 	return out
 }
-
-// errNoSources is returned when the sources directory has no JSON.
-var errNoSources = errors.New("no results files")

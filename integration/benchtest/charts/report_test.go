@@ -211,6 +211,7 @@ func TestReportErrors(t *testing.T) {
 		{"unknown table", "<!-- bench-report-set latest run-new.json -->\n<!-- bench-report:nosuch -->\n<!-- /bench-report:nosuch -->\n", `doc.md:2: no table "nosuch"`},
 		{"unclosed", "<!-- bench-report-set latest run-new.json -->\n<!-- bench-report:heap -->\n", `doc.md:2: region "heap" is not closed`},
 		{"closed by another", "<!-- bench-report-set latest run-new.json -->\n<!-- bench-report:heap -->\n<!-- /bench-report:tls -->\n", `region "heap" is not closed`},
+		{"nested", "<!-- bench-report-set latest run-new.json -->\n<!-- bench-report:heap -->\n<!-- bench-report:tls -->\n<!-- /bench-report:heap -->\n", `doc.md:3: region "tls" opens before region "heap" is closed`},
 		{"close without open", "<!-- /bench-report:heap -->\n", "doc.md:1: a closing marker without its opening one"},
 		{"unknown set", "<!-- bench-report-set latest run-new.json -->\n<!-- bench-report:heap other -->\n<!-- /bench-report:heap -->\n", `doc.md:2: region "heap" uses set "other"`},
 		{"set twice", "<!-- bench-report-set latest run-new.json -->\n<!-- bench-report-set latest run-old.json -->\n", `doc.md:2: set "latest" is stated again (first at`},

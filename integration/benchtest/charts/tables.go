@@ -688,58 +688,8 @@ func summaryTable(g *gen, runs []*reportRun) (string, bool) {
 		head = append(head, displayName(b))
 	}
 	t := table{head: head}
-	hold := 1.0
-	if !slices.ContainsFunc(runs, func(r *reportRun) bool {
-		return slices.ContainsFunc(r.Backends, func(x reportBackend) bool {
-			return slices.ContainsFunc(x.Contended, func(c contendedRow) bool { return c.HoldMs == 1 })
-		})
-	}) {
-		hold = 0
-	}
-	type line struct {
-		what string
-		get  func(x *reportBackend) (sample, bool)
-	}
-	contended := func(clients int) func(x *reportBackend) (sample, bool) {
-		return func(x *reportBackend) (sample, bool) {
-			for _, c := range x.Contended {
-				if c.Role == "fencelock" && c.Clients == clients && c.HoldMs == hold {
-					for _, r := range x.Contended {
-						if r.Role == "reference" && r.Clients == clients && r.HoldMs == hold {
-							return sampleOf(c.Ratio, c.GrantsPerSec, r.GrantsPerSec)
-						}
-					}
-				}
-			}
-			return sample{}, false
-		}
-	}
-	holdText := "an empty critical section"
-	if hold > 0 {
-		holdText = fmt.Sprintf("%g ms hold", hold)
-	}
-	lines := []line{
-		{"uncontended acquire+release, p50 latency (lower is better)", func(x *reportBackend) (sample, bool) {
-			f, ok1 := pick(x.Uncontended, "fencelock", func(u uncontended) (string, bool) { return u.Role, true })
-			r, ok2 := pick(x.Uncontended, "reference", func(u uncontended) (string, bool) { return u.Role, true })
-			if !ok1 || !ok2 {
-				return sample{}, false
-			}
-			return sampleOf(f.Ratio, f.Latency.P50, r.Latency.P50)
-		}},
-		{"contended grants/s, 2 clients, " + holdText, contended(2)},
-		{"contended grants/s, 32 clients, " + holdText, contended(32)},
-		{"heap per held lease (lower is better)", func(x *reportBackend) (sample, bool) {
-			f, ok1 := pick(x.Leases, "fencelock", func(l leasesRow) (string, bool) { return l.Role, true })
-			r, ok2 := pick(x.Leases, "reference", func(l leasesRow) (string, bool) { return l.Role, l.Leases == f.Leases })
-			if !ok1 || !ok2 {
-				return sample{}, false
-			}
-			return sampleOf(f.Ratio, f.HeapBytesPerLease, r.HeapBytesPerLease)
-		}},
-	}
 	windows, most := false, 0
-	for _, l := range lines {
+	for _, l := range summaryLines(summaryHold(runs)) {
 		row := []string{l.what}
 		some := false
 		for _, b := range bs {
@@ -760,30 +710,88 @@ func summaryTable(g *gen, runs []*reportRun) (string, bool) {
 	}
 	row := []string{"target lines met in every run"}
 	for _, b := range bs {
-		all, lines := 0, map[string]int{}
-		each(runs, b, func(x *reportBackend) {
-			for _, tg := range x.Targets {
-				if _, ok := lines[tg.What]; !ok {
-					lines[tg.What] = 0
-				}
-				if tg.Met {
-					lines[tg.What]++
-				}
-			}
-		})
-		perRun := map[string]int{}
-		each(runs, b, func(x *reportBackend) {
-			for _, tg := range x.Targets {
-				perRun[tg.What]++
-			}
-		})
-		for what, n := range lines {
-			if n == perRun[what] {
-				all++
-			}
-		}
-		row = append(row, fmt.Sprintf("%d of %d", all, len(lines)))
+		row = append(row, metInAll(runs, b))
 	}
 	t.add(row...)
 	return t.String() + sourceLine(runs, most, windows), len(t.rows) > 1
+}
+
+// summaryHold is the hold of the summary's contended lines: 1 ms, the
+// default table's, if any run has such rows, else 0.
+func summaryHold(runs []*reportRun) float64 {
+	for _, r := range runs {
+		for _, x := range r.Backends {
+			if slices.ContainsFunc(x.Contended, func(c contendedRow) bool { return c.HoldMs == 1 }) {
+				return 1
+			}
+		}
+	}
+	return 0
+}
+
+// summaryLine is one line of the summary: what it compares, and how to
+// take one run's ratio from a backend's rows.
+type summaryLine struct {
+	what string
+	get  func(x *reportBackend) (sample, bool)
+}
+
+func summaryLines(hold float64) []summaryLine {
+	contended := func(clients int) func(x *reportBackend) (sample, bool) {
+		return func(x *reportBackend) (sample, bool) {
+			key := func(c contendedRow) (string, bool) { return c.Role, c.Clients == clients && c.HoldMs == hold }
+			f, ok1 := pick(x.Contended, "fencelock", key)
+			r, ok2 := pick(x.Contended, "reference", key)
+			if !ok1 || !ok2 {
+				return sample{}, false
+			}
+			return sampleOf(f.Ratio, f.GrantsPerSec, r.GrantsPerSec)
+		}
+	}
+	holdText := "an empty critical section"
+	if hold > 0 {
+		holdText = fmt.Sprintf("%g ms hold", hold)
+	}
+	return []summaryLine{
+		{"uncontended acquire+release, p50 latency (lower is better)", func(x *reportBackend) (sample, bool) {
+			key := func(u uncontended) (string, bool) { return u.Role, true }
+			f, ok1 := pick(x.Uncontended, "fencelock", key)
+			r, ok2 := pick(x.Uncontended, "reference", key)
+			if !ok1 || !ok2 {
+				return sample{}, false
+			}
+			return sampleOf(f.Ratio, f.Latency.P50, r.Latency.P50)
+		}},
+		{"contended grants/s, 2 clients, " + holdText, contended(2)},
+		{"contended grants/s, 32 clients, " + holdText, contended(32)},
+		{"heap per held lease (lower is better)", func(x *reportBackend) (sample, bool) {
+			f, ok1 := pick(x.Leases, "fencelock", func(l leasesRow) (string, bool) { return l.Role, true })
+			r, ok2 := pick(x.Leases, "reference", func(l leasesRow) (string, bool) { return l.Role, l.Leases == f.Leases })
+			if !ok1 || !ok2 {
+				return sample{}, false
+			}
+			return sampleOf(f.Ratio, f.HeapBytesPerLease, r.HeapBytesPerLease)
+		}},
+	}
+}
+
+// metInAll says how many of backend b's target lines every run that has
+// them met ("16 of 18").
+func metInAll(runs []*reportRun, b string) string {
+	met, have := map[string]int{}, map[string]int{}
+	each(runs, b, func(x *reportBackend) {
+		for _, tg := range x.Targets {
+			have[tg.What]++
+			if tg.Met {
+				met[tg.What]++
+			}
+		}
+	})
+	all := 0
+	for what, n := range have {
+		if met[what] == n {
+			all++
+		}
+	}
+	return fmt.Sprintf("%d of %d", all, len(have))
 }
