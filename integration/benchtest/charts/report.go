@@ -234,7 +234,7 @@ func (d *document) render(g *gen, sets map[string][]*reportRun) string {
 			}
 		}
 		if body == "" {
-			body = fmt.Sprintf("No run of %s has rows for this table.\n", strings.Join(r.sets, ", "))
+			body = fmt.Sprintf("No run of the set %s has rows for this table yet.\n", strings.Join(r.sets, " or "))
 		}
 		sb.WriteString("\n\n" + body)
 		pos = r.end

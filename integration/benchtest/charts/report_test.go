@@ -120,7 +120,7 @@ func TestReportTables(t *testing.T) {
 		{"scale older,latest", []string{"| etcd | 200 / 1,000 | 2,183 | 2,361 | 0.93× (0.88–0.99) | 2.3 vs 2.3 |", "| etcd | 100,000 | 312 | 256 | 1.22× |"}},
 		{"lockdelay", []string{"| etcd | 2 | 420 / 395 | 0.94× (0.90–0.97) |"}},
 		{"tls", []string{"| etcd | etcdlock, TLS+auth | 2.30 | 400 | 1.15× (1.11–1.19) |"}},
-		{"failover", []string{"No run of latest has rows for this table."}},
+		{"failover", []string{"No run of the set latest has rows for this table yet."}},
 	}
 	for _, tt := range tests {
 		got, ok := regions[tt.region]
