@@ -156,7 +156,11 @@ bench-report:
 	@cd integration && $(GO) build -o .cache/bin/benchcharts ./benchtest/charts
 	$(CACHE_BIN)/benchcharts -report -sources $(BENCH_SOURCES) $(BENCH_REPORT_DOCS)
 
+# Also fails if a results file in BENCH_SOURCES is not committed: a
+# figure may only come from a committed run.
 bench-report-check:
+	@untracked=$$(git ls-files --others --exclude-standard -- '$(BENCH_SOURCES)/*.json'); \
+	if [ -n "$$untracked" ]; then echo "bench-report-check: results files not committed: $$untracked"; exit 1; fi
 	@mkdir -p $(CACHE_BIN)
 	@cd integration && $(GO) build -o .cache/bin/benchcharts ./benchtest/charts
 	$(CACHE_BIN)/benchcharts -report -check -sources $(BENCH_SOURCES) $(BENCH_REPORT_DOCS)
