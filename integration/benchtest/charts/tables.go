@@ -266,10 +266,10 @@ func pick[T any](rows []T, role string, key func(T) (string, bool)) (T, bool) {
 }
 
 func uncontendedTable(g *gen, runs []*reportRun) (string, bool) {
-	t := table{head: []string{"backend", "fencelock p50 ms", "reference p50 ms", "floor p50 ms", "p50 vs reference", "p50 vs floor", "requests/cycle", "client CPU µs/cycle"}}
+	t := table{head: []string{"backend", "fencelock p50 ms", "reference p50 ms", "floor p50 ms", "p50 vs reference", "p50 vs floor", "requests/cycle", "client CPU µs/cycle: fencelock, reference, floor"}}
 	windows, most := false, 0
 	for _, b := range backendsOf(runs) {
-		var f, ref, floor, req, cpu, refCPU []float64
+		var f, ref, floor, req, cpu, refCPU, floorCPU []float64
 		var vsRef, vsFloor []sample
 		each(runs, b, func(x *reportBackend) {
 			role := func(u uncontended) (string, bool) { return u.Role, true }
@@ -289,6 +289,7 @@ func uncontendedTable(g *gen, runs []*reportRun) (string, bool) {
 			}
 			if fo, ok := pick(x.Uncontended, "floor", role); ok {
 				floor = append(floor, fo.Latency.P50)
+				floorCPU = append(floorCPU, fo.ClientCPUUs)
 				if s, ok := sampleOf(nil, fl.Latency.P50, fo.Latency.P50); ok {
 					vsFloor = append(vsFloor, s)
 				}
@@ -300,7 +301,7 @@ func uncontendedTable(g *gen, runs []*reportRun) (string, bool) {
 		a, _ := g.spanOf(vsRef)
 		c, _ := g.spanOf(vsFloor)
 		windows, most = windows || a.windows, max(most, len(f))
-		t.add(displayName(b), num(g.med(f), 2), num(g.med(ref), 2), num(g.med(floor), 2), a.String(), c.String(), num(g.med(req), 1), vs(g, cpu, refCPU, 0))
+		t.add(displayName(b), num(g.med(f), 2), num(g.med(ref), 2), num(g.med(floor), 2), a.String(), c.String(), num(g.med(req), 1), num(g.med(cpu), 0)+", "+num(g.med(refCPU), 0)+", "+num(g.med(floorCPU), 0))
 	}
 	return t.String() + sourceLine(runs, most, windows), len(t.rows) > 0
 }
