@@ -83,12 +83,14 @@ func runReport(o reportOptions, stdout io.Writer) error {
 	g := &gen{}
 	var problems []string
 	for _, d := range docs {
-		text := d.render(g, sets)
-		if text == d.text {
+		text, stale := d.render(g, sets)
+		if len(stale) == 0 {
 			continue
 		}
 		if o.check {
-			problems = append(problems, fmt.Sprintf("%s: generated tables are out of date (run make bench-report)", d.path))
+			for _, r := range stale {
+				problems = append(problems, fmt.Sprintf("%s:%d: generated table %q is out of date (run make bench-report)", d.path, r.line, r.table))
+			}
 			continue
 		}
 		if err := os.WriteFile(d.path, []byte(text), 0o644); err != nil {
@@ -219,16 +221,17 @@ func loadSets(docs []*document) (map[string][]*reportRun, error) {
 	return sets, nil
 }
 
-// render returns the document with every region made again.
-func (d *document) render(g *gen, sets map[string][]*reportRun) string {
+// render returns the document with every region made again, and the
+// regions whose text that changed.
+func (d *document) render(g *gen, sets map[string][]*reportRun) (string, []region) {
 	var sb strings.Builder
+	var stale []region
 	pos := 0
 	for _, r := range d.regions {
 		sb.WriteString(d.text[pos:r.start])
 		body := ""
 		for _, s := range r.sets {
-			md, ok := tables[r.table](g, sets[s])
-			if ok {
+			if md, ok := tables[r.table](g, sets[s]); ok {
 				body = md
 				break
 			}
@@ -236,11 +239,14 @@ func (d *document) render(g *gen, sets map[string][]*reportRun) string {
 		if body == "" {
 			body = fmt.Sprintf("No run of the set %s has rows for this table yet.\n", strings.Join(r.sets, " or "))
 		}
+		if "\n\n"+body != d.text[r.start:r.end] {
+			stale = append(stale, r)
+		}
 		sb.WriteString("\n\n" + body)
 		pos = r.end
 	}
 	sb.WriteString(d.text[pos:])
-	return sb.String()
+	return sb.String(), stale
 }
 
 // unsourced returns a line for every figure outside the regions and the
