@@ -2,12 +2,15 @@ package zktest
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock/locktest"
 	"github.com/fencelock/fencelock/zklock"
@@ -18,16 +21,74 @@ import (
 // around it.
 const testLockDelay = 1500 * time.Millisecond
 
-// TestLockDelay: a SIGKILLed holder's lock is granted no sooner than the
-// lock-delay after the server dropped its znode (at its session's
-// expiry), a revoked holder's no sooner than the lock-delay after Revoke
-// was called; a cleanly released one is granted at once.
+// TestLockDelay: the lock of a holder that was SIGKILLed (its znode
+// dropped at its session's expiry), revoked, or whose Locker was closed
+// is granted no sooner than the lock-delay after an exists watch on the
+// znode, set on each server, received its NodeDeleted event; a cleanly
+// released one is granted at once (testutil.RunLockDelay).
 func TestLockDelay(t *testing.T) {
 	c := startEnsemble(t)
 	root := uniqueRoot(t)
 	url := "zk://" + strings.Join(c.Endpoints(), ",") + root +
 		"?session_timeout=" + sessionTimeout.String() + "&lock_delay=" + testLockDelay.String()
-	testutil.RunLockDelay(t, url, testLockDelay, "TestLockDelayHolderProcess", markerCounter(newAdmin(t, c.Endpoints()), root))
+	testutil.RunLockDelay(t, url, testLockDelay, "TestLockDelayHolderProcess",
+		markerCounter(newAdmin(t, c.Endpoints()), root), removalWatch(t, c.Endpoints(), root))
+}
+
+// removalWatch returns a testutil.WatchRemoval for the locks under root.
+// It finds the lock znode whose czxid is the token and sets an exists
+// watch on it through a connection to each server of its own, each after
+// a read barrier, so that the znode must still be there. A server fires
+// a watch once it has applied the deletion, so the first NodeDeleted to
+// arrive, from whichever server applied it first, follows the removal by
+// no more than its delivery.
+func removalWatch(t *testing.T, servers []string, root string) testutil.WatchRemoval {
+	admins := make([]*admin, len(servers))
+	for i, s := range servers {
+		admins[i] = newAdmin(t, []string{s})
+	}
+	return func(t *testing.T, name string, tok fencing.Token) <-chan testutil.Removal {
+		t.Helper()
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		t.Cleanup(func() { close(stop); wg.Wait() })
+		path := ""
+		for _, k := range admins[0].records(t, root, name) {
+			p := root + "/" + name + "/" + k
+			_, st, err := admins[0].conn.Get(p)
+			if err != nil {
+				t.Fatalf("Get(%s) = %v", p, err)
+			}
+			if st.Czxid == int64(tok) {
+				path = p
+			}
+		}
+		if path == "" {
+			t.Fatalf("no lock znode of %q has czxid %d", name, tok)
+		}
+		removed, report := testutil.FirstRemoval(len(admins))
+		for i, a := range admins {
+			a.sync(t, path)
+			ok, _, ev, err := a.conn.ExistsW(path)
+			if err != nil || !ok {
+				t.Fatalf("ExistsW(%s) on %s = %t, %v; want the znode there", path, servers[i], ok, err)
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				select {
+				case e := <-ev:
+					if e.Type == zk.EventNodeDeleted {
+						report(fmt.Sprintf("NodeDeleted %s, first seen on %s", e.Path, servers[i]), true)
+						return
+					}
+				case <-stop:
+				}
+				report("", false)
+			}()
+		}
+		return removed
+	}
 }
 
 // TestCancelledCalls: an Acquire or TryAcquire cancelled in flight, with

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -51,21 +51,74 @@ func LockDelayHolder(t *testing.T) {
 // LockDelayTrials is how many times each case of RunLockDelay runs.
 const LockDelayTrials = 3
 
+// Removal is the deletion of a lock record as observers on the servers,
+// in place before it, saw it.
+type Removal struct {
+	// At is when the first observer received the deletion: after the
+	// server removed the record, so a delay measured from At can only
+	// understate the delay from the removal. Zero if no observer saw it.
+	At time.Time
+	// Event says what was seen and where, for the log.
+	Event string
+}
+
+// WatchRemoval puts, on every server, an observer of the removal of the
+// record of name whose grant has token tok, and returns once they are in
+// place (it fails the test if the record is not there). The channel
+// yields the removal once the first observer has seen it, and is closed
+// without a value if every observer ended without seeing it. The
+// observers stop when t ends.
+type WatchRemoval func(t *testing.T, name string, tok fencing.Token) <-chan Removal
+
+// FirstRemoval returns the channel of a WatchRemoval fed by n observers,
+// and the function with which each observer reports: with ok, the
+// deletion it received, stamped now; without, that it ended without one.
+// It must be called once by each of the n observers. The first deletion
+// reported is the one the channel yields.
+func FirstRemoval(n int) (<-chan Removal, func(event string, ok bool)) {
+	ch := make(chan Removal, 1)
+	var mu sync.Mutex
+	sent, left := false, n
+	return ch, func(event string, ok bool) {
+		at := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		left--
+		if ok && !sent {
+			ch <- Removal{At: at, Event: event}
+			sent = true
+		}
+		if left == 0 && !sent {
+			close(ch)
+		}
+	}
+}
+
+// lockDelaySlack is how long after the lock-delay a delayed grant may
+// come, and how soon after a clean release an undelayed one must: the
+// grantee's read that finds the record gone, and its delete of the
+// marker, are a few round trips, which d/2 leaves room for under load.
+func lockDelaySlack(d time.Duration) time.Duration { return d / 2 }
+
 // RunLockDelay checks lock-delay d on a backend, with Lockers opened from
-// url (which must set lock_delay=d and a short TTL or session timeout):
+// url (which must set lock_delay=d and a short TTL or session timeout).
+// The package docs (WithLockDelay) delay the next grant by d after a
+// lease that ends without a clean Release, and not after a clean one:
 //
-//   - a holder process SIGKILLed while it holds the lock: the waiter's
-//     grant comes at least d after the last read that still saw the
-//     holder's record (a lower bound of when the server dropped it);
-//   - a holder revoked (lock.Revoker, through another Locker): the
-//     waiter's grant comes at least d after Revoke was called;
+//   - a holder process SIGKILLed while it holds the lock (its record
+//     goes when its session expires), a holder revoked (lock.Revoker,
+//     through another Locker) and a holder whose Locker is closed while
+//     it holds the lock: the waiter's grant comes at least d, and less
+//     than d plus the slack d/2, after the removal of the holder's record
+//     as observers started beforehand on the servers saw it (watch
+//     reports the removal; see WatchRemoval);
 //   - a holder that releases cleanly: the waiter is granted within d/2 of
 //     the Release.
 //
 // holderTest is the name of the test whose body is LockDelayHolder.
 // markers counts the lock-delay markers of a name, read directly from the
 // servers: after each clean release none may be left.
-func RunLockDelay(t *testing.T, url string, d time.Duration, holderTest string, markers func(t *testing.T, name string) int) {
+func RunLockDelay(t *testing.T, url string, d time.Duration, holderTest string, markers func(t *testing.T, name string) int, watch WatchRemoval) {
 	t.Helper()
 	noMarkers := func(t *testing.T, name, when string) {
 		t.Helper()
@@ -84,10 +137,10 @@ func RunLockDelay(t *testing.T, url string, d time.Duration, holderTest string, 
 		t.Cleanup(func() { _ = l.Close() })
 		return l
 	}
-	waiter, observer := open(), open()
-	ql, ok := observer.(lock.QueueLister)
+	waiter, inspector := open(), open()
+	ql, ok := inspector.(lock.QueueLister)
 	if !ok {
-		t.Fatalf("%T is not a lock.QueueLister", observer)
+		t.Fatalf("%T is not a lock.QueueLister", inspector)
 	}
 	ctx := Context(t, 5*time.Minute)
 
@@ -104,17 +157,49 @@ func RunLockDelay(t *testing.T, url string, d time.Duration, holderTest string, 
 		}()
 		return ch
 	}
-	queued := func(name string, n int) {
+	queued := func(t *testing.T, name string, n int) {
 		t.Helper()
 		Eventually(t, 20*time.Second, "waiter queued", func() bool {
 			q, err := ql.Queue(ctx, name)
 			return err == nil && len(q) == n
 		})
 	}
+	// delayed runs one trial of a case whose holder loses its lease: the
+	// holder of name, whose grant has token tok, is queued behind by the
+	// waiter, and end takes its lease away. It returns the grant's delay
+	// after the removal of the holder's record.
+	delayed := func(t *testing.T, name string, tok fencing.Token, end func()) time.Duration {
+		t.Helper()
+		removed := watch(t, name, tok)
+		grants := acquire(name)
+		queued(t, name, 2)
+		end()
+		r := Recv(t, removed, 30*time.Second, "the observers' report of the holder's removal")
+		if r.At.IsZero() {
+			t.Fatalf("every observer ended without seeing the removal of the record of %q with token %d", name, tok)
+		}
+		g := Recv(t, grants, 30*time.Second, "grant after the holder's lease ended")
+		if g.err != nil {
+			t.Fatalf("Acquire() = %v", g.err)
+		}
+		gap := g.at.Sub(r.At)
+		t.Logf("holder (token %d) gone: %s; grant (token %d) came %v after it (lock-delay %v)", tok, r.Event, g.le.Token(), gap.Round(time.Millisecond), d)
+		if gap < d {
+			t.Errorf("grant %v after the observers saw the holder's record removed; want at least the lock-delay %v", gap, d)
+		}
+		if slack := lockDelaySlack(d); gap >= d+slack {
+			t.Errorf("grant %v after the observers saw the holder's record removed; want less than the lock-delay %v plus %v", gap, d, slack)
+		}
+		if err := g.le.Release(ctx); err != nil {
+			t.Errorf("Release() = %v", err)
+		}
+		noMarkers(t, name, "after the delayed grant was released cleanly")
+		return gap
+	}
 
 	t.Run("killed", func(t *testing.T) {
-		var lows, highs []time.Duration
-		for i := range LockDelayTrials {
+		var gaps []time.Duration
+		for range LockDelayTrials {
 			name := UniqueName(t)
 			cmd := exec.Command(os.Args[0], "-test.run=^"+holderTest+"$", "-test.v")
 			cmd.Env = append(os.Environ(), lockDelayURLEnv+"="+url, lockDelayNameEnv+"="+name)
@@ -135,86 +220,55 @@ func RunLockDelay(t *testing.T, url string, d time.Duration, holderTest string, 
 			if n := markers(t, name); n != 1 {
 				t.Errorf("while the holder process holds %q: %d lock-delay markers; want 1", name, n)
 			}
-			grants := acquire(name)
-			queued(name, 2)
-			if err := p.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatalf("kill holder process %d: %v", p.Cmd.Process.Pid, err)
-			}
-			Recv(t, p.Exited(), 10*time.Second, "exit of the killed holder process")
-			// Poll the queue until the killed holder's record is gone:
-			// the server dropped it after lastSeen (the send time of the
-			// last read that still found it) and before goneAt (the reply
-			// time of the first that did not).
-			var lastSeen, goneAt time.Time
-			for goneAt.IsZero() {
-				sent := time.Now()
-				q, err := ql.Queue(ctx, name)
-				if err != nil {
-					t.Fatalf("Queue(%q) = %v", name, err)
+			gaps = append(gaps, delayed(t, name, tok, func() {
+				if err := p.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+					t.Fatalf("kill holder process %d: %v", p.Cmd.Process.Pid, err)
 				}
-				if slices.ContainsFunc(q, func(e lock.QueueEntry) bool { return e.Holder.Token == tok }) {
-					lastSeen = sent
-					time.Sleep(5 * time.Millisecond) // polling, not ordering
-					continue
-				}
-				goneAt = time.Now()
-			}
-			g := Recv(t, grants, 30*time.Second, "grant after the killed holder")
-			if g.err != nil {
-				t.Fatalf("Acquire() = %v", g.err)
-			}
-			low, high := g.at.Sub(goneAt), g.at.Sub(lastSeen)
-			lows, highs = append(lows, low), append(highs, high)
-			t.Logf("trial %d: holder (token %d) SIGKILLed; grant (token %d) came %v to %v after the server dropped the record (lock-delay %v)", i, tok, g.le.Token(), low.Round(time.Millisecond), high.Round(time.Millisecond), d)
-			if high < d {
-				t.Errorf("trial %d: grant %v after the last read that saw the killed holder's record; want at least the lock-delay %v", i, high, d)
-			}
-			if err := g.le.Release(ctx); err != nil {
-				t.Errorf("Release() = %v", err)
-			}
-			noMarkers(t, name, "after the killed holder's successor released cleanly")
+				Recv(t, p.Exited(), 10*time.Second, "exit of the killed holder process")
+			}))
 		}
-		t.Logf("after SIGKILL: grant - record dropped, in [low, high] per trial: low %v, high %v", lows, highs)
+		t.Logf("after SIGKILL: grant - record removed: %v (lock-delay %v)", gaps, d)
 	})
 
 	t.Run("revoked", func(t *testing.T) {
-		rv, ok := observer.(lock.Revoker)
+		rv, ok := inspector.(lock.Revoker)
 		if !ok {
-			t.Fatalf("%T is not a lock.Revoker", observer)
+			t.Fatalf("%T is not a lock.Revoker", inspector)
 		}
 		holder := open()
 		var gaps []time.Duration
-		for i := range LockDelayTrials {
+		for range LockDelayTrials {
 			name := UniqueName(t)
 			le, err := holder.Acquire(ctx, name)
 			if err != nil {
 				t.Fatalf("Acquire() = %v", err)
 			}
-			grants := acquire(name)
-			queued(name, 2)
-			// The record existed when Revoke was called, and is gone
-			// when it returns.
-			start := time.Now()
-			if err := rv.Revoke(ctx, name, le.Token()); err != nil {
-				t.Fatalf("Revoke(%q, %d) = %v", name, le.Token(), err)
-			}
-			g := Recv(t, grants, 30*time.Second, "grant after the revocation")
-			if g.err != nil {
-				t.Fatalf("Acquire() = %v", g.err)
-			}
-			gap := g.at.Sub(start)
-			gaps = append(gaps, gap)
-			t.Logf("trial %d: holder (token %d) revoked; grant (token %d) came %v after Revoke was called (lock-delay %v)", i, le.Token(), g.le.Token(), gap.Round(time.Millisecond), d)
-			if gap < d {
-				t.Errorf("trial %d: grant %v after Revoke was called; want at least the lock-delay %v", i, gap, d)
-			}
+			gaps = append(gaps, delayed(t, name, le.Token(), func() {
+				if err := rv.Revoke(ctx, name, le.Token()); err != nil {
+					t.Fatalf("Revoke(%q, %d) = %v", name, le.Token(), err)
+				}
+			}))
 			Recv(t, le.Done(), 30*time.Second, "end of the revoked lease")
-			if err := g.le.Release(ctx); err != nil {
-				t.Errorf("Release() = %v", err)
-			}
-			noMarkers(t, name, "after the revoked holder's successor released cleanly")
 		}
-		t.Logf("after a revocation: grant - Revoke called: %v", gaps)
+		t.Logf("after a revocation: grant - record removed: %v (lock-delay %v)", gaps, d)
+	})
+
+	t.Run("closed", func(t *testing.T) {
+		var gaps []time.Duration
+		for range LockDelayTrials {
+			name := UniqueName(t)
+			holder := open()
+			le, err := holder.Acquire(ctx, name)
+			if err != nil {
+				t.Fatalf("Acquire() = %v", err)
+			}
+			gaps = append(gaps, delayed(t, name, le.Token(), func() {
+				if err := holder.Close(); err != nil {
+					t.Fatalf("Close() = %v", err)
+				}
+			}))
+		}
+		t.Logf("after a Close while holding: grant - record removed: %v (lock-delay %v)", gaps, d)
 	})
 
 	t.Run("released", func(t *testing.T) {
@@ -227,7 +281,7 @@ func RunLockDelay(t *testing.T, url string, d time.Duration, holderTest string, 
 				t.Fatalf("Acquire() = %v", err)
 			}
 			grants := acquire(name)
-			queued(name, 2)
+			queued(t, name, 2)
 			start := time.Now()
 			if err := le.Release(ctx); err != nil {
 				t.Fatalf("Release() = %v", err)
@@ -239,8 +293,8 @@ func RunLockDelay(t *testing.T, url string, d time.Duration, holderTest string, 
 			gap := g.at.Sub(start)
 			gaps = append(gaps, gap)
 			t.Logf("trial %d: clean release; grant came %v after Release was called (lock-delay %v)", i, gap.Round(time.Millisecond), d)
-			if gap >= d/2 {
-				t.Errorf("trial %d: grant %v after a clean release; want no lock-delay (under %v)", i, gap, d/2)
+			if slack := lockDelaySlack(d); gap >= slack {
+				t.Errorf("trial %d: grant %v after a clean release; want no lock-delay (under %v)", i, gap, slack)
 			}
 			// A clean release of the second grant, then a fresh grant:
 			// no delay either.
@@ -252,8 +306,8 @@ func RunLockDelay(t *testing.T, url string, d time.Duration, holderTest string, 
 			if err != nil {
 				t.Fatalf("Acquire() = %v", err)
 			}
-			if gap := time.Since(start); gap >= d/2 {
-				t.Errorf("trial %d: Acquire of a name released cleanly took %v; want no lock-delay (under %v)", i, gap, d/2)
+			if gap, slack := time.Since(start), lockDelaySlack(d); gap >= slack {
+				t.Errorf("trial %d: Acquire of a name released cleanly took %v; want no lock-delay (under %v)", i, gap, slack)
 			}
 			if err := le.Release(ctx); err != nil {
 				t.Errorf("Release() = %v", err)
