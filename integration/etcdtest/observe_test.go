@@ -119,3 +119,16 @@ func TestObserveCloseWhileUnreachable(t *testing.T) {
 		t.Errorf("Observe end error = %v; want an error wrapping %v", err, lock.ErrClosed)
 	}
 }
+
+// TestObserveShortGrants holds etcd observations to what the package doc
+// promises (testutil.RunObserveShortGrants with every grant required):
+// a watch delivers every event, so each of 40 grants released at once,
+// each free moment between them, a grant held for 300ms and the final
+// free state are reported, in order, once each.
+func TestObserveShortGrants(t *testing.T) {
+	c := startCluster(t)
+	prefix := "observe-" + testutil.UniqueName(t)
+	obs := newLocker(t, newClient(t, c.Endpoints()), etcdlock.WithPrefix(prefix), etcdlock.WithIdentity("observer"))
+	holder := newLocker(t, newClient(t, c.Endpoints()), etcdlock.WithPrefix(prefix), etcdlock.WithIdentity("holder"))
+	testutil.RunObserveShortGrants(t, obs, holder, "holder", testutil.ObserveBurst)
+}

@@ -2,7 +2,6 @@ package zktest
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -121,64 +120,30 @@ func acquire(t *testing.T, ctx context.Context, l lock.Locker, name string) lock
 	return le
 }
 
-// TestObserveShortGrants measures what the package doc promises about
-// grants shorter than a round trip: a burst of grants each released at
-// once may be missed in part, but whatever is reported is, in order, a
-// subsequence of the lock's history with no holder twice in a row; a
-// grant held for longer than the observer needs to list the queue again
-// (here 300ms) is reported; and the free state the lock ends in is
-// reported. How many of the short grants were seen is logged: it depends
-// on timing and is not a promise.
+// TestObserveShortGrants holds ZooKeeper observations to what the
+// package doc promises of grants shorter than a round trip
+// (testutil.RunObserveShortGrants): some may be missed, but what is
+// reported is a subsequence of the lock's history, a grant held for
+// 300ms and the final free state are reported, and so are at least
+// zkShortGrantFloor of the 40 short grants.
 func TestObserveShortGrants(t *testing.T) {
 	c := startEnsemble(t)
 	h := newHarness(t, c.Endpoints())
-	obs := h.NewLocker(t, "observer")
-	holder := h.NewLocker(t, "holder")
-	ctx := testutil.Context(t, 60*time.Second)
-	name := "observe/" + randHex(4)
-
-	octx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ch, errf, err := obs.(lock.Observer).Observe(octx, name)
-	if err != nil {
-		t.Fatalf("Observe() = %v", err)
-	}
-	r := testutil.Record(t, ch, errf)
-	free := lock.Holder{}
-	r.WaitLast(free, 10*time.Second, "initial state")
-
-	history := []lock.Holder{free}
-	var short []lock.Holder
-	const burst = 40
-	for range burst {
-		le := acquire(t, ctx, holder, name)
-		hd := lock.Holder{Identity: "holder", Token: le.Token()}
-		if err := le.Release(ctx); err != nil {
-			t.Fatalf("Release() = %v", err)
-		}
-		short = append(short, hd)
-		history = append(history, hd, free)
-	}
-	r.WaitLast(free, 10*time.Second, "free after the burst")
-
-	long := acquire(t, ctx, holder, name)
-	longHolder := lock.Holder{Identity: "holder", Token: long.Token()}
-	history = append(history, longHolder)
-	time.Sleep(300 * time.Millisecond)
-	if err := long.Release(ctx); err != nil {
-		t.Fatalf("Release() = %v", err)
-	}
-	history = append(history, free)
-	r.WaitLast(free, 10*time.Second, "free after the long grant")
-
-	r.CheckSubsequence(history, []lock.Holder{longHolder}, "a burst of short grants, then a long one")
-	seen, _ := r.Snapshot()
-	n := 0
-	for _, hd := range short {
-		if slices.Contains(seen, hd) {
-			n++
-		}
-	}
-	t.Logf("%d of %d grants released at once were reported", n, burst)
-	r.EndsWithCancel(t, cancel)
+	obs := h.NewLocker(t, "observer").(lock.Observer)
+	testutil.RunObserveShortGrants(t, obs, h.NewLocker(t, "holder"), "holder", zkShortGrantFloor)
 }
+
+// zkShortGrantFloor is how many of the 40 grants released at once a
+// ZooKeeper observation must report. None of them is promised: each
+// lives about one round trip (its create's answer on the way to the
+// holder, the holder's delete on the way back), and it is reported only
+// when the listing the observer sends on the watch event of its create,
+// and the read of its data, are served before that delete. That race was
+// won 27 to 40 times of 40 (median 36) in 30 runs under -race on a
+// shared 2-core machine (load average 1.5 to 18; the fewest at the
+// lowest load, as load slows the holder's round trips as much as the
+// observer's). The floor is under half the fewest, to leave room for a
+// load that slows the observer alone; an observation that reports only
+// the states the lock rests in (the first and the last, and the long
+// grant) reports none of the short grants and fails.
+const zkShortGrantFloor = 12

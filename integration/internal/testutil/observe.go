@@ -139,3 +139,80 @@ func (r *Recorder) CheckSubsequence(history, must []lock.Holder, what string) {
 		}
 	}
 }
+
+// ObserveBurst is how many grants RunObserveShortGrants makes, each
+// released as soon as it is granted.
+const ObserveBurst = 40
+
+// RunObserveShortGrants checks what an observation reports of a burst of
+// grants shorter than a round trip, on a name free at the start: holder
+// (whose Holder identity is id) acquires and at once releases the name
+// ObserveBurst times, then holds it for 300ms (a grant longer than an
+// observer needs to list the lock again) and releases it. The
+// observation, from obs, must report, in order, a subsequence of that
+// history with no holder twice in a row, the long grant, the free state
+// the lock ends in, and at least floor of the ObserveBurst short grants.
+// A backend that promises every change (floor ObserveBurst) must report
+// the history exactly.
+func RunObserveShortGrants(t *testing.T, obs lock.Observer, holder lock.Locker, id string, floor int) {
+	t.Helper()
+	ctx := Context(t, 60*time.Second)
+	name := UniqueName(t)
+	octx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, errf, err := obs.Observe(octx, name)
+	if err != nil {
+		t.Fatalf("Observe() = %v", err)
+	}
+	r := Record(t, ch, errf)
+	free := lock.Holder{}
+	r.WaitLast(free, 10*time.Second, "initial state")
+
+	acquire := func() (lock.Lease, lock.Holder) {
+		t.Helper()
+		le, err := holder.Acquire(ctx, name)
+		if err != nil {
+			t.Fatalf("Acquire(%q) = %v; want a lease", name, err)
+		}
+		return le, lock.Holder{Identity: id, Token: le.Token()}
+	}
+	history := []lock.Holder{free}
+	var short []lock.Holder
+	for range ObserveBurst {
+		le, hd := acquire()
+		if err := le.Release(ctx); err != nil {
+			t.Fatalf("Release() = %v", err)
+		}
+		short = append(short, hd)
+		history = append(history, hd, free)
+	}
+	r.WaitLast(free, 10*time.Second, "free after the burst")
+
+	long, longHolder := acquire()
+	history = append(history, longHolder)
+	time.Sleep(300 * time.Millisecond) // the grant's length is the subject
+	if err := long.Release(ctx); err != nil {
+		t.Fatalf("Release() = %v", err)
+	}
+	history = append(history, free)
+	r.WaitLast(free, 10*time.Second, "free after the long grant")
+
+	what := fmt.Sprintf("%d grants released at once, then one held for 300ms", ObserveBurst)
+	if floor >= ObserveBurst {
+		r.Check(history, what)
+	} else {
+		r.CheckSubsequence(history, []lock.Holder{longHolder}, what)
+	}
+	seen, _ := r.Snapshot()
+	n := 0
+	for _, hd := range short {
+		if slices.Contains(seen, hd) {
+			n++
+		}
+	}
+	t.Logf("%d of %d grants released at once were reported (floor %d)", n, ObserveBurst, floor)
+	if n < floor {
+		t.Errorf("%d of %d grants released at once were reported; want at least %d", n, ObserveBurst, floor)
+	}
+	r.EndsWithCancel(t, cancel)
+}
