@@ -139,11 +139,11 @@ func TestObserveShortGrants(t *testing.T) {
 // holder, the holder's delete on the way back), and it is reported only
 // when the listing the observer sends on the watch event of its create,
 // and the read of its data, are served before that delete. That race was
-// won 27 to 40 times of 40 (median 36) in 30 runs under -race on a
-// shared 2-core machine (load average 1.5 to 18; the fewest at the
-// lowest load, as load slows the holder's round trips as much as the
-// observer's). The floor is under half the fewest, to leave room for a
-// load that slows the observer alone; an observation that reports only
-// the states the lock rests in (the first and the last, and the long
-// grant) reports none of the short grants and fails.
+// won 27 to 40 times of 40 (median 36) in 33 runs under -race on a
+// shared 2-core machine (load average 1.5 to 18; the fewest came at the
+// lowest load, load slowing the holder as much as the observer). The
+// floor is under half the fewest, to leave room for a load that slows
+// the observer alone. An observation that reports only the states the
+// lock rests in (the first and the last, and the long grant) reports
+// none of the short grants and fails.
 const zkShortGrantFloor = 12

@@ -120,202 +120,227 @@ func lockDelaySlack(d time.Duration) time.Duration { return d / 2 }
 // servers: after each clean release none may be left.
 func RunLockDelay(t *testing.T, url string, d time.Duration, holderTest string, markers func(t *testing.T, name string) int, watch WatchRemoval) {
 	t.Helper()
-	noMarkers := func(t *testing.T, name, when string) {
-		t.Helper()
-		if n := markers(t, name); n != 0 {
-			t.Errorf("%s: %d lock-delay markers of %q left; want 0", when, n, name)
-		}
-	}
-	open := func() lock.Locker {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		l, err := lock.Open(ctx, url)
-		if err != nil {
-			t.Fatalf("lock.Open(%q) = %v", url, err)
-		}
-		t.Cleanup(func() { _ = l.Close() })
-		return l
-	}
-	waiter, inspector := open(), open()
-	ql, ok := inspector.(lock.QueueLister)
-	if !ok {
-		t.Fatalf("%T is not a lock.QueueLister", inspector)
-	}
-	ctx := Context(t, 5*time.Minute)
+	r := &lockDelayRun{url: url, d: d, holderTest: holderTest, markers: markers, watch: watch, ctx: Context(t, 5*time.Minute)}
+	r.waiter, r.inspector = r.open(t), r.open(t)
+	t.Run("killed", r.killed)
+	t.Run("revoked", r.revoked)
+	t.Run("closed", r.closed)
+	t.Run("released", r.released)
+}
 
-	type grant struct {
-		le  lock.Lease
-		at  time.Time
-		err error
+// lockDelayRun is one run of RunLockDelay: its arguments, and the Lockers
+// its cases share (the waiter, whose grants are timed, and the inspector,
+// which lists the queue and revokes).
+type lockDelayRun struct {
+	url               string
+	d                 time.Duration
+	holderTest        string
+	markers           func(t *testing.T, name string) int
+	watch             WatchRemoval
+	ctx               context.Context
+	waiter, inspector lock.Locker
+}
+
+// lockDelayGrant is the outcome of the waiter's Acquire, and when it
+// returned.
+type lockDelayGrant struct {
+	le  lock.Lease
+	at  time.Time
+	err error
+}
+
+func (r *lockDelayRun) open(t *testing.T) lock.Locker {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := lock.Open(ctx, r.url)
+	if err != nil {
+		t.Fatalf("lock.Open(%q) = %v", r.url, err)
 	}
-	acquire := func(name string) <-chan grant {
-		ch := make(chan grant, 1)
-		go func() {
-			le, err := waiter.Acquire(ctx, name)
-			ch <- grant{le, time.Now(), err}
-		}()
-		return ch
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func (r *lockDelayRun) noMarkers(t *testing.T, name, when string) {
+	t.Helper()
+	if n := r.markers(t, name); n != 0 {
+		t.Errorf("%s: %d lock-delay markers of %q left; want 0", when, n, name)
 	}
-	queued := func(t *testing.T, name string, n int) {
-		t.Helper()
-		Eventually(t, 20*time.Second, "waiter queued", func() bool {
-			q, err := ql.Queue(ctx, name)
-			return err == nil && len(q) == n
-		})
+}
+
+// acquire starts the waiter's Acquire of name behind its holder, and
+// returns once the waiter is queued.
+func (r *lockDelayRun) acquire(t *testing.T, name string) <-chan lockDelayGrant {
+	t.Helper()
+	ql, ok := r.inspector.(lock.QueueLister)
+	if !ok {
+		t.Fatalf("%T is not a lock.QueueLister", r.inspector)
 	}
-	// delayed runs one trial of a case whose holder loses its lease: the
-	// holder of name, whose grant has token tok, is queued behind by the
-	// waiter, and end takes its lease away. It returns the grant's delay
-	// after the removal of the holder's record.
-	delayed := func(t *testing.T, name string, tok fencing.Token, end func()) time.Duration {
-		t.Helper()
-		removed := watch(t, name, tok)
-		grants := acquire(name)
-		queued(t, name, 2)
-		end()
-		r := Recv(t, removed, 30*time.Second, "the observers' report of the holder's removal")
-		if r.At.IsZero() {
-			t.Fatalf("every observer ended without seeing the removal of the record of %q with token %d", name, tok)
+	ch := make(chan lockDelayGrant, 1)
+	go func() {
+		le, err := r.waiter.Acquire(r.ctx, name)
+		ch <- lockDelayGrant{le, time.Now(), err}
+	}()
+	Eventually(t, 20*time.Second, "waiter queued", func() bool {
+		q, err := ql.Queue(r.ctx, name)
+		return err == nil && len(q) == 2
+	})
+	return ch
+}
+
+// delayed runs one trial of a case whose holder loses its lease: the
+// waiter queues behind the holder of name, whose grant has token tok, and
+// end takes the holder's lease away. It returns the grant's delay after
+// the removal of the holder's record.
+func (r *lockDelayRun) delayed(t *testing.T, name string, tok fencing.Token, end func()) time.Duration {
+	t.Helper()
+	removed := r.watch(t, name, tok)
+	grants := r.acquire(t, name)
+	end()
+	rm := Recv(t, removed, 30*time.Second, "the observers' report of the holder's removal")
+	if rm.At.IsZero() {
+		t.Fatalf("every observer ended without seeing the removal of the record of %q with token %d", name, tok)
+	}
+	g := Recv(t, grants, 30*time.Second, "grant after the holder's lease ended")
+	if g.err != nil {
+		t.Fatalf("Acquire() = %v", g.err)
+	}
+	gap, d := g.at.Sub(rm.At), r.d
+	t.Logf("holder (token %d) gone: %s; grant (token %d) came %v after it (lock-delay %v)", tok, rm.Event, g.le.Token(), gap.Round(time.Millisecond), d)
+	if gap < d {
+		t.Errorf("grant %v after the observers saw the holder's record removed; want at least the lock-delay %v", gap, d)
+	}
+	if slack := lockDelaySlack(d); gap >= d+slack {
+		t.Errorf("grant %v after the observers saw the holder's record removed; want less than the lock-delay %v plus %v", gap, d, slack)
+	}
+	if err := g.le.Release(r.ctx); err != nil {
+		t.Errorf("Release() = %v", err)
+	}
+	r.noMarkers(t, name, "after the delayed grant was released cleanly")
+	return gap
+}
+
+// killed: a holder process SIGKILLed while it holds the lock.
+func (r *lockDelayRun) killed(t *testing.T) {
+	var gaps []time.Duration
+	for range LockDelayTrials {
+		name := UniqueName(t)
+		cmd := exec.Command(os.Args[0], "-test.run=^"+r.holderTest+"$", "-test.v")
+		cmd.Env = append(os.Environ(), lockDelayURLEnv+"="+r.url, lockDelayNameEnv+"="+name)
+		p := StartProc(t, cmd, ProcConfig{})
+		var tok fencing.Token
+		for tok == 0 {
+			line, ok := <-p.Lines
+			if !ok {
+				t.Fatalf("holder process ended before holding %q: %s", name, p.Stderr.String())
+			}
+			if rest, ok := strings.CutPrefix(line, "held "); ok {
+				var err error
+				if tok, err = fencing.ParseToken(rest); err != nil {
+					t.Fatalf("holder process wrote %q: %v", line, err)
+				}
+			}
 		}
-		g := Recv(t, grants, 30*time.Second, "grant after the holder's lease ended")
+		if n := r.markers(t, name); n != 1 {
+			t.Errorf("while the holder process holds %q: %d lock-delay markers; want 1", name, n)
+		}
+		gaps = append(gaps, r.delayed(t, name, tok, func() {
+			if err := p.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatalf("kill holder process %d: %v", p.Cmd.Process.Pid, err)
+			}
+			Recv(t, p.Exited(), 10*time.Second, "exit of the killed holder process")
+		}))
+	}
+	t.Logf("after SIGKILL: grant - record removed: %v (lock-delay %v)", gaps, r.d)
+}
+
+// revoked: a holder revoked through another Locker.
+func (r *lockDelayRun) revoked(t *testing.T) {
+	rv, ok := r.inspector.(lock.Revoker)
+	if !ok {
+		t.Fatalf("%T is not a lock.Revoker", r.inspector)
+	}
+	holder := r.open(t)
+	var gaps []time.Duration
+	for range LockDelayTrials {
+		name := UniqueName(t)
+		le, err := holder.Acquire(r.ctx, name)
+		if err != nil {
+			t.Fatalf("Acquire() = %v", err)
+		}
+		gaps = append(gaps, r.delayed(t, name, le.Token(), func() {
+			if err := rv.Revoke(r.ctx, name, le.Token()); err != nil {
+				t.Fatalf("Revoke(%q, %d) = %v", name, le.Token(), err)
+			}
+		}))
+		Recv(t, le.Done(), 30*time.Second, "end of the revoked lease")
+	}
+	t.Logf("after a revocation: grant - record removed: %v (lock-delay %v)", gaps, r.d)
+}
+
+// closed: a holder whose Locker is closed while it holds the lock.
+func (r *lockDelayRun) closed(t *testing.T) {
+	var gaps []time.Duration
+	for range LockDelayTrials {
+		name := UniqueName(t)
+		holder := r.open(t)
+		le, err := holder.Acquire(r.ctx, name)
+		if err != nil {
+			t.Fatalf("Acquire() = %v", err)
+		}
+		gaps = append(gaps, r.delayed(t, name, le.Token(), func() {
+			if err := holder.Close(); err != nil {
+				t.Fatalf("Close() = %v", err)
+			}
+		}))
+	}
+	t.Logf("after a Close while holding: grant - record removed: %v (lock-delay %v)", gaps, r.d)
+}
+
+// released: a holder that releases cleanly, then a fresh grant after a
+// clean release of the second grant: no delay either time.
+func (r *lockDelayRun) released(t *testing.T) {
+	holder := r.open(t)
+	slack := lockDelaySlack(r.d)
+	var gaps []time.Duration
+	for i := range LockDelayTrials {
+		name := UniqueName(t)
+		le, err := holder.Acquire(r.ctx, name)
+		if err != nil {
+			t.Fatalf("Acquire() = %v", err)
+		}
+		grants := r.acquire(t, name)
+		start := time.Now()
+		if err := le.Release(r.ctx); err != nil {
+			t.Fatalf("Release() = %v", err)
+		}
+		g := Recv(t, grants, 30*time.Second, "grant after the release")
 		if g.err != nil {
 			t.Fatalf("Acquire() = %v", g.err)
 		}
-		gap := g.at.Sub(r.At)
-		t.Logf("holder (token %d) gone: %s; grant (token %d) came %v after it (lock-delay %v)", tok, r.Event, g.le.Token(), gap.Round(time.Millisecond), d)
-		if gap < d {
-			t.Errorf("grant %v after the observers saw the holder's record removed; want at least the lock-delay %v", gap, d)
+		gap := g.at.Sub(start)
+		gaps = append(gaps, gap)
+		t.Logf("trial %d: clean release; grant came %v after Release was called (lock-delay %v)", i, gap.Round(time.Millisecond), r.d)
+		if gap >= slack {
+			t.Errorf("trial %d: grant %v after a clean release; want no lock-delay (under %v)", i, gap, slack)
 		}
-		if slack := lockDelaySlack(d); gap >= d+slack {
-			t.Errorf("grant %v after the observers saw the holder's record removed; want less than the lock-delay %v plus %v", gap, d, slack)
-		}
-		if err := g.le.Release(ctx); err != nil {
+		if err := g.le.Release(r.ctx); err != nil {
 			t.Errorf("Release() = %v", err)
 		}
-		noMarkers(t, name, "after the delayed grant was released cleanly")
-		return gap
+		start = time.Now()
+		le, err = r.waiter.Acquire(r.ctx, name)
+		if err != nil {
+			t.Fatalf("Acquire() = %v", err)
+		}
+		if gap := time.Since(start); gap >= slack {
+			t.Errorf("trial %d: Acquire of a name released cleanly took %v; want no lock-delay (under %v)", i, gap, slack)
+		}
+		if err := le.Release(r.ctx); err != nil {
+			t.Errorf("Release() = %v", err)
+		}
+		r.noMarkers(t, name, "after clean releases")
 	}
-
-	t.Run("killed", func(t *testing.T) {
-		var gaps []time.Duration
-		for range LockDelayTrials {
-			name := UniqueName(t)
-			cmd := exec.Command(os.Args[0], "-test.run=^"+holderTest+"$", "-test.v")
-			cmd.Env = append(os.Environ(), lockDelayURLEnv+"="+url, lockDelayNameEnv+"="+name)
-			p := StartProc(t, cmd, ProcConfig{})
-			var tok fencing.Token
-			for tok == 0 {
-				line, ok := <-p.Lines
-				if !ok {
-					t.Fatalf("holder process ended before holding %q: %s", name, p.Stderr.String())
-				}
-				if rest, ok := strings.CutPrefix(line, "held "); ok {
-					var err error
-					if tok, err = fencing.ParseToken(rest); err != nil {
-						t.Fatalf("holder process wrote %q: %v", line, err)
-					}
-				}
-			}
-			if n := markers(t, name); n != 1 {
-				t.Errorf("while the holder process holds %q: %d lock-delay markers; want 1", name, n)
-			}
-			gaps = append(gaps, delayed(t, name, tok, func() {
-				if err := p.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
-					t.Fatalf("kill holder process %d: %v", p.Cmd.Process.Pid, err)
-				}
-				Recv(t, p.Exited(), 10*time.Second, "exit of the killed holder process")
-			}))
-		}
-		t.Logf("after SIGKILL: grant - record removed: %v (lock-delay %v)", gaps, d)
-	})
-
-	t.Run("revoked", func(t *testing.T) {
-		rv, ok := inspector.(lock.Revoker)
-		if !ok {
-			t.Fatalf("%T is not a lock.Revoker", inspector)
-		}
-		holder := open()
-		var gaps []time.Duration
-		for range LockDelayTrials {
-			name := UniqueName(t)
-			le, err := holder.Acquire(ctx, name)
-			if err != nil {
-				t.Fatalf("Acquire() = %v", err)
-			}
-			gaps = append(gaps, delayed(t, name, le.Token(), func() {
-				if err := rv.Revoke(ctx, name, le.Token()); err != nil {
-					t.Fatalf("Revoke(%q, %d) = %v", name, le.Token(), err)
-				}
-			}))
-			Recv(t, le.Done(), 30*time.Second, "end of the revoked lease")
-		}
-		t.Logf("after a revocation: grant - record removed: %v (lock-delay %v)", gaps, d)
-	})
-
-	t.Run("closed", func(t *testing.T) {
-		var gaps []time.Duration
-		for range LockDelayTrials {
-			name := UniqueName(t)
-			holder := open()
-			le, err := holder.Acquire(ctx, name)
-			if err != nil {
-				t.Fatalf("Acquire() = %v", err)
-			}
-			gaps = append(gaps, delayed(t, name, le.Token(), func() {
-				if err := holder.Close(); err != nil {
-					t.Fatalf("Close() = %v", err)
-				}
-			}))
-		}
-		t.Logf("after a Close while holding: grant - record removed: %v (lock-delay %v)", gaps, d)
-	})
-
-	t.Run("released", func(t *testing.T) {
-		holder := open()
-		var gaps []time.Duration
-		for i := range LockDelayTrials {
-			name := UniqueName(t)
-			le, err := holder.Acquire(ctx, name)
-			if err != nil {
-				t.Fatalf("Acquire() = %v", err)
-			}
-			grants := acquire(name)
-			queued(t, name, 2)
-			start := time.Now()
-			if err := le.Release(ctx); err != nil {
-				t.Fatalf("Release() = %v", err)
-			}
-			g := Recv(t, grants, 30*time.Second, "grant after the release")
-			if g.err != nil {
-				t.Fatalf("Acquire() = %v", g.err)
-			}
-			gap := g.at.Sub(start)
-			gaps = append(gaps, gap)
-			t.Logf("trial %d: clean release; grant came %v after Release was called (lock-delay %v)", i, gap.Round(time.Millisecond), d)
-			if slack := lockDelaySlack(d); gap >= slack {
-				t.Errorf("trial %d: grant %v after a clean release; want no lock-delay (under %v)", i, gap, slack)
-			}
-			// A clean release of the second grant, then a fresh grant:
-			// no delay either.
-			if err := g.le.Release(ctx); err != nil {
-				t.Errorf("Release() = %v", err)
-			}
-			start = time.Now()
-			le, err = waiter.Acquire(ctx, name)
-			if err != nil {
-				t.Fatalf("Acquire() = %v", err)
-			}
-			if gap, slack := time.Since(start), lockDelaySlack(d); gap >= slack {
-				t.Errorf("trial %d: Acquire of a name released cleanly took %v; want no lock-delay (under %v)", i, gap, slack)
-			}
-			if err := le.Release(ctx); err != nil {
-				t.Errorf("Release() = %v", err)
-			}
-			noMarkers(t, name, "after clean releases")
-		}
-		t.Logf("after a clean release: grant - Release called: %v", gaps)
-	})
+	t.Logf("after a clean release: grant - Release called: %v", gaps)
 }
 
 // CancelTrials is how many calls RunCancelledCalls cancels.
