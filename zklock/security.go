@@ -2,9 +2,15 @@ package zklock
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
+	"reflect"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -163,4 +169,162 @@ func permission(err error) error {
 // isRefusal reports whether err is one that permission wraps.
 func isRefusal(err error) bool {
 	return errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrAuthFailed) || isTLSRefusal(err)
+}
+
+// WithTLS makes [Dial] speak TLS to the servers, which must be their
+// secure client ports (secureClientPort, with
+// serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory).
+// cfg is copied; when its ServerName is empty, each connection verifies
+// the host of the address it dials (an IP address is checked against the
+// certificate's IP SANs). Give cfg.Certificates for servers with
+// ssl.clientAuth=need. With [WithDialer], TLS runs over the connections
+// that dialer opens. [New] cannot use it: give zk.Connect a dialer of
+// your own. cfg must not be nil.
+//
+// A handshake the server refuses (an untrusted, expired or missing client
+// certificate) or the client refuses (a server certificate it cannot
+// verify) makes Dial and the calls waiting for a connection return an
+// error wrapping [lock.ErrPermission] at once, instead of trying again
+// until their context ends.
+func WithTLS(cfg *tls.Config) Option {
+	return func(o *options) {
+		if cfg == nil {
+			o.Fail("nil TLS config")
+			return
+		}
+		o.tls = cfg.Clone()
+	}
+}
+
+// refusals records why the servers last refused the Locker's connection
+// (a TLS handshake refused, on either side), until a connection gets
+// through. Calls that wait for a connection give up with that error
+// instead of waiting for the next attempt, which would be refused too.
+type refusals struct {
+	mu     sync.Mutex
+	err    error // wraps lock.ErrPermission; nil once a connection got through
+	notify func()
+}
+
+// refuse records a refusal.
+func (r *refusals) refuse(err error) {
+	r.mu.Lock()
+	r.err = fmt.Errorf("%w: %w", lock.ErrPermission, err)
+	f := r.notify
+	r.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// accept records that a connection got through.
+func (r *refusals) accept() {
+	r.mu.Lock()
+	r.err = nil
+	r.mu.Unlock()
+}
+
+// last returns the latest refusal, or nil.
+func (r *refusals) last() error {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// tlsDialer returns a dialer that opens a connection with base and runs
+// a TLS handshake on it, within the dial's timeout.
+func tlsDialer(base zk.Dialer, cfg *tls.Config, r *refusals) zk.Dialer {
+	return func(network, addr string, timeout time.Duration) (net.Conn, error) {
+		deadline := time.Now().Add(timeout)
+		raw, err := base(network, addr, timeout)
+		if err != nil {
+			return nil, err
+		}
+		c := cfg.Clone()
+		if c.ServerName == "" {
+			if host, _, err := net.SplitHostPort(addr); err == nil {
+				c.ServerName = host
+			}
+		}
+		tc := tls.Client(raw, c)
+		_ = tc.SetDeadline(deadline)
+		if err := tc.Handshake(); err != nil {
+			raw.Close()
+			if isTLSRefusal(err) {
+				r.refuse(err)
+			}
+			return nil, err
+		}
+		_ = tc.SetDeadline(time.Time{})
+		return &watchedConn{Conn: tc, r: r}, nil
+	}
+}
+
+// watchedConn reports what the first read says: under TLS 1.3 the server
+// checks the client's certificate after the client has finished its half
+// of the handshake, so its refusal arrives as an alert on the first read.
+type watchedConn struct {
+	net.Conn
+	r    *refusals
+	seen atomic.Bool // a read has returned data
+}
+
+func (c *watchedConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && !c.seen.Swap(true) {
+		c.r.accept()
+	}
+	if err != nil && isTLSRefusal(err) {
+		c.r.refuse(err)
+	}
+	return n, err
+}
+
+// isTLSRefusal reports whether err is a TLS handshake refused for want of
+// trust: the client could not verify the server's certificate, or the
+// server sent an alert that refuses the client's (or its missing)
+// certificate.
+func isTLSRefusal(err error) bool {
+	var (
+		verr  *tls.CertificateVerificationError
+		uaerr x509.UnknownAuthorityError
+		cierr x509.CertificateInvalidError
+		herr  x509.HostnameError
+	)
+	if errors.As(err, &verr) || errors.As(err, &uaerr) || errors.As(err, &cierr) || errors.As(err, &herr) {
+		return true
+	}
+	var aerr tls.AlertError
+	if errors.As(err, &aerr) {
+		return refusingAlert(uint8(aerr))
+	}
+	// A received alert is a *net.OpError with Op "remote error" around
+	// crypto/tls's unexported alert type (a uint8).
+	var oerr *net.OpError
+	for e := err; errors.As(e, &oerr); e = oerr.Err {
+		if oerr.Op == "remote error" && oerr.Err != nil {
+			if v := reflect.ValueOf(oerr.Err); v.Kind() == reflect.Uint8 {
+				return refusingAlert(uint8(v.Uint()))
+			}
+		}
+		if oerr.Err == nil {
+			break
+		}
+	}
+	return false
+}
+
+// refusingAlert reports whether a TLS alert code refuses trust (RFC 8446
+// section 6.2): handshake_failure, bad_certificate,
+// unsupported_certificate, certificate_revoked, certificate_expired,
+// certificate_unknown, unknown_ca, access_denied, certificate_required.
+func refusingAlert(code uint8) bool {
+	switch code {
+	case 40, 42, 43, 44, 45, 46, 48, 49, 116:
+		return true
+	}
+	return false
 }
