@@ -320,12 +320,12 @@ func (f *frames) feed(p []byte, done func(body []byte)) {
 // keepalive.run keeps the second term at a twelfth of the timeout.
 
 // run calls sync every interval() (the session timeout /
-// KeepaliveFraction) while the connection has a session. The syncs go out
+// keepaliveFraction) while the connection has a session. The syncs go out
 // on schedule whether or not the earlier ones were answered, so that a
 // slow server does not stretch the gap between requests; at most
-// KeepaliveFraction are outstanding.
+// keepaliveFraction are outstanding.
 func (ka *keepalive) run(g *group, conn link, sync func(), interval func() time.Duration) {
-	slots := make(chan struct{}, KeepaliveFraction)
+	slots := make(chan struct{}, keepaliveFraction)
 	timer := ka.clk.NewTimer(interval())
 	defer timer.Stop()
 	for {

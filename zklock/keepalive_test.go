@@ -348,7 +348,7 @@ func (c *scriptConn) pending() bool {
 }
 
 // TestKeepaliveRun sends a request every interval while the connection has
-// a session, and keeps at most KeepaliveFraction unanswered.
+// a session, and keeps at most keepaliveFraction unanswered.
 func TestKeepaliveRun(t *testing.T) {
 	clk := clock.NewFake(epoch0)
 	ka := &keepalive{clk: clk}
@@ -386,18 +386,18 @@ func TestKeepaliveRun(t *testing.T) {
 		t.Fatalf("%d keepalives sent without a session; want 0", sent.Load())
 	}
 	link.set(zk.StateHasSession, 1)
-	for i := int32(1); i <= KeepaliveFraction+3; i++ {
+	for i := int32(1); i <= keepaliveFraction+3; i++ {
 		tick()
-		waitSent(min(i, KeepaliveFraction))
+		waitSent(min(i, keepaliveFraction))
 	}
 	clk.WaitTimers(1)
 	time.Sleep(10 * time.Millisecond)
-	if got := sent.Load(); got != KeepaliveFraction {
-		t.Fatalf("%d keepalives outstanding; want at most %d", got, KeepaliveFraction)
+	if got := sent.Load(); got != keepaliveFraction {
+		t.Fatalf("%d keepalives outstanding; want at most %d", got, keepaliveFraction)
 	}
 	answer <- struct{}{} // one answered: one slot free
 	deadline := time.Now().Add(5 * time.Second)
-	for sent.Load() == KeepaliveFraction {
+	for sent.Load() == keepaliveFraction {
 		if time.Now().After(deadline) {
 			t.Fatal("no keepalive after an answer freed a slot")
 		}

@@ -291,7 +291,7 @@ func (l *Locker) leave() { l.calls.Done() }
 
 // keepaliveInterval is how often keepalive sends a request.
 func (l *Locker) keepaliveInterval() time.Duration {
-	return max(l.SessionTimeout()/KeepaliveFraction, time.Millisecond)
+	return max(l.SessionTimeout()/keepaliveFraction, time.Millisecond)
 }
 
 // negotiatedTimeout reacts to a session timeout from a handshake: a loss

@@ -29,7 +29,7 @@ func TestDefaultMarginArithmetic(t *testing.T) {
 	} {
 		m := o.margin(timeout)
 		halfTick := timeout / 4 // tickTime ≤ timeout/2
-		gap := timeout / KeepaliveFraction
+		gap := timeout / keepaliveFraction
 		if lag := halfTick + gap; m <= lag {
 			t.Errorf("margin(%v) = %v; want more than the lag bound %v", timeout, m, lag)
 		}

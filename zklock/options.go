@@ -31,18 +31,18 @@ const (
 	// the negotiated session timeout: one half. The arithmetic is in
 	// docs/design/zookeeper-loss.md.
 	DefaultLossMarginFraction = 2
-
-	// MinLossMarginFraction says how small a loss margin can be and still
-	// keep the promise on a default-configured ensemble: a third of the
-	// negotiated session timeout, the most the leader's view of the session
-	// can lag behind the client's last answered sync (see
-	// [WithLossMargin]). A smaller margin is raised to it.
-	MinLossMarginFraction = 3
-
-	// KeepaliveFraction sets how often a Locker sends a sync of its own:
-	// every twelfth of the session timeout.
-	KeepaliveFraction = 12
 )
+
+// minLossMarginFraction says how small a loss margin can be and still
+// keep the promise on a default-configured ensemble: a third of the
+// negotiated session timeout, the most the leader's view of the session
+// can lag behind the client's last answered sync (see [WithLossMargin]).
+// A smaller margin is raised to it.
+const minLossMarginFraction = 3
+
+// keepaliveFraction sets how often a Locker sends a sync of its own: every
+// twelfth of the session timeout.
+const keepaliveFraction = 12
 
 // backend is the value of the backend attribute of metrics and log lines.
 const backend = "zookeeper"
@@ -256,7 +256,7 @@ func (o *options) clampMargin(timeout time.Duration) (time.Duration, string) {
 	if o.LossMargin == 0 {
 		return timeout / DefaultLossMarginFraction, ""
 	}
-	switch lo, hi := timeout/MinLossMarginFraction, maxMargin(timeout); {
+	switch lo, hi := timeout/minLossMarginFraction, maxMargin(timeout); {
 	case o.LossMargin < lo:
 		return lo, fmt.Sprintf("raised to a third of the session timeout %v, the most the leader's view of the session can lag behind the Locker's", timeout)
 	case o.LossMargin > hi:
@@ -278,5 +278,5 @@ func (o *options) checkNegotiated(timeout time.Duration) error {
 // maxMargin is the largest loss margin a session timeout allows: it
 // leaves two keepalive intervals.
 func maxMargin(timeout time.Duration) time.Duration {
-	return timeout - 2*(timeout/KeepaliveFraction)
+	return timeout - 2*(timeout/keepaliveFraction)
 }

@@ -58,7 +58,7 @@ func TestZKPartition(t *testing.T) {
 			mu.Unlock()
 			return l
 		},
-		Period: partitionTimeout / zklock.KeepaliveFraction,
+		Period: partitionTimeout / 12, // the keepalive interval: a twelfth of the session timeout
 		Evidence: func(l lock.Locker, le lock.Lease, cutAt time.Time, member cluster.Member) string {
 			mu.Lock()
 			wire := wires[l]
