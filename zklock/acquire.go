@@ -2,11 +2,8 @@ package zklock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,116 +16,6 @@ import (
 	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
-
-// A lock's znodes are children of root/name named "~<32 hex digits>~" (the
-// protection prefix, random per acquisition), then, for a shared or
-// semaphore request, its kind's tag and a '~' (see queue.Request.Tag),
-// followed by the 10-digit sequence number the server appends. '~' cannot
-// occur in a lock name, so a lock znode of name "a" and the parent of name
-// "a/b" can never be taken for one another, and children that do not match
-// the pattern exactly are ignored.
-const (
-	marker    = '~'
-	randLen   = 1 + 32 + 1
-	seqLen    = 10
-	minChild  = randLen + seqLen
-	maxTagLen = 11 // "s" and a limit of up to 10 digits
-)
-
-// newPrefix returns a fresh protection prefix for a request.
-func newPrefix(req queue.Request) string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails
-	p := string(marker) + hex.EncodeToString(b) + string(marker)
-	if tag := req.Tag(); tag != "" {
-		p += tag + string(marker)
-	}
-	return p
-}
-
-// parseChild reports whether a child name is a lock znode and, if so, the
-// request it stands for.
-func parseChild(s string) (queue.Request, bool) {
-	if len(s) < minChild || len(s) > minChild+maxTagLen+1 || s[0] != marker || s[randLen-1] != marker {
-		return queue.Request{}, false
-	}
-	for i := 1; i < randLen-1; i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return queue.Request{}, false
-		}
-	}
-	for i := len(s) - seqLen; i < len(s); i++ {
-		if c := s[i]; c < '0' || c > '9' {
-			return queue.Request{}, false
-		}
-	}
-	tag := s[randLen : len(s)-seqLen]
-	if tag != "" {
-		if tag[len(tag)-1] != marker {
-			return queue.Request{}, false
-		}
-		tag = tag[:len(tag)-1]
-		if tag == "" {
-			return queue.Request{}, false
-		}
-	}
-	return queue.ParseTag(tag)
-}
-
-// isExclusivePath reports whether path is the znode of an exclusive
-// request: a lock's, or a read-write lock's writer's.
-func isExclusivePath(path string) bool {
-	r, ok := parseChild(path[strings.LastIndexByte(path, '/')+1:])
-	return ok && r.Kind == queue.Exclusive
-}
-
-// isLockChild reports whether a child name is a lock znode.
-func isLockChild(s string) bool {
-	_, ok := parseChild(s)
-	return ok
-}
-
-// requestOf returns the request of a lock znode's child name (one that
-// queue returned).
-func requestOf(child string) queue.Request {
-	r, _ := parseChild(child)
-	return r
-}
-
-// seqOf returns a lock znode's sequence number.
-func seqOf(child string) string { return child[len(child)-seqLen:] }
-
-// queueOf returns the lock znodes among names, in grant order (by sequence
-// number).
-func queueOf(names []string) []string {
-	q, _ := lockQueue(names)
-	return q
-}
-
-// lockQueue returns the lock znodes among names in grant order, and their
-// requests: each name is parsed once.
-func lockQueue(names []string) ([]string, []queue.Request) {
-	type child struct {
-		name string
-		req  queue.Request
-	}
-	cs := make([]child, 0, len(names))
-	for _, n := range names {
-		if r, ok := parseChild(n); ok {
-			cs = append(cs, child{n, r})
-		}
-	}
-	slices.SortFunc(cs, func(a, b child) int { return strings.Compare(seqOf(a.name), seqOf(b.name)) })
-	q, reqs := make([]string, len(cs)), make([]queue.Request, len(cs))
-	for i, c := range cs {
-		q[i], reqs[i] = c.name, c.req
-	}
-	return q, reqs
-}
-
-// parent returns the znode whose children are name's lock znodes.
-func (l *Locker) parent(name string) string { return l.o.root + "/" + name }
 
 // Acquire blocks until it holds the lock called name, ctx ends, the Locker
 // is closed, or the session is lost. It returns a *Lease. See
@@ -158,41 +45,69 @@ func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error
 	return le, nil
 }
 
-// acquisition is one acquisition of any kind: its lock, its znode, the
-// session it works in, and what it has learnt of its znode so far.
+// acquisition is one acquisition of any kind: its request, the session it
+// works in, its znode, and what it has learnt of the queue so far. Its
+// loop (queueUp) decides from a listing whether the request is admitted
+// or which records it waits for, waits for one of them, and grants.
 type acquisition struct {
 	l       *Locker
 	name    string
 	parent  string // the znode whose children are the lock's znodes
 	req     queue.Request
 	try     bool     // TryAcquire*: do not wait
-	checked bool     // the queue's oldest request was found compatible
-	prefix  string   // this acquisition's protection prefix
 	s       *session // the session the znode belongs to
-	path    string   // the znode, once created
-	own     string   // its child name
+	z       znode
+	last    listing
+	touches touches
+	fast    shortcuts
+}
 
-	czxid   int64 // the znode's, once read (the token); 0: read it with the next listing
+// znode is what an acquisition knows of its own znode.
+type znode struct {
+	prefix string // the protection prefix, fresh for each create
+	// marker is the znode's lock-delay marker, created with it (see
+	// delay) when the Locker has a lock-delay: a discarded acquisition
+	// deletes it with its znode.
+	marker  string
+	path    string // the znode, once created
+	own     string // its child name
+	czxid   int64  // once read (the token); 0: read it with the next listing
 	version int32
+}
 
+// listing is what the acquisition keeps of the latest listing of the
+// queue.
+type listing struct {
+	checked bool // the queue's oldest request was found compatible
+	// kids are the parent's children in the latest listing, answered at
+	// at: what delay reads at the grant.
+	kids []string
+	at   time.Time
+}
+
+// touches is what a permit's waiter keeps of the touches (see
+// queue.Touches) that wake it and that it makes.
+type touches struct {
+	// seen is the predecessor and data version that made the last
+	// listing be read again (see touchMissed), so that a data version
+	// set by someone else costs one listing, not a loop.
+	seen string
+	// speculate says that the next listing goes with a touch: the last
+	// wait ended with the touch of the predecessor (see look).
+	speculate bool
+	// unsure says that a touch failed in a way that leaves the znode's
+	// data version unknown, so that a touch (which reads it again when
+	// it has to) must come before a grant.
+	unsure bool
+}
+
+// shortcuts is what the hand-over's shortcuts to a grant without a
+// listing have learnt.
+type shortcuts struct {
 	// alone says that the create's answer showed the znode as the
 	// parent's only child: the head of an otherwise empty queue, admitted
 	// without a listing (see created).
 	alone bool
-
-	// seenTouch is the predecessor and data version that made the last
-	// listing be read again (see step), so that a data version set by
-	// someone else costs one listing, not a loop.
-	seenTouch string
-
-	// speculate says that the next listing goes with a touch: the last
-	// wait ended with the touch of the predecessor (see step).
-	speculate bool
-	// touchUnsure says that a touch failed in a way that leaves the
-	// znode's data version unknown, so that a touch (which reads it
-	// again when it has to) must come before a grant.
-	touchUnsure bool
-
 	// noMark says that this acquisition does not wait for release marks
 	// (see waitFor): a record ahead had data set by someone else.
 	noMark bool
@@ -200,15 +115,6 @@ type acquisition struct {
 	// after its predecessor went: on a release mark, or on the holder's
 	// going (see waitFor).
 	marked bool
-
-	// marker is the acquisition's lock-delay marker, created with its
-	// znode (see delay), when the Locker has a lock-delay: a discarded
-	// acquisition deletes it with its znode.
-	marker string
-	// kids are the parent's children in the latest listing, answered at
-	// listed: what delay reads at the grant.
-	kids   []string
-	listed time.Time
 }
 
 // acquire implements every Acquire and TryAcquire method: req says which
@@ -296,8 +202,8 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 		if err != nil {
 			return nil, err
 		}
-		a.prefix = newPrefix(a.req)
-		a.path, err = a.create(ctx)
+		a.z.prefix = newPrefix(a.req)
+		a.z.path, err = a.create(ctx)
 		if err == nil {
 			break
 		}
@@ -308,19 +214,19 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 		}
 		return nil, err
 	}
-	a.own = a.path[len(a.parent)+1:]
-	a.l.tab.track(a.path)
+	a.z.own = a.z.path[len(a.parent)+1:]
+	a.l.tab.track(a.z.path)
 	le, err := a.queueUp(ctx)
 	if err != nil {
-		a.l.tab.untrack(a.path)
-		a.l.discard(a.path, a.marker)
+		a.l.tab.untrack(a.z.path)
+		a.l.discard(a.z.path, a.z.marker)
 		return nil, err
 	}
 	return le, nil
 }
 
 // create creates this acquisition's znode and returns its path; it sets
-// a.czxid when the create's reply carries the token (see created). A
+// a.z.czxid when the create's reply carries the token (see created). A
 // create whose reply was lost is looked up by its prefix. One still in
 // flight when ctx ends is settled before create returns (see settle); one
 // abandoned while in flight (the session ended, the Locker closed) is
@@ -328,12 +234,12 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 func (a *acquisition) create(ctx context.Context) (string, error) {
 	// The request and the clean-up of an abandoned one may outlive this
 	// attempt (the next one takes another prefix): they read copies.
-	l, parent, prefix := a.l, a.parent, a.prefix
-	a.marker = ""
+	l, parent, prefix := a.l, a.parent, a.z.prefix
+	a.z.marker = ""
 	if l.o.LockDelay > 0 {
-		a.marker = markerOf(parent, prefix)
+		a.z.marker = markerOf(parent, prefix)
 	}
-	marker := a.marker
+	marker := a.z.marker
 	abandoned := func(c created, err error) {
 		switch {
 		case err == nil:
@@ -342,11 +248,8 @@ func (a *acquisition) create(ctx context.Context) (string, error) {
 			l.jan.add(cleanup{parent: parent, prefix: prefix, marker: marker})
 		}
 	}
-	for attempt := 0; ; attempt++ {
-		if attempt == 8 {
-			return "", fmt.Errorf("creating the lock znode under %s keeps failing", a.parent)
-		}
-		stamp := !l.noStamp.Load()
+	for range 8 {
+		stamp := !l.denied.stamp.Load()
 		f := start(l.g, func() (created, error) { return l.createZnode(parent, prefix, marker, stamp) }, abandoned)
 		r, stop := f.await(ctx, l.g, a.s)
 		if stop != nil {
@@ -357,44 +260,55 @@ func (a *acquisition) create(ctx context.Context) (string, error) {
 			}
 			return "", &stopError{stop}
 		}
-		c, err := r.v, r.err
-		switch {
-		case err == nil:
-			// The reply came on a connection of this acquisition's
-			// session only if the connection is in it still: session IDs
-			// are never reused, and a znode created in a later session
-			// is found (and given up) by the first listing.
-			if c.czxid != 0 && l.conn.SessionID() == a.s.id {
-				a.czxid, a.alone = c.czxid, c.alone
-			}
-			return c.path, nil
-		case stamp && errors.Is(err, errStampDenied):
-			// No write permission on the parent: this Locker reads the
-			// token with the first listing from now on.
-			l.noStamp.Store(true)
-			l.o.Logger.Debug("zklock: no write permission on a lock's parent; the token is read after the create", "parent", parent)
-		case errors.Is(err, zk.ErrNoNode):
-			// The parent is missing, or the server removed the empty
-			// container between our check and the create.
-			if err := a.ensure(ctx, a.parent); err != nil {
-				return "", err
-			}
-		case isConnErr(err), marker != "" && errors.Is(err, zk.ErrNodeExists):
-			// The server may have applied the create: look for it. (Our
-			// marker exists only if a multi of ours was applied: one
-			// whose reply was lost.)
-			found, err := a.findOwn(ctx)
-			if err != nil {
-				l.jan.add(cleanup{parent: a.parent, prefix: a.prefix, marker: marker})
-				return "", err
-			}
-			if found != "" {
-				return found, nil
-			}
-		default:
-			return "", fmt.Errorf("create under %s: %w", a.parent, err)
+		if path, done, err := a.answered(ctx, r, stamp); done {
+			return path, err
 		}
 	}
+	return "", fmt.Errorf("creating the lock znode under %s keeps failing", a.parent)
+}
+
+// answered takes the answer r to a create (with the stamp of the parent,
+// or not) and returns the znode's path, or an error, and done; or not
+// done: create again.
+func (a *acquisition) answered(ctx context.Context, r result[created], stamp bool) (path string, done bool, err error) {
+	l, c := a.l, r.v
+	switch err := r.err; {
+	case err == nil:
+		// The reply came on a connection of this acquisition's session
+		// only if the connection is in it still: session IDs are never
+		// reused, and a znode created in a later session is found (and
+		// given up) by the first listing.
+		if c.czxid != 0 && l.conn.SessionID() == a.s.id {
+			a.z.czxid, a.fast.alone = c.czxid, c.alone
+		}
+		return c.path, true, nil
+	case stamp && errors.Is(err, errStampDenied):
+		// No write permission on the parent: this Locker reads the token
+		// with the first listing from now on.
+		l.denied.stamp.Store(true)
+		l.o.Logger.Debug("zklock: no write permission on a lock's parent; the token is read after the create", "parent", a.parent)
+	case errors.Is(err, zk.ErrNoNode):
+		// The parent is missing, or the server removed the empty container
+		// between our check and the create.
+		if err := a.ensure(ctx, a.parent); err != nil {
+			return "", true, err
+		}
+	case isConnErr(err), a.z.marker != "" && errors.Is(err, zk.ErrNodeExists):
+		// The server may have applied the create: look for it. (Our
+		// marker exists only if a multi of ours was applied: one whose
+		// reply was lost.)
+		found, err := a.findOwn(ctx)
+		if err != nil {
+			l.jan.add(cleanup{parent: a.parent, prefix: a.z.prefix, marker: a.z.marker})
+			return "", true, err
+		}
+		if found != "" {
+			return found, true, nil
+		}
+	default:
+		return "", true, fmt.Errorf("create under %s: %w", a.parent, err)
+	}
+	return "", false, nil
 }
 
 // created is the answer to a lock znode's create: its path and, when the
@@ -473,10 +387,10 @@ func (a *acquisition) settle(f *future[created]) {
 	case stop != nil:
 		f.abandon()
 	case r.err == nil:
-		a.l.discard(r.v.path, a.marker)
-	case isConnErr(r.err), a.marker != "" && errors.Is(r.err, zk.ErrNodeExists):
+		a.l.discard(r.v.path, a.z.marker)
+	case isConnErr(r.err), a.z.marker != "" && errors.Is(r.err, zk.ErrNodeExists):
 		// Applied perhaps, or an earlier attempt of this prefix was.
-		a.l.jan.add(cleanup{parent: a.parent, prefix: a.prefix, marker: a.marker})
+		a.l.jan.add(cleanup{parent: a.parent, prefix: a.z.prefix, marker: a.z.marker})
 	}
 }
 
@@ -494,7 +408,7 @@ func (a *acquisition) findOwn(ctx context.Context) (string, error) {
 			kids, err = call(ctx, l.g, a.s, childrenOf(l.conn, a.parent))
 			if err == nil {
 				for _, k := range queueOf(kids.names) {
-					if strings.HasPrefix(k, a.prefix) {
+					if strings.HasPrefix(k, a.z.prefix) {
 						return a.parent + "/" + k, nil
 					}
 				}
@@ -547,293 +461,120 @@ func (a *acquisition) ensure(ctx context.Context, path string) error {
 	return fmt.Errorf("create %s: keeps failing", path)
 }
 
-// queueUp waits until the acquisition's znode is the lowest of its
-// parent's lock znodes. On error the caller deletes the znode.
+// queueUp waits until the acquisition is admitted, and grants it: decide
+// from a listing whether the request is admitted, or which records it
+// waits for; wait for one of them; again until admitted. On error the
+// caller deletes the znode.
 func (a *acquisition) queueUp(ctx context.Context) (*Lease, error) {
 	for {
-		le, err := a.step(ctx)
-		if le != nil || err != nil {
-			return le, err
+		d, err := a.decide(ctx)
+		if err == nil && d.waiting() {
+			if a.try {
+				return nil, lock.ErrLocked
+			}
+			d, err = a.wait(ctx, d)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if d.granted {
+			return a.grant(ctx, d.touch)
 		}
 	}
 }
 
-// step lists the queue once and, unless the request is admitted, waits
-// for one of the records it watches (package queue names them) to go. It
-// returns a lease, an error, or neither: look again.
-func (a *acquisition) step(ctx context.Context) (*Lease, error) {
-	if a.alone {
+// decision is what one look at the queue says: granted (and whether a
+// touch must come first, see queue.Touches), the records to wait for, or
+// neither: look again.
+type decision struct {
+	granted bool
+	touch   bool
+	q       []string        // the lock znodes of the listing, in grant order
+	reqs    []queue.Request // their requests, up to this acquisition's
+	// watched are the indexes in q of the records to wait for (see
+	// queue.Watched); touchWakes says that the touch of the first wakes
+	// the waiter too (queue.WaitsForTouch).
+	watched    []int
+	touchWakes bool
+}
+
+func (d decision) waiting() bool { return !d.granted && len(d.watched) > 0 }
+
+// decide lists the queue (but for a znode created alone) and says, by the
+// rules of package queue, whether the request is admitted or which
+// records it waits for.
+func (a *acquisition) decide(ctx context.Context) (decision, error) {
+	if a.fast.alone {
 		// The only child at its create: admitted then, so no listing can
 		// have shown it waiting (no touch is due), and no earlier record
 		// can have come since. With a lock-delay, the grant needs the
 		// listing, which shows the markers of holders gone.
-		a.alone = false
+		a.fast.alone = false
 		if a.l.o.LockDelay == 0 {
-			a.checked = true
-			return a.grant()
+			a.last.checked = true
+			return decision{granted: true}, nil
 		}
 	}
-	// A permit waiter woken by its predecessor's touch is admitted now
-	// unless it is the first waiter, and under load it mostly is: it
-	// touches together with the listing, so that the waiter behind it
-	// wakes one write sooner, instead of after the listing. When the
-	// guess is wrong, that waiter wakes for nothing and watches again,
-	// and this one touches once more when it is admitted.
-	var spec *future[*zk.Stat]
-	if a.speculate {
-		a.speculate = false
-		spec = start(a.l.g, setData(a.l.conn, a.path, []byte(a.l.o.Identity), a.version), nil)
+	q, all, cversion, touched, err := a.look(ctx)
+	if err != nil || q == nil {
+		return decision{}, err
 	}
-	q, all, cversion, err := a.list(ctx)
-	touched := false
-	if spec != nil {
-		st, serr := spec.wait(ctx, a.l.g, a.s)
-		switch {
-		case serr == nil:
-			a.version, touched = st.Version, true
-		case isStop(serr):
-			return nil, serr
-		default:
-			a.touchUnsure = true
-		}
-	}
-	if err != nil {
-		return nil, a.retry(ctx, err)
-	}
-	i := slices.Index(q, a.own)
+	i := slices.Index(q, a.z.own)
 	if i < 0 {
-		return nil, a.deleted()
+		return decision{}, a.deleted()
 	}
 	for _, k := range q {
-		if k != a.own && strings.HasPrefix(k, a.prefix) {
+		if k != a.z.own && strings.HasPrefix(k, a.z.prefix) {
 			// A duplicate from a retried create: not ours to keep.
 			a.l.jan.add(cleanup{path: a.parent + "/" + k})
 		}
 	}
 	reqs := all[:i+1]
-	if !a.checked {
+	if !a.last.checked {
 		// The oldest request decides what the name is.
 		if why := queue.Incompatible(reqs[0], a.req); why != "" {
-			return nil, fmt.Errorf("%w: %s", lock.ErrIncompatible, why)
+			return decision{}, fmt.Errorf("%w: %s", lock.ErrIncompatible, why)
 		}
-		a.checked = true
+		a.last.checked = true
 	}
 	if queue.Admitted(reqs, i) {
-		if !touched && (a.touchUnsure || queue.Touches(all, i) && !a.neverWaited(q, cversion)) {
-			if err := a.touch(ctx); err != nil {
-				return nil, err
-			}
-		}
-		if err := a.delay(ctx); err != nil {
-			return nil, err
-		}
-		return a.grant()
+		touch := !touched && (a.touches.unsure || queue.Touches(all, i) && !a.neverWaited(q, cversion))
+		return decision{granted: true, touch: touch}, nil
 	}
-	if a.try {
-		return nil, lock.ErrLocked
+	return decision{q: q, reqs: reqs, watched: queue.Watched(reqs, i), touchWakes: queue.WaitsForTouch(reqs, i)}, nil
+}
+
+// look lists the queue (see list), and says whether the znode was touched
+// with the listing. A nil q without an error says: look again.
+//
+// A permit waiter woken by its predecessor's touch is admitted now unless
+// it is the first waiter, and under load it mostly is: it touches together
+// with the listing, so that the waiter behind it wakes one write sooner,
+// instead of after the listing. When the guess is wrong, that waiter wakes
+// for nothing and watches again, and this one touches once more when it is
+// admitted.
+func (a *acquisition) look(ctx context.Context) (q []string, all []queue.Request, cversion int32, touched bool, err error) {
+	var spec *future[*zk.Stat]
+	if a.touches.speculate {
+		a.touches.speculate = false
+		spec = start(a.l.g, setData(a.l.conn, a.z.path, []byte(a.l.o.Identity), a.z.version), nil)
 	}
-	watched := queue.Watched(reqs, i)
-	touchWakes := queue.WaitsForTouch(reqs, i)
-	if !touchWakes && a.byMark(reqs, i, watched) {
-		return a.waitFor(ctx, q[watched[0]], watched[0] == 0)
-	}
-	futures := make([]*future[exists], len(watched))
-	// A Locker from Dial watches without go-zookeeper's bookkeeping (see
-	// leaseTable.waitDeletion and waitChange); mine[n] is then the
-	// channel the event comes on.
-	mine := make([]<-chan zk.Event, len(watched))
-	for n, j := range watched {
-		// Only a touch waiter wakes on a data change; the others (the
-		// first waiter of a semaphore among them, whose holders touch
-		// as they are admitted) would only wake for nothing.
-		path := a.parent + "/" + q[j]
-		var w func() (exists, error)
+	q, all, cversion, err = a.list(ctx)
+	if spec != nil {
+		st, serr := spec.wait(ctx, a.l.g, a.s)
 		switch {
-		case touchWakes && !a.l.tab.poll:
-			// The touch is a data change: an exists watch, set as the
-			// deletion watches below are.
-			ch, stop := a.l.tab.waitChange(path)
-			defer stop()
-			mine[n] = ch
-			w = statOf(a.l.conn, path)
-		case touchWakes:
-			w = existsW(a.l.conn, path)
-		case !a.l.tab.poll:
-			ch, stop := a.l.tab.waitDeletion(path)
-			defer stop()
-			mine[n] = ch
-			w = deletionWatchDial(a.l.conn, path)
+		case serr == nil:
+			a.z.version, touched = st.Version, true
+		case isStop(serr):
+			return nil, nil, 0, false, serr
 		default:
-			w = deletionW(a.l.conn, path)
+			a.touches.unsure = true
 		}
-		futures[n] = start(a.l.g, w, nil)
 	}
-	var chans []<-chan zk.Event
-	for n, f := range futures {
-		e, err := f.wait(ctx, a.l.g, a.s)
-		if err != nil {
-			for _, f := range futures[n+1:] {
-				f.abandon()
-			}
-			return nil, a.retry(ctx, err)
-		}
-		if !e.ok {
-			// Gone already: look again (the watches set meanwhile fire
-			// later, unread, and cost nothing).
-			continue
-		}
-		if touchWakes {
-			// The predecessor may have been admitted and touched its
-			// znode between the listing and this watch, which then
-			// missed it. Lock znodes keep data version 0 unless
-			// touched: look again for a version not yet looked at.
-			if seen := fmt.Sprintf("%s@%d", q[watched[0]], e.stat.Version); e.stat.Version != 0 && seen != a.seenTouch {
-				a.seenTouch = seen
-				return nil, nil
-			}
-		}
-		if mine[n] != nil {
-			e.watch = mine[n]
-		}
-		chans = append(chans, e.watch)
-	}
-	if len(chans) < len(watched) {
-		return nil, nil
-	}
-	fired, err := a.await(ctx, chans)
 	if err != nil {
-		return nil, err
+		return nil, nil, 0, false, a.retry(ctx, err)
 	}
-	if fired == zk.EventNodeDataChanged && touchWakes {
-		a.speculate = true
-	}
-	if fired == zk.EventNodeDeleted && len(watched) == 1 && a.req.Kind != queue.Permit &&
-		a.l.o.LockDelay == 0 && queue.AdmittedWithout(reqs, i, watched[0]) {
-		// The one record ahead that kept this request waiting went, and
-		// none can have joined ahead of it: admitted if its own znode is
-		// still there, which a read of the znode alone confirms (a lock's
-		// or reader's waiter touches nothing).
-		return a.confirm(ctx)
-	}
-	if fired != zk.EventNodeDeleted || !queue.AdmittedByDeletion(reqs, i) || a.l.o.LockDelay > 0 {
-		// Look again. With a lock-delay the grant needs a listing made
-		// after the holder went, which shows whether it left a marker
-		// (see delay).
-		return nil, nil
-	}
-	// A holder went: admitted. The touch confirms the znode as the
-	// listing would, and wakes the waiter behind it sooner; with nobody
-	// behind it, it wakes nobody.
-	if err := a.touch(ctx); err != nil {
-		return nil, err
-	}
-	return a.grant()
-}
-
-// byMark reports whether the request at i of the queue reqs, not
-// admitted, is admitted by the release of the one record it watches,
-// watched[0], and may wait for that release's mark (see waitFor): the
-// Locker is from Dial, has no lock-delay, and the record is an exclusive
-// request (so it held the lock alone, at the head of the queue), whose
-// release as a holder leaves nothing ahead that keeps this request
-// waiting.
-func (a *acquisition) byMark(reqs []queue.Request, i int, watched []int) bool {
-	if a.noMark || a.l.tab.ka == nil || a.l.o.LockDelay > 0 || len(watched) != 1 {
-		return false
-	}
-	j := watched[0]
-	if reqs[j].Kind != queue.Exclusive || a.req.Kind == queue.Permit {
-		return false
-	}
-	rest := reqs[j+1 : i+1]
-	return queue.Admitted(rest, len(rest)-1)
-}
-
-// waitFor waits for the release of the exclusive record pred, which admits
-// this request (byMark), and grants it without another request.
-//
-// A lease of an exclusive request from Dial is released with one
-// transaction that sets its znode's data and deletes it (deleteOwn): the
-// mark. Every other end of a lock znode (a cancelled or failed wait, an
-// expired session, a revocation, Close, a delete by hand) is a plain
-// deletion. The waiter watches pred for a change of its data as well as
-// its deletion, with an exists (one watch, one event: the data change
-// spends it before the deletion in the same transaction), so the event
-// itself says whether pred left as a holder: a data change admits this
-// request, a deletion makes it look again.
-//
-// When pred headed the listing (head), it was the holder, and its going
-// admits this request however it went: nothing can join the queue ahead
-// of it. A head already gone when the exists is answered, or deleted
-// without a mark, then grants this request as a mark does, with no
-// listing. (Under load the holder mostly releases between the waiter's
-// listing and its exists: one request fewer for those hand-overs.)
-//
-// Someone else may delete the waiter's znode or set the data of pred by
-// hand; a lease granted here and still held ownWatchDelay after its grant
-// is therefore checked by a listing (Lease.checkMark), which ends it with
-// lock.ErrLost if the grant should not have been made.
-func (a *acquisition) waitFor(ctx context.Context, pred string, head bool) (*Lease, error) {
-	l := a.l
-	predPath := a.parent + "/" + pred
-	ch, stop := l.tab.waitChange(predPath)
-	defer stop()
-	// The exists goes with the watch flag because the wait is registered
-	// (keepalive.wantsChange).
-	p, err := call(ctx, l.g, a.s, statOf(l.conn, predPath))
-	if err != nil {
-		return nil, a.retry(ctx, err)
-	}
-	switch {
-	case !p.ok && head:
-		return a.grantUnlisted()
-	case !p.ok:
-		return nil, nil // gone already: look again
-	case p.stat.Version != 0:
-		// Someone set its data, which no lock of this package does but
-		// its release: a mark could not be told from that.
-		a.noMark = true
-		return nil, nil
-	}
-	fired, err := a.await(ctx, []<-chan zk.Event{ch})
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case fired == zk.EventNodeDataChanged, fired == zk.EventNodeDeleted && head:
-		return a.grantUnlisted()
-	default:
-		// Deleted otherwise, or the connection changed: look again.
-		return nil, nil
-	}
-}
-
-// grantUnlisted grants the acquisition on its predecessor's going, seen
-// without a listing (see waitFor); the lease is checked once if it is
-// still held ownWatchDelay after the grant.
-func (a *acquisition) grantUnlisted() (*Lease, error) {
-	if a.l.tab.deletedBeforeGrant(a.path) {
-		return nil, a.deleted()
-	}
-	a.marked = true
-	return a.grant()
-}
-
-// confirm grants the acquisition if its znode is still the one it
-// created: a waiter's znode can go only with its session, whose end ends
-// the wait anyway, or by someone else's hand. The read is served by the
-// server that reported the deletion that admitted it, so it sees that
-// deletion's state or a later one. A failed read that can be sent again
-// leaves the decision to the next listing.
-func (a *acquisition) confirm(ctx context.Context) (*Lease, error) {
-	e, err := call(ctx, a.l.g, a.s, statOf(a.l.conn, a.path))
-	switch {
-	case err != nil:
-		return nil, a.retry(ctx, err)
-	case !e.ok || e.stat.Czxid != a.czxid:
-		return nil, a.deleted()
-	}
-	return a.grant()
+	return q, all, cversion, touched, nil
 }
 
 // neverWaited reports whether the listing q of the parent, whose child
@@ -846,13 +587,13 @@ func (a *acquisition) confirm(ctx context.Context) (*Lease, error) {
 // creates of the lock znodes listed after it alone only if none was
 // deleted.
 func (a *acquisition) neverWaited(q []string, cversion int32) bool {
-	seq, err := strconv.ParseInt(seqOf(a.own), 10, 64)
+	seq, err := strconv.ParseInt(seqOf(a.z.own), 10, 64)
 	if err != nil {
 		return false
 	}
 	later := 0
 	for _, k := range q {
-		if seqOf(k) > seqOf(a.own) {
+		if seqOf(k) > seqOf(a.z.own) {
 			later++
 		}
 	}
@@ -868,15 +609,15 @@ func (a *acquisition) neverWaited(q []string, cversion int32) bool {
 func (a *acquisition) touch(ctx context.Context) error {
 	l := a.l
 	for {
-		st, err := call(ctx, l.g, a.s, setData(l.conn, a.path, []byte(l.o.Identity), a.version))
+		st, err := call(ctx, l.g, a.s, setData(l.conn, a.z.path, []byte(l.o.Identity), a.z.version))
 		if errors.Is(err, zk.ErrBadVersion) {
 			var e exists
 			e, err = call(ctx, l.g, a.s, func() (exists, error) {
-				ok, st, err := l.conn.Exists(a.path)
+				ok, st, err := l.conn.Exists(a.z.path)
 				return exists{ok: ok, stat: st}, err
 			})
 			switch {
-			case err == nil && (!e.ok || e.stat.Czxid != a.czxid):
+			case err == nil && (!e.ok || e.stat.Czxid != a.z.czxid):
 				return a.deleted()
 			case err == nil:
 				st = e.stat
@@ -884,7 +625,7 @@ func (a *acquisition) touch(ctx context.Context) error {
 		}
 		switch {
 		case err == nil:
-			a.version, a.touchUnsure = st.Version, false
+			a.z.version, a.touches.unsure = st.Version, false
 			return nil
 		case errors.Is(err, zk.ErrNoNode):
 			return a.deleted()
@@ -911,18 +652,18 @@ func (a *acquisition) touch(ctx context.Context) error {
 // for its own release.
 func (a *acquisition) list(ctx context.Context) ([]string, []queue.Request, int32, error) {
 	l := a.l
-	if a.czxid != 0 {
+	if a.z.czxid != 0 {
 		kids, err := call(ctx, l.g, a.s, childrenOf(l.conn, a.parent))
 		if err != nil {
 			return nil, nil, 0, err
 		}
-		a.kids, a.listed = kids.names, time.Now()
+		a.last.kids, a.last.at = kids.names, time.Now()
 		q, reqs := lockQueue(kids.names)
 		return q, reqs, kids.stat.Cversion, nil
 	}
-	l.tab.track(a.path)
+	l.tab.track(a.z.path)
 	fc := start(l.g, childrenOf(l.conn, a.parent), nil)
-	fe := start(l.g, statOf(l.conn, a.path), nil)
+	fe := start(l.g, statOf(l.conn, a.z.path), nil)
 	kids, errC := fc.wait(ctx, l.g, a.s)
 	if errC != nil {
 		fe.abandon()
@@ -935,56 +676,16 @@ func (a *acquisition) list(ctx context.Context) ([]string, []queue.Request, int3
 		return nil, nil, 0, a.deleted()
 	}
 	if st.stat.EphemeralOwner != a.s.id {
-		return nil, nil, 0, fmt.Errorf("%w: the queued znode %s belongs to session 0x%x, not 0x%x", lock.ErrLost, a.path, st.stat.EphemeralOwner, a.s.id)
+		return nil, nil, 0, fmt.Errorf("%w: the queued znode %s belongs to session 0x%x, not 0x%x", lock.ErrLost, a.z.path, st.stat.EphemeralOwner, a.s.id)
 	}
-	a.kids, a.listed = kids.names, time.Now()
-	a.czxid, a.version = st.stat.Czxid, st.stat.Version
+	a.last.kids, a.last.at = kids.names, time.Now()
+	a.z.czxid, a.z.version = st.stat.Czxid, st.stat.Version
 	q, reqs := lockQueue(kids.names)
 	return q, reqs, kids.stat.Cversion, nil
 }
 
-// await waits for one of watched, the watches on the records this
-// acquisition waits for, to fire, and returns the type of its event (0 if
-// something else ended the wait).
-func (a *acquisition) await(ctx context.Context, watched []<-chan zk.Event) (fired zk.EventType, err error) {
-	if len(watched) == 1 {
-		// A lock's or read-write lock's waiter, and most permit waiters:
-		// no reflection.
-		select {
-		case <-ctx.Done():
-			return 0, context.Cause(ctx)
-		case <-a.s.done:
-			return 0, a.s.err
-		case <-a.l.g.closing:
-			return 0, lock.ErrClosed
-		case ev := <-watched[0]:
-			return ev.Type, nil
-		}
-	}
-	const doneCase, sessionCase, closingCase = 0, 1, 2
-	cases := []reflect.SelectCase{
-		doneCase:    {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
-		sessionCase: {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.s.done)},
-		closingCase: {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.l.g.closing)},
-	}
-	for _, w := range watched {
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)})
-	}
-	chosen, v, _ := reflect.Select(cases)
-	switch chosen {
-	case doneCase:
-		return 0, context.Cause(ctx)
-	case sessionCase:
-		return 0, a.s.err
-	case closingCase:
-		return 0, lock.ErrClosed
-	}
-	ev, _ := v.Interface().(zk.Event)
-	return ev.Type, nil
-}
-
 func (a *acquisition) deleted() error {
-	return fmt.Errorf("%w: the queued znode %s was deleted", lock.ErrLost, a.path)
+	return fmt.Errorf("%w: the queued znode %s was deleted", lock.ErrLost, a.z.path)
 }
 
 // retry decides what a failed request of the wait means: nil when the
@@ -1003,16 +704,25 @@ func (a *acquisition) retry(ctx context.Context, err error) error {
 	return a.l.ss.awaitConnected(ctx, a.s)
 }
 
-// grant makes the acquisition's znode a held lease.
-func (a *acquisition) grant() (*Lease, error) {
+// grant makes the admitted acquisition's znode a held lease, after its
+// touch when one is due (queue.Touches) and its lock-delay (see delay).
+func (a *acquisition) grant(ctx context.Context, touch bool) (*Lease, error) {
+	if touch {
+		if err := a.touch(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.delay(ctx); err != nil {
+		return nil, err
+	}
 	// The lease keeps no name of its own: Name reads it from the path.
 	le := &Lease{
 		l:       a.l,
 		s:       a.s,
-		path:    a.path,
-		czxid:   a.czxid,
-		version: a.version,
-		byMark:  a.marked,
+		path:    a.z.path,
+		czxid:   a.z.czxid,
+		version: a.z.version,
+		byMark:  a.fast.marked,
 	}
 	if err := a.l.tab.hold(le); err != nil {
 		return nil, err

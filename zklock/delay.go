@@ -49,14 +49,14 @@ func (a *acquisition) delay(ctx context.Context) error {
 		return nil
 	}
 	l := a.l
-	kids, seen := a.kids, a.listed
+	kids, seen := a.last.kids, a.last.at
 	waited := make(map[string]bool) // the stale markers waited for
 	for {
 		live := make(map[string]bool) // the prefixes of the lock znodes
 		own := false
 		for _, k := range queueOf(kids) {
 			live[prefixOf(k)] = true
-			own = own || k == a.own
+			own = own || k == a.z.own
 		}
 		if !own {
 			return a.deleted()
@@ -83,7 +83,7 @@ func (a *acquisition) delay(ctx context.Context) error {
 				waited[p] = true
 			}
 		}
-		ops := []any{&zk.CheckVersionRequest{Path: a.path, Version: a.version}}
+		ops := []any{&zk.CheckVersionRequest{Path: a.z.path, Version: a.z.version}}
 		for _, p := range stale {
 			ops = append(ops, &zk.DeleteRequest{Path: p, Version: -1})
 		}

@@ -233,7 +233,7 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 // not write its lock znodes (their ACL) finds that out at its first
 // release, which then deletes plainly, as do all its releases after it.
 func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxid int64, marker string) error {
-	mark := marker == "" && l.tab.ka != nil && !l.noMark.Load() && isExclusivePath(path)
+	mark := marker == "" && l.tab.ka != nil && !l.denied.mark.Load() && isExclusivePath(path)
 	for range 3 {
 		_, err := call(ctx, l.g, nil, func() (struct{}, error) {
 			if mark {
@@ -246,7 +246,7 @@ func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxi
 					// their data: it deletes them plainly from now on,
 					// and the waiters behind list the queue again.
 					mark = false
-					l.noMark.Store(true)
+					l.denied.mark.Store(true)
 					return struct{}{}, errMarkDenied
 				}
 				return struct{}{}, multiErr(res, err)

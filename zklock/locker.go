@@ -25,24 +25,36 @@ import (
 // answered; the lease table (leases.go, watch.go) follows held leases; the
 // janitor (cleanup.go) deletes left-over znodes.
 type Locker struct {
-	conn  *zk.Conn
-	owned bool // Dial: Close closes conn
-	o     *options
-	tel   *telemetry.Telemetry // metrics and spans; nil records nothing
-	g     *group
-	ss    *sessions
-	jan   *janitor
-	tab   *leaseTable
+	conn    *zk.Conn
+	owned   bool // Dial: Close closes conn
+	o       *options
+	tel     *telemetry.Telemetry // metrics and spans; nil records nothing
+	g       *group
+	ss      *sessions
+	jan     *janitor
+	tab     *leaseTable
+	watcher watcher // sets the watches acquisitions wait on
+	life    lifetime
+	denied  denials
+}
+
+// lifetime is what Close needs to end a Locker once, after the public calls
+// in progress.
+type lifetime struct {
 	calls sync.WaitGroup // public calls in progress
 	once  sync.Once
 	down  chan struct{} // closed when the first Close has finished
+}
 
-	// noStamp: creates go without the stamp of the parent (see
+// denials are the writes a Locker found it may not make, and so no longer
+// tries.
+type denials struct {
+	// stamp: creates go without the stamp of the parent (see
 	// createZnode), since this Locker may not write a lock's parent.
-	noStamp atomic.Bool
-	// noMark: releases go without the release mark (see deleteOwn), since
+	stamp atomic.Bool
+	// mark: releases go without the release mark (see deleteOwn), since
 	// this Locker may not set the data of its lock znodes.
-	noMark atomic.Bool
+	mark atomic.Bool
 }
 
 // Dial connects to the ZooKeeper servers ("host:port", at least one) and
@@ -202,7 +214,7 @@ func New(conn *zk.Conn, events <-chan zk.Event, opts ...Option) (*Locker, error)
 func newLocker(o *options, dial bool) *Locker {
 	g := newGroup()
 	ka := &keepalive{clk: o.clock}
-	l := &Locker{o: o, g: g, down: make(chan struct{})}
+	l := &Locker{o: o, g: g, life: lifetime{down: make(chan struct{})}}
 	tel, err := telemetry.New(backend, o.Telemetry)
 	if err != nil {
 		o.Logger.Warn("zklock: some instruments are not recorded", config.LogErr, err)
@@ -223,6 +235,10 @@ func newLocker(o *options, dial bool) *Locker {
 // events is New's event channel, nil for Dial.
 func (l *Locker) start(conn *zk.Conn, events <-chan zk.Event) {
 	l.conn, l.ss.conn, l.jan.conn, l.tab.conn = conn, conn, conn, conn
+	l.watcher = zkWatcher{conn}
+	if l.tab.ka != nil {
+		l.watcher = dialWatcher{conn, l.tab}
+	}
 	l.g.spawn(func() { l.ss.run(events, l.tab.route) })
 	l.g.spawn(l.jan.run)
 	l.g.spawn(l.tab.run)
@@ -258,17 +274,17 @@ func (l *Locker) Close() error {
 		return fmt.Errorf("zklock: close: %w", err)
 	}
 	first := false
-	l.once.Do(func() { first = true })
+	l.life.once.Do(func() { first = true })
 	if !first {
-		<-l.down
+		<-l.life.down
 		return nil
 	}
-	defer close(l.down)
+	defer close(l.life.down)
 	l.ss.close()
 	close(l.g.closing)
 	l.g.stop()
 
-	l.calls.Wait()
+	l.life.calls.Wait()
 	if l.owned {
 		l.conn.Close() // ends the session: the server removes its ephemeral znodes
 		l.g.wg.Wait()
@@ -285,9 +301,9 @@ func (l *Locker) Close() error {
 }
 
 // enter registers a public call; it fails once the Locker is closed.
-func (l *Locker) enter() error { return l.ss.admit(&l.calls) }
+func (l *Locker) enter() error { return l.ss.admit(&l.life.calls) }
 
-func (l *Locker) leave() { l.calls.Done() }
+func (l *Locker) leave() { l.life.calls.Done() }
 
 // keepaliveInterval is how often keepalive sends a request.
 func (l *Locker) keepaliveInterval() time.Duration {

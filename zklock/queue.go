@@ -2,8 +2,12 @@ package zklock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -11,6 +15,116 @@ import (
 	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/lock"
 )
+
+// A lock's znodes are children of root/name named "~<32 hex digits>~" (the
+// protection prefix, random per acquisition), then, for a shared or
+// semaphore request, its kind's tag and a '~' (see queue.Request.Tag),
+// followed by the 10-digit sequence number the server appends. '~' cannot
+// occur in a lock name, so a lock znode of name "a" and the parent of name
+// "a/b" can never be taken for one another, and children that do not match
+// the pattern exactly are ignored.
+const (
+	marker    = '~'
+	randLen   = 1 + 32 + 1
+	seqLen    = 10
+	minChild  = randLen + seqLen
+	maxTagLen = 11 // "s" and a limit of up to 10 digits
+)
+
+// newPrefix returns a fresh protection prefix for a request.
+func newPrefix(req queue.Request) string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	p := string(marker) + hex.EncodeToString(b) + string(marker)
+	if tag := req.Tag(); tag != "" {
+		p += tag + string(marker)
+	}
+	return p
+}
+
+// parseChild reports whether a child name is a lock znode and, if so, the
+// request it stands for.
+func parseChild(s string) (queue.Request, bool) {
+	if len(s) < minChild || len(s) > minChild+maxTagLen+1 || s[0] != marker || s[randLen-1] != marker {
+		return queue.Request{}, false
+	}
+	for i := 1; i < randLen-1; i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return queue.Request{}, false
+		}
+	}
+	for i := len(s) - seqLen; i < len(s); i++ {
+		if c := s[i]; c < '0' || c > '9' {
+			return queue.Request{}, false
+		}
+	}
+	tag := s[randLen : len(s)-seqLen]
+	if tag != "" {
+		if tag[len(tag)-1] != marker {
+			return queue.Request{}, false
+		}
+		tag = tag[:len(tag)-1]
+		if tag == "" {
+			return queue.Request{}, false
+		}
+	}
+	return queue.ParseTag(tag)
+}
+
+// isExclusivePath reports whether path is the znode of an exclusive
+// request: a lock's, or a read-write lock's writer's.
+func isExclusivePath(path string) bool {
+	r, ok := parseChild(path[strings.LastIndexByte(path, '/')+1:])
+	return ok && r.Kind == queue.Exclusive
+}
+
+// isLockChild reports whether a child name is a lock znode.
+func isLockChild(s string) bool {
+	_, ok := parseChild(s)
+	return ok
+}
+
+// requestOf returns the request of a lock znode's child name (one that
+// queue returned).
+func requestOf(child string) queue.Request {
+	r, _ := parseChild(child)
+	return r
+}
+
+// seqOf returns a lock znode's sequence number.
+func seqOf(child string) string { return child[len(child)-seqLen:] }
+
+// queueOf returns the lock znodes among names, in grant order (by sequence
+// number).
+func queueOf(names []string) []string {
+	q, _ := lockQueue(names)
+	return q
+}
+
+// lockQueue returns the lock znodes among names in grant order, and their
+// requests: each name is parsed once.
+func lockQueue(names []string) ([]string, []queue.Request) {
+	type child struct {
+		name string
+		req  queue.Request
+	}
+	cs := make([]child, 0, len(names))
+	for _, n := range names {
+		if r, ok := parseChild(n); ok {
+			cs = append(cs, child{n, r})
+		}
+	}
+	slices.SortFunc(cs, func(a, b child) int { return strings.Compare(seqOf(a.name), seqOf(b.name)) })
+	q, reqs := make([]string, len(cs)), make([]queue.Request, len(cs))
+	for i, c := range cs {
+		q[i], reqs[i] = c.name, c.req
+	}
+	return q, reqs
+}
+
+// parent returns the znode whose children are name's lock znodes.
+func (l *Locker) parent(name string) string { return l.o.root + "/" + name }
 
 var _ lock.QueueLister = (*Locker)(nil)
 

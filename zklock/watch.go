@@ -1,14 +1,17 @@
 package zklock
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -341,4 +344,273 @@ func (t *leaseTable) rearmAll() {
 		}
 		wg.Wait()
 	})
+}
+
+// wait waits for a change of the records d says the acquisition waits
+// for, and returns what it shows: granted (a shortcut: admitted with no
+// listing), or not (look again).
+func (a *acquisition) wait(ctx context.Context, d decision) (decision, error) {
+	if !d.touchWakes && a.byMark(d) {
+		return a.waitFor(ctx, d.q[d.watched[0]], d.watched[0] == 0)
+	}
+	fired, err := a.watch(ctx, d)
+	if err != nil || fired == 0 {
+		return decision{}, err
+	}
+	i := len(d.reqs) - 1
+	switch {
+	case fired == zk.EventNodeDataChanged && d.touchWakes:
+		a.touches.speculate = true
+		return decision{}, nil
+	case fired != zk.EventNodeDeleted || a.l.o.LockDelay > 0:
+		// Look again. With a lock-delay the grant needs a listing made
+		// after the holder went, which shows whether it left a marker
+		// (see delay).
+		return decision{}, nil
+	case len(d.watched) == 1 && a.req.Kind != queue.Permit && queue.AdmittedWithout(d.reqs, i, d.watched[0]):
+		// The one record ahead that kept this request waiting went, and
+		// none can have joined ahead of it: admitted if its own znode is
+		// still there, which a read of the znode alone confirms (a lock's
+		// or reader's waiter touches nothing).
+		return a.confirm(ctx)
+	case queue.AdmittedByDeletion(d.reqs, i):
+		// A holder went: admitted. The touch confirms the znode as the
+		// listing would, and wakes the waiter behind it sooner; with
+		// nobody behind it, it wakes nobody.
+		return decision{granted: true, touch: true}, nil
+	}
+	return decision{}, nil
+}
+
+// watch sets a watch on each record d says the acquisition waits for, and
+// waits for one of them to fire. It returns the type of the event, or 0:
+// look again (a record went before its watch was set, or may have been
+// touched unseen).
+func (a *acquisition) watch(ctx context.Context, d decision) (zk.EventType, error) {
+	futures := make([]*future[exists], len(d.watched))
+	for n, j := range d.watched {
+		read, stop := a.l.watcher.watch(a.parent+"/"+d.q[j], d.touchWakes)
+		defer stop()
+		futures[n] = start(a.l.g, read, nil)
+	}
+	chans := make([]<-chan zk.Event, 0, len(futures))
+	for n, f := range futures {
+		e, err := f.wait(ctx, a.l.g, a.s)
+		if err != nil {
+			for _, f := range futures[n+1:] {
+				f.abandon()
+			}
+			return 0, a.retry(ctx, err)
+		}
+		if !e.ok {
+			// Gone already: look again (the watches set meanwhile fire
+			// later, unread, and cost nothing).
+			continue
+		}
+		if d.touchWakes && a.touchMissed(d.q[d.watched[0]], e.stat.Version) {
+			return 0, nil
+		}
+		chans = append(chans, e.watch)
+	}
+	if len(chans) < len(d.watched) {
+		return 0, nil
+	}
+	return a.await(ctx, chans)
+}
+
+// touchMissed reports whether the predecessor pred, at data version v
+// when its watch was set, may have been admitted and touched between the
+// listing and the watch, which then missed the touch. Lock znodes keep
+// data version 0 unless touched: a version not yet looked at says look
+// again.
+func (a *acquisition) touchMissed(pred string, v int32) bool {
+	seen := fmt.Sprintf("%s@%d", pred, v)
+	if v == 0 || seen == a.touches.seen {
+		return false
+	}
+	a.touches.seen = seen
+	return true
+}
+
+// watcher sets the watches an acquisition waits on: a read of the record
+// at path that sets a watch firing on its deletion or, with change, on any
+// change of it (a touch waiter's: see queue.WaitsForTouch). The read's
+// result carries the watch's channel; stop forgets the watch. A Locker
+// from Dial watches without go-zookeeper's bookkeeping (dialWatcher),
+// one from New through it (zkWatcher).
+type watcher interface {
+	watch(path string, change bool) (read func() (exists, error), stop func())
+}
+
+// dialWatcher is the watcher of a Locker from Dial: the lease table hands
+// it the event (see leaseTable.waitDeletion and waitChange).
+type dialWatcher struct {
+	conn *zk.Conn
+	tab  *leaseTable
+}
+
+func (w dialWatcher) watch(path string, change bool) (func() (exists, error), func()) {
+	read, wait := deletionWatchDial(w.conn, path), w.tab.waitDeletion
+	if change {
+		read, wait = statOf(w.conn, path), w.tab.waitChange
+	}
+	ch, stop := wait(path)
+	return func() (exists, error) {
+		e, err := read()
+		e.watch = ch
+		return e, err
+	}, stop
+}
+
+// zkWatcher is the watcher of a Locker from New: go-zookeeper's watches.
+type zkWatcher struct{ conn *zk.Conn }
+
+func (w zkWatcher) watch(path string, change bool) (func() (exists, error), func()) {
+	if change {
+		return existsW(w.conn, path), func() {}
+	}
+	return deletionW(w.conn, path), func() {}
+}
+
+// byMark reports whether the request d is about, not admitted, is
+// admitted by the release of the one record it watches, d.watched[0], and may wait for that release's mark (see waitFor): the
+// Locker is from Dial, has no lock-delay, and the record is an exclusive
+// request (so it held the lock alone, at the head of the queue), whose
+// release as a holder leaves nothing ahead that keeps this request
+// waiting.
+func (a *acquisition) byMark(d decision) bool {
+	if a.fast.noMark || a.l.tab.ka == nil || a.l.o.LockDelay > 0 || len(d.watched) != 1 {
+		return false
+	}
+	j := d.watched[0]
+	if d.reqs[j].Kind != queue.Exclusive || a.req.Kind == queue.Permit {
+		return false
+	}
+	rest := d.reqs[j+1:]
+	return queue.Admitted(rest, len(rest)-1)
+}
+
+// waitFor waits for the release of the exclusive record pred, which admits
+// this request (byMark), and grants it without another request.
+//
+// A lease of an exclusive request from Dial is released with one
+// transaction that sets its znode's data and deletes it (deleteOwn): the
+// mark. Every other end of a lock znode (a cancelled or failed wait, an
+// expired session, a revocation, Close, a delete by hand) is a plain
+// deletion. The waiter watches pred for a change of its data as well as
+// its deletion, with an exists (one watch, one event: the data change
+// spends it before the deletion in the same transaction), so the event
+// itself says whether pred left as a holder: a data change admits this
+// request, a deletion makes it look again.
+//
+// When pred headed the listing (head), it was the holder, and its going
+// admits this request however it went: nothing can join the queue ahead
+// of it. A head already gone when the exists is answered, or deleted
+// without a mark, then grants this request as a mark does, with no
+// listing. (Under load the holder mostly releases between the waiter's
+// listing and its exists: one request fewer for those hand-overs.)
+//
+// Someone else may delete the waiter's znode or set the data of pred by
+// hand; a lease granted here and still held ownWatchDelay after its grant
+// is therefore checked by a listing (Lease.checkMark), which ends it with
+// lock.ErrLost if the grant should not have been made.
+func (a *acquisition) waitFor(ctx context.Context, pred string, head bool) (decision, error) {
+	// The exists goes with the watch flag because the wait is registered
+	// (keepalive.wantsChange).
+	read, stop := a.l.watcher.watch(a.parent+"/"+pred, true)
+	defer stop()
+	p, err := call(ctx, a.l.g, a.s, read)
+	if err != nil {
+		return decision{}, a.retry(ctx, err)
+	}
+	switch {
+	case !p.ok && head:
+		return a.unlisted()
+	case !p.ok:
+		return decision{}, nil // gone already: look again
+	case p.stat.Version != 0:
+		// Someone set its data, which no lock of this package does but
+		// its release: a mark could not be told from that.
+		a.fast.noMark = true
+		return decision{}, nil
+	}
+	fired, err := a.await(ctx, []<-chan zk.Event{p.watch})
+	if err != nil {
+		return decision{}, err
+	}
+	switch {
+	case fired == zk.EventNodeDataChanged, fired == zk.EventNodeDeleted && head:
+		return a.unlisted()
+	default:
+		// Deleted otherwise, or the connection changed: look again.
+		return decision{}, nil
+	}
+}
+
+// unlisted admits the acquisition on its predecessor's going, seen
+// without a listing (see waitFor); the lease is checked once if it is
+// still held ownWatchDelay after the grant.
+func (a *acquisition) unlisted() (decision, error) {
+	if a.l.tab.deletedBeforeGrant(a.z.path) {
+		return decision{}, a.deleted()
+	}
+	a.fast.marked = true
+	return decision{granted: true}, nil
+}
+
+// confirm admits the acquisition if its znode is still the one it
+// created: a waiter's znode can go only with its session, whose end ends
+// the wait anyway, or by someone else's hand. The read is served by the
+// server that reported the deletion that admitted it, so it sees that
+// deletion's state or a later one. A failed read that can be sent again
+// leaves the decision to the next listing.
+func (a *acquisition) confirm(ctx context.Context) (decision, error) {
+	e, err := call(ctx, a.l.g, a.s, statOf(a.l.conn, a.z.path))
+	switch {
+	case err != nil:
+		return decision{}, a.retry(ctx, err)
+	case !e.ok || e.stat.Czxid != a.z.czxid:
+		return decision{}, a.deleted()
+	}
+	return decision{granted: true}, nil
+}
+
+// await waits for one of watched, the watches on the records this
+// acquisition waits for, to fire, and returns the type of its event (0 if
+// something else ended the wait).
+func (a *acquisition) await(ctx context.Context, watched []<-chan zk.Event) (fired zk.EventType, err error) {
+	if len(watched) == 1 {
+		// A lock's or read-write lock's waiter, and most permit waiters:
+		// no reflection.
+		select {
+		case <-ctx.Done():
+			return 0, context.Cause(ctx)
+		case <-a.s.done:
+			return 0, a.s.err
+		case <-a.l.g.closing:
+			return 0, lock.ErrClosed
+		case ev := <-watched[0]:
+			return ev.Type, nil
+		}
+	}
+	const doneCase, sessionCase, closingCase = 0, 1, 2
+	cases := []reflect.SelectCase{
+		doneCase:    {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+		sessionCase: {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.s.done)},
+		closingCase: {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.l.g.closing)},
+	}
+	for _, w := range watched {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)})
+	}
+	chosen, v, _ := reflect.Select(cases)
+	switch chosen {
+	case doneCase:
+		return 0, context.Cause(ctx)
+	case sessionCase:
+		return 0, a.s.err
+	case closingCase:
+		return 0, lock.ErrClosed
+	}
+	ev, _ := v.Interface().(zk.Event)
+	return ev.Type, nil
 }
