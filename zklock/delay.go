@@ -52,23 +52,9 @@ func (a *acquisition) delay(ctx context.Context) error {
 	kids, seen := a.last.kids, a.last.at
 	waited := make(map[string]bool) // the stale markers waited for
 	for {
-		live := make(map[string]bool) // the prefixes of the lock znodes
-		own := false
-		for _, k := range queueOf(kids) {
-			live[prefixOf(k)] = true
-			own = own || k == a.z.own
-		}
-		if !own {
-			return a.deleted()
-		}
-		var stale []string
-		for _, k := range kids {
-			if p, ok := strings.CutPrefix(k, delayMark); ok && !live[p] {
-				stale = append(stale, a.parent+"/"+k)
-			}
-		}
-		if len(stale) == 0 {
-			return nil
+		stale, err := a.staleMarkers(kids)
+		if err != nil || len(stale) == 0 {
+			return err
 		}
 		// A marker found stale only by a later listing (a shared holder
 		// that ended while this one waited) is waited for from that
@@ -83,24 +69,8 @@ func (a *acquisition) delay(ctx context.Context) error {
 				waited[p] = true
 			}
 		}
-		ops := []any{&zk.CheckVersionRequest{Path: a.z.path, Version: a.z.version}}
-		for _, p := range stale {
-			ops = append(ops, &zk.DeleteRequest{Path: p, Version: -1})
-		}
-		res, err := call(ctx, l.g, a.s, func() ([]zk.MultiResponse, error) { return l.conn.Multi(ops...) })
-		err = multiErr(res, err)
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, zk.ErrBadVersion):
-			return a.deleted()
-		case errors.Is(err, zk.ErrNoNode):
-			// Our znode is gone, or another grantee removed a stale
-			// marker first: look again.
-		default:
-			if err := a.retry(ctx, err); err != nil {
-				return err
-			}
+		if done, err := a.dropMarkers(ctx, stale); done || err != nil {
+			return err
 		}
 		names, err := call(ctx, l.g, a.s, childrenOf(l.conn, a.parent))
 		if err != nil {
@@ -111,6 +81,52 @@ func (a *acquisition) delay(ctx context.Context) error {
 		}
 		kids, seen = names.names, time.Now()
 	}
+}
+
+// staleMarkers returns the paths of the markers among the parent's
+// children kids whose lock znodes are gone, or an error if the
+// acquisition's own znode is.
+func (a *acquisition) staleMarkers(kids []string) ([]string, error) {
+	live := make(map[string]bool) // the prefixes of the lock znodes
+	own := false
+	for _, k := range queueOf(kids) {
+		live[prefixOf(k)] = true
+		own = own || k == a.z.own
+	}
+	if !own {
+		return nil, a.deleted()
+	}
+	var stale []string
+	for _, k := range kids {
+		if p, ok := strings.CutPrefix(k, delayMark); ok && !live[p] {
+			stale = append(stale, a.parent+"/"+k)
+		}
+	}
+	return stale, nil
+}
+
+// dropMarkers deletes the stale markers in one multi checked against the
+// acquisition's znode. done says that they are gone; not done without an
+// error says: list again (another grantee removed one first, or the
+// request may be sent again).
+func (a *acquisition) dropMarkers(ctx context.Context, stale []string) (done bool, err error) {
+	l := a.l
+	ops := []any{&zk.CheckVersionRequest{Path: a.z.path, Version: a.z.version}}
+	for _, p := range stale {
+		ops = append(ops, &zk.DeleteRequest{Path: p, Version: -1})
+	}
+	res, err := call(ctx, l.g, a.s, func() ([]zk.MultiResponse, error) { return l.conn.Multi(ops...) })
+	switch err = multiErr(res, err); {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, zk.ErrBadVersion):
+		return true, a.deleted()
+	case errors.Is(err, zk.ErrNoNode):
+		// Our znode is gone, or another grantee removed a stale marker
+		// first: look again.
+		return false, nil
+	}
+	return false, a.retry(ctx, err)
 }
 
 // sleep waits d, or until ctx ends, the session ends or the Locker closes.

@@ -85,7 +85,35 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 		return nil, fmt.Errorf("%w: nil context", lock.ErrInvalidConfig)
 	}
 	l := newLocker(o, true)
-	ka := l.ss.ka
+	conn, err := l.connect(servers)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", lock.ErrInvalidConfig, err)
+	}
+	l.owned = true
+	l.start(conn, nil)
+	// The connection wrapper sees the syncs' answers.
+	l.g.spawn(func() { l.ss.ka.run(l.g, l.conn, func() { _, _ = l.conn.Sync("/") }, l.keepaliveInterval) })
+	if _, err := l.ss.get(ctx); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("%v: no session: %w", servers, err)
+	}
+	if err := o.checkNegotiated(l.ss.ka.negotiated()); err != nil {
+		l.Close()
+		return nil, err
+	}
+	// Before any request of the Locker's own: the ones that need the
+	// credentials come after Dial returns.
+	if err := l.addAuth(ctx); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("%v: %w", servers, err)
+	}
+	return l, nil
+}
+
+// connect opens the connection of a Locker from Dial, whose keepalive
+// sees every packet through the dialer's wrapper.
+func (l *Locker) connect(servers []string) (*zk.Conn, error) {
+	o, ka := l.o, l.ss.ka
 	ka.onHeard, ka.onTimeout, ka.onConnect = l.ss.heard, l.negotiatedTimeout, l.tab.connect
 	ka.wantsChange = l.tab.wantsChange
 	ka.wantsChildren = l.tab.wantsChildren
@@ -113,28 +141,7 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 		zk.WithLogger(zkLogger{o.Logger, o.secrets()}),
 		zk.WithLogInfo(false),
 	)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", lock.ErrInvalidConfig, err)
-	}
-	l.owned = true
-	l.start(conn, nil)
-	// The connection wrapper sees the syncs' answers.
-	l.g.spawn(func() { ka.run(l.g, l.conn, func() { _, _ = l.conn.Sync("/") }, l.keepaliveInterval) })
-	if _, err := l.ss.get(ctx); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("%v: no session: %w", servers, err)
-	}
-	if err := o.checkNegotiated(ka.negotiated()); err != nil {
-		l.Close()
-		return nil, err
-	}
-	// Before any request of the Locker's own: the ones that need the
-	// credentials come after Dial returns.
-	if err := l.addAuth(ctx); err != nil {
-		l.Close()
-		return nil, fmt.Errorf("%v: %w", servers, err)
-	}
-	return l, nil
+	return conn, err
 }
 
 // checkServers checks Dial's server list.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"time"
 
 	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
@@ -44,25 +45,39 @@ func (driver) Open(ctx context.Context, u *url.URL, cfg lock.OpenConfig) (lock.L
 	if err != nil {
 		return nil, fmt.Errorf("zklock: open: %w", err)
 	}
-	root, err := lock.URLPath(u)
+	opts, err := urlOptions(u, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("zklock: open: %w", err)
 	}
+	l, err := Dial(ctx, hosts, opts...)
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return l, nil
+}
+
+// urlOptions returns the options a URL and the options of lock.Open
+// (cfg) stand for.
+func urlOptions(u *url.URL, cfg lock.OpenConfig) ([]Option, error) {
+	root, err := lock.URLPath(u)
+	if err != nil {
+		return nil, err
+	}
 	q, err := lock.CheckQuery(u, append([]string{"session_timeout", "loss_margin", "lock_delay", "identity"}, secure.QueryKeys...)...)
 	if err != nil {
-		return nil, fmt.Errorf("zklock: open: %w", err)
+		return nil, err
 	}
 	var opts []Option
 	creds, ok, err := secure.CredentialsFromURL(u, q, nil)
 	if err != nil {
-		return nil, fmt.Errorf("zklock: open: %w", err)
+		return nil, err
 	}
 	if ok {
 		opts = append(opts, WithDigest(creds.User, creds.Password))
 	}
 	tlsCfg, err := secure.TLSFromQuery(q)
 	if err != nil {
-		return nil, fmt.Errorf("zklock: open: %w", err)
+		return nil, err
 	}
 	if tlsCfg != nil {
 		opts = append(opts, WithTLS(tlsCfg))
@@ -70,29 +85,19 @@ func (driver) Open(ctx context.Context, u *url.URL, cfg lock.OpenConfig) (lock.L
 	if root != "" {
 		opts = append(opts, WithRoot(root))
 	}
-	if d, ok, err := lock.URLDuration(q, "session_timeout"); err != nil {
-		return nil, fmt.Errorf("zklock: open: %w", err)
-	} else if ok {
-		opts = append(opts, WithSessionTimeout(d))
-	}
-	if d, ok, err := lock.URLDuration(q, "loss_margin"); err != nil {
-		return nil, fmt.Errorf("zklock: open: %w", err)
-	} else if ok {
-		opts = append(opts, WithLossMargin(d))
-	}
-	if d, ok, err := lock.URLDuration(q, "lock_delay"); err != nil {
-		return nil, fmt.Errorf("zklock: open: %w", err)
-	} else if ok {
-		opts = append(opts, WithLockDelay(d))
+	for _, k := range []struct {
+		key  string
+		with func(time.Duration) Option
+	}{{"session_timeout", WithSessionTimeout}, {"loss_margin", WithLossMargin}, {"lock_delay", WithLockDelay}} {
+		if d, ok, err := lock.URLDuration(q, k.key); err != nil {
+			return nil, err
+		} else if ok {
+			opts = append(opts, k.with(d))
+		}
 	}
 	_, urlIdentity := q["identity"]
 	if urlIdentity {
 		opts = append(opts, WithIdentity(q["identity"][0]))
 	}
-	opts = append(opts, func(o *options) { o.SetOpen(cfg, urlIdentity) })
-	l, err := Dial(ctx, hosts, opts...)
-	if err != nil {
-		return nil, err // not a typed nil in the interface
-	}
-	return l, nil
+	return append(opts, func(o *options) { o.SetOpen(cfg, urlIdentity) }), nil
 }
