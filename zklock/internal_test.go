@@ -99,7 +99,7 @@ func TestFreeBetween(t *testing.T) {
 	x1 := child('a', "0000000004")
 	x2 := child('b', "0000000006")
 	x2early := child('b', "0000000005")
-	o := &observation{listed: true, cversion: 5, kids: map[string]bool{x1: true}, holder: x1}
+	o := &observation{last: observed{listed: true, cversion: 5, kids: map[string]bool{x1: true}, holder: x1}}
 	// x1 created at 4 (cversion 5 after); deleted at 5, x2 created at 6.
 	if !o.freeBetween([]string{x2}, &zk.Stat{Cversion: 7}, x2) {
 		t.Errorf("freeBetween(delete then create) = false; want true")

@@ -56,6 +56,11 @@ type observation struct {
 
 	// What the last listing showed, and what it reported: touched only by
 	// the one listing that runs at a time.
+	last observed
+}
+
+// observed is what an observation's last listing showed and reported.
+type observed struct {
 	listed      bool
 	parentCzxid int64
 	cversion    int32
@@ -70,115 +75,149 @@ func (o *observation) error() error {
 	return o.err
 }
 
+// end records why the observation ended.
+func (o *observation) end(err error) {
+	o.mu.Lock()
+	o.err = fmt.Errorf("zklock: observe %q: %w", o.name, err)
+	o.mu.Unlock()
+}
+
+// next returns the reader's channel and the change to send on it, or a
+// nil channel when none is queued.
+func (o *observation) next() (chan lock.Holder, lock.Holder) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.queue) == 0 {
+		return nil, lock.Holder{}
+	}
+	return o.out, o.queue[0]
+}
+
+// sent drops the change next returned, which the reader took.
+func (o *observation) sent() {
+	o.mu.Lock()
+	o.queue = o.queue[1:]
+	o.mu.Unlock()
+}
+
 // run feeds the reader from the queue and keeps one listing or one watch
-// going at all times. A listing runs on its own goroutine, so that a
-// listing waiting for the connection never holds back what is queued.
+// going at all times (see listings).
 func (o *observation) run(ctx context.Context) {
 	defer close(o.out)
-	end := func(err error) {
-		o.mu.Lock()
-		o.err = fmt.Errorf("zklock: observe %q: %w", o.name, err)
-		o.mu.Unlock()
-	}
-	type listed struct {
-		watch <-chan zk.Event
-		stop  func()
-		err   error
-	}
-	results := make(chan listed, 1) // at most one listing runs
-	var (
-		endMu sync.Mutex
-		ended bool // run has returned
-	)
-	listing := false
-	relist := func() {
-		listing = true
-		o.l.g.spawn(func() {
-			w, stop, err := o.list(ctx)
-			if err != nil && !isStop(err) && isConnErr(err) {
-				// Requests queue in go-zookeeper while it reconnects;
-				// waiting here keeps a connection that fails at once
-				// from spinning.
-				_ = o.l.ss.awaitConnected(ctx, nil)
-			}
-			endMu.Lock()
-			defer endMu.Unlock()
-			if ended {
-				if stop != nil {
-					stop()
-				}
-				return
-			}
-			results <- listed{w, stop, err}
-		})
-	}
-	var (
-		watch     <-chan zk.Event
-		stopWatch = func() {}
-		retry     <-chan time.Time
-		backoff   time.Duration
-	)
-	defer func() {
-		stopWatch()
-		// A listing that ends after run forgets its own wait.
-		endMu.Lock()
-		ended = true
-		endMu.Unlock()
-		select {
-		case r := <-results:
-			if r.stop != nil {
-				r.stop()
-			}
-		default:
-		}
-	}()
-	relist()
+	ls := &listings{o: o, results: make(chan listed, 1), stopWatch: func() {}}
+	defer ls.end()
+	ls.start(ctx)
 	for {
-		var send chan lock.Holder
-		var head lock.Holder
-		o.mu.Lock()
-		if len(o.queue) > 0 {
-			send, head = o.out, o.queue[0]
-		}
-		o.mu.Unlock()
+		send, head := o.next()
 		select {
 		case send <- head:
-			o.mu.Lock()
-			o.queue = o.queue[1:]
-			o.mu.Unlock()
-		case r := <-results:
-			listing = false
-			switch {
-			case r.err == nil:
-				stopWatch()
-				watch, stopWatch, backoff = r.watch, r.stop, 0
-			case ctx.Err() != nil || o.l.ss.isClosed():
-				// The select ends it below.
-			case isConnErr(r.err):
-				o.l.o.Logger.Debug("zklock: observe: listing failed with the connection; listing again", "lock", o.name, "err", r.err)
-				relist()
-			default:
-				backoff = min(max(2*backoff, observeRetryMin), observeRetryMax)
-				o.l.o.Logger.Warn("zklock: observe: listing failed; retrying", "lock", o.name, "in", backoff, "err", permission(r.err))
-				retry = time.After(backoff)
+			o.sent()
+		case r := <-ls.results:
+			ls.took(ctx, r)
+		case <-ls.watch:
+			ls.watch = nil
+			if ls.retry == nil {
+				ls.start(ctx)
 			}
-		case <-watch:
-			watch = nil
-			if !listing && retry == nil {
-				relist()
-			}
-		case <-retry:
-			retry = nil
-			if !listing {
-				relist()
-			}
+		case <-ls.retry:
+			ls.retry = nil
+			ls.start(ctx)
 		case <-ctx.Done():
-			end(context.Cause(ctx))
+			o.end(context.Cause(ctx))
 			return
 		case <-o.l.g.closing:
-			end(lock.ErrClosed)
+			o.end(lock.ErrClosed)
 			return
 		}
+	}
+}
+
+// listed is the result of one listing of an observation: the watch for
+// the next change and the function that forgets it, or an error.
+type listed struct {
+	watch <-chan zk.Event
+	stop  func()
+	err   error
+}
+
+// listings runs an observation's listings, one at a time, each on its own
+// goroutine, so that a listing waiting for the connection never holds
+// back what is queued; and it keeps the watch of the latest one. Its
+// fields but mu and ended belong to run's goroutine.
+type listings struct {
+	o       *observation
+	results chan listed // at most one listing runs
+	running bool        // a listing runs
+
+	watch     <-chan zk.Event
+	stopWatch func()
+	retry     <-chan time.Time
+	backoff   time.Duration
+
+	mu    sync.Mutex
+	ended bool // run has returned
+}
+
+// start starts a listing unless one runs.
+func (ls *listings) start(ctx context.Context) {
+	if ls.running {
+		return
+	}
+	ls.running = true
+	o := ls.o
+	o.l.g.spawn(func() {
+		w, stop, err := o.list(ctx)
+		if err != nil && !isStop(err) && isConnErr(err) {
+			// Requests queue in go-zookeeper while it reconnects;
+			// waiting here keeps a connection that fails at once from
+			// spinning.
+			_ = o.l.ss.awaitConnected(ctx, nil)
+		}
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		if ls.ended {
+			if stop != nil {
+				stop()
+			}
+			return
+		}
+		ls.results <- listed{w, stop, err}
+	})
+}
+
+// took acts on the result of a listing.
+func (ls *listings) took(ctx context.Context, r listed) {
+	o := ls.o
+	ls.running = false
+	switch {
+	case r.err == nil:
+		ls.stopWatch()
+		ls.watch, ls.stopWatch, ls.backoff = r.watch, r.stop, 0
+	case ctx.Err() != nil || o.l.ss.isClosed():
+		// run's select ends it.
+	case isConnErr(r.err):
+		o.l.o.Logger.Debug("zklock: observe: listing failed with the connection; listing again", "lock", o.name, "err", r.err)
+		ls.start(ctx)
+	default:
+		ls.backoff = min(max(2*ls.backoff, observeRetryMin), observeRetryMax)
+		o.l.o.Logger.Warn("zklock: observe: listing failed; retrying", "lock", o.name, "in", ls.backoff, "err", permission(r.err))
+		ls.retry = time.After(ls.backoff)
+	}
+}
+
+// end forgets the watch, and makes a listing that ends after run forget
+// its own.
+func (ls *listings) end() {
+	ls.stopWatch()
+	ls.mu.Lock()
+	ls.ended = true
+	ls.mu.Unlock()
+	select {
+	case r := <-ls.results:
+		if r.stop != nil {
+			r.stop()
+		}
+	default:
 	}
 }
 
@@ -200,95 +239,101 @@ const (
 // server drops these watches with the connection, and every handshake
 // ends the wait (an EventNotWatching), so the observation lists again.
 func (o *observation) list(ctx context.Context) (<-chan zk.Event, func(), error) {
-	if !o.listed {
+	if !o.last.listed {
 		// The first holder reported is the current one, as Holder's is:
 		// the server catches up with the leader first.
 		if err := o.l.syncWith(ctx, o.parent); err != nil {
 			return nil, func() {}, err
 		}
 	}
-	dial := o.l.tab.ka != nil
-	forget := func() {} // the wait of the latest request (Dial)
-	kept := false
-	defer func() {
-		if !kept {
-			forget()
-		}
-	}()
 	for {
-		forget()
-		forget = func() {}
-		type cw struct {
-			names []string
-			stat  *zk.Stat
-			w     <-chan zk.Event
-		}
-		var mine <-chan zk.Event
-		if dial {
-			mine, forget = o.l.tab.waitChildren(o.parent)
-		}
-		r, err := call(ctx, o.l.g, nil, func() (cw, error) {
-			if dial {
-				n, st, err := o.l.conn.Children(o.parent) // the wrapper sets the watch flag
-				return cw{n, st, mine}, err
-			}
-			n, st, w, err := o.l.conn.ChildrenW(o.parent)
-			return cw{n, st, w}, err
-		})
+		r, stop, err := o.children(ctx)
 		if errors.Is(err, zk.ErrNoNode) {
-			forget()
-			forget = func() {}
-			var e exists
-			if dial {
-				mine, forget = o.l.tab.waitChange(o.parent)
-				e, err = call(ctx, o.l.g, nil, statOf(o.l.conn, o.parent))
-				e.watch = mine
-			} else {
-				e, err = call(ctx, o.l.g, nil, existsW(o.l.conn, o.parent))
-			}
-			if err != nil {
-				return nil, nil, err
-			}
-			if e.ok {
+			w, stop, again, err := o.absent(ctx)
+			if again {
 				continue // created meanwhile
 			}
-			o.report("", lock.Holder{})
-			o.listed = false
-			kept = true
-			return e.watch, forget, nil
+			return w, stop, err
 		}
 		if err != nil {
 			return nil, nil, err
 		}
 		again, err := o.take(ctx, r.names, r.stat)
+		if err != nil || again {
+			stop()
+		}
 		if err != nil {
 			return nil, nil, err
 		}
-		if again {
-			continue
+		if !again {
+			return r.watch, stop, nil
 		}
-		kept = true
-		return r.w, forget, nil
 	}
+}
+
+// childrenWatch is a listing of children with the watch it set.
+type childrenWatch struct {
+	names []string
+	stat  *zk.Stat
+	watch <-chan zk.Event
+}
+
+// children lists the parent's children and sets a child watch; stop
+// forgets the watch.
+func (o *observation) children(ctx context.Context) (r childrenWatch, stop func(), err error) {
+	dial := o.l.tab.ka != nil
+	stop = func() {}
+	var mine <-chan zk.Event
+	if dial {
+		mine, stop = o.l.tab.waitChildren(o.parent)
+	}
+	r, err = call(ctx, o.l.g, nil, func() (childrenWatch, error) {
+		if dial {
+			n, st, err := o.l.conn.Children(o.parent) // the wrapper sets the watch flag
+			return childrenWatch{n, st, mine}, err
+		}
+		n, st, w, err := o.l.conn.ChildrenW(o.parent)
+		return childrenWatch{n, st, w}, err
+	})
+	if err != nil {
+		stop()
+		return childrenWatch{}, nil, err
+	}
+	return r, stop, nil
+}
+
+// absent reports a missing parent as a free lock and returns the watch for
+// its creation, and the function that forgets it; again says that it
+// exists by now: list again.
+func (o *observation) absent(ctx context.Context) (w <-chan zk.Event, stop func(), again bool, err error) {
+	read, stop := o.l.watcher.watch(o.parent, true)
+	e, err := call(ctx, o.l.g, nil, read)
+	if err != nil || e.ok {
+		stop()
+		return nil, nil, err == nil, err
+	}
+	o.report("", lock.Holder{})
+	o.last.listed = false
+	return e.watch, stop, false, nil
 }
 
 // take queues the changes a listing of the parent (its children's names
 // and its stat) reveals, and remembers the listing. again says that the
 // holder it found was released meanwhile: list again.
 func (o *observation) take(ctx context.Context, names []string, st *zk.Stat) (again bool, err error) {
-	if o.listed && st.Czxid != o.parentCzxid {
+	if o.last.listed && st.Czxid != o.last.parentCzxid {
 		// The parent was deleted and created again: every child of the
 		// old one is gone, so the lock was free in between.
 		o.report("", lock.Holder{})
-		o.listed = false
+		o.last.listed = false
 	}
 	q := queueOf(names)
 	next := ""
 	if len(q) > 0 {
 		next = q[0]
 	}
-	if next != "" && (next != o.holder || !o.reported) {
-		if o.holder != "" && o.freeBetween(q, st, next) {
+	if next != "" && (next != o.last.holder || !o.last.reported) {
+		if o.last.holder != "" && o.freeBetween(q, st, next) {
 			o.report("", lock.Holder{})
 		}
 		type gd struct {
@@ -309,23 +354,23 @@ func (o *observation) take(ctx context.Context, names []string, st *zk.Stat) (ag
 	} else if next == "" {
 		o.report("", lock.Holder{})
 	}
-	o.listed = true
-	o.parentCzxid = st.Czxid
-	o.cversion = st.Cversion
-	o.kids = make(map[string]bool, len(q))
+	o.last.listed = true
+	o.last.parentCzxid = st.Czxid
+	o.last.cversion = st.Cversion
+	o.last.kids = make(map[string]bool, len(q))
 	for _, k := range q {
-		o.kids[k] = true
+		o.last.kids[k] = true
 	}
 	return false, nil
 }
 
 // report queues h unless it is what was reported last.
 func (o *observation) report(child string, h lock.Holder) {
-	if o.reported && child == o.holder {
+	if o.last.reported && child == o.last.holder {
 		return
 	}
-	o.reported = true
-	o.holder = child
+	o.last.reported = true
+	o.last.holder = child
 	o.mu.Lock()
 	o.queue = append(o.queue, h)
 	o.mu.Unlock()
@@ -338,25 +383,25 @@ func (o *observation) report(child string, h lock.Holder) {
 // the creations and deletions between two listings account for every step,
 // the step not taken by a creation is the old holder's deletion.
 func (o *observation) freeBetween(q []string, st *zk.Stat, next string) bool {
-	if !o.listed || o.kids[next] {
+	if !o.last.listed || o.last.kids[next] {
 		return false // next was already queued: a direct hand-over
 	}
 	used := map[int64]bool{}
 	for _, k := range q {
-		if !o.kids[k] {
+		if !o.last.kids[k] {
 			used[seqNum(k)] = true
 		}
 	}
 	deleted := 0
-	for k := range o.kids {
+	for k := range o.last.kids {
 		if !slicesContains(q, k) {
 			deleted++
 		}
 	}
-	if deleted != 1 || int64(st.Cversion-o.cversion) != int64(len(used)+deleted) {
+	if deleted != 1 || int64(st.Cversion-o.last.cversion) != int64(len(used)+deleted) {
 		return false
 	}
-	for v := int64(o.cversion); v < int64(st.Cversion); v++ {
+	for v := int64(o.last.cversion); v < int64(st.Cversion); v++ {
 		if !used[v] {
 			return v < seqNum(next)
 		}
