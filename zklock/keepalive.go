@@ -115,17 +115,21 @@ type trackedConn struct {
 
 	handshakeDone bool // reader side
 
-	// Reader side: what the last read from the connection brought and
-	// go-zookeeper has not taken yet (rbuf[rpos:rend]), and the error
-	// that read returned with it, for the read after.
-	rbuf       []byte
-	rpos, rend int
-	rerr       error
+	rb readBuf // reader side
+}
+
+// readBuf is what the last read from the connection brought and
+// go-zookeeper has not taken yet (buf[pos:end]), and the error that read
+// returned with it, for the read after.
+type readBuf struct {
+	buf      []byte
+	pos, end int
+	err      error
 }
 
 // buffered returns how many bytes read from the connection wait for the
 // reader.
-func (c *trackedConn) buffered() int { return c.rend - c.rpos }
+func (c *trackedConn) buffered() int { return c.rb.end - c.rb.pos }
 
 // readBufSize is how much one read from the connection asks for. go-zookeeper
 // reads every packet in two (its length, then the rest), and a reply or
@@ -178,9 +182,9 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 }
 
 func (c *trackedConn) Read(p []byte) (int, error) {
-	if c.rpos == c.rend {
-		if err := c.rerr; err != nil {
-			c.rerr = nil
+	if c.rb.pos == c.rb.end {
+		if err := c.rb.err; err != nil {
+			c.rb.err = nil
 			return 0, err
 		}
 		if len(p) >= readBufSize {
@@ -188,18 +192,18 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 			c.r.feed(p[:n], c.received)
 			return n, err
 		}
-		if c.rbuf == nil {
-			c.rbuf = make([]byte, readBufSize)
+		if c.rb.buf == nil {
+			c.rb.buf = make([]byte, readBufSize)
 		}
-		n, err := c.Conn.Read(c.rbuf)
-		c.rpos, c.rend = 0, n
+		n, err := c.Conn.Read(c.rb.buf)
+		c.rb.pos, c.rb.end = 0, n
 		if n == 0 {
 			return 0, err
 		}
-		c.rerr = err
+		c.rb.err = err
 	}
-	n := copy(p, c.rbuf[c.rpos:c.rend])
-	c.rpos += n
+	n := copy(p, c.rb.buf[c.rb.pos:c.rb.end])
+	c.rb.pos += n
 	c.r.feed(p[:n], c.received)
 	return n, nil
 }

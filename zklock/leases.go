@@ -21,18 +21,37 @@ type leaseTable struct {
 	jan  *janitor
 	poll bool       // New: poll the watch channels of held leases
 	ka   *keepalive // Dial's; nil for New
+	sig  tableSignals
 
+	mu      sync.Mutex
+	watched map[string]*watchEntry // the znodes of acquisitions and held leases, by path
+	waits   waits                  // Dial: the waits of acquisitions and observations
+	pending []nodeEvent            // events for held leases, for run
+	arming  arming                 // held leases whose watch is not set yet
+}
+
+// tableSignals are how others tell the lease table's run, without its
+// lock, that it has work.
+type tableSignals struct {
 	kick         chan struct{} // wakes run
 	sessionEnded atomic.Bool   // a session ended; run has not ended its leases yet
 	reconnected  atomic.Bool   // Dial: a new connection; run has not set the leases' watches again
+}
 
-	mu       sync.Mutex
-	watched  map[string]*watchEntry     // the znodes of acquisitions and held leases, by path
-	waiters  map[string][]chan zk.Event // Dial: the waits for a znode's deletion, by path (waitDeletion)
-	changes  map[string][]chan zk.Event // Dial: the waits for a znode's change, by path (waitChange)
-	pending  []nodeEvent                // events for held leases, for run
-	arming   []pendingArm               // held leases whose watch is not set yet, oldest first (armLater)
-	armTimer *time.Timer                // fires when the oldest of arming is due; nil until the first grant
+// waits are the waits for watch events of a Locker from Dial, by path:
+// for a znode's deletion or the change of its children (waitDeletion,
+// waitChildren), and for any change of the znode (waitChange).
+type waits struct {
+	deletion map[string][]chan zk.Event
+	change   map[string][]chan zk.Event
+}
+
+// arming is the held leases whose watch is not set yet, oldest first
+// (armLater), and the timer that fires when the oldest is due (nil until
+// the first grant).
+type arming struct {
+	due   []pendingArm
+	timer *time.Timer
 }
 
 func newLeaseTable(g *group, ss *sessions, jan *janitor, poll bool) *leaseTable {
@@ -41,10 +60,9 @@ func newLeaseTable(g *group, ss *sessions, jan *janitor, poll bool) *leaseTable 
 		ss:      ss,
 		jan:     jan,
 		poll:    poll,
-		kick:    make(chan struct{}, 1),
+		sig:     tableSignals{kick: make(chan struct{}, 1)},
 		watched: make(map[string]*watchEntry),
-		waiters: make(map[string][]chan zk.Event),
-		changes: make(map[string][]chan zk.Event),
+		waits:   waits{deletion: make(map[string][]chan zk.Event), change: make(map[string][]chan zk.Event)},
 	}
 }
 
@@ -59,7 +77,7 @@ func newLeaseTable(g *group, ss *sessions, jan *janitor, poll bool) *leaseTable 
 // and watches anew. stop forgets the wait; calling it after the event
 // came does nothing.
 func (t *leaseTable) waitDeletion(path string) (<-chan zk.Event, func()) {
-	return t.wait(t.waiters, path)
+	return t.wait(t.waits.deletion, path)
 }
 
 // waitChange is waitDeletion for the next change of the znode at path,
@@ -68,7 +86,7 @@ func (t *leaseTable) waitDeletion(path string) (<-chan zk.Event, func()) {
 // which the connection wrapper sends with the watch flag because the wait
 // is registered (wantsChange).
 func (t *leaseTable) waitChange(path string) (<-chan zk.Event, func()) {
-	return t.wait(t.changes, path)
+	return t.wait(t.waits.change, path)
 }
 
 // waitChildren is waitDeletion for the next change of the children of the
@@ -77,16 +95,16 @@ func (t *leaseTable) waitChange(path string) (<-chan zk.Event, func()) {
 // flag because the wait is registered (wantsChildren). A child watch
 // fires for both, so these waits share the map of waitDeletion.
 func (t *leaseTable) waitChildren(path string) (<-chan zk.Event, func()) {
-	return t.wait(t.waiters, path)
+	return t.wait(t.waits.deletion, path)
 }
 
 // wantsChildren reports whether a wait for the children of the znode at
 // path is registered (keepalive.wantsChildren).
-func (t *leaseTable) wantsChildren(path []byte) bool { return t.wants(t.waiters, path) }
+func (t *leaseTable) wantsChildren(path []byte) bool { return t.wants(t.waits.deletion, path) }
 
 // wantsChange reports whether a wait for the change of the znode at path
 // is registered (keepalive.wantsChange).
-func (t *leaseTable) wantsChange(path []byte) bool { return t.wants(t.changes, path) }
+func (t *leaseTable) wantsChange(path []byte) bool { return t.wants(t.waits.change, path) }
 
 // wants reports whether a wait in m for the znode at path is registered.
 func (t *leaseTable) wants(m map[string][]chan zk.Event, path []byte) bool {
@@ -173,25 +191,25 @@ func (t *leaseTable) deletedBeforeGrant(path string) bool {
 // onConnect).
 func (t *leaseTable) connect() {
 	t.mu.Lock()
-	for _, m := range []map[string][]chan zk.Event{t.waiters, t.changes} {
+	for _, m := range []map[string][]chan zk.Event{t.waits.deletion, t.waits.change} {
 		for path := range m {
 			notifyWaitersLocked(m, path, zk.Event{Type: zk.EventNotWatching, State: zk.StateHasSession, Path: path})
 		}
 	}
 	t.mu.Unlock()
-	t.reconnected.Store(true)
+	t.sig.reconnected.Store(true)
 	t.wake()
 }
 
 // sessionEnd tells run that a session ended (sessions' onEnd).
 func (t *leaseTable) sessionEnd() {
-	t.sessionEnded.Store(true)
+	t.sig.sessionEnded.Store(true)
 	t.wake()
 }
 
 func (t *leaseTable) wake() {
 	select {
-	case t.kick <- struct{}{}:
+	case t.sig.kick <- struct{}{}:
 	default:
 	}
 }

@@ -98,7 +98,7 @@ func TestLeaseTable(t *testing.T) {
 	s.err = fmt.Errorf("%w: session 0x1 expired", lock.ErrLost)
 	close(s.done)
 	tab.sessionEnd()
-	if !tab.sessionEnded.Swap(false) {
+	if !tab.sig.sessionEnded.Swap(false) {
 		t.Fatal("sessionEnd did not raise the flag")
 	}
 	tab.endSessionLeases()
@@ -197,7 +197,7 @@ func TestWaitDeletion(t *testing.T) {
 	}
 	stopB()
 	tab.mu.Lock()
-	left := len(tab.waiters)
+	left := len(tab.waits.deletion)
 	tab.mu.Unlock()
 	if left != 0 {
 		t.Errorf("%d paths still have waits; want none", left)

@@ -92,12 +92,12 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 	l.owned = true
 	l.start(conn, nil)
 	// The connection wrapper sees the syncs' answers.
-	l.g.spawn(func() { l.ss.ka.run(l.g, l.conn, func() { _, _ = l.conn.Sync("/") }, l.keepaliveInterval) })
+	l.g.spawn(func() { l.ss.loss.ka.run(l.g, l.conn, func() { _, _ = l.conn.Sync("/") }, l.keepaliveInterval) })
 	if _, err := l.ss.get(ctx); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("%v: no session: %w", servers, err)
 	}
-	if err := o.checkNegotiated(l.ss.ka.negotiated()); err != nil {
+	if err := o.checkNegotiated(l.ss.loss.ka.negotiated()); err != nil {
 		l.Close()
 		return nil, err
 	}
@@ -113,7 +113,7 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 // connect opens the connection of a Locker from Dial, whose keepalive
 // sees every packet through the dialer's wrapper.
 func (l *Locker) connect(servers []string) (*zk.Conn, error) {
-	o, ka := l.o, l.ss.ka
+	o, ka := l.o, l.ss.loss.ka
 	ka.onHeard, ka.onTimeout, ka.onConnect = l.ss.heard, l.negotiatedTimeout, l.tab.connect
 	ka.wantsChange = l.tab.wantsChange
 	ka.wantsChildren = l.tab.wantsChildren
@@ -123,7 +123,7 @@ func (l *Locker) connect(servers []string) (*zk.Conn, error) {
 	}
 	if o.tls != nil {
 		r := &refusals{notify: l.ss.kickState}
-		l.ss.refused = r.last
+		l.ss.hooks.refused = r.last
 		dialer = tlsDialer(dialer, o.tls, r)
 	}
 	conn, _, err := zk.Connect(servers, o.sessionTimeout,
@@ -200,7 +200,7 @@ func New(conn *zk.Conn, events <-chan zk.Event, opts ...Option) (*Locker, error)
 		return nil, fmt.Errorf("zklock: new: %w: WithDigest and WithAuth apply to Dial only (call conn.AddAuth, and give WithACL)", lock.ErrInvalidConfig)
 	}
 	l := newLocker(o, false)
-	ka := l.ss.ka
+	ka := l.ss.loss.ka
 	ka.onHeard = l.ss.heard
 	l.start(conn, events)
 	l.g.spawn(func() {
@@ -228,13 +228,13 @@ func newLocker(o *options, dial bool) *Locker {
 	}
 	l.tel = tel
 	l.ss = newSessions(o.clock, ka, o, g.closing)
-	l.ss.tel = tel
+	l.ss.journal.tel = tel
 	l.jan = newJanitor(g, o.Logger)
 	l.tab = newLeaseTable(g, l.ss, l.jan, !dial)
 	if dial {
 		l.tab.ka = ka
 	}
-	l.ss.onEnd, l.ss.onHealthy = l.tab.sessionEnd, l.jan.wakeIfPending
+	l.ss.hooks.onEnd, l.ss.hooks.onHealthy = l.tab.sessionEnd, l.jan.wakeIfPending
 	return l
 }
 

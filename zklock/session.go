@@ -51,59 +51,78 @@ type link interface {
 // everyone else reads the current session under mu, or waits on changed.
 type sessions struct {
 	conn    link
-	clk     clock.Clock
-	ka      *keepalive // when the leader last certainly heard of the session
-	given   time.Duration
-	margin  func(timeout time.Duration) time.Duration
-	logger  *slog.Logger
-	tel     *telemetry.Telemetry
 	closing <-chan struct{}
-	// onEnd (a session ended) and onHealthy (the connection has a session)
-	// are called with mu held: they must only wake someone.
-	onEnd, onHealthy func()
-	// refused returns why the servers refused the latest connection
-	// attempt (wrapping lock.ErrPermission), or nil; nil for none.
-	refused func() error
-
-	kick      chan struct{} // wakes run
-	expired   atomic.Int64  // StateExpired events seen
-	needHeard atomic.Bool   // a reply from the server may make a session usable again
+	loss    lossDeadline
+	sig     signals
+	hooks   hooks
+	journal journal
 
 	mu       sync.Mutex
 	closed   bool
 	connGone bool          // New: the caller closed the connection
 	cur      *session      // the usable session; nil while there is none
 	changed  chan struct{} // closed and replaced whenever the state is reevaluated
-	seenExp  int64         // expired events already acted on
+	seenExp  int64         // expired events (sig.expired) already acted on
+}
+
+// lossDeadline is when the Locker stops trusting a session: when the
+// leader may expire it, less the loss margin.
+type lossDeadline struct {
+	clk    clock.Clock
+	ka     *keepalive // when the leader last certainly heard of the session
+	given  time.Duration
+	margin func(timeout time.Duration) time.Duration
+}
+
+// signals are how go-zookeeper's goroutines and the keepalive tell run,
+// without a lock, that it has to look at the connection.
+type signals struct {
+	kick      chan struct{} // wakes run
+	expired   atomic.Int64  // StateExpired events seen
+	needHeard atomic.Bool   // a reply from the server may make a session usable again
+}
+
+// hooks are what sessions tells and asks the Locker's other parts.
+type hooks struct {
+	// onEnd (a session ended) and onHealthy (the connection has a session)
+	// are called with mu held: they must only wake someone.
+	onEnd, onHealthy func()
+	// refused returns why the servers refused the latest connection
+	// attempt (wrapping lock.ErrPermission), or nil; nil for none.
+	refused func() error
+}
+
+// journal logs and counts the beginnings and ends of sessions.
+type journal struct {
+	logger *slog.Logger
+	tel    *telemetry.Telemetry
 }
 
 func newSessions(clk clock.Clock, ka *keepalive, o *options, closing <-chan struct{}) *sessions {
 	return &sessions{
-		clk:       clk,
-		ka:        ka,
-		given:     o.sessionTimeout,
-		margin:    o.margin,
-		logger:    o.Logger,
-		closing:   closing,
-		onEnd:     func() {},
-		onHealthy: func() {},
-		kick:      make(chan struct{}, 1),
-		changed:   make(chan struct{}),
+		loss:    lossDeadline{clk: clk, ka: ka, given: o.sessionTimeout, margin: o.margin},
+		journal: journal{logger: o.Logger},
+		closing: closing,
+		hooks:   hooks{onEnd: func() {}, onHealthy: func() {}},
+		sig:     signals{kick: make(chan struct{}, 1)},
+		changed: make(chan struct{}),
 	}
 }
 
 // timeout returns the session timeout to work with: the one the server
 // negotiated (Dial) or the one given (New).
-func (ss *sessions) timeout() time.Duration {
-	if t := ss.ka.negotiated(); t > 0 {
+func (ss *sessions) timeout() time.Duration { return ss.loss.timeout() }
+
+func (d *lossDeadline) timeout() time.Duration {
+	if t := d.ka.negotiated(); t > 0 {
 		return t
 	}
-	return ss.given
+	return d.given
 }
 
 func (ss *sessions) kickState() {
 	select {
-	case ss.kick <- struct{}{}:
+	case ss.sig.kick <- struct{}{}:
 	default:
 	}
 }
@@ -112,14 +131,14 @@ func (ss *sessions) kickState() {
 // callback: it only counts and wakes).
 func (ss *sessions) event(ev zk.Event) {
 	if ev.State == zk.StateExpired {
-		ss.expired.Add(1)
+		ss.sig.expired.Add(1)
 	}
 	ss.kickState()
 }
 
 // heard is told that the server answered a request (keepalive's onHeard).
 func (ss *sessions) heard() {
-	if ss.needHeard.Load() {
+	if ss.sig.needHeard.Load() {
 		ss.kickState()
 	}
 }
@@ -135,14 +154,14 @@ func (ss *sessions) endLocked(err error) {
 	ss.cur = nil
 	s.err = err
 	close(s.done)
-	ss.onEnd()
+	ss.hooks.onEnd()
 	if errors.Is(err, lock.ErrClosed) {
-		ss.tel.SessionEnded(telemetry.Closed)
+		ss.journal.tel.SessionEnded(telemetry.Closed)
 	} else {
-		ss.tel.SessionEnded(config.EndReason(err))
+		ss.journal.tel.SessionEnded(config.EndReason(err))
 	}
 	if !errors.Is(err, lock.ErrClosed) {
-		ss.logger.Warn("zklock: session no longer trusted; its leases are lost", "session", fmt.Sprintf("0x%x", s.id), "cause", err)
+		ss.journal.logger.Warn("zklock: session no longer trusted; its leases are lost", "session", fmt.Sprintf("0x%x", s.id), "cause", err)
 	}
 }
 
@@ -184,13 +203,13 @@ func (ss *sessions) id() int64 {
 // session events (evs: New only; route takes its watch events) and to the
 // loss deadline.
 func (ss *sessions) run(evs <-chan zk.Event, route func(zk.Event)) {
-	timer := ss.clk.NewTimer(time.Hour)
+	timer := ss.loss.clk.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		select {
 		case <-ss.closing:
 			return
-		case <-ss.kick:
+		case <-ss.sig.kick:
 		case <-timer.C():
 		case ev, ok := <-evs:
 			if !ok {
@@ -199,12 +218,12 @@ func (ss *sessions) run(evs <-chan zk.Event, route func(zk.Event)) {
 				ss.connGone = true
 				ss.mu.Unlock()
 			} else if ev.Type == zk.EventSession && ev.State == zk.StateExpired {
-				ss.expired.Add(1)
+				ss.sig.expired.Add(1)
 			} else if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeDataChanged {
 				route(ev)
 			}
 		}
-		next := ss.reconcile(ss.clk.Now())
+		next := ss.reconcile(ss.loss.clk.Now())
 		if !timer.Stop() {
 			select {
 			case <-timer.C():
@@ -212,7 +231,7 @@ func (ss *sessions) run(evs <-chan zk.Event, route func(zk.Event)) {
 			}
 		}
 		if !next.IsZero() {
-			timer.Reset(max(next.Sub(ss.clk.Now()), 0))
+			timer.Reset(max(next.Sub(ss.loss.clk.Now()), 0))
 		}
 	}
 }
@@ -238,15 +257,15 @@ func (ss *sessions) reconcile(now time.Time) time.Time {
 	if ss.cur == nil && healthy {
 		if now.Before(deadline) {
 			ss.cur = &session{id: id, done: make(chan struct{})}
-			ss.needHeard.Store(false)
-			ss.tel.SessionStarted()
-			ss.logger.Info("zklock: session established", "session", fmt.Sprintf("0x%x", id), "timeout", timeout)
+			ss.sig.needHeard.Store(false)
+			ss.journal.tel.SessionStarted()
+			ss.journal.logger.Info("zklock: session established", "session", fmt.Sprintf("0x%x", id), "timeout", timeout)
 		} else {
-			ss.needHeard.Store(true)
+			ss.sig.needHeard.Store(true)
 		}
 	}
 	if healthy {
-		ss.onHealthy()
+		ss.hooks.onHealthy()
 	}
 	if ss.cur == nil {
 		return time.Time{}
@@ -258,7 +277,7 @@ func (ss *sessions) reconcile(now time.Time) time.Time {
 // the margin; before the leader was heard from at all, now: there is
 // nothing to trust yet.
 func (ss *sessions) deadlineLocked(now time.Time, timeout time.Duration) time.Time {
-	deadline, ok := ss.ka.deadline(timeout, ss.margin)
+	deadline, ok := ss.loss.ka.deadline(timeout, ss.loss.margin)
 	if !ok {
 		return now
 	}
@@ -268,7 +287,7 @@ func (ss *sessions) deadlineLocked(now time.Time, timeout time.Duration) time.Ti
 // checkLocked ends the current session if the connection shows it is
 // over, or may be.
 func (ss *sessions) checkLocked(now time.Time, healthy bool, id int64, deadline time.Time, timeout time.Duration) {
-	if exp := ss.expired.Load(); exp != ss.seenExp {
+	if exp := ss.sig.expired.Load(); exp != ss.seenExp {
 		ss.seenExp = exp
 		// An expiry ends the trusted session unless that session began
 		// after the expired one (the events may lag behind the state).
@@ -286,7 +305,7 @@ func (ss *sessions) checkLocked(now time.Time, healthy bool, id int64, deadline 
 		ss.endLocked(telemetry.WithReason(telemetry.Expired, fmt.Errorf("%w: session 0x%x replaced by 0x%x", lock.ErrLost, ss.cur.id, id)))
 	case !now.Before(deadline):
 		ss.endLocked(telemetry.WithReason(telemetry.Disconnected, fmt.Errorf("%w: no reply from the server within the session timeout %v (margin %v): it may have expired session 0x%x",
-			lock.ErrLost, timeout, ss.margin(timeout), ss.cur.id)))
+			lock.ErrLost, timeout, ss.loss.margin(timeout), ss.cur.id)))
 	}
 }
 
@@ -382,8 +401,8 @@ func (ss *sessions) isClosed() bool {
 // refusal returns why the servers refused the latest connection attempt,
 // or nil.
 func (ss *sessions) refusal() error {
-	if ss.refused == nil {
+	if ss.hooks.refused == nil {
 		return nil
 	}
-	return ss.refused()
+	return ss.hooks.refused()
 }

@@ -67,10 +67,10 @@ func (t *leaseTable) route(ev zk.Event) {
 	case zk.EventNodeDeleted, zk.EventNodeChildrenChanged, zk.EventNodeDataChanged, zk.EventNodeCreated:
 		t.mu.Lock()
 		if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeChildrenChanged {
-			notifyWaitersLocked(t.waiters, ev.Path, ev)
+			notifyWaitersLocked(t.waits.deletion, ev.Path, ev)
 		}
 		if ev.Type != zk.EventNodeChildrenChanged {
-			notifyWaitersLocked(t.changes, ev.Path, ev)
+			notifyWaitersLocked(t.waits.change, ev.Path, ev)
 		}
 		t.mu.Unlock()
 	}
@@ -112,23 +112,23 @@ func (t *leaseTable) run() {
 		select {
 		case <-t.g.closing:
 			closing = true
-		case <-t.kick:
+		case <-t.sig.kick:
 		case <-tick:
 			t.pollOwn()
 		}
-		if t.sessionEnded.Swap(false) || closing {
+		if t.sig.sessionEnded.Swap(false) || closing {
 			t.endSessionLeases()
 		}
-		if t.reconnected.Swap(false) && !closing {
+		if t.sig.reconnected.Swap(false) && !closing {
 			t.rearmAll()
 		}
 		if closing {
 			t.mu.Lock()
-			if t.armTimer != nil {
-				t.armTimer.Stop()
+			if t.arming.timer != nil {
+				t.arming.timer.Stop()
 			}
-			clear(t.arming)
-			t.arming = nil
+			clear(t.arming.due)
+			t.arming.due = nil
 			t.mu.Unlock()
 			return
 		}
@@ -145,12 +145,12 @@ func (t *leaseTable) run() {
 func (t *leaseTable) armLater(le *Lease) {
 	due := time.Now().Add(ownWatchDelay)
 	t.mu.Lock()
-	t.arming = append(t.arming, pendingArm{le, due})
-	if len(t.arming) == 1 {
-		if t.armTimer == nil {
-			t.armTimer = time.AfterFunc(ownWatchDelay, t.wake)
+	t.arming.due = append(t.arming.due, pendingArm{le, due})
+	if len(t.arming.due) == 1 {
+		if t.arming.timer == nil {
+			t.arming.timer = time.AfterFunc(ownWatchDelay, t.wake)
 		} else {
-			t.armTimer.Reset(ownWatchDelay)
+			t.arming.timer.Reset(ownWatchDelay)
 		}
 	}
 	t.mu.Unlock()
@@ -168,19 +168,19 @@ func (t *leaseTable) armDue() {
 	now := time.Now()
 	t.mu.Lock()
 	n := 0
-	for n < len(t.arming) && !t.arming[n].due.After(now) {
+	for n < len(t.arming.due) && !t.arming.due[n].due.After(now) {
 		n++
 	}
 	var les []*Lease
-	for _, p := range t.arming[:n] {
+	for _, p := range t.arming.due[:n] {
 		if !p.le.stopped() {
 			les = append(les, p.le)
 		}
 	}
-	clear(t.arming[:n])
-	t.arming = t.arming[n:]
-	if len(t.arming) > 0 {
-		t.armTimer.Reset(t.arming[0].due.Sub(now))
+	clear(t.arming.due[:n])
+	t.arming.due = t.arming.due[n:]
+	if len(t.arming.due) > 0 {
+		t.arming.timer.Reset(t.arming.due[0].due.Sub(now))
 	}
 	t.mu.Unlock()
 	for _, le := range les {
@@ -318,8 +318,8 @@ const rearmParallel = 32
 func (t *leaseTable) rearmAll() {
 	les := t.held()
 	t.mu.Lock()
-	due := make(map[*Lease]bool, len(t.arming))
-	for _, p := range t.arming {
+	due := make(map[*Lease]bool, len(t.arming.due))
+	for _, p := range t.arming.due {
 		due[p.le] = true
 	}
 	t.mu.Unlock()
