@@ -12,7 +12,6 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
-	"github.com/fencelock/fencelock/internal/testhook"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -138,14 +137,14 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("a nil receiver panicked: %v", r)
 			}
 		}()
-		if nilLocker.Identity() != "" || nilLocker.SessionTimeout() != 0 {
-			t.Errorf("(*Locker)(nil) Identity, SessionTimeout are not zero")
+		if nilLocker.Identity() != "" || nilLocker.SessionTimeout() != 0 || nilLocker.SessionID() != 0 {
+			t.Errorf("(*Locker)(nil) Identity, SessionTimeout, SessionID are not zero")
 		}
-		if testhook.ZKRoot(nilLocker) != "" || testhook.ZKSessionID(nilLocker) != 0 || testhook.ZKLeaseSessionID(nilLease) != 0 || testhook.ZKLeaseSessionID(&Lease{}) != 0 {
-			t.Errorf("the test hooks' root and session ids of a nil Locker or Lease are not zero")
+		if nilLease.Name() != "" || nilLease.Token() != 0 || nilLease.Path() != "" || nilLease.Version() != 0 || nilLease.SessionID() != 0 {
+			t.Errorf("(*Lease)(nil) Name, Token, Path, Version, SessionID are not zero")
 		}
-		if nilLease.Name() != "" || nilLease.Token() != 0 || nilLease.Path() != "" || nilLease.Version() != 0 {
-			t.Errorf("(*Lease)(nil) Name, Token, Path, Version are not zero")
+		if id := (&Lease{}).SessionID(); id != 0 {
+			t.Errorf("(&Lease{}).SessionID() = %d; want 0", id)
 		}
 		if op := nilLease.CheckOp(); op == nil || op.Version >= -1 || !strings.HasPrefix(op.Path, "/zookeeper/") {
 			t.Errorf("(*Lease)(nil).CheckOp() = %+v; want a check of a version no znode has, under the server's own /zookeeper", op)

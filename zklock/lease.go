@@ -60,6 +60,16 @@ func (le *Lease) Path() string {
 	return le.path
 }
 
+// SessionID returns the ID of the ZooKeeper session that owns the lease's
+// znode, which the server deletes when it expires that session. It is 0
+// for a nil or zero *Lease.
+func (le *Lease) SessionID() int64 {
+	if !le.valid() {
+		return 0
+	}
+	return le.s.id
+}
+
 // Version returns the data version of the lease's znode when it was
 // granted. It is 0 for a lock, and 0, 1 or 2 for a semaphore permit: a
 // permit admitted after waiting sets its znode's data, to the same bytes,

@@ -268,6 +268,16 @@ func (l *Locker) SessionTimeout() time.Duration {
 	return l.ss.timeout()
 }
 
+// SessionID returns the ID of the ZooKeeper session the Locker trusts now
+// (its log lines and the server's name sessions by it, in hex), or 0
+// while it trusts none.
+func (l *Locker) SessionID() int64 {
+	if l.usable(context.Background()) != nil {
+		return 0
+	}
+	return l.ss.id()
+}
+
 // Close ends every lease granted through the Locker (their Err wraps
 // [lock.ErrReleased]), makes waiting Acquire calls return errors wrapping
 // [lock.ErrClosed], and waits for the Locker's goroutines. A Locker from

@@ -19,7 +19,6 @@ import (
 
 	"github.com/fencelock/fencelock/integration/cluster"
 	"github.com/fencelock/fencelock/integration/internal/testutil"
-	"github.com/fencelock/fencelock/internal/testhook"
 	"github.com/fencelock/fencelock/lock"
 	"github.com/fencelock/fencelock/zklock"
 )
@@ -387,13 +386,13 @@ func cluster0(b *testing.B) *cluster.Cluster {
 
 // sessionID returns the session id of a *zklock.Locker (the session it
 // trusts now, 0 while none) or of a *zklock.Lease (the session owning its
-// znode), through the test hooks.
+// znode).
 func sessionID(v any) int64 {
 	switch x := v.(type) {
 	case *zklock.Locker:
-		return testhook.ZKSessionID(x)
+		return x.SessionID()
 	case *zklock.Lease:
-		return testhook.ZKLeaseSessionID(x)
+		return x.SessionID()
 	}
 	panic(fmt.Sprintf("sessionID(%T): want a *zklock.Locker or *zklock.Lease", v))
 }
