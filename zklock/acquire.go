@@ -188,6 +188,8 @@ func (l *Locker) countEnd(le *Lease, hold telemetry.Hold, err error) {
 	})
 }
 
+// run creates the acquisition's znode in a session of the Locker and
+// queues it up; on error it deletes the znode.
 func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 	if err := a.l.enter(); err != nil {
 		return nil, err
@@ -222,6 +224,149 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 		a.l.discard(a.z.path, a.z.marker)
 		return nil, err
 	}
+	return le, nil
+}
+
+// queueUp waits until the acquisition is admitted, and grants it: decide
+// from a listing whether the request is admitted, or which records it
+// waits for; wait for one of them; again until admitted. On error the
+// caller deletes the znode.
+func (a *acquisition) queueUp(ctx context.Context) (*Lease, error) {
+	for {
+		d, err := a.decide(ctx)
+		if err == nil && d.waiting() {
+			if a.try {
+				return nil, lock.ErrLocked
+			}
+			d, err = a.wait(ctx, d)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if d.granted {
+			return a.grant(ctx, d.touch)
+		}
+	}
+}
+
+// decision is what one look at the queue says: granted (and whether a
+// touch must come first, see queue.Touches), the records to wait for, or
+// neither: look again.
+type decision struct {
+	granted bool
+	touch   bool
+	q       []string        // the lock znodes of the listing, in grant order
+	reqs    []queue.Request // their requests, up to this acquisition's
+	// watched are the indexes in q of the records to wait for (see
+	// queue.Watched); touchWakes says that the touch of the first wakes
+	// the waiter too (queue.WaitsForTouch).
+	watched    []int
+	touchWakes bool
+}
+
+func (d decision) waiting() bool { return !d.granted && len(d.watched) > 0 }
+
+// decide lists the queue (but for a znode created alone) and says, by the
+// rules of package queue, whether the request is admitted or which
+// records it waits for.
+func (a *acquisition) decide(ctx context.Context) (decision, error) {
+	if a.fast.alone {
+		// The only child at its create: admitted then, so no listing can
+		// have shown it waiting (no touch is due), and no earlier record
+		// can have come since. With a lock-delay, the grant needs the
+		// listing, which shows the markers of holders gone.
+		a.fast.alone = false
+		if a.l.o.LockDelay == 0 {
+			a.last.checked = true
+			return decision{granted: true}, nil
+		}
+	}
+	q, all, cversion, touched, err := a.look(ctx)
+	if err != nil || q == nil {
+		return decision{}, err
+	}
+	i := slices.Index(q, a.z.own)
+	if i < 0 {
+		return decision{}, a.deleted()
+	}
+	for _, k := range q {
+		if k != a.z.own && strings.HasPrefix(k, a.z.prefix) {
+			// A duplicate from a retried create: not ours to keep.
+			a.l.jan.add(cleanup{path: a.parent + "/" + k})
+		}
+	}
+	reqs := all[:i+1]
+	if !a.last.checked {
+		// The oldest request decides what the name is.
+		if why := queue.Incompatible(reqs[0], a.req); why != "" {
+			return decision{}, fmt.Errorf("%w: %s", lock.ErrIncompatible, why)
+		}
+		a.last.checked = true
+	}
+	if queue.Admitted(reqs, i) {
+		touch := !touched && (a.touches.unsure || queue.Touches(all, i) && !a.neverWaited(q, cversion))
+		return decision{granted: true, touch: touch}, nil
+	}
+	return decision{q: q, reqs: reqs, watched: queue.Watched(reqs, i), touchWakes: queue.WaitsForTouch(reqs, i)}, nil
+}
+
+// look lists the queue (see list), and says whether the znode was touched
+// with the listing. A nil q without an error says: look again.
+//
+// A permit waiter woken by its predecessor's touch is admitted now unless
+// it is the first waiter, and under load it mostly is: it touches together
+// with the listing, so that the waiter behind it wakes one write sooner,
+// instead of after the listing. When the guess is wrong, that waiter wakes
+// for nothing and watches again, and this one touches once more when it is
+// admitted.
+func (a *acquisition) look(ctx context.Context) (q []string, all []queue.Request, cversion int32, touched bool, err error) {
+	var spec *future[*zk.Stat]
+	if a.touches.speculate {
+		a.touches.speculate = false
+		spec = start(a.l.g, setData(a.l.conn, a.z.path, []byte(a.l.o.Identity), a.z.version), nil)
+	}
+	q, all, cversion, err = a.list(ctx)
+	if spec != nil {
+		st, serr := spec.wait(ctx, a.l.g, a.s)
+		switch {
+		case serr == nil:
+			a.z.version, touched = st.Version, true
+		case isStop(serr):
+			return nil, nil, 0, false, serr
+		default:
+			a.touches.unsure = true
+		}
+	}
+	if err != nil {
+		return nil, nil, 0, false, a.retry(ctx, err)
+	}
+	return q, all, cversion, touched, nil
+}
+
+// grant makes the admitted acquisition's znode a held lease, after its
+// touch when one is due (queue.Touches) and its lock-delay (see delay).
+func (a *acquisition) grant(ctx context.Context, touch bool) (*Lease, error) {
+	if touch {
+		if err := a.touch(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.delay(ctx); err != nil {
+		return nil, err
+	}
+	// The lease keeps no name of its own: Name reads it from the path.
+	le := &Lease{
+		l:       a.l,
+		s:       a.s,
+		path:    a.z.path,
+		czxid:   a.z.czxid,
+		version: a.z.version,
+		byMark:  a.fast.marked,
+	}
+	if err := a.l.tab.hold(le); err != nil {
+		return nil, err
+	}
+	a.l.tab.armLater(le)
 	return le, nil
 }
 
@@ -270,7 +415,7 @@ func (a *acquisition) create(ctx context.Context) (string, error) {
 // answered takes the answer r to a create (with the stamp of the parent,
 // or not) and returns the znode's path, or an error, and done; or not
 // done: create again.
-func (a *acquisition) answered(ctx context.Context, r result[created], stamp bool) (path string, done bool, err error) {
+func (a *acquisition) answered(ctx context.Context, r result[created], stamp bool) (string, bool, error) {
 	l, c := a.l, r.v
 	switch err := r.err; {
 	case err == nil:
@@ -461,122 +606,6 @@ func (a *acquisition) ensure(ctx context.Context, path string) error {
 	return fmt.Errorf("create %s: keeps failing", path)
 }
 
-// queueUp waits until the acquisition is admitted, and grants it: decide
-// from a listing whether the request is admitted, or which records it
-// waits for; wait for one of them; again until admitted. On error the
-// caller deletes the znode.
-func (a *acquisition) queueUp(ctx context.Context) (*Lease, error) {
-	for {
-		d, err := a.decide(ctx)
-		if err == nil && d.waiting() {
-			if a.try {
-				return nil, lock.ErrLocked
-			}
-			d, err = a.wait(ctx, d)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if d.granted {
-			return a.grant(ctx, d.touch)
-		}
-	}
-}
-
-// decision is what one look at the queue says: granted (and whether a
-// touch must come first, see queue.Touches), the records to wait for, or
-// neither: look again.
-type decision struct {
-	granted bool
-	touch   bool
-	q       []string        // the lock znodes of the listing, in grant order
-	reqs    []queue.Request // their requests, up to this acquisition's
-	// watched are the indexes in q of the records to wait for (see
-	// queue.Watched); touchWakes says that the touch of the first wakes
-	// the waiter too (queue.WaitsForTouch).
-	watched    []int
-	touchWakes bool
-}
-
-func (d decision) waiting() bool { return !d.granted && len(d.watched) > 0 }
-
-// decide lists the queue (but for a znode created alone) and says, by the
-// rules of package queue, whether the request is admitted or which
-// records it waits for.
-func (a *acquisition) decide(ctx context.Context) (decision, error) {
-	if a.fast.alone {
-		// The only child at its create: admitted then, so no listing can
-		// have shown it waiting (no touch is due), and no earlier record
-		// can have come since. With a lock-delay, the grant needs the
-		// listing, which shows the markers of holders gone.
-		a.fast.alone = false
-		if a.l.o.LockDelay == 0 {
-			a.last.checked = true
-			return decision{granted: true}, nil
-		}
-	}
-	q, all, cversion, touched, err := a.look(ctx)
-	if err != nil || q == nil {
-		return decision{}, err
-	}
-	i := slices.Index(q, a.z.own)
-	if i < 0 {
-		return decision{}, a.deleted()
-	}
-	for _, k := range q {
-		if k != a.z.own && strings.HasPrefix(k, a.z.prefix) {
-			// A duplicate from a retried create: not ours to keep.
-			a.l.jan.add(cleanup{path: a.parent + "/" + k})
-		}
-	}
-	reqs := all[:i+1]
-	if !a.last.checked {
-		// The oldest request decides what the name is.
-		if why := queue.Incompatible(reqs[0], a.req); why != "" {
-			return decision{}, fmt.Errorf("%w: %s", lock.ErrIncompatible, why)
-		}
-		a.last.checked = true
-	}
-	if queue.Admitted(reqs, i) {
-		touch := !touched && (a.touches.unsure || queue.Touches(all, i) && !a.neverWaited(q, cversion))
-		return decision{granted: true, touch: touch}, nil
-	}
-	return decision{q: q, reqs: reqs, watched: queue.Watched(reqs, i), touchWakes: queue.WaitsForTouch(reqs, i)}, nil
-}
-
-// look lists the queue (see list), and says whether the znode was touched
-// with the listing. A nil q without an error says: look again.
-//
-// A permit waiter woken by its predecessor's touch is admitted now unless
-// it is the first waiter, and under load it mostly is: it touches together
-// with the listing, so that the waiter behind it wakes one write sooner,
-// instead of after the listing. When the guess is wrong, that waiter wakes
-// for nothing and watches again, and this one touches once more when it is
-// admitted.
-func (a *acquisition) look(ctx context.Context) (q []string, all []queue.Request, cversion int32, touched bool, err error) {
-	var spec *future[*zk.Stat]
-	if a.touches.speculate {
-		a.touches.speculate = false
-		spec = start(a.l.g, setData(a.l.conn, a.z.path, []byte(a.l.o.Identity), a.z.version), nil)
-	}
-	q, all, cversion, err = a.list(ctx)
-	if spec != nil {
-		st, serr := spec.wait(ctx, a.l.g, a.s)
-		switch {
-		case serr == nil:
-			a.z.version, touched = st.Version, true
-		case isStop(serr):
-			return nil, nil, 0, false, serr
-		default:
-			a.touches.unsure = true
-		}
-	}
-	if err != nil {
-		return nil, nil, 0, false, a.retry(ctx, err)
-	}
-	return q, all, cversion, touched, nil
-}
-
 // neverWaited reports whether the listing q of the parent, whose child
 // version is cversion, proves that no lock znode was deleted since this
 // acquisition's was created: then its admission now means it was
@@ -702,31 +731,4 @@ func (a *acquisition) retry(ctx context.Context, err error) error {
 		return err
 	}
 	return a.l.ss.awaitConnected(ctx, a.s)
-}
-
-// grant makes the admitted acquisition's znode a held lease, after its
-// touch when one is due (queue.Touches) and its lock-delay (see delay).
-func (a *acquisition) grant(ctx context.Context, touch bool) (*Lease, error) {
-	if touch {
-		if err := a.touch(ctx); err != nil {
-			return nil, err
-		}
-	}
-	if err := a.delay(ctx); err != nil {
-		return nil, err
-	}
-	// The lease keeps no name of its own: Name reads it from the path.
-	le := &Lease{
-		l:       a.l,
-		s:       a.s,
-		path:    a.z.path,
-		czxid:   a.z.czxid,
-		version: a.z.version,
-		byMark:  a.fast.marked,
-	}
-	if err := a.l.tab.hold(le); err != nil {
-		return nil, err
-	}
-	a.l.tab.armLater(le)
-	return le, nil
 }
