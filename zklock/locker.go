@@ -23,7 +23,8 @@ import (
 // the connection and begins and ends sessions; keepalive (keepalive.go)
 // keeps the server hearing from a Locker from Dial and records what it
 // answered; the lease table (leases.go, watch.go) follows held leases; the
-// janitor (cleanup.go) deletes left-over znodes.
+// watcher (watch.go) sets the watches acquisitions wait on; the janitor
+// (cleanup.go) deletes left-over znodes.
 type Locker struct {
 	conn    *zk.Conn
 	owned   bool // Dial: Close closes conn

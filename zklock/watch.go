@@ -360,6 +360,8 @@ func (a *acquisition) wait(ctx context.Context, d decision) (decision, error) {
 	i := len(d.reqs) - 1
 	switch {
 	case fired == zk.EventNodeDataChanged && d.touchWakes:
+		// The predecessor's touch: the next listing goes with a touch of
+		// this acquisition's own (see look).
 		a.touches.speculate = true
 		return decision{}, nil
 	case fired != zk.EventNodeDeleted || a.l.o.LockDelay > 0:
