@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -394,7 +395,7 @@ func (o *observation) freeBetween(q []string, st *zk.Stat, next string) bool {
 	}
 	deleted := 0
 	for k := range o.last.kids {
-		if !slicesContains(q, k) {
+		if !slices.Contains(q, k) {
 			deleted++
 		}
 	}
@@ -413,13 +414,4 @@ func (o *observation) freeBetween(q []string, st *zk.Stat, next string) bool {
 func seqNum(child string) int64 {
 	n, _ := strconv.ParseInt(seqOf(child), 10, 64)
 	return n
-}
-
-func slicesContains(q []string, k string) bool {
-	for _, x := range q {
-		if x == k {
-			return true
-		}
-	}
-	return false
 }
