@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
-	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/fencelock/fencelock/fencing"
 )
@@ -48,11 +47,6 @@ func TestBadInputGuard(t *testing.T) {
 		{"NewGuard(WithMeterProvider(typed nil))", func() error {
 			var mp *metricnoop.MeterProvider
 			_, err := fencing.NewGuard(1, fencing.WithMeterProvider(mp))
-			return err
-		}(), fencing.ErrInvalidConfig},
-		{"NewGuard(WithTracerProvider(typed nil))", func() error {
-			var tp *tracenoop.TracerProvider
-			_, err := fencing.NewGuard(1, fencing.WithTracerProvider(tp))
 			return err
 		}(), fencing.ErrInvalidConfig},
 		{"ParseToken(empty)", func() error { _, err := fencing.ParseToken(""); return err }(), fencing.ErrInvalidToken},

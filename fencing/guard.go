@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencelock/fencelock/internal/telemetry"
 )
@@ -72,8 +71,9 @@ type Guard struct {
 	tel     *telemetry.Telemetry
 }
 
-// Option configures the metrics and spans of a fencing helper: [NewGuard]
-// takes it here, sqlfence and httpfence have their own of the same names.
+// Option configures the metrics of a [Guard]. A Guard records no spans,
+// since Apply takes no context; sqlfence and httpfence, which have one,
+// have options of their own for metrics and spans.
 // Leaving an option out records nothing; giving a nil provider is an
 // error wrapping [ErrInvalidConfig].
 type Option func(*options)
@@ -90,13 +90,6 @@ type options struct {
 // nil.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) { o.check(o.tel.SetMeterProvider(mp)) }
-}
-
-// WithTracerProvider is accepted for symmetry with the other helpers; a
-// Guard records no spans, since Apply takes no context. It must not be
-// nil.
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) { o.check(o.tel.SetTracerProvider(tp)) }
 }
 
 func (o *options) check(err error) {

@@ -178,17 +178,6 @@ type Options struct {
 	// own conformance test sets it, so that a harness that loses an
 	// interface cannot quietly drop checks.
 	RequireOptional bool
-
-	// Unimplemented names optional interfaces the backend is known not to
-	// implement yet ("lock.SharedLocker", "lock.Semaphore",
-	// "lock.HolderLister", "lock.Revoker", "lock.QueueLister", "lock.Observer",
-	// "lock.HealthChecker",
-	// "SessionExpirer", "SessionStaller", "SessionFreezer"): with RequireOptional, the checks that need them
-	// are listed in the log as not implemented instead of failing. It is
-	// an explicit, printed choice, and it must stay true: a listed
-	// interface that the backend does implement, or an unknown name, fails
-	// the test.
-	Unimplemented []string
 }
 
 func (o Options) withDefaults() Options {
@@ -248,22 +237,13 @@ func TestLockerWith(t *testing.T, h Harness, opts Options) {
 	if err := probe.Close(); err != nil {
 		t.Errorf("Close() of an unused Locker = %v; want nil", err)
 	}
-	declared := s.checkUnimplemented(t)
-	var missing, notYet []string
+	var missing []string
 	for _, st := range s.subtests() {
 		if !s.has(st.needs) {
-			line := fmt.Sprintf("%s (needs %s)", st.name, st.needs)
-			if s.declaredMissing(st.needs, declared) {
-				notYet = append(notYet, line)
-			} else {
-				missing = append(missing, line)
-			}
+			missing = append(missing, fmt.Sprintf("%s (needs %s)", st.name, st.needs))
 			continue
 		}
 		t.Run(st.name, st.fn)
-	}
-	if len(notYet) > 0 {
-		t.Log("locktest: checks of interfaces listed in Options.Unimplemented, not run: " + strings.Join(notYet, ", "))
 	}
 	if len(missing) > 0 {
 		msg := "locktest: checks not applicable to this backend: " + strings.Join(missing, ", ")
@@ -273,54 +253,4 @@ func TestLockerWith(t *testing.T, h Harness, opts Options) {
 			t.Log(msg)
 		}
 	}
-}
-
-// present returns, for each optional interface by the name
-// Options.Unimplemented uses, whether the backend implements it.
-func (s *suite) present() map[string]bool {
-	return map[string]bool{
-		"SessionExpirer":     s.expirer != nil,
-		"SessionStaller":     s.staller != nil,
-		"SessionFreezer":     s.freezer != nil,
-		"lock.Observer":      s.observer,
-		"lock.SharedLocker":  s.shared,
-		"lock.Semaphore":     s.sem,
-		"lock.HolderLister":  s.holders,
-		"lock.Revoker":       s.revoker,
-		"lock.QueueLister":   s.queuer,
-		"lock.HealthChecker": s.health,
-	}
-}
-
-// checkUnimplemented fails the test for a name in Options.Unimplemented
-// that is unknown or that the backend implements after all, and returns
-// the set of names listed.
-func (s *suite) checkUnimplemented(t *testing.T) map[string]bool {
-	t.Helper()
-	present := s.present()
-	declared := map[string]bool{}
-	for _, name := range s.o.Unimplemented {
-		impl, known := present[name]
-		switch {
-		case !known:
-			t.Errorf("locktest: Options.Unimplemented lists %q, not an optional interface (known: SessionExpirer, SessionStaller, SessionFreezer, lock.Observer, lock.SharedLocker, lock.Semaphore, lock.HolderLister, lock.Revoker, lock.QueueLister, lock.HealthChecker)", name)
-		case impl:
-			t.Errorf("locktest: Options.Unimplemented lists %q, but the backend implements it: remove it from the list", name)
-		}
-		declared[name] = true
-	}
-	return declared
-}
-
-// declaredMissing reports whether every interface that needs names and
-// the backend lacks is listed in Options.Unimplemented.
-func (s *suite) declaredMissing(needs string, declared map[string]bool) bool {
-	present := s.present()
-	for _, part := range strings.Split(needs, " and ") {
-		name, _, _ := strings.Cut(part, " (")
-		if !present[name] && !declared[name] {
-			return false
-		}
-	}
-	return true
 }

@@ -58,26 +58,11 @@ func TestFaulty(t *testing.T) {
 		opts.ObserveMaySkip = true
 		os.Setenv(faultEnv, fault)
 	}
-	// Faults in how a backend's test declares what it lacks.
-	// plainHarness lacks the Harness's optional interfaces; its Lockers
-	// keep theirs.
-	harnessOptional := []string{"SessionExpirer", "SessionStaller", "SessionFreezer"}
-	switch fault {
-	case "declared-unimplemented":
-		opts.RequireOptional, opts.Unimplemented = true, harnessOptional
+	// A harness that lacks the optional interfaces its backend's own
+	// test requires.
+	if fault == "required-missing" {
+		opts.RequireOptional = true
 		locktest.TestLockerWith(t, plainHarness{locktest.MemoryHarness(locktest.NewMemory())}, opts)
-		return
-	case "undeclared-unimplemented":
-		opts.RequireOptional, opts.Unimplemented = true, harnessOptional[:1]
-		locktest.TestLockerWith(t, plainHarness{locktest.MemoryHarness(locktest.NewMemory())}, opts)
-		return
-	case "declared-but-implemented":
-		opts.RequireOptional, opts.Unimplemented = true, []string{"lock.SharedLocker"}
-		locktest.TestLockerWith(t, locktest.MemoryHarness(locktest.NewMemory()), opts)
-		return
-	case "declared-unknown":
-		opts.Unimplemented = []string{"lock.Sharedlocker"}
-		locktest.TestLockerWith(t, locktest.MemoryHarness(locktest.NewMemory()), opts)
 		return
 	}
 	m := locktest.NewMemory()
@@ -171,10 +156,7 @@ func TestSuiteCatchesFaults(t *testing.T) {
 		{"holders-not-shared", "Holders", true, "two readers and a queued writer"},
 		{"healthy-after-close", "Healthy", true, "Healthy() after Close = <nil>"},
 		{"healthy-stays-lost", "HealthyAfterExpiry", true, "Healthy() after the session expired = "},
-		{"declared-unimplemented", "AcquireRelease", false, "PASS"},
-		{"undeclared-unimplemented", "AcquireRelease", true, "RevokeFrozenHolder (needs lock.Revoker (Locker) and SessionFreezer (Harness)); Options.RequireOptional is set"},
-		{"declared-but-implemented", "AcquireRelease", true, `lists "lock.SharedLocker", but the backend implements it`},
-		{"declared-unknown", "AcquireRelease", true, `lists "lock.Sharedlocker", not an optional interface`},
+		{"required-missing", "AcquireRelease", true, "SessionFreezer (Harness)), HealthyAfterExpiry (needs lock.HealthChecker (Locker) and SessionExpirer (Harness)); Options.RequireOptional is set"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fault+"/"+tt.subtest, func(t *testing.T) {
@@ -197,7 +179,7 @@ func TestSuiteCatchesFaults(t *testing.T) {
 			}
 			// A fault in the options fails the suite itself, not a check.
 			failed := "--- FAIL: TestFaulty/" + tt.subtest
-			if strings.Contains(tt.fault, "declared") {
+			if tt.fault == "required-missing" {
 				failed = "--- FAIL: TestFaulty ("
 			}
 			if tt.wantFail && !strings.Contains(string(out), failed) {
