@@ -85,7 +85,7 @@ func (l *Locker) acquireRetry(ctx context.Context, name string, req queue.Reques
 		if err != nil {
 			return nil, err
 		}
-		le, err := l.acquireIn(ctx, s, name, req, try)
+		le, err := l.newAcquisition(s, name, req, try).run(ctx)
 		// A session the server already expired (a revoke the keepalive
 		// loop has not noticed yet) fails the create with "lease not
 		// found" before anything was written: start a new session once.
@@ -119,7 +119,11 @@ type pending struct {
 	marker string
 }
 
-// acquisition is one acquisition of any kind within one session.
+// acquisition is one acquisition of any kind within one session. Its run
+// is the same loop for every kind of request: decide from a read of the
+// queue (package queue's rules) whether the record is granted, refused,
+// or which records to watch; wait for one of those to change and read
+// again; grant.
 type acquisition struct {
 	pending
 	l    *Locker
@@ -136,44 +140,161 @@ type acquisition struct {
 	seen    time.Time
 }
 
-// acquireIn runs one acquisition within session s.
-func (l *Locker) acquireIn(ctx context.Context, s *session, name string, req queue.Request, try bool) (*Lease, error) {
+// newAcquisition prepares an acquisition of name within session s.
+func (l *Locker) newAcquisition(s *session, name string, req queue.Request, try bool) *acquisition {
 	pfx := l.namePrefix(name)
 	a := &acquisition{pending: pending{record: record{s: s, key: l.recordKey(pfx, s, req)}}, l: l, name: name, pfx: pfx, req: req, try: try}
 	if l.opts.LockDelay > 0 {
 		a.marker = l.markerKey(name, a.key)
 	}
+	return a
+}
+
+// run creates the acquisition's record, then decides and waits until the
+// record is granted or the acquisition fails.
+func (a *acquisition) run(ctx context.Context) (*Lease, error) {
+	v, err := a.enqueue(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		d, err := a.decide(v)
+		if err != nil {
+			return nil, a.fail(err)
+		}
+		if d.granted {
+			return a.grant(ctx, d, v.rev)
+		}
+		if v, err = a.wait(ctx, d, v.rev); err != nil {
+			return nil, a.fail(err)
+		}
+	}
+}
+
+// view is one read of the queue, as the acquisition sees it.
+type view struct {
+	// ahead are the records ahead of the acquisition's, in queue order;
+	// an exclusive acquisition reads only the last of them.
+	ahead []*mvccpb.KeyValue
+	next  []*mvccpb.KeyValue // the record right behind it, when read
+	rev   int64              // the revision of the read
+	// created says that the read was the create's own: nobody can have
+	// seen the record waiting, so its admission touches nothing.
+	created bool
+	// admitted says that there was no read: a deletion that admits the
+	// record (queue.AdmittedByDeletion) was seen.
+	admitted bool
+}
+
+// decision is what decide makes of a view: granted (and whether to touch
+// the record first, see queue.Touches), or which records to watch.
+type decision struct {
+	granted bool
+	touch   bool
+	watch   []string // the keys of the records to watch
+	// puts says that a write of the one watched record wakes the waiter
+	// too (queue.WaitsForTouch); byDeletion, that the deletion of any
+	// watched record admits it (queue.AdmittedByDeletion).
+	puts, byDeletion bool
+}
+
+// decide applies the rules of package queue to v: the acquisition is
+// granted, refused (a TryAcquire that would wait), or watches the records
+// queue.Watched names.
+func (a *acquisition) decide(v view) (decision, error) {
+	if v.admitted {
+		return decision{granted: true, touch: true}, nil
+	}
+	q := append(requestsOf(v.ahead), a.req)
+	i := len(v.ahead)
+	if queue.Admitted(q, i) {
+		return decision{granted: true, touch: !v.created && queue.Touches(append(q, requestsOf(v.next)...), i)}, nil
+	}
+	if a.try {
+		return decision{}, lock.ErrLocked
+	}
+	d := decision{puts: queue.WaitsForTouch(q, i), byDeletion: queue.AdmittedByDeletion(q, i)}
+	for _, j := range queue.Watched(q, i) {
+		d.watch = append(d.watch, string(v.ahead[j].Key))
+	}
+	return d, nil
+}
+
+// wait blocks until a record that d watches changes (see waitChange), and
+// reads the queue again. A deletion that admits the acquisition needs no
+// read: the touch that grant then makes confirms the record as the read
+// would, in the same round trip, and wakes the waiter behind it sooner.
+func (a *acquisition) wait(ctx context.Context, d decision, rev int64) (view, error) {
+	changed, err := a.waitAnyChange(ctx, d.watch, rev, d.puts)
+	if err != nil {
+		return view{}, err
+	}
+	if changed && d.byDeletion {
+		return view{admitted: true}, nil
+	}
+	return a.read(ctx)
+}
+
+// grant turns the acquisition, admitted by the read at rev, into a held
+// lease: it touches the record first if d says so, waits out a
+// lock-delay, and registers the watch on the record with the session's
+// watcher.
+func (a *acquisition) grant(ctx context.Context, d decision, rev int64) (*Lease, error) {
+	if d.touch {
+		var err error
+		if rev, err = a.touch(ctx); err != nil {
+			return nil, a.fail(err)
+		}
+	}
+	if err := a.delay(ctx); err != nil {
+		return nil, a.fail(err)
+	}
+	// The lease keeps no name of its own: Name reads it from the key.
+	le := &Lease{l: a.l, record: a.record}
+	le.watch = a.s.watch.add(le, rev)
+	if err := a.s.add(le); err != nil {
+		a.s.watch.stop(le.watch)
+		return nil, a.fail(err)
+	}
+	return le, nil
+}
+
+// fail returns err for a failed acquisition, after discarding whatever
+// it may have created. A refusal before anything was created returns as
+// it is.
+func (a *acquisition) fail(err error) error {
+	if a.rev == 0 && !a.ambiguous && (errors.Is(err, lock.ErrLocked) || errors.Is(err, lock.ErrIncompatible)) {
+		return err
+	}
+	return a.l.discard(a.pending, err)
+}
+
+// enqueue creates the acquisition's record and returns the queue as the
+// create's answer shows it.
+func (a *acquisition) enqueue(ctx context.Context) (view, error) {
 	resp, err := a.create(ctx)
 	if err != nil {
 		if isLeaseNotFound(err) {
-			l.dropSession(s, telemetry.WithReason(telemetry.Expired, fmt.Errorf("%w: lease %x expired or was revoked", lock.ErrLost, int64(s.id))))
-			return nil, errStaleSession
+			a.l.dropSession(a.s, telemetry.WithReason(telemetry.Expired, fmt.Errorf("%w: lease %x expired or was revoked", lock.ErrLost, int64(a.s.id))))
+			return view{}, errStaleSession
 		}
 		// The create may have been applied with its reply lost, or be
 		// applied later.
-		return nil, l.discard(a.pending, err)
+		return view{}, a.l.discard(a.pending, err)
 	}
-	var readRev int64
-	if req.Kind == queue.Exclusive {
-		readRev, err = a.exclusive(ctx, resp)
+	if resp.Succeeded {
+		a.noteDelayReads(resp.Responses)
+	}
+	var v view
+	if a.req.Kind == queue.Exclusive {
+		v, err = a.placeExclusive(ctx, resp)
 	} else {
-		readRev, err = a.queued(ctx, resp)
+		v, err = a.placeQueued(ctx, resp)
 	}
-	switch {
-	case a.rev == 0 && !a.ambiguous && (errors.Is(err, lock.ErrLocked) || errors.Is(err, lock.ErrIncompatible)):
-		return nil, err // nothing was created
-	case err != nil:
-		return nil, l.discard(a.pending, err)
+	if err != nil {
+		return view{}, a.fail(err)
 	}
-	if err := a.delay(ctx); err != nil {
-		return nil, l.discard(a.pending, err)
-	}
-	// The lease keeps no name of its own: Name reads it from the key.
-	le := &Lease{l: l, record: a.record}
-	if err := l.grant(le, readRev); err != nil {
-		return nil, l.discard(a.pending, err)
-	}
-	return le, nil
+	return v, nil
 }
 
 // create creates the acquisition's record, attached to the session lease.
@@ -256,60 +377,79 @@ func queueRead(opts ...clientv3.OpOption) []clientv3.OpOption {
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}, opts...)
 }
 
-// exclusive waits for an exclusive acquisition's turn, from its create's
-// answer, and returns the revision at which the grant was confirmed.
-func (a *acquisition) exclusive(ctx context.Context, resp *clientv3.TxnResponse) (int64, error) {
-	pred, readRev, err := a.place(ctx, resp)
-	if err != nil || pred == nil {
-		return readRev, err
-	}
-	return a.wait(ctx, pred, readRev)
-}
-
-// place reads the answer of an exclusive acquisition's create: the
-// record's create revision, the record just before it (nil when it holds
-// the lock), and the revision at which that was read. A retried create
-// found its record in place and looks the predecessor and the oldest
-// record up explicitly.
-func (a *acquisition) place(ctx context.Context, resp *clientv3.TxnResponse) (pred *mvccpb.KeyValue, readRev int64, err error) {
-	readRev = resp.Header.Revision
-	if resp.Succeeded {
-		a.noteDelayReads(resp.Responses)
-	}
+// placeExclusive reads the answer of an exclusive acquisition's create:
+// the record's create revision, and the record just before it, if any. A
+// retried create found its record in place and looks the predecessor and
+// the oldest record up explicitly.
+func (a *acquisition) placeExclusive(ctx context.Context, resp *clientv3.TxnResponse) (view, error) {
+	v := view{rev: resp.Header.Revision}
 	switch {
 	case resp.Succeeded && a.try:
 		a.rev = resp.Header.Revision
-		return nil, readRev, nil
+		return v, nil
 	case resp.Succeeded:
 		a.rev = resp.Header.Revision
 		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 1 {
-			pred = kvs[1]
+			v.ahead = kvs[1:2]
 		}
-		return pred, readRev, a.checkHead(resp.Responses[2].GetResponseRange().Kvs)
+		return v, a.checkHead(resp.Responses[2].GetResponseRange().Kvs)
 	case a.try:
 		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 || string(kvs[0].Key) != a.key {
 			if err := a.checkHead(kvs); err != nil {
-				return nil, 0, err
+				return view{}, err
 			}
-			return nil, 0, lock.ErrLocked
+			return view{}, lock.ErrLocked
 		}
 		a.rev = kvs[0].CreateRevision
-		return nil, readRev, nil
+		return v, nil
 	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 {
-		return nil, 0, fmt.Errorf("%w: record %q vanished while it was created", lock.ErrLost, a.key)
+	if err := a.createdRev(resp); err != nil {
+		return view{}, err
 	}
-	a.rev = kvs[0].CreateRevision
-	pred, readRev, ok, err := a.recheck(ctx)
+	v, ok, err := a.recheck(ctx)
 	if err == nil && !ok {
 		err = fmt.Errorf("%w: record %q was deleted", lock.ErrLost, a.key)
 	}
-	if err == nil && pred != nil {
+	if err == nil && len(v.ahead) > 0 {
 		err = a.readHead(ctx)
 	}
-	return pred, readRev, err
+	return v, err
+}
+
+// placeQueued reads the answer of a shared or semaphore acquisition's
+// create: the record's create revision and the records ahead of it.
+func (a *acquisition) placeQueued(ctx context.Context, resp *clientv3.TxnResponse) (view, error) {
+	var v view
+	if resp.Succeeded {
+		a.rev = resp.Header.Revision
+		v = view{rev: resp.Header.Revision, created: true}
+		for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+			if kv.CreateRevision < a.rev {
+				v.ahead = append(v.ahead, kv)
+			}
+		}
+	} else {
+		if err := a.createdRev(resp); err != nil {
+			return view{}, err
+		}
+		var err error
+		if v, err = a.readAhead(ctx); err != nil {
+			return view{}, err
+		}
+	}
+	return v, a.checkHead(v.ahead)
+}
+
+// createdRev takes the record's create revision from the answer of a
+// create that found the record in place.
+func (a *acquisition) createdRev(resp *clientv3.TxnResponse) error {
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return fmt.Errorf("%w: record %q vanished while it was created", lock.ErrLost, a.key)
+	}
+	a.rev = kvs[0].CreateRevision
+	return nil
 }
 
 // checkHead refuses the acquisition, with an error wrapping
@@ -341,80 +481,51 @@ func (a *acquisition) readHead(ctx context.Context) error {
 	return a.checkHead(resp.Kvs)
 }
 
-// queued waits for a shared or semaphore acquisition's turn, from its
-// create's answer, and returns the revision at which the grant was
-// confirmed: the rules of package queue applied to the records ahead of
-// its own, read again after each deletion (or, for a permit behind a
-// waiting permit, touch) of a record it watches. A permit admitted by a
-// later read touches its record if a permit follows it (queue.Touches):
-// the follower may have seen it waiting and watch it alone. One admitted
-// by its create's own read was never seen waiting, and touches nothing.
-func (a *acquisition) queued(ctx context.Context, resp *clientv3.TxnResponse) (int64, error) {
-	var ahead []*mvccpb.KeyValue
-	var next []*mvccpb.KeyValue // the record right after ours, if any
-	readRev := resp.Header.Revision
-	fromCreate := resp.Succeeded
-	if resp.Succeeded {
-		a.rev = resp.Header.Revision
-		a.noteDelayReads(resp.Responses)
-		for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
-			if kv.CreateRevision < a.rev {
-				ahead = append(ahead, kv)
-			}
-		}
-	} else {
-		kvs := resp.Responses[0].GetResponseRange().Kvs
-		if len(kvs) == 0 {
-			return 0, fmt.Errorf("%w: record %q vanished while it was created", lock.ErrLost, a.key)
-		}
-		a.rev = kvs[0].CreateRevision
+// read reads the queue again after a wait: for an exclusive acquisition
+// the record just before its own (recheck), for the others the records
+// ahead of it and the one behind it (readAhead).
+func (a *acquisition) read(ctx context.Context) (view, error) {
+	if a.req.Kind != queue.Exclusive {
+		return a.readAhead(ctx)
+	}
+	v, ok, err := a.recheck(ctx)
+	if err == nil && !ok {
+		err = a.deleted()
+	}
+	return v, err
+}
+
+// recheck confirms that our record still exists with its create revision
+// (and so that the session lease is alive on the server) and reads the
+// record just before ours. ok is false when our record is gone.
+func (a *acquisition) recheck(ctx context.Context) (v view, ok bool, err error) {
+	var resp *clientv3.TxnResponse
+	err = a.l.call(ctx, a.s, func(ctx context.Context) error {
 		var err error
-		if ahead, next, readRev, err = a.readAhead(ctx); err != nil {
-			return 0, err
-		}
+		resp, err = a.l.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
+			Then(append([]clientv3.Op{clientv3.OpGet(a.pfx, clientv3.WithPrefix(),
+				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
+				clientv3.WithMaxCreateRev(a.rev-1), clientv3.WithLimit(1))}, a.delayReads()...)...).
+			Commit()
+		return err
+	})
+	if err != nil {
+		return view{}, false, err
 	}
-	if err := a.checkHead(ahead); err != nil {
-		return 0, err
+	if !resp.Succeeded {
+		return view{rev: resp.Header.Revision}, false, nil
 	}
-	for {
-		q := append(requestsOf(ahead), a.req)
-		if queue.Admitted(q, len(ahead)) {
-			if fromCreate || !queue.Touches(append(q, requestsOf(next)...), len(ahead)) {
-				return readRev, nil
-			}
-			return a.touch(ctx)
-		}
-		fromCreate = false
-		if a.try {
-			return 0, lock.ErrLocked
-		}
-		var keys []string
-		for _, i := range queue.Watched(q, len(ahead)) {
-			keys = append(keys, string(ahead[i].Key))
-		}
-		changed, err := a.l.waitAnyChange(ctx, a.s, keys, readRev, queue.WaitsForTouch(q, len(ahead)))
-		if err != nil {
-			return 0, err
-		}
-		if changed && queue.AdmittedByDeletion(q, len(ahead)) {
-			// A holder went: admitted. The touch confirms the record
-			// as the read would, in the same round trip, and wakes the
-			// waiter behind it sooner; with nobody behind it, it wakes
-			// nobody.
-			return a.touch(ctx)
-		}
-		if ahead, next, readRev, err = a.readAhead(ctx); err != nil {
-			return 0, err
-		}
-	}
+	a.noteDelayReads(resp.Responses)
+	return view{ahead: resp.Responses[0].GetResponseRange().Kvs, rev: resp.Header.Revision}, true, nil
 }
 
 // readAhead confirms that our record still exists with its create
 // revision and reads the keys of the records ahead of it, in queue order,
 // and of the one right after it (next: none or one).
-func (a *acquisition) readAhead(ctx context.Context) (ahead, next []*mvccpb.KeyValue, rev int64, err error) {
+func (a *acquisition) readAhead(ctx context.Context) (view, error) {
 	var resp *clientv3.TxnResponse
-	err = a.l.call(ctx, a.s, func(ctx context.Context) error {
+	err := a.l.call(ctx, a.s, func(ctx context.Context) error {
 		var err error
 		resp, err = a.l.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
@@ -424,13 +535,13 @@ func (a *acquisition) readAhead(ctx context.Context) (ahead, next []*mvccpb.KeyV
 		return err
 	})
 	if err != nil {
-		return nil, nil, 0, err
+		return view{}, err
 	}
 	if !resp.Succeeded {
-		return nil, nil, 0, a.deleted()
+		return view{}, a.deleted()
 	}
 	a.noteDelayReads(resp.Responses)
-	return resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs, resp.Header.Revision, nil
+	return view{ahead: resp.Responses[0].GetResponseRange().Kvs, next: resp.Responses[1].GetResponseRange().Kvs, rev: resp.Header.Revision}, nil
 }
 
 // touch rewrites the acquisition's record unchanged (same value, same
@@ -472,9 +583,9 @@ func (a *acquisition) deleted() error {
 // first of them returns, and stops the others. With puts, which is for a
 // single watched predecessor, a write of the key wakes it too: the touch
 // of a permit admitted ahead of it.
-func (l *Locker) waitAnyChange(ctx context.Context, s *session, keys []string, fromRev int64, puts bool) (changed bool, err error) {
+func (a *acquisition) waitAnyChange(ctx context.Context, keys []string, fromRev int64, puts bool) (changed bool, err error) {
 	if len(keys) == 1 {
-		return l.waitChange(ctx, s, keys[0], fromRev, puts)
+		return a.waitChange(ctx, keys[0], fromRev, puts)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -486,7 +597,7 @@ func (l *Locker) waitAnyChange(ctx context.Context, s *session, keys []string, f
 	for _, key := range keys {
 		go func() {
 			var r result
-			r.changed, r.err = l.waitChange(ctx, s, key, fromRev, false)
+			r.changed, r.err = a.waitChange(ctx, key, fromRev, false)
 			results <- r
 		}()
 	}
@@ -496,26 +607,6 @@ func (l *Locker) waitAnyChange(ctx context.Context, s *session, keys []string, f
 		<-results
 	}
 	return first.changed, first.err
-}
-
-// wait blocks until no record precedes ours, following the chain of
-// predecessors, and returns the revision at which that was confirmed.
-func (a *acquisition) wait(ctx context.Context, pred *mvccpb.KeyValue, readRev int64) (int64, error) {
-	for pred != nil {
-		if _, err := a.l.waitChange(ctx, a.s, string(pred.Key), readRev, false); err != nil {
-			return 0, err
-		}
-		var ok bool
-		var err error
-		pred, readRev, ok, err = a.recheck(ctx)
-		if err != nil {
-			return 0, err
-		}
-		if !ok {
-			return 0, a.deleted()
-		}
-	}
-	return readRev, nil
 }
 
 // waitChange watches key until it is deleted or, with puts, written, and
@@ -531,85 +622,105 @@ func (a *acquisition) wait(ctx context.Context, pred *mvccpb.KeyValue, readRev i
 // watch is created; it then counts the watch as unsynced and serves it
 // only in its periodic resync (every 100ms in etcd 3.6), so a handoff
 // waited up to that period. The benchmark counts such late watches.
-func (l *Locker) waitChange(ctx context.Context, s *session, key string, fromRev int64, puts bool) (changed bool, err error) {
-	// A member cut off from the leader would keep such a watch open and
-	// silent; requiring a leader makes it fail, and the caller re-reads
-	// and watches again, through whichever member the client picks.
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.life))
-	defer cancel()
-	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
-	if !puts {
-		opts = append(opts, clientv3.WithFilterPut())
-	}
-	// Watch blocks until the server confirms the watch, which a member
-	// that stopped answering never does: create it aside, so that the
-	// wait stays interruptible, and wait for that goroutine on return.
-	ready := make(chan clientv3.WatchChan, 1)
-	go func() { ready <- l.client.Watch(wctx, key, opts...) }()
-	var wch clientv3.WatchChan
-	defer func() {
-		if wch == nil {
-			cancel()
-			<-ready
-		}
-	}()
+func (a *acquisition) waitChange(ctx context.Context, key string, fromRev int64, puts bool) (changed bool, err error) {
+	w := a.l.watchKey(key, puts)
+	defer w.stop()
 	// A watch whose member stopped answering stays silent; re-reading
 	// after a TTL of silence bounds the delay that causes, without
 	// depending on the client's connection pings.
-	silence := time.NewTimer(l.opts.ttl)
+	silence := time.NewTimer(a.l.opts.ttl)
 	defer silence.Stop()
 	for {
 		select {
-		case wch = <-ready:
+		case w.ch = <-w.ready:
 			continue
 		case <-silence.C:
 			return false, nil
 		case <-ctx.Done():
 			return false, ctx.Err()
-		case <-l.closing.Done():
+		case <-a.l.closing.Done():
 			return false, lock.ErrClosed
-		case <-s.done:
-			return false, s.lostErr()
-		case wr, ok := <-wch:
+		case <-a.s.done:
+			return false, a.s.lostErr()
+		case wr, ok := <-w.ch:
 			if !ok || wr.Canceled || wr.Err() != nil {
 				// Re-read and start a new watch.
 				return false, nil
 			}
-			silence.Reset(l.opts.ttl)
-			if wr.Created {
-				// The watch reports what comes after the revision it
-				// was created at; the read, made after it, shows what
-				// came before.
-				if wr.Header.Revision > fromRev {
-					if changed, err := l.changedSince(ctx, s, key, fromRev, puts); changed || err != nil {
-						return changed, err
-					}
-				}
-				continue
-			}
-			for _, ev := range wr.Events {
-				if string(ev.Kv.Key) != key || ev.Kv.ModRevision <= fromRev {
-					// A member behind the one we read from reports
-					// what that read saw already.
-					continue
-				}
-				if ev.Type == clientv3.EventTypeDelete || puts {
-					return true, nil
-				}
+			silence.Reset(a.l.opts.ttl)
+			if changed, err := a.changeIn(ctx, wr, key, fromRev, puts); changed || err != nil {
+				return changed, err
 			}
 		}
 	}
+}
+
+// keyWatch is a watch on one key, created aside: Watch blocks until the
+// server confirms the watch, which a member that stopped answering never
+// does, and the wait must stay interruptible.
+type keyWatch struct {
+	cancel context.CancelFunc
+	ready  chan clientv3.WatchChan // the watch, once created
+	ch     clientv3.WatchChan      // taken from ready
+}
+
+// watchKey starts a watch on key that reports its deletions and, with
+// puts, its writes.
+func (l *Locker) watchKey(key string, puts bool) *keyWatch {
+	// A member cut off from the leader would keep such a watch open and
+	// silent; requiring a leader makes it fail, and the caller re-reads
+	// and watches again, through whichever member the client picks.
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.life))
+	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
+	if !puts {
+		opts = append(opts, clientv3.WithFilterPut())
+	}
+	w := &keyWatch{cancel: cancel, ready: make(chan clientv3.WatchChan, 1)}
+	go func() { w.ready <- l.client.Watch(ctx, key, opts...) }()
+	return w
+}
+
+// stop ends the watch and waits for the goroutine that created it.
+func (w *keyWatch) stop() {
+	w.cancel()
+	if w.ch == nil {
+		<-w.ready
+	}
+}
+
+// changeIn reports whether the watch response wr shows the change that
+// waitChange waits for.
+func (a *acquisition) changeIn(ctx context.Context, wr clientv3.WatchResponse, key string, fromRev int64, puts bool) (bool, error) {
+	if wr.Created {
+		// The watch reports what comes after the revision it was
+		// created at; the read, made after it, shows what came before.
+		if wr.Header.Revision > fromRev {
+			return a.changedSince(ctx, key, fromRev, puts)
+		}
+		return false, nil
+	}
+	for _, ev := range wr.Events {
+		if string(ev.Kv.Key) != key || ev.Kv.ModRevision <= fromRev {
+			// A member behind the one we read from reports what that
+			// read saw already.
+			continue
+		}
+		if ev.Type == clientv3.EventTypeDelete || puts {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // changedSince reads key and reports whether the record that was there at
 // revision fromRev was deleted (the key is gone, or holds a record created
 // since: a session queues under the same key again) or, with puts,
 // written since.
-func (l *Locker) changedSince(ctx context.Context, s *session, key string, fromRev int64, puts bool) (bool, error) {
+func (a *acquisition) changedSince(ctx context.Context, key string, fromRev int64, puts bool) (bool, error) {
 	var resp *clientv3.GetResponse
-	err := l.call(ctx, s, func(ctx context.Context) error {
+	err := a.l.call(ctx, a.s, func(ctx context.Context) error {
 		var err error
-		resp, err = l.client.Get(ctx, key, clientv3.WithKeysOnly())
+		resp, err = a.l.client.Get(ctx, key, clientv3.WithKeysOnly())
 		return err
 	})
 	if err != nil {
@@ -620,44 +731,4 @@ func (l *Locker) changedSince(ctx context.Context, s *session, key string, fromR
 	}
 	kv := resp.Kvs[0]
 	return kv.CreateRevision > fromRev || puts && kv.ModRevision > fromRev, nil
-}
-
-// recheck confirms that our record still exists with its create revision
-// (and so that the session lease is alive on the server) and reads the
-// record just before ours. ok is false when our record is gone.
-func (a *acquisition) recheck(ctx context.Context) (pred *mvccpb.KeyValue, rev int64, ok bool, err error) {
-	var resp *clientv3.TxnResponse
-	err = a.l.call(ctx, a.s, func(ctx context.Context) error {
-		var err error
-		resp, err = a.l.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-			Then(append([]clientv3.Op{clientv3.OpGet(a.pfx, clientv3.WithPrefix(),
-				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-				clientv3.WithMaxCreateRev(a.rev-1), clientv3.WithLimit(1))}, a.delayReads()...)...).
-			Commit()
-		return err
-	})
-	if err != nil {
-		return nil, 0, false, err
-	}
-	if !resp.Succeeded {
-		return nil, resp.Header.Revision, false, nil
-	}
-	a.noteDelayReads(resp.Responses)
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		pred = kvs[0]
-	}
-	return pred, resp.Header.Revision, true, nil
-}
-
-// grant turns an acquisition confirmed at readRev into a held lease and
-// registers the watch on its record with the session's watcher.
-func (l *Locker) grant(le *Lease, readRev int64) error {
-	s := le.s
-	le.watch = s.watch.add(le, readRev)
-	if err := s.add(le); err != nil {
-		s.watch.stop(le.watch)
-		return err
-	}
-	return nil
 }

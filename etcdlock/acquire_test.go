@@ -3,6 +3,7 @@ package etcdlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -58,16 +59,21 @@ func TestPlace(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := &acquisition{pending: pending{record: record{key: own, ambiguous: tc.ambiguous}}, name: "x", pfx: "p/x/#", try: tc.try}
-			pred, readRev, err := a.place(context.Background(), tc.resp)
+			v, err := a.placeExclusive(context.Background(), tc.resp)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
-					t.Fatalf("place() = %v; want an error wrapping %v", err, tc.wantErr)
+					t.Fatalf("placeExclusive() = %v; want an error wrapping %v", err, tc.wantErr)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("place() = %v; want nil", err)
+				t.Fatalf("placeExclusive() = %v; want nil", err)
 			}
+			var pred *mvccpb.KeyValue
+			if len(v.ahead) > 0 {
+				pred = v.ahead[len(v.ahead)-1]
+			}
+			readRev := v.rev
 			if a.rev != tc.wantRev {
 				t.Errorf("token = %d; want %d", a.rev, tc.wantRev)
 			}
@@ -79,6 +85,47 @@ func TestPlace(t *testing.T) {
 				t.Errorf("predecessor = %q; want none", got.Key)
 			case tc.wantPred != "" && (got == nil || string(got.Key) != tc.wantPred):
 				t.Errorf("predecessor = %v; want %q", got, tc.wantPred)
+			}
+		})
+	}
+}
+
+// TestDecide checks what an acquisition makes of a read of its queue:
+// granted (with a touch or not), refused, or which records it watches.
+func TestDecide(t *testing.T) {
+	const own = "p/x/#own"
+	sem := func(keys ...string) []*mvccpb.KeyValue {
+		var kvs []*mvccpb.KeyValue
+		for i, k := range keys {
+			kvs = append(kvs, kv("p/x/#"+k+"~s2", int64(i+1)))
+		}
+		return kvs
+	}
+	for _, tc := range []struct {
+		name string
+		req  queue.Request
+		try  bool
+		v    view
+		want decision
+		err  error
+	}{
+		{name: "exclusive, first", req: queue.ExclusiveRequest, v: view{rev: 5}, want: decision{granted: true}},
+		{name: "exclusive, behind one", req: queue.ExclusiveRequest, v: view{ahead: []*mvccpb.KeyValue{kv("p/x/#a", 3)}}, want: decision{watch: []string{"p/x/#a"}}},
+		{name: "permit, admitted by its create", req: queue.PermitRequest(2), v: view{ahead: sem("a"), next: sem("c"), created: true}, want: decision{granted: true}},
+		{name: "permit, admitted later, followed", req: queue.PermitRequest(2), v: view{ahead: sem("a"), next: sem("c")}, want: decision{granted: true, touch: true}},
+		{name: "permit, first waiter", req: queue.PermitRequest(2), v: view{ahead: sem("a", "b")}, want: decision{watch: []string{"p/x/#a~s2", "p/x/#b~s2"}, byDeletion: true}},
+		{name: "permit, later waiter", req: queue.PermitRequest(2), v: view{ahead: sem("a", "b", "c")}, want: decision{watch: []string{"p/x/#c~s2"}, puts: true}},
+		{name: "permit, admitted by a deletion", req: queue.PermitRequest(2), v: view{admitted: true}, want: decision{granted: true, touch: true}},
+		{name: "shared try, behind a writer", req: queue.SharedRequest, try: true, v: view{ahead: []*mvccpb.KeyValue{kv("p/x/#a", 3)}}, err: lock.ErrLocked},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := &acquisition{pending: pending{record: record{key: own}}, pfx: "p/x/#", req: tc.req, try: tc.try}
+			got, err := a.decide(tc.v)
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("decide() = %v; want %v", err, tc.err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("decide() = %+v; want %+v", got, tc.want)
 			}
 		})
 	}
