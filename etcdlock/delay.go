@@ -8,7 +8,7 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencelock/fencelock/lock"
+	"github.com/fencelock/fencelock/internal/clock"
 )
 
 // delayPrefix returns the key prefix of name's lock-delay markers. Like
@@ -105,7 +105,7 @@ func (a *acquisition) delay(ctx context.Context) error {
 		return nil
 	}
 	a.l.opts.Logger.Info("etcdlock: lock-delay: an earlier acquisition did not end with a clean release; waiting", "name", a.name, "delay", d)
-	if err := a.l.sleep(ctx, a.s, time.Until(a.seen.Add(d))); err != nil {
+	if err := clock.Sleep(ctx, time.Until(a.seen.Add(d)), a.l.closing.Done(), a.s.done, a.s.lostErr); err != nil {
 		return err
 	}
 	var resp *clientv3.TxnResponse
@@ -146,24 +146,4 @@ func (a *acquisition) readDelay(ctx context.Context) error {
 	}
 	a.noteDelayReads(resp.Responses)
 	return nil
-}
-
-// sleep waits d, or until ctx is done, the Locker closes or session s
-// ends.
-func (l *Locker) sleep(ctx context.Context, s *session, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-l.closing.Done():
-		return lock.ErrClosed
-	case <-s.done:
-		return s.lostErr()
-	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/nilcheck"
 	"github.com/fencelock/fencelock/internal/queue"
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -193,7 +194,7 @@ func (l *Locker) session(ctx context.Context) (*session, error) {
 		if rerr := l.tls.err(); rerr != nil {
 			err = rerr
 		}
-		return nil, fmt.Errorf("grant session lease: %w", refusal(err))
+		return nil, fmt.Errorf("grant session lease: %w", secure.Refusal(err, isRefusal))
 	}
 	s := newSession(l, resp.ID, sent)
 	l.mu.Lock()

@@ -7,6 +7,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -47,7 +48,7 @@ func (l *Locker) call(ctx context.Context, s *session, op func(context.Context) 
 		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
 			delay = 0
 		case !retryable(err):
-			return refusal(err)
+			return secure.Refusal(err, isRefusal)
 		}
 		t := time.NewTimer(delay)
 		select {

@@ -1,8 +1,12 @@
 package clock
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/fencelock/fencelock/internal/sentinel"
 )
 
 var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -113,4 +117,32 @@ func TestRealClock(t *testing.T) {
 	ran := make(chan struct{})
 	c.AfterFunc(time.Millisecond, func() { close(ran) })
 	<-ran
+}
+
+func TestSleep(t *testing.T) {
+	open := make(chan struct{})
+	shut := make(chan struct{})
+	close(shut)
+	errEnded := errors.New("session ended")
+	endErr := func() error { return errEnded }
+	cause := errors.New("caller gave up")
+	done, cancel := context.WithCancelCause(context.Background())
+	cancel(cause)
+	for _, tt := range []struct {
+		name           string
+		ctx            context.Context
+		d              time.Duration
+		closing, ended <-chan struct{}
+		want           error
+	}{
+		{"elapsed", context.Background(), time.Millisecond, open, open, nil},
+		{"no wait", done, 0, shut, shut, nil},
+		{"context ended", done, time.Hour, open, open, cause},
+		{"closed", context.Background(), time.Hour, shut, open, sentinel.Closed},
+		{"session ended", context.Background(), time.Hour, open, shut, errEnded},
+	} {
+		if err := Sleep(tt.ctx, tt.d, tt.closing, tt.ended, endErr); !errors.Is(err, tt.want) {
+			t.Errorf("%s: Sleep() = %v; want %v", tt.name, err, tt.want)
+		}
+	}
 }

@@ -4,7 +4,7 @@
 // information, or a password read from the environment), and the
 // redaction of secrets from text that is printed.
 //
-// Errors wrap lock.ErrInvalidConfig, carry no package prefix (the backend
+// Errors wrap sentinel.InvalidConfig, carry no package prefix (the backend
 // adds its own once), name files by path and keys by name, and never
 // repeat a password or the contents of a key file.
 package secure
@@ -12,13 +12,14 @@ package secure
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
 
-	"github.com/fencelock/fencelock/lock"
+	"github.com/fencelock/fencelock/internal/sentinel"
 )
 
 // The URL query keys of TLS and credentials, the same on every backend.
@@ -61,16 +62,16 @@ func TLSFromQuery(q url.Values) (*tls.Config, error) {
 	on := f != (Files{})
 	for _, k := range []string{KeyCAFile, KeyCertFile, KeyKeyFile, KeyServerName} {
 		if v, ok := q[k]; ok && (len(v) != 1 || v[0] == "") {
-			return nil, fmt.Errorf("%w: %s: empty", lock.ErrInvalidConfig, k)
+			return nil, fmt.Errorf("%w: %s: empty", sentinel.InvalidConfig, k)
 		}
 	}
 	if v, ok := q[KeyTLS]; ok {
 		b, err := strconv.ParseBool(v[0])
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s=%q: want true or false", lock.ErrInvalidConfig, KeyTLS, v[0])
+			return nil, fmt.Errorf("%w: %s=%q: want true or false", sentinel.InvalidConfig, KeyTLS, v[0])
 		}
 		if !b && on {
-			return nil, fmt.Errorf("%w: %s=false contradicts %s", lock.ErrInvalidConfig, KeyTLS, strings.Join(given(q), ", "))
+			return nil, fmt.Errorf("%w: %s=false contradicts %s", sentinel.InvalidConfig, KeyTLS, strings.Join(given(q), ", "))
 		}
 		on = b
 	}
@@ -100,11 +101,11 @@ func LoadTLS(f Files) (*tls.Config, error) {
 	if f.CA != "" {
 		pem, err := os.ReadFile(f.CA)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", lock.ErrInvalidConfig, KeyCAFile, err)
+			return nil, fmt.Errorf("%w: %s: %w", sentinel.InvalidConfig, KeyCAFile, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: %s %q: no PEM certificate in it", lock.ErrInvalidConfig, KeyCAFile, f.CA)
+			return nil, fmt.Errorf("%w: %s %q: no PEM certificate in it", sentinel.InvalidConfig, KeyCAFile, f.CA)
 		}
 		cfg.RootCAs = pool
 	}
@@ -114,13 +115,13 @@ func LoadTLS(f Files) (*tls.Config, error) {
 		if err != nil {
 			// The error of a bad pair says what is wrong (no PEM
 			// data, a key that does not match) without the key.
-			return nil, fmt.Errorf("%w: %s %q and %s %q: %w", lock.ErrInvalidConfig, KeyCertFile, f.Cert, KeyKeyFile, f.Key, err)
+			return nil, fmt.Errorf("%w: %s %q and %s %q: %w", sentinel.InvalidConfig, KeyCertFile, f.Cert, KeyKeyFile, f.Key, err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	case f.Cert != "":
-		return nil, fmt.Errorf("%w: %s without %s", lock.ErrInvalidConfig, KeyCertFile, KeyKeyFile)
+		return nil, fmt.Errorf("%w: %s without %s", sentinel.InvalidConfig, KeyCertFile, KeyKeyFile)
 	case f.Key != "":
-		return nil, fmt.Errorf("%w: %s without %s", lock.ErrInvalidConfig, KeyKeyFile, KeyCertFile)
+		return nil, fmt.Errorf("%w: %s without %s", sentinel.InvalidConfig, KeyKeyFile, KeyCertFile)
 	}
 	return cfg, nil
 }
@@ -149,36 +150,36 @@ func CredentialsFromURL(u *url.URL, q url.Values, getenv func(string) string) (C
 	env, hasEnv := q[KeyPasswordEnv]
 	if u == nil || u.User == nil {
 		if hasEnv {
-			return Credentials{}, false, fmt.Errorf("%w: %s without a user in the URL (user@host)", lock.ErrInvalidConfig, KeyPasswordEnv)
+			return Credentials{}, false, fmt.Errorf("%w: %s without a user in the URL (user@host)", sentinel.InvalidConfig, KeyPasswordEnv)
 		}
 		return Credentials{}, false, nil
 	}
 	c := Credentials{User: u.User.Username()}
 	if c.User == "" {
-		return Credentials{}, false, fmt.Errorf("%w: empty user name in the URL", lock.ErrInvalidConfig)
+		return Credentials{}, false, fmt.Errorf("%w: empty user name in the URL", sentinel.InvalidConfig)
 	}
 	pw, hasPW := u.User.Password()
 	switch {
 	case hasPW && hasEnv:
-		return Credentials{}, false, fmt.Errorf("%w: a password in the URL and %s: give one", lock.ErrInvalidConfig, KeyPasswordEnv)
+		return Credentials{}, false, fmt.Errorf("%w: a password in the URL and %s: give one", sentinel.InvalidConfig, KeyPasswordEnv)
 	case hasPW:
 		if pw == "" {
-			return Credentials{}, false, fmt.Errorf("%w: empty password in the URL for user %q", lock.ErrInvalidConfig, c.User)
+			return Credentials{}, false, fmt.Errorf("%w: empty password in the URL for user %q", sentinel.InvalidConfig, c.User)
 		}
 		c.Password = pw
 	case hasEnv:
 		if env[0] == "" {
-			return Credentials{}, false, fmt.Errorf("%w: %s: empty variable name", lock.ErrInvalidConfig, KeyPasswordEnv)
+			return Credentials{}, false, fmt.Errorf("%w: %s: empty variable name", sentinel.InvalidConfig, KeyPasswordEnv)
 		}
 		if getenv == nil {
 			getenv = os.Getenv
 		}
 		c.Password = getenv(env[0])
 		if c.Password == "" {
-			return Credentials{}, false, fmt.Errorf("%w: %s: environment variable %s is empty or unset", lock.ErrInvalidConfig, KeyPasswordEnv, env[0])
+			return Credentials{}, false, fmt.Errorf("%w: %s: environment variable %s is empty or unset", sentinel.InvalidConfig, KeyPasswordEnv, env[0])
 		}
 	default:
-		return Credentials{}, false, fmt.Errorf("%w: user %q has no password: give it in the URL or with %s", lock.ErrInvalidConfig, c.User, KeyPasswordEnv)
+		return Credentials{}, false, fmt.Errorf("%w: user %q has no password: give it in the URL or with %s", sentinel.InvalidConfig, c.User, KeyPasswordEnv)
 	}
 	return c, true, nil
 }
@@ -191,4 +192,16 @@ func Redact(s string, secrets ...string) string {
 		}
 	}
 	return s
+}
+
+// Refusal returns err wrapped with lock.ErrPermission when refused says
+// that the server refused the client (its credentials, its certificate or
+// its rights: an answer that a second attempt would get again), and err
+// unchanged otherwise: nil, not a refusal, or wrapping ErrPermission
+// already. Each backend says what its server's refusals look like.
+func Refusal(err error, refused func(error) bool) error {
+	if err == nil || errors.Is(err, sentinel.Permission) || !refused(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", sentinel.Permission, err)
 }

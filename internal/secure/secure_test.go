@@ -214,3 +214,22 @@ func FuzzCredentialsFromURL(f *testing.F) {
 		}
 	})
 }
+
+func TestRefusal(t *testing.T) {
+	refused := errors.New("refused by the server")
+	other := errors.New("connection reset")
+	isRefused := func(err error) bool { return errors.Is(err, refused) }
+	if got := Refusal(nil, isRefused); got != nil {
+		t.Errorf("Refusal(nil) = %v; want nil", got)
+	}
+	if got := Refusal(other, isRefused); got != other {
+		t.Errorf("Refusal(%v) = %v; want it unchanged", other, got)
+	}
+	got := Refusal(refused, isRefused)
+	if !errors.Is(got, lock.ErrPermission) || !errors.Is(got, refused) {
+		t.Errorf("Refusal(%v) = %v; want it wrapped with lock.ErrPermission, cause kept", refused, got)
+	}
+	if again := Refusal(got, isRefused); again != got {
+		t.Errorf("Refusal(Refusal(err)) = %v; want it unchanged", again)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -63,21 +64,21 @@ func TestRefusal(t *testing.T) {
 			if got := tt.err != nil && isRefusal(tt.err); got != tt.want {
 				t.Fatalf("isRefusal(%v) = %v; want %v", tt.err, got, tt.want)
 			}
-			got := refusal(tt.err)
+			got := secure.Refusal(tt.err, isRefusal)
 			if errors.Is(got, lock.ErrPermission) != tt.want {
-				t.Fatalf("refusal(%v) = %v; want wrapping %v: %v", tt.err, got, lock.ErrPermission, tt.want)
+				t.Fatalf("Refusal(%v) = %v; want wrapping %v: %v", tt.err, got, lock.ErrPermission, tt.want)
 			}
 			if tt.err != nil && !errors.Is(got, tt.err) {
-				t.Errorf("refusal(%v) = %v; want the cause kept", tt.err, got)
+				t.Errorf("Refusal(%v) = %v; want the cause kept", tt.err, got)
 			}
 			if tt.want && retryable(tt.err) && isEtcdError(tt.err) {
 				t.Errorf("retryable(%v) = true; want a refusal not retried", tt.err)
 			}
 		})
 	}
-	once := refusal(rpctypes.ErrPermissionDenied)
-	if again := refusal(once); again != once {
-		t.Errorf("refusal(refusal(err)) = %v; want it unchanged", again)
+	once := secure.Refusal(rpctypes.ErrPermissionDenied, isRefusal)
+	if again := secure.Refusal(once, isRefusal); again != once {
+		t.Errorf("Refusal(Refusal(err)) = %v; want it unchanged", again)
 	}
 }
 

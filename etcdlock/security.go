@@ -20,18 +20,8 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// refusal returns err wrapped with lock.ErrPermission when it says that
-// the cluster refused the client (see isRefusal), and err unchanged
-// otherwise.
-func refusal(err error) error {
-	if err == nil || errors.Is(err, lock.ErrPermission) || !isRefusal(err) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", lock.ErrPermission, err)
-}
-
-// isRefusal reports whether err is the cluster refusing the client, an
-// answer that a second attempt would get again:
+// isRefusal reports whether err is the cluster refusing the client (see
+// secure.Refusal), an answer that a second attempt would get again:
 //
 //   - etcd's auth errors: permission denied (the user's roles do not cover
 //     the key), authentication failed (wrong user or password), user name

@@ -1,0 +1,27 @@
+// Package sentinel holds the values of package lock's sentinel errors, so
+// that the packages below lock (package internal's, fencing's helpers)
+// can wrap them without importing lock. Package lock documents them and
+// exports each under its own name: lock.ErrLost is Lost, so errors.Is
+// matches either.
+package sentinel
+
+import (
+	"errors"
+
+	"github.com/fencelock/fencelock/fencing"
+)
+
+// The values of lock's ErrLocked, ErrNotHeld, ErrLost, ErrReleased,
+// ErrClosed, ErrIncompatible, ErrPermission, ErrInvalidName and
+// ErrInvalidConfig.
+var (
+	Locked        = errors.New("locked by another holder")
+	NotHeld       = errors.New("not held")
+	Lost          = errors.New("lease lost")
+	Released      = errors.New("lease released")
+	Closed        = errors.New("locker closed")
+	Incompatible  = errors.New("incompatible request")
+	Permission    = errors.New("permission denied")
+	InvalidName   = errors.New("invalid name")
+	InvalidConfig = fencing.ErrInvalidConfig
+)
