@@ -36,7 +36,6 @@ import (
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/nilcheck"
 	"github.com/fencelock/fencelock/internal/telemetry"
-	"github.com/fencelock/fencelock/lock"
 )
 
 // Header is the request header that carries the fencing token, in decimal.
@@ -220,8 +219,13 @@ func (o *options) check(err error) {
 // the [Header] of every request, and refuses to send once the lease has
 // ended. It is safe for concurrent use if Base is.
 type Transport struct {
-	// Lease supplies the token. It must not be nil.
-	Lease lock.Lease
+	// Lease supplies the token: a lock.Lease, or anything with the
+	// methods of one that Transport uses. It must not be nil.
+	Lease interface {
+		Name() string
+		Token() fencing.Token
+		Err() error
+	}
 	// Base sends the requests; nil means [http.DefaultTransport].
 	Base http.RoundTripper
 }
