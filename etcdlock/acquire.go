@@ -31,7 +31,7 @@ func (l *Locker) acquire(ctx context.Context, name string, req queue.Request, tr
 	ctx, cancel := l.withClosing(ctx)
 	defer cancel()
 	le, err := l.acquireRetry(ctx, name, req, try)
-	if err != nil && parent.Err() == nil && l.closing.Err() != nil {
+	if err != nil && parent.Err() == nil && l.g.closing.Err() != nil {
 		err = lock.ErrClosed
 	}
 	var token uint64
@@ -59,7 +59,7 @@ func (l *Locker) countEnd(le *Lease, hold telemetry.Hold, err error) {
 	}
 	hold.End("")
 	if !l.spawn(func() {
-		ctx, cancel := context.WithTimeout(l.life, l.closeWait())
+		ctx, cancel := context.WithTimeout(l.g.life, l.closeWait())
 		defer cancel()
 		resp, terr := l.client.TimeToLive(ctx, le.s.id)
 		if terr == nil && resp.TTL == -1 || isLeaseNotFound(terr) {
@@ -75,7 +75,7 @@ func (l *Locker) countEnd(le *Lease, hold telemetry.Hold, err error) {
 // so that no request of a call outlives Close.
 func (l *Locker) withClosing(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(l.closing, cancel)
+	stop := context.AfterFunc(l.g.closing, cancel)
 	return ctx, func() { stop(); cancel() }
 }
 
@@ -310,7 +310,7 @@ func (a *acquisition) create(ctx context.Context) (*clientv3.TxnResponse, error)
 	var resp *clientv3.TxnResponse
 	err := a.l.call(ctx, a.s, func(ctx context.Context) error {
 		for {
-			was := a.s.guardRev.Load()
+			was := a.s.guard.rev.Load()
 			var err error
 			resp, err = a.createTxn(ctx, was).Commit()
 			if err != nil {
@@ -330,7 +330,7 @@ func (a *acquisition) create(ctx context.Context) (*clientv3.TxnResponse, error)
 			if now == was {
 				return fmt.Errorf("create of %q refused with the guard unchanged at revision %d", a.key, was)
 			}
-			a.s.noteGuard(was, now)
+			a.s.guard.note(was, now)
 		}
 	})
 	return resp, err
@@ -347,13 +347,13 @@ func (a *acquisition) create(ctx context.Context) (*clientv3.TxnResponse, error)
 // at all; a retry whose first attempt did create finds its own record
 // first.
 func (a *acquisition) createTxn(ctx context.Context, was int64) clientv3.Txn {
-	guard := clientv3.Compare(clientv3.ModRevision(a.s.guardKey), "=", was)
+	guard := clientv3.Compare(clientv3.ModRevision(a.s.guard.key), "=", was)
 	put := clientv3.OpPut(a.key, a.l.opts.Identity, clientv3.WithLease(a.s.id))
 	if a.try && a.req.Kind == queue.Exclusive {
 		return a.l.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.pfx).WithPrefix(), "=", 0), guard).
 			Then(append([]clientv3.Op{put}, a.markerOps()...)...).
-			Else(clientv3.OpGet(a.pfx, clientv3.WithFirstCreate()...), clientv3.OpGet(a.s.guardKey))
+			Else(clientv3.OpGet(a.pfx, clientv3.WithFirstCreate()...), clientv3.OpGet(a.s.guard.key))
 	}
 	var then []clientv3.Op
 	if a.req.Kind == queue.Exclusive {
@@ -367,7 +367,7 @@ func (a *acquisition) createTxn(ctx context.Context, was int64) clientv3.Txn {
 	return a.l.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0), guard).
 		Then(append(then, a.markerOps()...)...).
-		Else(clientv3.OpGet(a.key), clientv3.OpGet(a.s.guardKey))
+		Else(clientv3.OpGet(a.key), clientv3.OpGet(a.s.guard.key))
 }
 
 // queueRead reads the keys of a name's records in queue order: the key
@@ -638,7 +638,7 @@ func (a *acquisition) waitChange(ctx context.Context, key string, fromRev int64,
 			return false, nil
 		case <-ctx.Done():
 			return false, ctx.Err()
-		case <-a.l.closing.Done():
+		case <-a.l.g.closing.Done():
 			return false, lock.ErrClosed
 		case <-a.s.done:
 			return false, a.s.lostErr()
@@ -670,7 +670,7 @@ func (l *Locker) watchKey(key string, puts bool) *keyWatch {
 	// A member cut off from the leader would keep such a watch open and
 	// silent; requiring a leader makes it fail, and the caller re-reads
 	// and watches again, through whichever member the client picks.
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.life))
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.g.life))
 	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
 	if !puts {
 		opts = append(opts, clientv3.WithFilterPut())

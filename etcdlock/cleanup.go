@@ -26,7 +26,7 @@ func (l *Locker) discard(r pending, err error) error {
 // cleanup runs cleanupOp with a fresh bounded context, and when that fails
 // hands it to cleanupLater.
 func (l *Locker) cleanup(r pending) {
-	ctx, cancel := context.WithTimeout(l.life, min(l.closeWait(), 2*time.Second))
+	ctx, cancel := context.WithTimeout(l.g.life, min(l.closeWait(), 2*time.Second))
 	err := l.call(ctx, nil, l.cleanupOp(r))
 	cancel()
 	if err != nil {
@@ -43,10 +43,10 @@ func (l *Locker) cleanup(r pending) {
 // a TTL later.
 func (l *Locker) cleanupLater(r pending) {
 	l.spawn(func() {
-		ctx, cancel := context.WithTimeout(l.life, l.opts.ttl+l.opts.LossMargin)
+		ctx, cancel := context.WithTimeout(l.g.life, l.opts.ttl+l.opts.LossMargin)
 		defer cancel()
 		err := l.call(ctx, nil, l.cleanupOp(r))
-		if err == nil || l.life.Err() != nil || r.s.ended() {
+		if err == nil || l.g.life.Err() != nil || r.s.ended() {
 			return
 		}
 		l.opts.Logger.Warn("etcdlock: gave up deleting a record; ending the session so that its lease takes the record", "key", r.key, "err", err)
@@ -101,7 +101,7 @@ func (l *Locker) cleanupOp(r pending) func(context.Context) error {
 // counts as done. more are further operations of the same transaction.
 func (l *Locker) endOp(ctx context.Context, s *session, key string, more ...clientv3.Op) error {
 	resp, err := l.client.Txn(ctx).
-		Then(append([]clientv3.Op{clientv3.OpDelete(key), clientv3.OpPut(s.guardKey, "", clientv3.WithLease(s.id))}, more...)...).
+		Then(append([]clientv3.Op{clientv3.OpDelete(key), clientv3.OpPut(s.guard.key, "", clientv3.WithLease(s.id))}, more...)...).
 		Commit()
 	switch {
 	case isLeaseNotFound(err):
@@ -109,6 +109,6 @@ func (l *Locker) endOp(ctx context.Context, s *session, key string, more ...clie
 	case err != nil:
 		return err
 	}
-	s.raiseGuard(resp.Header.Revision)
+	s.guard.raise(resp.Header.Revision)
 	return nil
 }

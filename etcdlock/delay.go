@@ -105,7 +105,7 @@ func (a *acquisition) delay(ctx context.Context) error {
 		return nil
 	}
 	a.l.opts.Logger.Info("etcdlock: lock-delay: an earlier acquisition did not end with a clean release; waiting", "name", a.name, "delay", d)
-	if err := clock.Sleep(ctx, time.Until(a.seen.Add(d)), a.l.closing.Done(), a.s.done, a.s.lostErr); err != nil {
+	if err := clock.Sleep(ctx, time.Until(a.seen.Add(d)), a.l.g.closing.Done(), a.s.done, a.s.lostErr); err != nil {
 		return err
 	}
 	var resp *clientv3.TxnResponse

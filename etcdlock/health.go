@@ -21,7 +21,7 @@ func (l *Locker) Healthy(ctx context.Context) error {
 	cctx, cancel := l.withClosing(ctx)
 	defer cancel()
 	if _, err := l.session(cctx); err != nil {
-		if ctx.Err() == nil && l.closing.Err() != nil {
+		if ctx.Err() == nil && l.g.closing.Err() != nil {
 			err = lock.ErrClosed
 		}
 		return fmt.Errorf("etcdlock: healthy: %w", err)

@@ -32,15 +32,21 @@ type keepalive struct {
 	revoke func() // after a local loss: revoke the lease as soon as possible
 	logger *slog.Logger
 
-	ttl, margin time.Duration
-	interval    time.Duration // between keepalives: a third of the TTL
-	retry       time.Duration // after a failed keepalive
-	attempt     time.Duration // the longest one keepalive may take
+	timing
 
 	deadline  time.Time
 	lossTimer clock.Timer
 	sendTimer clock.Timer
 	results   chan keepaliveResult
+}
+
+// timing is the durations of a keepalive loop, all from the session's
+// TTL and loss margin.
+type timing struct {
+	ttl, margin time.Duration
+	interval    time.Duration // between keepalives: a third of the TTL
+	retry       time.Duration // after a failed keepalive
+	attempt     time.Duration // the longest one keepalive may take
 }
 
 type keepaliveResult struct {
@@ -56,9 +62,11 @@ func newKeepalive(s *session, clk clock.Clock, send keepaliveSender, revoke func
 	s.mu.Unlock()
 	return &keepalive{
 		s: s, clk: clk, send: send, revoke: revoke, logger: s.l.opts.Logger,
-		ttl: ttl, margin: margin, interval: interval,
-		retry:    min(interval/4, 250*time.Millisecond),
-		attempt:  interval / 2,
+		timing: timing{
+			ttl: ttl, margin: margin, interval: interval,
+			retry:   min(interval/4, 250*time.Millisecond),
+			attempt: interval / 2,
+		},
 		deadline: deadline,
 		results:  make(chan keepaliveResult, 1),
 	}
@@ -69,7 +77,7 @@ func newKeepalive(s *session, clk clock.Clock, send keepaliveSender, revoke func
 func (k *keepalive) run() {
 	// Not WithRequireLeader: KeepAliveOnce retries "unavailable" answers
 	// at once, and a member without a leader would make that a busy loop.
-	rpcCtx, cancelRPC := context.WithCancel(k.s.l.life)
+	rpcCtx, cancelRPC := context.WithCancel(k.s.l.g.life)
 	var inflight sync.WaitGroup
 	defer inflight.Wait()
 	defer cancelRPC()

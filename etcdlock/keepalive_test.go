@@ -82,7 +82,7 @@ func newKARig(t *testing.T) *kaRig {
 	}()
 	t.Cleanup(func() {
 		r.s.end(errors.New("test over"), false)
-		l.cancelLife()
+		l.g.endLife()
 		<-r.stopped
 	})
 	r.clk.WaitTimers(2) // the loss and send timers are armed

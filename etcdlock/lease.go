@@ -237,7 +237,7 @@ func (le *Lease) deleteRecord(ctx context.Context, clean bool) (deleted, itself 
 			held = append(held, clientv3.OpDelete(le.l.markerKey(le.Name(), le.key)))
 		}
 		if le.ambiguous {
-			end := []clientv3.Op{clientv3.OpDelete(le.key), clientv3.OpPut(le.s.guardKey, "", clientv3.WithLease(le.s.id))}
+			end := []clientv3.Op{clientv3.OpDelete(le.key), clientv3.OpPut(le.s.guard.key, "", clientv3.WithLease(le.s.id))}
 			txn = txn.Then(append(held, end[1:]...)...).Else(end...)
 		} else {
 			txn = txn.Then(held...)
@@ -253,7 +253,7 @@ func (le *Lease) deleteRecord(ctx context.Context, clean bool) (deleted, itself 
 			return err
 		}
 		if le.ambiguous {
-			le.s.raiseGuard(resp.Header.Revision)
+			le.s.guard.raise(resp.Header.Revision)
 		}
 		// After a request with no answer, a record already gone was
 		// most likely deleted by that request.

@@ -30,14 +30,7 @@ type Locker struct {
 	clk        clock.Clock          // the loss deadline's clock: clock.Real() but in unit tests
 	tel        *telemetry.Telemetry // metrics and spans; nil records nothing
 	tls        *tlsWatch            // the TLS handshakes of a client the Locker made; nil for a borrowed one
-
-	// life is cancelled at the end of Close: it bounds every background
-	// goroutine. closing is cancelled at the start of Close: it interrupts
-	// waiting calls.
-	life          context.Context
-	cancelLife    context.CancelFunc
-	closing       context.Context
-	cancelClosing context.CancelFunc
+	g          *group               // what Close stops, and how
 
 	sessSem chan struct{} // held while a session is being created
 	down    chan struct{} // closed when the first Close has finished
@@ -45,7 +38,6 @@ type Locker struct {
 	mu     sync.Mutex
 	closed bool
 	sess   *session
-	wg     sync.WaitGroup // every goroutine the Locker started; Add only under mu while !closed
 }
 
 var (
@@ -91,8 +83,7 @@ func newLocker(client *clientv3.Client, o *options) *Locker {
 		o.Logger.Warn("etcdlock: some instruments are not recorded", config.LogErr, err)
 	}
 	l.tel = tel
-	l.life, l.cancelLife = context.WithCancel(context.Background())
-	l.closing, l.cancelClosing = context.WithCancel(context.Background())
+	l.g = newGroup()
 	return l
 }
 
@@ -179,7 +170,7 @@ func (l *Locker) session(ctx context.Context) (*session, error) {
 	case l.sessSem <- struct{}{}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	case <-l.closing.Done():
+	case <-l.g.closing.Done():
 		return nil, lock.ErrClosed
 	}
 	defer func() { <-l.sessSem }()
@@ -207,7 +198,7 @@ func (l *Locker) session(ctx context.Context) (*session, error) {
 		return nil, lock.ErrClosed
 	}
 	l.sess = s
-	l.wg.Add(2)
+	l.g.wg.Add(2)
 	l.mu.Unlock()
 	go s.run()
 	go s.watch.run()
@@ -301,7 +292,7 @@ func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
 		return err
 	})
 	if err != nil {
-		if ctx.Err() == nil && l.closing.Err() != nil {
+		if ctx.Err() == nil && l.g.closing.Err() != nil {
 			err = lock.ErrClosed
 		}
 		return lock.Holder{}, fmt.Errorf("etcdlock: holder %q: %w", name, err)
@@ -344,7 +335,7 @@ func (l *Locker) Close() error {
 	l.sess = nil
 	l.mu.Unlock()
 
-	l.cancelClosing()
+	l.g.close()
 	var errs []error
 	if s != nil {
 		wasLive := !s.ended()
@@ -358,8 +349,8 @@ func (l *Locker) Close() error {
 			}
 		}
 	}
-	l.cancelLife()
-	l.wg.Wait()
+	l.g.endLife()
+	l.g.wg.Wait()
 	if l.ownsClient {
 		if err := l.client.Close(); err != nil && !errors.Is(err, context.Canceled) {
 			errs = append(errs, fmt.Errorf("etcdlock: close client: %w", err))

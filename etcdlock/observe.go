@@ -58,9 +58,9 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, 
 	// with ctx and when Close starts, never with ctx alone: Close waits for
 	// the goroutine, so a request that only the caller could end would hold
 	// Close for as long as the cluster does not answer.
-	wctx, cancel := context.WithCancel(l.life)
+	wctx, cancel := context.WithCancel(l.g.life)
 	stop := context.AfterFunc(ctx, cancel)
-	stopClosing := context.AfterFunc(l.closing, cancel)
+	stopClosing := context.AfterFunc(l.g.closing, cancel)
 	ok := l.spawn(func() {
 		defer stop()
 		defer stopClosing()
@@ -155,7 +155,7 @@ func (o *observation) stopped() error {
 	switch {
 	case o.ctx.Err() != nil:
 		return o.ctx.Err()
-	case o.l.closing.Err() != nil:
+	case o.l.g.closing.Err() != nil:
 		return lock.ErrClosed
 	}
 	return nil
@@ -222,7 +222,7 @@ func (o *observation) send() error {
 		return nil
 	case <-o.ctx.Done():
 		return o.ctx.Err()
-	case <-o.l.closing.Done():
+	case <-o.l.g.closing.Done():
 		return lock.ErrClosed
 	}
 }

@@ -54,7 +54,7 @@ func (l *Locker) readQueue(ctx context.Context, name string) ([]*mvccpb.KeyValue
 		return err
 	})
 	if err != nil {
-		if ctx.Err() == nil && l.closing.Err() != nil {
+		if ctx.Err() == nil && l.g.closing.Err() != nil {
 			err = lock.ErrClosed
 		}
 		return nil, err

@@ -3,6 +3,7 @@ package etcdlock
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -56,7 +57,7 @@ func (l *Locker) call(ctx context.Context, s *session, op func(context.Context) 
 		case <-ctx.Done():
 			t.Stop()
 			return errors.Join(ctx.Err(), err)
-		case <-l.closing.Done():
+		case <-l.g.closing.Done():
 			t.Stop()
 			return lock.ErrClosed
 		case <-sessionDone:
@@ -106,10 +107,29 @@ func (l *Locker) spawn(f func()) bool {
 	if l.closed {
 		return false
 	}
-	l.wg.Add(1)
+	l.g.wg.Add(1)
 	go func() {
-		defer l.wg.Done()
+		defer l.g.wg.Done()
 		f()
 	}()
 	return true
+}
+
+// group is the Locker's goroutines and what stops them. life bounds every
+// background goroutine and ends with Close; closing ends when Close
+// starts, and interrupts waiting calls. wg counts the goroutines the
+// Locker started; Add only under the Locker's mu while it is not closed.
+type group struct {
+	life    context.Context
+	endLife context.CancelFunc
+	closing context.Context
+	close   context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+func newGroup() *group {
+	g := &group{}
+	g.life, g.endLife = context.WithCancel(context.Background())
+	g.closing, g.close = context.WithCancel(context.Background())
+	return g
 }

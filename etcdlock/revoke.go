@@ -42,7 +42,7 @@ func (l *Locker) Revoke(ctx context.Context, name string, token fencing.Token) e
 	cctx, cancel := l.withClosing(ctx)
 	defer cancel()
 	if err := l.revoke(cctx, name, token); err != nil {
-		if ctx.Err() == nil && l.closing.Err() != nil {
+		if ctx.Err() == nil && l.g.closing.Err() != nil {
 			err = lock.ErrClosed
 		}
 		return fmt.Errorf("etcdlock: revoke %q token %d: %w", name, token, err)

@@ -33,17 +33,8 @@ type session struct {
 	id  clientv3.LeaseID
 	seq atomic.Uint64 // the last number given to a record key (see number)
 
-	// guardKey is the session's guard: every create compares its mod
-	// revision, and ending an acquisition whose create was ambiguous
-	// writes it (see doc.go, "Late creates"). guardRev is the guard's mod
-	// revision as last seen (0: never written, the key does not exist).
-	guardKey string
-	guardRev atomic.Int64
-
-	done    chan struct{} // closed by end
-	endOnce sync.Once
-	err     error // why the session ended; set before done is closed
-	lost    bool  // ended by loss rather than by Close
+	guard guard
+	ending
 
 	watch *recordWatcher // the watches on the records of its leases
 
@@ -126,11 +117,11 @@ func newSession(l *Locker, id clientv3.LeaseID, grantSent time.Time) *session {
 	s := &session{
 		l:        l,
 		id:       id,
-		guardKey: fmt.Sprintf("%s#guard/%016x", l.opts.prefix, int64(id)),
-		done:     make(chan struct{}),
+		ending:   ending{done: make(chan struct{})},
 		deadline: grantSent.Add(l.opts.ttl - l.opts.LossMargin),
 		leases:   make(map[*Lease]struct{}),
 	}
+	s.guard.key = fmt.Sprintf("%s#guard/%016x", l.opts.prefix, int64(id))
 	s.watch = newRecordWatcher(s)
 	return s
 }
@@ -193,23 +184,41 @@ func (s *session) remove(le *Lease) {
 	}
 }
 
-// noteGuard replaces was, a guard revision that a create found stale, with
+// guard is a session's guard key: every create compares its mod revision,
+// and ending an acquisition whose create was ambiguous writes it (see
+// doc.go, "Late creates"). rev is its mod revision as last seen (0: never
+// written, the key does not exist).
+type guard struct {
+	key string
+	rev atomic.Int64
+}
+
+// note replaces was, a guard revision that a create found stale, with
 // rev, the revision the server reported in the same answer. Only values
 // read from the server are stored, so a create always compares the guard
 // with a revision it really had; a value gone stale meanwhile costs one
 // more attempt, nothing else.
-func (s *session) noteGuard(was, rev int64) {
-	s.guardRev.CompareAndSwap(was, rev)
+func (g *guard) note(was, rev int64) {
+	g.rev.CompareAndSwap(was, rev)
 }
 
-// raiseGuard records a write of the guard at rev by this session.
-func (s *session) raiseGuard(rev int64) {
+// raise records a write of the guard at rev by this session.
+func (g *guard) raise(rev int64) {
 	for {
-		cur := s.guardRev.Load()
-		if rev <= cur || s.guardRev.CompareAndSwap(cur, rev) {
+		cur := g.rev.Load()
+		if rev <= cur || g.rev.CompareAndSwap(cur, rev) {
 			return
 		}
 	}
+}
+
+// ending is how a session ended: done is closed by end, after err (why)
+// and lost (ended by loss rather than by Close) are set.
+type ending struct {
+	done    chan struct{}
+	endOnce sync.Once
+	err     error
+	lost    bool
 }
 
 // lostErr returns the error a waiter reports when its session ended:
@@ -223,9 +232,9 @@ func (s *session) lostErr() error {
 }
 
 // run keeps the session's lease alive until the session ends (see
-// keepalive.go). It is started by the Locker with l.wg.Add(1).
+// keepalive.go). It is started by the Locker with l.g.wg.Add(1).
 func (s *session) run() {
-	defer s.l.wg.Done()
+	defer s.l.g.wg.Done()
 	newKeepalive(s, s.l.clk, s.l.client.KeepAliveOnce, s.revokeLost).run()
 }
 
@@ -234,7 +243,7 @@ func (s *session) run() {
 // once the server must have expired the lease anyway, or when the Locker
 // closes.
 func (s *session) revokeLost() {
-	ctx, cancel := context.WithTimeout(s.l.life, s.l.opts.ttl+s.l.opts.LossMargin)
+	ctx, cancel := context.WithTimeout(s.l.g.life, s.l.opts.ttl+s.l.opts.LossMargin)
 	defer cancel()
 	for {
 		_, err := s.l.client.Revoke(ctx, s.id)

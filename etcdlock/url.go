@@ -2,6 +2,7 @@ package etcdlock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
@@ -80,56 +81,14 @@ func (driver) Open(ctx context.Context, u *url.URL, cfg lock.OpenConfig) (lock.L
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
-	var opts []Option
-	if path != "" {
-		opts = append(opts, WithPrefix(path))
-	}
-	if d, ok, err := lock.URLDuration(q, "ttl"); err != nil {
-		return nil, fmt.Errorf("etcdlock: open: %w", err)
-	} else if ok {
-		opts = append(opts, WithTTL(d))
-	}
-	if d, ok, err := lock.URLDuration(q, "loss_margin"); err != nil {
-		return nil, fmt.Errorf("etcdlock: open: %w", err)
-	} else if ok {
-		opts = append(opts, WithLossMargin(d))
-	}
-	if d, ok, err := lock.URLDuration(q, "lock_delay"); err != nil {
-		return nil, fmt.Errorf("etcdlock: open: %w", err)
-	} else if ok {
-		opts = append(opts, WithLockDelay(d))
-	}
-	_, urlIdentity := q["identity"]
-	if urlIdentity {
-		opts = append(opts, WithIdentity(q["identity"][0]))
-	}
-	opts = append(opts, func(o *options) { o.SetOpen(cfg, urlIdentity) })
-	o, err := buildOptions(opts)
+	o, err := urlOptions(path, q, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
-	ccfg := clientv3.Config{
-		Endpoints: hosts,
-		Logger:    clientLogger(o.Logger, creds.Password),
-		// Pings find a member that stopped answering without closing
-		// its connections, so that watches move to another member.
-		// 5s is the server's default minimum ping interval.
-		DialKeepAliveTime:    5 * time.Second,
-		DialKeepAliveTimeout: 2 * time.Second,
-		// Bounds the login that clientv3.New does with credentials.
-		DialTimeout: loginTimeout,
-	}
-	var watch *tlsWatch
-	if tlsCfg != nil {
-		watch = newTLSWatch(len(hosts))
-		ccfg.TLS = tlsCfg
-		// Given after the client's own credentials, these replace them:
-		// the same TLS, seen by the watch.
-		ccfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(watch.credentials(tlsCfg))}
-	}
+	ccfg, watch := clientConfig(hosts, o, creds.Password, tlsCfg)
 	if hasCreds {
 		ccfg.Username, ccfg.Password = creds.User, creds.Password
 	}
@@ -145,6 +104,58 @@ func (driver) Open(ctx context.Context, u *url.URL, cfg lock.OpenConfig) (lock.L
 	l.ownsClient = true
 	l.tls = watch
 	return l, nil
+}
+
+// urlOptions builds the options of a Locker opened with a URL: the
+// prefix from its path, the durations and the identity from its query q,
+// then what cfg gives.
+func urlOptions(path string, q url.Values, cfg lock.OpenConfig) (*options, error) {
+	var opts []Option
+	if path != "" {
+		opts = append(opts, WithPrefix(path))
+	}
+	for _, d := range []struct {
+		key string
+		opt func(time.Duration) Option
+	}{{"ttl", WithTTL}, {"loss_margin", WithLossMargin}, {"lock_delay", WithLockDelay}} {
+		if v, ok, err := lock.URLDuration(q, d.key); err != nil {
+			return nil, err
+		} else if ok {
+			opts = append(opts, d.opt(v))
+		}
+	}
+	_, urlIdentity := q["identity"]
+	if urlIdentity {
+		opts = append(opts, WithIdentity(q["identity"][0]))
+	}
+	opts = append(opts, func(o *options) { o.SetOpen(cfg, urlIdentity) })
+	return buildOptions(opts)
+}
+
+// clientConfig is the configuration of the client that Open creates for
+// hosts, whose logger never repeats password. With tlsCfg, the client's TLS handshakes go through the returned
+// watch, which sees their refusals.
+func clientConfig(hosts []string, o *options, password string, tlsCfg *tls.Config) (clientv3.Config, *tlsWatch) {
+	ccfg := clientv3.Config{
+		Endpoints: hosts,
+		Logger:    clientLogger(o.Logger, password),
+		// Pings find a member that stopped answering without closing
+		// its connections, so that watches move to another member.
+		// 5s is the server's default minimum ping interval.
+		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+		// Bounds the login that clientv3.New does with credentials.
+		DialTimeout: loginTimeout,
+	}
+	if tlsCfg == nil {
+		return ccfg, nil
+	}
+	watch := newTLSWatch(len(hosts))
+	ccfg.TLS = tlsCfg
+	// Given after the client's own credentials, these replace them: the
+	// same TLS, seen by the watch.
+	ccfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(watch.credentials(tlsCfg))}
+	return ccfg, watch
 }
 
 // loginTimeout bounds the login of Open, when ctx does not end sooner.

@@ -72,7 +72,7 @@ type recvd struct {
 
 func newRecordWatcher(s *session) *recordWatcher {
 	w := &recordWatcher{s: s, wake: make(chan struct{}, 1), entries: make(map[int64]*recordWatch)}
-	w.ctx, w.cancel = context.WithCancel(s.l.life)
+	w.ctx, w.cancel = context.WithCancel(s.l.g.life)
 	return w
 }
 
@@ -151,9 +151,9 @@ type streamState struct {
 }
 
 // run owns the watch stream until the session ends. It is started with
-// l.wg.Add(1).
+// l.g.wg.Add(1).
 func (w *recordWatcher) run() {
-	defer w.s.l.wg.Done()
+	defer w.s.l.g.wg.Done()
 	defer w.cancel()
 	st := &streamState{backoff: retryDelay}
 	defer w.closeStream(st)
@@ -358,7 +358,7 @@ func (w *recordWatcher) handle(resp *pb.WatchResponse, gen int) error {
 func (w *recordWatcher) reread(rw *recordWatch) {
 	le, l := rw.le, rw.le.l
 	var resp *clientv3.GetResponse
-	err := l.call(l.life, w.s, func(ctx context.Context) error {
+	err := l.call(l.g.life, w.s, func(ctx context.Context) error {
 		select {
 		case <-le.st.Done():
 			return nil
@@ -369,7 +369,7 @@ func (w *recordWatcher) reread(rw *recordWatch) {
 		return err
 	})
 	if err != nil || resp == nil {
-		if err != nil && !errors.Is(err, lock.ErrClosed) && l.life.Err() == nil && !w.s.ended() {
+		if err != nil && !errors.Is(err, lock.ErrClosed) && l.g.life.Err() == nil && !w.s.ended() {
 			// Not retryable: nothing more can be learned from the
 			// server, and a silent lease would be worse than a lost one.
 			le.recordDeleted(telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: record %q could not be read after its watch was cancelled: %w", lock.ErrLost, le.key, err)))
