@@ -293,7 +293,13 @@ func (e *Election) Run(ctx context.Context) error {
 		}()
 		defer func() { stop(); <-done }()
 	}
+	return e.campaign(ctx)
+}
 
+// campaign acquires the lock and leads a term on each grant, until ctx
+// ends or an error ends the election; other errors are reported and
+// retried with backoff.
+func (e *Election) campaign(ctx context.Context) error {
 	failures := 0
 	for {
 		if err := ctx.Err(); err != nil {

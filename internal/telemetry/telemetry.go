@@ -160,7 +160,17 @@ type Telemetry struct {
 	nameAttr func(string) string
 	meter    bool
 	tracer   trace.Tracer // nil: no spans
+	instruments
 
+	// decisionOpts caches the attributes of Decide, which runs on a
+	// resource's hot path: by helper and decision.
+	decisionMu   sync.RWMutex
+	decisionOpts map[[2]string]metric.MeasurementOption
+}
+
+// instruments are a Telemetry's metric instruments, one per metric;
+// each is a no-op when the meter provider refused it.
+type instruments struct {
 	acquireDur metric.Float64Histogram
 	holdDur    metric.Float64Histogram
 	held       metric.Int64UpDownCounter
@@ -171,11 +181,6 @@ type Telemetry struct {
 	decisions  metric.Int64Counter
 	leader     metric.Int64UpDownCounter
 	changes    metric.Int64Counter
-
-	// decisionOpts caches the attributes of Decide, which runs on a
-	// resource's hot path: by helper and decision.
-	decisionMu   sync.RWMutex
-	decisionOpts map[[2]string]metric.MeasurementOption
 }
 
 // durationBuckets are the histograms' bucket boundaries, in seconds: from a
