@@ -278,35 +278,59 @@ func (l *MemLocker) acquire(ctx context.Context, op, name string, req queue.Requ
 	// Close waits for the calls in progress.
 	l.wg.Add(1)
 	defer l.wg.Done()
-	if err := ctx.Err(); err != nil {
-		m.mu.Unlock()
+	le, err := l.acquireLocked(ctx, name, req, wait)
+	if err != nil {
 		return nil, fmt.Errorf("locktest: %s %q: %w", op, name, err)
 	}
-	if why := m.incompatibleLocked(name, req); why != "" {
+	return le, nil
+}
+
+// acquireLocked is acquire with m.mu held, which it releases: it refuses
+// what cannot be queued, queues a record, and waits for its turn.
+func (l *MemLocker) acquireLocked(ctx context.Context, name string, req queue.Request, wait bool) (lock.Lease, error) {
+	m := l.m
+	if err := m.refuseLocked(ctx, name, req, wait); err != nil {
 		m.mu.Unlock()
-		return nil, fmt.Errorf("locktest: %s %q: %w: %s", op, name, lock.ErrIncompatible, why)
-	}
-	if q := m.queues[name]; !wait && !queue.Admitted(append(requests(q), req), len(q)) {
-		h := m.holderLocked(name)
-		m.mu.Unlock()
-		return nil, fmt.Errorf("locktest: %s %q: %w (held by %q with token %d; %d requests queued)", op, name, lock.ErrLocked, h.Identity, h.Token, len(q))
+		return nil, err
 	}
 	if l.sess == nil {
 		m.lastSID++
 		l.sess = &session{id: m.lastSID, records: map[*record]bool{}, expired: make(chan struct{})}
 	}
-	s := l.sess
-	r := m.createLocked(l, s, name, req)
+	return l.awaitLocked(ctx, name, m.createLocked(l, l.sess, name, req))
+}
+
+// refuseLocked returns why req cannot be queued on name now, if it
+// cannot: ctx ended, it is incompatible with the queue, or it is a try
+// that would wait.
+func (m *Memory) refuseLocked(ctx context.Context, name string, req queue.Request, wait bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if why := m.incompatibleLocked(name, req); why != "" {
+		return fmt.Errorf("%w: %s", lock.ErrIncompatible, why)
+	}
+	if q := m.queues[name]; !wait && !queue.Admitted(append(requests(q), req), len(q)) {
+		h := m.holderLocked(name)
+		return fmt.Errorf("%w (held by %q with token %d; %d requests queued)", lock.ErrLocked, h.Identity, h.Token, len(q))
+	}
+	return nil
+}
+
+// awaitLocked decides, with m.mu held, whether r is granted, failed, or
+// which records it waits for, and waits for them with m.mu released,
+// until r is granted or fails. It returns with m.mu released.
+func (l *MemLocker) awaitLocked(ctx context.Context, name string, r *record) (lock.Lease, error) {
+	m, s := l.m, l.sess
 	for waited := false; ; waited = true {
 		if r.why != nil {
-			err := r.why
 			m.mu.Unlock()
-			return nil, fmt.Errorf("locktest: %s %q: %w", op, name, err)
+			return nil, r.why
 		}
 		if err := ctx.Err(); err != nil {
 			m.deleteLocked(r)
 			m.mu.Unlock()
-			return nil, fmt.Errorf("locktest: %s %q: %w", op, name, err)
+			return nil, err
 		}
 		q := m.queues[name]
 		i := slices.Index(q, r)
@@ -321,25 +345,31 @@ func (l *MemLocker) acquire(ctx context.Context, op, name string, req queue.Requ
 			m.mu.Unlock()
 			return le, nil
 		}
-		// Wait for the records the herd-free rule names only, so that a
-		// deletion wakes a bounded number of waiters. Expiry and Close
-		// delete r and set r.why before closing the channels below, so
-		// the loop reports them.
-		cases := []reflect.SelectCase{
-			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
-			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.expired)},
-			{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(l.closing)},
-		}
-		for _, j := range queue.Watched(requests(q), i) {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(q[j].gone)})
-		}
-		if queue.WaitsForTouch(requests(q), i) {
-			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(q[i-1].touch)})
-		}
+		cases := l.waitCases(ctx, s, q, i)
 		m.mu.Unlock()
 		reflect.Select(cases)
 		m.mu.Lock()
 	}
+}
+
+// waitCases are what the record at position i of q waits for: the end
+// of ctx, of its session or of the Locker, and the records the herd-free
+// rule names only, so that a deletion wakes a bounded number of waiters.
+// Expiry and Close delete the record and set its why before closing
+// these channels, so that awaitLocked reports them.
+func (l *MemLocker) waitCases(ctx context.Context, s *session, q []*record, i int) []reflect.SelectCase {
+	cases := []reflect.SelectCase{
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.expired)},
+		{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(l.closing)},
+	}
+	for _, j := range queue.Watched(requests(q), i) {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(q[j].gone)})
+	}
+	if queue.WaitsForTouch(requests(q), i) {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(q[i-1].touch)})
+	}
+	return cases
 }
 
 // Holder implements [lock.Locker].

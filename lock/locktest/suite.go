@@ -14,19 +14,24 @@ import (
 
 // suite holds what every subtest needs.
 type suite struct {
-	h        Harness
-	o        Options
-	expirer  SessionExpirer // nil if h does not implement it
-	staller  SessionStaller // nil if h does not implement it
-	freezer  SessionFreezer // nil if h does not implement it
-	lister   RecordLister   // nil if h does not implement it
-	observer bool           // the Lockers implement lock.Observer
-	shared   bool           // the Lockers implement lock.SharedLocker
-	sem      bool           // the Lockers implement lock.Semaphore
-	holders  bool           // the Lockers implement lock.HolderLister
-	revoker  bool           // the Lockers implement lock.Revoker
-	queuer   bool           // the Lockers implement lock.QueueLister
-	health   bool           // the Lockers implement lock.HealthChecker
+	h       Harness
+	o       Options
+	expirer SessionExpirer // nil if h does not implement it
+	staller SessionStaller // nil if h does not implement it
+	freezer SessionFreezer // nil if h does not implement it
+	lister  RecordLister   // nil if h does not implement it
+	implements
+}
+
+// implements says which optional interfaces the Lockers implement.
+type implements struct {
+	observer bool // lock.Observer
+	shared   bool // lock.SharedLocker
+	sem      bool // lock.Semaphore
+	holders  bool // lock.HolderLister
+	revoker  bool // lock.Revoker
+	queuer   bool // lock.QueueLister
+	health   bool // lock.HealthChecker
 }
 
 // A subtest is one check. needs names the optional interface it depends

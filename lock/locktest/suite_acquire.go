@@ -171,19 +171,22 @@ type grant struct {
 	who        string
 }
 
+// exclusion is what the goroutines of the mutual-exclusion subtest share.
+type exclusion struct {
+	inside     atomic.Int32 // goroutines in the critical section
+	attempting atomic.Int32 // goroutines in Acquire
+	active     atomic.Int32 // goroutines not done with their rounds
+	clock      atomic.Int64
+	mu         sync.Mutex
+	grants     []grant
+}
+
 func (s *suite) testMutualExclusion(t *testing.T) {
 	name := lockName(t)
 	perG := max(1, s.o.Rounds/s.o.Goroutines)
-	var (
-		inside     atomic.Int32 // goroutines in the critical section
-		attempting atomic.Int32 // goroutines in Acquire
-		active     atomic.Int32 // goroutines not done with their rounds
-		clock      atomic.Int64
-		mu         sync.Mutex
-		grants     []grant
-		wg         sync.WaitGroup
-	)
-	active.Store(int32(s.o.Lockers * s.o.Goroutines))
+	var x exclusion
+	var wg sync.WaitGroup
+	x.active.Store(int32(s.o.Lockers * s.o.Goroutines))
 	for li := range s.o.Lockers {
 		id := identity(fmt.Sprintf("l%d", li))
 		l := s.newLocker(t, id)
@@ -192,55 +195,73 @@ func (s *suite) testMutualExclusion(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				defer active.Add(-1)
+				defer x.active.Add(-1)
 				for r := range perG {
-					ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
-					attempting.Add(1)
-					le, err := l.Acquire(ctx, name)
-					attempting.Add(-1)
-					if err != nil {
-						cancel()
-						t.Errorf("%s round %d: Acquire = %v; want a lease", who, r, err)
+					if !s.exclusiveRound(t, &x, l, name, who, r) {
 						return
 					}
-					start := clock.Add(1)
-					if n := inside.Add(1); n != 1 {
-						t.Errorf("%s round %d: %d holders in the critical section at once", who, r, n)
-					}
-					// Hold the section until every other goroutine is
-					// trying to acquire (or briefly, if that never
-					// happens), so that a Locker that would let a second
-					// holder in does so while the first is inside.
-					deadline := time.Now().Add(50 * time.Millisecond)
-					for inside.Load() == 1 && attempting.Load() < active.Load()-1 && time.Now().Before(deadline) {
-						runtime.Gosched()
-					}
-					for i := 0; i < 100 && inside.Load() == 1; i++ {
-						runtime.Gosched()
-					}
-					// The backend must agree that this lease holds the
-					// lock; the round trip also widens the window in
-					// which a second holder would be caught.
-					if h, err := l.Holder(ctx, name); err != nil || h.Token != le.Token() {
-						t.Errorf("%s round %d: Holder() inside the critical section = %+v, %v; want token %d", who, r, h, err, le.Token())
-					}
-					inside.Add(-1)
-					end := clock.Add(1)
-					mu.Lock()
-					grants = append(grants, grant{start, end, le.Token(), who})
-					mu.Unlock()
-					if err := le.Release(ctx); err != nil {
-						t.Errorf("%s round %d: Release = %v; want nil", who, r, err)
-					}
-					cancel()
 				}
 			}()
 		}
 	}
 	wg.Wait()
-	slices.SortFunc(grants, func(a, b grant) int { return int(a.start - b.start) })
-	for i := 1; i < len(grants); i++ {
-		p, g := grants[i-1], grants[i]
+	x.check(t)
+	if want := s.o.Lockers * s.o.Goroutines * perG; len(x.grants) != want && !t.Failed() {
+		t.Errorf("%d grants; want %d", len(x.grants), want)
+	}
+	s.noOrphans(t, name, "the last Release")
+}
+
+// exclusiveRound is round r of goroutine who: acquire, stay in the
+// critical section, release. It returns false if Acquire failed.
+func (s *suite) exclusiveRound(t *testing.T, x *exclusion, l lock.Locker, name, who string, r int) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
+	defer cancel()
+	x.attempting.Add(1)
+	le, err := l.Acquire(ctx, name)
+	x.attempting.Add(-1)
+	if err != nil {
+		t.Errorf("%s round %d: Acquire = %v; want a lease", who, r, err)
+		return false
+	}
+	start := x.clock.Add(1)
+	if n := x.inside.Add(1); n != 1 {
+		t.Errorf("%s round %d: %d holders in the critical section at once", who, r, n)
+	}
+	// Hold the section until every other goroutine is trying to acquire
+	// (or briefly, if that never happens), so that a Locker that would
+	// let a second holder in does so while the first is inside.
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for x.inside.Load() == 1 && x.attempting.Load() < x.active.Load()-1 && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	for i := 0; i < 100 && x.inside.Load() == 1; i++ {
+		runtime.Gosched()
+	}
+	// The backend must agree that this lease holds the lock; the round
+	// trip also widens the window in which a second holder would be
+	// caught.
+	if h, err := l.Holder(ctx, name); err != nil || h.Token != le.Token() {
+		t.Errorf("%s round %d: Holder() inside the critical section = %+v, %v; want token %d", who, r, h, err, le.Token())
+	}
+	x.inside.Add(-1)
+	end := x.clock.Add(1)
+	x.mu.Lock()
+	x.grants = append(x.grants, grant{start, end, le.Token(), who})
+	x.mu.Unlock()
+	if err := le.Release(ctx); err != nil {
+		t.Errorf("%s round %d: Release = %v; want nil", who, r, err)
+	}
+	return true
+}
+
+// check fails t if two critical sections overlapped or tokens did not
+// rise in grant order.
+func (x *exclusion) check(t *testing.T) {
+	t.Helper()
+	slices.SortFunc(x.grants, func(a, b grant) int { return int(a.start - b.start) })
+	for i := 1; i < len(x.grants); i++ {
+		p, g := x.grants[i-1], x.grants[i]
 		if g.start < p.end {
 			t.Errorf("critical sections overlap: %s (token %d) [%d,%d] and %s (token %d) [%d,%d]",
 				p.who, p.token, p.start, p.end, g.who, g.token, g.start, g.end)
@@ -249,10 +270,38 @@ func (s *suite) testMutualExclusion(t *testing.T) {
 			t.Errorf("tokens not increasing in grant order: %s got %d after %s got %d", g.who, g.token, p.who, p.token)
 		}
 	}
-	if want := s.o.Lockers * s.o.Goroutines * perG; len(grants) != want && !t.Failed() {
-		t.Errorf("%d grants; want %d", len(grants), want)
+}
+
+// granted is the grant of waiter i in the FIFO subtest.
+type granted struct {
+	i     int
+	token fencing.Token
+	err   error
+}
+
+// checkArrivalOrder fails t unless the n waiters are granted, one by one
+// on order, in the order they queued, with tokens above prev.
+func (s *suite) checkArrivalOrder(t *testing.T, order <-chan granted, n int, prev fencing.Token) {
+	t.Helper()
+	timer := time.NewTimer(s.o.Timeout)
+	defer timer.Stop()
+	for want := range n {
+		select {
+		case g := <-order:
+			if g.err != nil {
+				t.Fatalf("waiter %d: Acquire = %v; want a lease", g.i, g.err)
+			}
+			if g.i != want {
+				t.Errorf("grant %d went to waiter %d; want waiter %d (arrival order)", want, g.i, want)
+			}
+			if g.token <= prev {
+				t.Errorf("waiter %d: Token() = %d; want > %d", g.i, g.token, prev)
+			}
+			prev = g.token
+		case <-timer.C:
+			t.Fatalf("only %d of %d waiters were granted within %v", want, n, s.o.Timeout)
+		}
 	}
-	s.noOrphans(t, name, "the last Release")
 }
 
 func (s *suite) testFIFO(t *testing.T) {
@@ -270,11 +319,6 @@ func (s *suite) testFIFO(t *testing.T) {
 	}
 	holder := s.mustAcquire(t, ctx, lockers[0], name)
 
-	type granted struct {
-		i     int
-		token fencing.Token
-		err   error
-	}
 	order := make(chan granted, n)
 	for i := range n {
 		// Waiter i uses Locker (i+1)%3, so the queue mixes waiters of
@@ -298,26 +342,7 @@ func (s *suite) testFIFO(t *testing.T) {
 		s.waitRecords(t, name, i+2, fmt.Sprintf("waiter %d queued", i))
 	}
 	mustRelease(t, ctx, holder)
-	prev := holder.Token()
-	timer := time.NewTimer(s.o.Timeout)
-	defer timer.Stop()
-	for want := range n {
-		select {
-		case g := <-order:
-			if g.err != nil {
-				t.Fatalf("waiter %d: Acquire = %v; want a lease", g.i, g.err)
-			}
-			if g.i != want {
-				t.Errorf("grant %d went to waiter %d; want waiter %d (arrival order)", want, g.i, want)
-			}
-			if g.token <= prev {
-				t.Errorf("waiter %d: Token() = %d; want > %d", g.i, g.token, prev)
-			}
-			prev = g.token
-		case <-timer.C:
-			t.Fatalf("only %d of %d waiters were granted within %v", want, n, s.o.Timeout)
-		}
-	}
+	s.checkArrivalOrder(t, order, n, holder.Token())
 	wg.Wait()
 	s.noOrphans(t, name, "every waiter released")
 }

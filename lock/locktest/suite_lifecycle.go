@@ -37,6 +37,26 @@ func (s *suite) testReleaseTwice(t *testing.T) {
 	s.noOrphans(t, name, "Release")
 }
 
+// checkClosedLocker fails t unless every call on the closed Locker a
+// (name is a lock it waited for) returns an error wrapping ErrClosed.
+func checkClosedLocker(t *testing.T, ctx context.Context, a lock.Locker, name string) {
+	t.Helper()
+	if le, err := a.Acquire(ctx, lockName(t)); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("Acquire on a closed Locker = %v, %v; want an error wrapping %v", le, err, lock.ErrClosed)
+	}
+	if le, err := a.TryAcquire(ctx, lockName(t)); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("TryAcquire on a closed Locker = %v, %v; want an error wrapping %v", le, err, lock.ErrClosed)
+	}
+	if h, err := a.Holder(ctx, name); !errors.Is(err, lock.ErrClosed) {
+		t.Errorf("Holder on a closed Locker = %+v, %v; want an error wrapping %v", h, err, lock.ErrClosed)
+	}
+	if o, ok := a.(lock.Observer); ok {
+		if _, _, err := o.Observe(ctx, name); !errors.Is(err, lock.ErrClosed) {
+			t.Errorf("Observe on a closed Locker = %v; want an error wrapping %v", err, lock.ErrClosed)
+		}
+	}
+}
+
 func (s *suite) testClose(t *testing.T) {
 	ctx := s.ctx(t)
 	n1, n2, n3 := lockName(t), lockName(t), lockName(t)
@@ -70,21 +90,7 @@ func (s *suite) testClose(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Errorf("second Close() = %v; want nil", err)
 	}
-
-	if le, err := a.Acquire(ctx, lockName(t)); !errors.Is(err, lock.ErrClosed) {
-		t.Errorf("Acquire on a closed Locker = %v, %v; want an error wrapping %v", le, err, lock.ErrClosed)
-	}
-	if le, err := a.TryAcquire(ctx, lockName(t)); !errors.Is(err, lock.ErrClosed) {
-		t.Errorf("TryAcquire on a closed Locker = %v, %v; want an error wrapping %v", le, err, lock.ErrClosed)
-	}
-	if h, err := a.Holder(ctx, n3); !errors.Is(err, lock.ErrClosed) {
-		t.Errorf("Holder on a closed Locker = %+v, %v; want an error wrapping %v", h, err, lock.ErrClosed)
-	}
-	if o, ok := a.(lock.Observer); ok {
-		if _, _, err := o.Observe(ctx, n3); !errors.Is(err, lock.ErrClosed) {
-			t.Errorf("Observe on a closed Locker = %v; want an error wrapping %v", err, lock.ErrClosed)
-		}
-	}
+	checkClosedLocker(t, ctx, a, n3)
 
 	// Close freed the locks at once.
 	for _, n := range []string{n1, n2} {
@@ -369,41 +375,7 @@ func (s *suite) testCloseConcurrent(t *testing.T) {
 		obs = ch
 	}
 
-	const n = 6
-	start := make(chan struct{})
-	out := make(chan []string, n) // per Close: what was still going when it returned
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			err := a.Close()
-			var going []string
-			if err != nil {
-				going = append(going, fmt.Sprintf("Close() #%d = %v; want nil", i, err))
-			}
-			for _, le := range leases {
-				if !isClosed(le.Done()) {
-					going = append(going, fmt.Sprintf("lease %q: Done() open", le.Name()))
-				} else if err := le.Err(); !errorsIsAny(err, lock.ErrReleased, lock.ErrLost) {
-					going = append(going, fmt.Sprintf("lease %q: Err() = %v", le.Name(), err))
-				}
-			}
-			if obs != nil && !observationEnded(obs) {
-				going = append(going, "an observation's channel is open")
-			}
-			out <- going
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(out)
-	for going := range out {
-		for _, g := range going {
-			t.Errorf("when one of %d concurrent Close() calls returned: %s; want the Locker torn down", n, g)
-		}
-	}
+	closeConcurrently(t, a, leases, obs)
 	for i := 1; i <= 2; i++ {
 		if err := a.Close(); err != nil {
 			t.Errorf("Close() #%d after the concurrent ones = %v; want nil", i, err)
@@ -422,6 +394,54 @@ func (s *suite) testCloseConcurrent(t *testing.T) {
 	s.checkRecords(t, n3, 1, "after concurrent Close interrupted a waiter")
 	mustRelease(t, ctx, other)
 	s.noOrphans(t, n3, "Release")
+}
+
+// closeConcurrently calls a.Close from several goroutines at once, and
+// fails t unless each returns nil once a is torn down: its leases ended,
+// its observation obs (nil if none) ended.
+func closeConcurrently(t *testing.T, a lock.Locker, leases []lock.Lease, obs <-chan lock.Holder) {
+	t.Helper()
+	const n = 6
+	start := make(chan struct{})
+	out := make(chan []string, n) // per Close: what was still going when it returned
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			var going []string
+			if err := a.Close(); err != nil {
+				going = append(going, fmt.Sprintf("Close() #%d = %v; want nil", i, err))
+			}
+			out <- append(going, stillGoing(leases, obs)...)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(out)
+	for going := range out {
+		for _, g := range going {
+			t.Errorf("when one of %d concurrent Close() calls returned: %s; want the Locker torn down", n, g)
+		}
+	}
+}
+
+// stillGoing says what of a closed Locker's leases and observation (obs,
+// nil if none) has not ended.
+func stillGoing(leases []lock.Lease, obs <-chan lock.Holder) []string {
+	var going []string
+	for _, le := range leases {
+		if !isClosed(le.Done()) {
+			going = append(going, fmt.Sprintf("lease %q: Done() open", le.Name()))
+		} else if err := le.Err(); !errorsIsAny(err, lock.ErrReleased, lock.ErrLost) {
+			going = append(going, fmt.Sprintf("lease %q: Err() = %v", le.Name(), err))
+		}
+	}
+	if obs != nil && !observationEnded(obs) {
+		going = append(going, "an observation's channel is open")
+	}
+	return going
 }
 
 // observationEnded reports whether an observation's channel is closed,
@@ -448,85 +468,102 @@ func (s *suite) testCloseRace(t *testing.T) {
 	ctx := s.ctx(t)
 	b := s.newLocker(t, identity("b"))
 	for round := range 4 {
-		a := s.newLocker(t, identity("a"))
-		names := []string{lockName(t), lockName(t), lockName(t)}
-		held := []lock.Lease{s.mustAcquire(t, ctx, a, names[0]), s.mustAcquire(t, ctx, a, names[1])}
-		other := s.mustAcquire(t, ctx, b, names[2])
+		s.closeRaceRound(t, ctx, b, round)
+	}
+}
 
-		start := make(chan struct{})
-		type acq struct {
-			op string
-			result
-		}
-		acqs := make(chan acq, 16)
-		rels := make(chan error, len(held))
-		var wg sync.WaitGroup
-		for i := range 12 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				name := names[i%len(names)]
-				if i%2 == 0 {
-					le, err := a.Acquire(ctx, name)
-					acqs <- acq{"Acquire", result{le, err}}
-				} else {
-					le, err := a.TryAcquire(ctx, name)
-					acqs <- acq{"TryAcquire", result{le, err}}
-				}
-			}()
-		}
-		for _, le := range held {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				rels <- le.Release(ctx)
-			}()
-		}
-		close(start)
-		// Vary where Close lands among the calls.
-		for range round * 50 {
-			runtime.Gosched()
-		}
-		if err := a.Close(); err != nil {
-			t.Errorf("round %d: Close() = %v; want nil", round, err)
-		}
-		wg.Wait()
-		close(acqs)
-		close(rels)
-		for r := range acqs {
-			switch {
-			case r.err == nil && r.lease == nil:
-				t.Errorf("round %d: %s racing Close = nil lease, nil error", round, r.op)
-			case r.err == nil:
-				// Granted before Close: Close ended it.
-				if !isClosed(r.lease.Done()) {
-					t.Errorf("round %d: %s racing Close returned lease %q token %d, still held after Close returned; want it ended", round, r.op, r.lease.Name(), r.lease.Token())
-				}
-				if err := r.lease.Release(ctx); !errorsIsAny(err, lock.ErrReleased, lock.ErrLost) {
-					t.Errorf("round %d: Release() of a lease ended by Close = %v; want an error wrapping %v or %v", round, err, lock.ErrReleased, lock.ErrLost)
-				}
-			case r.lease != nil:
-				t.Errorf("round %d: %s racing Close = %v, %v; want no lease with an error", round, r.op, r.lease, r.err)
-			case !errorsIsAny(r.err, lock.ErrClosed, lock.ErrLocked):
-				t.Errorf("round %d: %s racing Close = %v; want a lease or an error wrapping %v (or %v from TryAcquire)", round, r.op, r.err, lock.ErrClosed, lock.ErrLocked)
+// raced is the outcome of an Acquire or TryAcquire (op) that raced Close.
+type raced struct {
+	op string
+	result
+}
+
+// closeRaceRound is one round of testCloseRace: a new Locker holding two
+// locks and waiting for one that b holds is closed while calls on it are
+// in flight; round varies where Close lands among them.
+func (s *suite) closeRaceRound(t *testing.T, ctx context.Context, b lock.Locker, round int) {
+	a := s.newLocker(t, identity("a"))
+	names := []string{lockName(t), lockName(t), lockName(t)}
+	held := []lock.Lease{s.mustAcquire(t, ctx, a, names[0]), s.mustAcquire(t, ctx, a, names[1])}
+	other := s.mustAcquire(t, ctx, b, names[2])
+
+	start := make(chan struct{})
+	acqs := make(chan raced, 16)
+	rels := make(chan error, len(held))
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			name := names[i%len(names)]
+			if i%2 == 0 {
+				le, err := a.Acquire(ctx, name)
+				acqs <- raced{"Acquire", result{le, err}}
+			} else {
+				le, err := a.TryAcquire(ctx, name)
+				acqs <- raced{"TryAcquire", result{le, err}}
 			}
-		}
-		for err := range rels {
-			if err != nil && !errorsIsAny(err, lock.ErrReleased, lock.ErrLost, lock.ErrClosed) {
-				t.Errorf("round %d: Release() racing Close = %v; want nil or an error wrapping %v or %v", round, err, lock.ErrReleased, lock.ErrClosed)
+		}()
+	}
+	for _, le := range held {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			rels <- le.Release(ctx)
+		}()
+	}
+	close(start)
+	for range round * 50 {
+		runtime.Gosched()
+	}
+	if err := a.Close(); err != nil {
+		t.Errorf("round %d: Close() = %v; want nil", round, err)
+	}
+	wg.Wait()
+	close(acqs)
+	close(rels)
+	checkRaced(t, ctx, round, acqs, rels, held)
+	s.noOrphans(t, names[0], "Close racing Acquire and Release")
+	s.noOrphans(t, names[1], "Close racing Acquire and Release")
+	s.checkRecords(t, names[2], 1, "Close racing waiters")
+	mustRelease(t, ctx, other)
+	s.noOrphans(t, names[2], "Release")
+}
+
+// checkRaced fails t unless every acquisition that raced Close returned
+// an error wrapping ErrClosed (or ErrLocked for a try) or a lease that
+// Close ended, and every Release of the held leases returned nil or an
+// error that says the lease had ended.
+func checkRaced(t *testing.T, ctx context.Context, round int, acqs <-chan raced, rels <-chan error, held []lock.Lease) {
+	t.Helper()
+	for r := range acqs {
+		switch {
+		case r.err == nil && r.lease == nil:
+			t.Errorf("round %d: %s racing Close = nil lease, nil error", round, r.op)
+		case r.err == nil:
+			// Granted before Close: Close ended it.
+			if !isClosed(r.lease.Done()) {
+				t.Errorf("round %d: %s racing Close returned lease %q token %d, still held after Close returned; want it ended", round, r.op, r.lease.Name(), r.lease.Token())
 			}
-		}
-		for _, le := range held {
-			if !isClosed(le.Done()) {
-				t.Errorf("round %d: lease %q: Done() open after Release and Close returned; want closed", round, le.Name())
+			if err := r.lease.Release(ctx); !errorsIsAny(err, lock.ErrReleased, lock.ErrLost) {
+				t.Errorf("round %d: Release() of a lease ended by Close = %v; want an error wrapping %v or %v", round, err, lock.ErrReleased, lock.ErrLost)
 			}
+		case r.lease != nil:
+			t.Errorf("round %d: %s racing Close = %v, %v; want no lease with an error", round, r.op, r.lease, r.err)
+		case !errorsIsAny(r.err, lock.ErrClosed, lock.ErrLocked):
+			t.Errorf("round %d: %s racing Close = %v; want a lease or an error wrapping %v (or %v from TryAcquire)", round, r.op, r.err, lock.ErrClosed, lock.ErrLocked)
 		}
-		s.noOrphans(t, names[0], "Close racing Acquire and Release")
-		s.noOrphans(t, names[1], "Close racing Acquire and Release")
-		s.checkRecords(t, names[2], 1, "Close racing waiters")
-		mustRelease(t, ctx, other)
-		s.noOrphans(t, names[2], "Release")
+	}
+	for err := range rels {
+		if err != nil && !errorsIsAny(err, lock.ErrReleased, lock.ErrLost, lock.ErrClosed) {
+			t.Errorf("round %d: Release() racing Close = %v; want nil or an error wrapping %v or %v", round, err, lock.ErrReleased, lock.ErrClosed)
+		}
+	}
+	for _, le := range held {
+		if !isClosed(le.Done()) {
+			t.Errorf("round %d: lease %q: Done() open after Release and Close returned; want closed", round, le.Name())
+		}
 	}
 }

@@ -14,61 +14,120 @@ import (
 func (s *suite) testObserve(t *testing.T) {
 	ctx := s.ctx(t)
 	name := lockName(t)
-	idA, idB := identity("a"), identity("b")
 	watcher := s.newLocker(t, identity("w"))
 	o := watcher.(lock.Observer) // run only for Observers
-	a := s.newLocker(t, idA)
-	b := s.newLocker(t, idB)
+	r := &observeRig{s: s, t: t, ctx: ctx, name: name, idA: identity("a"), idB: identity("b")}
+	r.a, r.b = s.newLocker(t, r.idA), s.newLocker(t, r.idB)
 
 	octx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch, errf, err := o.Observe(octx, name)
-	if err != nil {
-		t.Fatalf("Observe(%q) = %v; want nil", name, err)
-	}
-	next := func(what string) lock.Holder {
-		t.Helper()
-		timer := time.NewTimer(s.o.Timeout)
-		defer timer.Stop()
-		select {
-		case h, ok := <-ch:
-			if !ok {
-				t.Fatalf("%s: observation ended: %v", what, errf())
-			}
-			return h
-		case <-timer.C:
-			t.Fatalf("%s: no holder observed within %v", what, s.o.Timeout)
-			return lock.Holder{}
-		}
-	}
-	expect := func(want lock.Holder, what string) {
-		t.Helper()
-		if got := next(what); got != want {
-			t.Errorf("%s: observed %+v; want %+v", what, got, want)
-		}
-	}
-	expect(lock.Holder{}, "initial state (free)")
+	ob := s.observe(t, octx, o, name, "Observe")
+	r.ob = ob
+	ob.expect(lock.Holder{}, "initial state (free)")
+	r.quickGrants()
+	r.handOver()
 
-	// A few quick grants, not read as they happen: none may be dropped
-	// (unless Options.ObserveMaySkip). A grant to b, awaited, ends the
-	// burst.
+	// An observation that starts while the lock is held sees the holder
+	// first.
+	la := s.mustAcquire(t, ctx, r.a, name)
+	ob2 := s.observe(t, octx, o, name, "second Observe")
+	select {
+	case h := <-ob2.ch:
+		if w := (lock.Holder{Identity: r.idA, Token: la.Token()}); h != w {
+			t.Errorf("second observation's first holder = %+v; want %+v", h, w)
+		}
+	case <-time.After(s.o.Timeout):
+		t.Fatalf("second observation: no holder within %v", s.o.Timeout)
+	}
+	mustRelease(t, ctx, la)
+
+	cancel()
+	for i, c := range []holderFeed{ob, ob2} {
+		s.checkCancelled(t, c, fmt.Sprintf("observation %d", i+1))
+	}
+	s.noOrphans(t, name, "observation")
+}
+
+// holderFeed is an observation under testObserve: its channel and its
+// error.
+type holderFeed struct {
+	s    *suite
+	t    *testing.T
+	ch   <-chan lock.Holder
+	errf func() error
+}
+
+// observe starts an observation of name through o; op names the call in
+// a failure.
+func (s *suite) observe(t *testing.T, ctx context.Context, o lock.Observer, name, op string) holderFeed {
+	t.Helper()
+	ch, errf, err := o.Observe(ctx, name)
+	if err != nil {
+		t.Fatalf("%s(%q) = %v; want nil", op, name, err)
+	}
+	return holderFeed{s: s, t: t, ch: ch, errf: errf}
+}
+
+// next returns the next holder observed; what names the step in a
+// failure.
+func (ob holderFeed) next(what string) lock.Holder {
+	ob.t.Helper()
+	timer := time.NewTimer(ob.s.o.Timeout)
+	defer timer.Stop()
+	select {
+	case h, ok := <-ob.ch:
+		if !ok {
+			ob.t.Fatalf("%s: observation ended: %v", what, ob.errf())
+		}
+		return h
+	case <-timer.C:
+		ob.t.Fatalf("%s: no holder observed within %v", what, ob.s.o.Timeout)
+		return lock.Holder{}
+	}
+}
+
+// expect fails the test unless the next holder observed is want.
+func (ob holderFeed) expect(want lock.Holder, what string) {
+	ob.t.Helper()
+	if got := ob.next(what); got != want {
+		ob.t.Errorf("%s: observed %+v; want %+v", what, got, want)
+	}
+}
+
+// observeRig is testObserve's set-up: Lockers a and b (identities idA
+// and idB) change the lock name, which ob observes.
+type observeRig struct {
+	s        *suite
+	t        *testing.T
+	ctx      context.Context
+	name     string
+	idA, idB string
+	a, b     lock.Locker
+	ob       holderFeed
+}
+
+// quickGrants makes a few quick grants, not read as they happen: none may
+// be dropped (unless Options.ObserveMaySkip). A grant to b, awaited, ends
+// the burst.
+func (r *observeRig) quickGrants() {
+	t, ctx, ob := r.t, r.ctx, r.ob
 	const cycles = 5
 	var want []lock.Holder
 	for range cycles {
-		le := s.mustAcquire(t, ctx, a, name)
-		want = append(want, lock.Holder{Identity: idA, Token: le.Token()}, lock.Holder{})
+		le := r.s.mustAcquire(t, ctx, r.a, r.name)
+		want = append(want, lock.Holder{Identity: r.idA, Token: le.Token()}, lock.Holder{})
 		mustRelease(t, ctx, le)
 	}
-	end := s.mustAcquire(t, ctx, b, name)
-	wantEnd := lock.Holder{Identity: idB, Token: end.Token()}
-	if !s.o.ObserveMaySkip {
+	end := r.s.mustAcquire(t, ctx, r.b, r.name)
+	wantEnd := lock.Holder{Identity: r.idB, Token: end.Token()}
+	if !r.s.o.ObserveMaySkip {
 		for i, w := range want {
-			expect(w, fmt.Sprintf("change %d of %d quick grants", i+1, len(want)))
+			ob.expect(w, fmt.Sprintf("change %d of %d quick grants", i+1, len(want)))
 		}
-		expect(wantEnd, "grant after quick grants")
+		ob.expect(wantEnd, "grant after quick grants")
 	} else {
 		for rest := want; ; {
-			got := next("quick grants")
+			got := ob.next("quick grants")
 			if got == wantEnd {
 				break
 			}
@@ -80,53 +139,39 @@ func (s *suite) testObserve(t *testing.T) {
 		}
 	}
 	mustRelease(t, ctx, end)
-	expect(lock.Holder{}, "released after quick grants")
+	ob.expect(lock.Holder{}, "released after quick grants")
+}
 
-	// A hand-over from a to a queued b: free in between is allowed.
-	la := s.mustAcquire(t, ctx, a, name)
-	expect(lock.Holder{Identity: idA, Token: la.Token()}, "a acquired")
-	waiting := goAcquire(ctx, b, name)
-	s.waitRecords(t, name, 2, "b queued")
+// handOver hands the lock from a to a queued b: free in between is
+// allowed.
+func (r *observeRig) handOver() {
+	t, ctx, ob := r.t, r.ctx, r.ob
+	la := r.s.mustAcquire(t, ctx, r.a, r.name)
+	ob.expect(lock.Holder{Identity: r.idA, Token: la.Token()}, "a acquired")
+	waiting := goAcquire(ctx, r.b, r.name)
+	r.s.waitRecords(t, r.name, 2, "b queued")
 	mustRelease(t, ctx, la)
-	lb := s.awaitLease(t, waiting, "b's Acquire")
-	wantB := lock.Holder{Identity: idB, Token: lb.Token()}
-	if got := next("hand-over to b"); got != wantB {
+	lb := r.s.awaitLease(t, waiting, "b's Acquire")
+	wantB := lock.Holder{Identity: r.idB, Token: lb.Token()}
+	if got := ob.next("hand-over to b"); got != wantB {
 		if got != (lock.Holder{}) {
 			t.Errorf("hand-over to b: observed %+v; want %+v or the free state", got, wantB)
 		}
-		expect(wantB, "hand-over to b, after free")
+		ob.expect(wantB, "hand-over to b, after free")
 	}
 	mustRelease(t, ctx, lb)
-	expect(lock.Holder{}, "b released")
+	ob.expect(lock.Holder{}, "b released")
+}
 
-	// An observation that starts while the lock is held sees the holder
-	// first.
-	la = s.mustAcquire(t, ctx, a, name)
-	ch2, errf2, err := o.Observe(octx, name)
-	if err != nil {
-		t.Fatalf("second Observe(%q) = %v; want nil", name, err)
+// checkCancelled checks that the observation f (what, in messages) ended
+// after its context was cancelled, with an error wrapping
+// context.Canceled.
+func (s *suite) checkCancelled(t *testing.T, f holderFeed, what string) {
+	t.Helper()
+	s.drainClosed(t, f.ch, what+" after cancel")
+	if err := f.errf(); !errors.Is(err, context.Canceled) {
+		t.Errorf("%s: error after cancel = %v; want an error wrapping %v", what, err, context.Canceled)
 	}
-	select {
-	case h := <-ch2:
-		if w := (lock.Holder{Identity: idA, Token: la.Token()}); h != w {
-			t.Errorf("second observation's first holder = %+v; want %+v", h, w)
-		}
-	case <-time.After(s.o.Timeout):
-		t.Fatalf("second observation: no holder within %v", s.o.Timeout)
-	}
-	mustRelease(t, ctx, la)
-
-	cancel()
-	for i, c := range []struct {
-		ch   <-chan lock.Holder
-		errf func() error
-	}{{ch, errf}, {ch2, errf2}} {
-		s.drainClosed(t, c.ch, fmt.Sprintf("observation %d after cancel", i+1))
-		if err := c.errf(); !errors.Is(err, context.Canceled) {
-			t.Errorf("observation %d: error after cancel = %v; want an error wrapping %v", i+1, err, context.Canceled)
-		}
-	}
-	s.noOrphans(t, name, "observation")
 }
 
 // drainClosed reads ch until it is closed.
@@ -276,11 +321,8 @@ func (s *suite) testObserveSessionLoss(t *testing.T) {
 
 	octx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	ch, errf, err := o.Observe(octx, name)
-	if err != nil {
-		t.Fatalf("Observe(%q) = %v; want nil", name, err)
-	}
-	ob := &observed{s: s, ch: ch, errf: errf}
+	feed := s.observe(t, octx, o, name, "Observe")
+	ob := &observed{s: s, ch: feed.ch, errf: feed.errf}
 	free := lock.Holder{}
 	ob.expect(t, free, "initial state (free)")
 	la := s.mustAcquire(t, ctx, a, name)
@@ -291,16 +333,57 @@ func (s *suite) testObserveSessionLoss(t *testing.T) {
 	if s.freezer != nil {
 		thaw := s.freezer.FreezeSession(t, watcher)
 		mustRelease(t, ctx, la)
-		lb := s.mustAcquire(t, ctx, b, name)
+		cur = s.mustAcquire(t, ctx, b, name)
 		thaw()
-		seen := ob.reach(t, lock.Holder{Identity: idB, Token: lb.Token()}, []lock.Holder{free}, "b acquired while the watcher was frozen")
+		seen := ob.reach(t, lock.Holder{Identity: idB, Token: cur.Token()}, []lock.Holder{free}, "b acquired while the watcher was frozen")
 		t.Logf("observed across a freeze: %+v", seen)
-		cur = lb
 	}
 
 	// Changes while the watcher is cut off until its session expires:
 	// made once the watcher's own lease has ended, which it must see
 	// before the server expires its session.
+	cur = s.acquireWhileStalled(t, ctx, watcher, own, cur, a, name)
+	seen := ob.reach(t, lock.Holder{Identity: idA, Token: cur.Token()}, []lock.Holder{free}, "a acquired while the watcher's session expired")
+	t.Logf("observed across a stalled and expired session: %+v", seen)
+
+	// Changes after the server ended the watcher's (new) session.
+	if s.expirer != nil {
+		cur = s.acquireAfterExpiry(t, ctx, watcher, cur, b, name)
+		seen := ob.reach(t, lock.Holder{Identity: idB, Token: cur.Token()}, []lock.Holder{free}, "b acquired after the watcher's session was expired")
+		t.Logf("observed across a session expired by the server: %+v", seen)
+	}
+
+	// Afterwards, every change made one at a time, vacancy included.
+	mustRelease(t, ctx, cur)
+	ob.expect(t, free, "released after the session loss")
+	la = s.mustAcquire(t, ctx, a, name)
+	ob.expect(t, lock.Holder{Identity: idA, Token: la.Token()}, "a acquired after the session loss")
+	mustRelease(t, ctx, la)
+	ob.expect(t, free, "a released after the session loss")
+
+	cancel()
+	s.checkCancelled(t, feed, "observation")
+	s.noOrphans(t, name, "observation")
+}
+
+// acquireAfterExpiry has the server expire the (new) session of watcher
+// and, once the watcher has seen it, releases cur and acquires name
+// through b.
+func (s *suite) acquireAfterExpiry(t *testing.T, ctx context.Context, watcher lock.Locker, cur lock.Lease, b lock.Locker, name string) lock.Lease {
+	t.Helper()
+	own := s.mustAcquire(t, ctx, watcher, name+"-own")
+	s.expirer.ExpireSession(t, watcher)
+	s.waitDone(t, own, "watcher's lease after ExpireSession")
+	mustRelease(t, ctx, cur)
+	return s.mustAcquire(t, ctx, b, name)
+}
+
+// acquireWhileStalled stalls the session of watcher until it expires and,
+// once own (the watcher's lease) has ended, which the watcher must see
+// before the server expires its session, releases cur and acquires name
+// through a.
+func (s *suite) acquireWhileStalled(t *testing.T, ctx context.Context, watcher lock.Locker, own, cur lock.Lease, a lock.Locker, name string) lock.Lease {
+	t.Helper()
 	during := make(chan result, 1)
 	go func() {
 		select {
@@ -317,34 +400,5 @@ func (s *suite) testObserveSessionLoss(t *testing.T) {
 		during <- result{le, err}
 	}()
 	s.staller.StallSession(t, watcher)
-	cur = s.awaitLease(t, during, "a's Acquire while the watcher's session expired")
-	seen := ob.reach(t, lock.Holder{Identity: idA, Token: cur.Token()}, []lock.Holder{free}, "a acquired while the watcher's session expired")
-	t.Logf("observed across a stalled and expired session: %+v", seen)
-
-	// Changes after the server ended the watcher's (new) session.
-	if s.expirer != nil {
-		own2 := s.mustAcquire(t, ctx, watcher, name+"-own")
-		s.expirer.ExpireSession(t, watcher)
-		s.waitDone(t, own2, "watcher's lease after ExpireSession")
-		mustRelease(t, ctx, cur)
-		lb := s.mustAcquire(t, ctx, b, name)
-		seen := ob.reach(t, lock.Holder{Identity: idB, Token: lb.Token()}, []lock.Holder{free}, "b acquired after the watcher's session was expired")
-		t.Logf("observed across a session expired by the server: %+v", seen)
-		cur = lb
-	}
-
-	// Afterwards, every change made one at a time, vacancy included.
-	mustRelease(t, ctx, cur)
-	ob.expect(t, free, "released after the session loss")
-	la = s.mustAcquire(t, ctx, a, name)
-	ob.expect(t, lock.Holder{Identity: idA, Token: la.Token()}, "a acquired after the session loss")
-	mustRelease(t, ctx, la)
-	ob.expect(t, free, "a released after the session loss")
-
-	cancel()
-	s.drainClosed(t, ch, "observation after cancel")
-	if err := errf(); !errors.Is(err, context.Canceled) {
-		t.Errorf("error after cancel = %v; want an error wrapping %v", err, context.Canceled)
-	}
-	s.noOrphans(t, name, "observation")
+	return s.awaitLease(t, during, "a's Acquire while the watcher's session expired")
 }
