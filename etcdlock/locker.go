@@ -111,6 +111,22 @@ func (l *Locker) TTL() time.Duration {
 	return l.opts.ttl
 }
 
+// SessionLease returns the ID of the etcd lease behind the Locker's
+// current session, the one its records are attached to and its log lines
+// name, and false when it has no live session: before the first grant,
+// after a loss until the next grant, after Close. Revoking that lease
+// (etcdctl lease revoke) ends every lease of the session.
+func (l *Locker) SessionLease() (clientv3.LeaseID, bool) {
+	if l.usable(context.Background()) != nil {
+		return 0, false
+	}
+	s, _ := l.currentSession()
+	if s == nil {
+		return 0, false
+	}
+	return s.id, true
+}
+
 // namePrefix returns the key prefix of name's records. A '#' cannot appear
 // in a lock name, so the records of "a" ("…a/#…") and of "a/b" ("…a/b/#…")
 // never share a prefix range.

@@ -9,7 +9,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencelock/fencelock/internal/testhook"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -125,19 +124,9 @@ func TestRecordPrefix(t *testing.T) {
 		t.Fatalf("New() = %v", err)
 	}
 	defer l.Close()
-	a, err := testhook.EtcdRecordPrefix(l, "a")
-	if err != nil {
-		t.Fatalf("RecordPrefix(a) = %v", err)
-	}
-	ab, err := testhook.EtcdRecordPrefix(l, "a/b")
-	if err != nil {
-		t.Fatalf("RecordPrefix(a/b) = %v", err)
-	}
+	a, ab := l.namePrefix("a"), l.namePrefix("a/b")
 	if strings.HasPrefix(ab, a) || strings.HasPrefix(a, ab) {
-		t.Errorf("RecordPrefix(a) = %q and RecordPrefix(a/b) = %q; want neither a prefix of the other", a, ab)
-	}
-	if _, err := testhook.EtcdRecordPrefix(l, "a/../b"); !errors.Is(err, lock.ErrInvalidName) {
-		t.Errorf("RecordPrefix(a/../b) = %v; want %v", err, lock.ErrInvalidName)
+		t.Errorf("namePrefix(a) = %q and namePrefix(a/b) = %q; want neither a prefix of the other", a, ab)
 	}
 }
 
@@ -145,6 +134,9 @@ func TestClosedLocker(t *testing.T) {
 	l, err := New(newTestClient(t))
 	if err != nil {
 		t.Fatalf("New() = %v", err)
+	}
+	if id, ok := l.SessionLease(); ok {
+		t.Errorf("SessionLease() before any grant = %x, true; want false", int64(id))
 	}
 	if err := l.Close(); err != nil {
 		t.Fatalf("Close() = %v; want nil (no session was started)", err)
@@ -154,6 +146,12 @@ func TestClosedLocker(t *testing.T) {
 	}
 	if err := l.Close(); err != nil {
 		t.Fatalf("second Close() = %v; want nil", err)
+	}
+	if id, ok := l.SessionLease(); ok {
+		t.Errorf("SessionLease() after Close = %x, true; want false", int64(id))
+	}
+	if id, ok := new(Locker).SessionLease(); ok {
+		t.Errorf("SessionLease() of a zero Locker = %x, true; want false", int64(id))
 	}
 	ctx := context.Background()
 	if _, err := l.Acquire(ctx, "x"); !errors.Is(err, lock.ErrClosed) {
@@ -309,9 +307,8 @@ func TestWithPrefixForms(t *testing.T) {
 			if got := l.Prefix(); got != tt.prefix {
 				t.Errorf("WithPrefix(%q): Prefix() = %q; want %q", tt.in, got, tt.prefix)
 			}
-			rp, err := testhook.EtcdRecordPrefix(l, "jobs/nightly")
-			if want := tt.prefix + "jobs/nightly/#"; err != nil || rp != want {
-				t.Errorf("RecordPrefix(jobs/nightly) = %q, %v; want %q", rp, err, want)
+			if rp, want := l.namePrefix("jobs/nightly"), tt.prefix+"jobs/nightly/#"; rp != want {
+				t.Errorf("namePrefix(jobs/nightly) = %q; want %q", rp, want)
 			}
 		})
 	}
