@@ -383,3 +383,157 @@ func (w *recordWatcher) reread(rw *recordWatch) {
 	l.opts.Logger.Debug("etcdlock: record watch created again", "key", le.key, "from_revision", resp.Header.Revision+1)
 	w.rewatch(rw, resp.Header.Revision)
 }
+
+// waitAnyChange is waitChange on several keys at once: it returns when the
+// first of them returns, and stops the others. With puts, which is for a
+// single watched predecessor, a write of the key wakes it too: the touch
+// of a permit admitted ahead of it.
+func (a *acquisition) waitAnyChange(ctx context.Context, keys []string, fromRev int64, puts bool) (changed bool, err error) {
+	if len(keys) == 1 {
+		return a.waitChange(ctx, keys[0], fromRev, puts)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		changed bool
+		err     error
+	}
+	results := make(chan result, len(keys))
+	for _, key := range keys {
+		go func() {
+			var r result
+			r.changed, r.err = a.waitChange(ctx, key, fromRev, false)
+			results <- r
+		}()
+	}
+	first := <-results
+	cancel()
+	for range len(keys) - 1 {
+		<-results
+	}
+	return first.changed, first.err
+}
+
+// waitChange watches key until it is deleted or, with puts, written, and
+// reports whether it was (changed); false and a nil error mean look
+// again. No change after the read at fromRev is missed, and the wait
+// never depends on the server's resync of unsynced watchers: the watch
+// starts at the server's current revision, where the server serves it at
+// once, and when that revision is past fromRev a read of key covers the
+// revisions in between.
+//
+// A watch started at fromRev+1 instead would save that read, but under
+// write load the server has usually moved past fromRev by the time the
+// watch is created; it then counts the watch as unsynced and serves it
+// only in its periodic resync (every 100ms in etcd 3.6), so a handoff
+// waited up to that period. The benchmark counts such late watches.
+func (a *acquisition) waitChange(ctx context.Context, key string, fromRev int64, puts bool) (changed bool, err error) {
+	w := a.l.watchKey(key, puts)
+	defer w.stop()
+	// A watch whose member stopped answering stays silent; re-reading
+	// after a TTL of silence bounds the delay that causes, without
+	// depending on the client's connection pings.
+	silence := time.NewTimer(a.l.opts.ttl)
+	defer silence.Stop()
+	for {
+		select {
+		case w.ch = <-w.ready:
+			continue
+		case <-silence.C:
+			return false, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-a.l.g.closing.Done():
+			return false, lock.ErrClosed
+		case <-a.s.done:
+			return false, a.s.lostErr()
+		case wr, ok := <-w.ch:
+			if !ok || wr.Canceled || wr.Err() != nil {
+				// Re-read and start a new watch.
+				return false, nil
+			}
+			silence.Reset(a.l.opts.ttl)
+			if changed, err := a.changeIn(ctx, wr, key, fromRev, puts); changed || err != nil {
+				return changed, err
+			}
+		}
+	}
+}
+
+// keyWatch is a watch on one key, created aside: Watch blocks until the
+// server confirms the watch, which a member that stopped answering never
+// does, and the wait must stay interruptible.
+type keyWatch struct {
+	cancel context.CancelFunc
+	ready  chan clientv3.WatchChan // the watch, once created
+	ch     clientv3.WatchChan      // taken from ready
+}
+
+// watchKey starts a watch on key that reports its deletions and, with
+// puts, its writes.
+func (l *Locker) watchKey(key string, puts bool) *keyWatch {
+	// A member cut off from the leader would keep such a watch open and
+	// silent; requiring a leader makes it fail, and the caller re-reads
+	// and watches again, through whichever member the client picks.
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.g.life))
+	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
+	if !puts {
+		opts = append(opts, clientv3.WithFilterPut())
+	}
+	w := &keyWatch{cancel: cancel, ready: make(chan clientv3.WatchChan, 1)}
+	go func() { w.ready <- l.client.Watch(ctx, key, opts...) }()
+	return w
+}
+
+// stop ends the watch and waits for the goroutine that created it.
+func (w *keyWatch) stop() {
+	w.cancel()
+	if w.ch == nil {
+		<-w.ready
+	}
+}
+
+// changeIn reports whether the watch response wr shows the change that
+// waitChange waits for.
+func (a *acquisition) changeIn(ctx context.Context, wr clientv3.WatchResponse, key string, fromRev int64, puts bool) (bool, error) {
+	if wr.Created {
+		// The watch reports what comes after the revision it was
+		// created at; the read, made after it, shows what came before.
+		if wr.Header.Revision > fromRev {
+			return a.changedSince(ctx, key, fromRev, puts)
+		}
+		return false, nil
+	}
+	for _, ev := range wr.Events {
+		if string(ev.Kv.Key) != key || ev.Kv.ModRevision <= fromRev {
+			// A member behind the one we read from reports what that
+			// read saw already.
+			continue
+		}
+		if ev.Type == clientv3.EventTypeDelete || puts {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// changedSince reads key and reports whether the record that was there at
+// revision fromRev was deleted (the key is gone, or holds a record created
+// since: a session queues under the same key again) or, with puts,
+// written since.
+func (a *acquisition) changedSince(ctx context.Context, key string, fromRev int64, puts bool) (bool, error) {
+	var resp *clientv3.GetResponse
+	err := a.l.call(ctx, a.s, func(ctx context.Context) error {
+		var err error
+		resp, err = a.l.client.Get(ctx, key, clientv3.WithKeysOnly())
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	if len(resp.Kvs) == 0 {
+		return true, nil
+	}
+	kv := resp.Kvs[0]
+	return kv.CreateRevision > fromRev || puts && kv.ModRevision > fromRev, nil
+}
