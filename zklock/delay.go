@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock/lock"
+	"github.com/fencelock/fencelock/internal/clock"
 )
 
 // delayMark begins the name of a lock-delay marker: a persistent child of
@@ -62,7 +62,7 @@ func (a *acquisition) delay(ctx context.Context) error {
 		// delay.
 		if slices.ContainsFunc(stale, func(p string) bool { return !waited[p] }) {
 			l.o.Logger.Info("zklock: lock-delay: an earlier acquisition did not end with a clean release; waiting", "name", a.name, "delay", d)
-			if err := a.sleep(ctx, time.Until(seen.Add(d))); err != nil {
+			if err := clock.Sleep(ctx, time.Until(seen.Add(d)), l.g.closing, a.s.done, a.s.endErr); err != nil {
 				return err
 			}
 			for _, p := range stale {
@@ -127,25 +127,6 @@ func (a *acquisition) dropMarkers(ctx context.Context, stale []string) (done boo
 		return false, nil
 	}
 	return false, a.retry(ctx, err)
-}
-
-// sleep waits d, or until ctx ends, the session ends or the Locker closes.
-func (a *acquisition) sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-a.s.done:
-		return a.s.err
-	case <-a.l.g.closing:
-		return lock.ErrClosed
-	}
 }
 
 // multiErr returns the error of a Multi: that of the operation that

@@ -29,6 +29,9 @@ type session struct {
 	err  error // set before done is closed
 }
 
+// endErr returns why s ended; it is read once done is closed.
+func (s *session) endErr() error { return s.err }
+
 // ended reports whether s has ended.
 func ended(s *session) bool {
 	select {
