@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/queue"
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -139,7 +140,7 @@ func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request
 		le.st.OnEnd(func(err error) { l.countEnd(le, hold, err) })
 	}
 	if err != nil {
-		return nil, fmt.Errorf("zklock: %s %q: %w", op, name, permission(err))
+		return nil, fmt.Errorf("zklock: %s %q: %w", op, name, secure.Refusal(err, isRefusal))
 	}
 	return le, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/fenced"
 	"github.com/fencelock/fencelock/internal/nilcheck"
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -81,12 +82,12 @@ func GuardedMulti(ctx context.Context, conn *zk.Conn, lease lock.Lease, ops ...a
 	}
 	ctx, w := tel.StartWrite(ctx, guardedMultiHelper, le.Name(), uint64(le.czxid))
 	if err := le.endErr(); err != nil {
-		err = fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), permission(err))
+		err = fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), secure.Refusal(err, isRefusal))
 		w.End(telemetry.Rejected, err)
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		err = fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), permission(err))
+		err = fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), secure.Refusal(err, isRefusal))
 		w.End("", err)
 		return nil, err
 	}
@@ -105,7 +106,7 @@ func GuardedMulti(ctx context.Context, conn *zk.Conn, lease lock.Lease, ops ...a
 		res = res[1:]
 	}
 	if err != nil {
-		err = fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), permission(err))
+		err = fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), secure.Refusal(err, isRefusal))
 		w.End("", err)
 		return res, err
 	}
@@ -172,7 +173,7 @@ func SetFenced(ctx context.Context, conn *zk.Conn, path string, data []byte, tok
 	stored := fenced.Encode(token, data)
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, permission(err))
+			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, secure.Refusal(err, isRefusal))
 		}
 		old, stat, err := conn.Get(path)
 		if errors.Is(err, zk.ErrNoNode) {
@@ -185,16 +186,16 @@ func SetFenced(ctx context.Context, conn *zk.Conn, path string, data []byte, tok
 				continue // created by a concurrent writer: compare with its token
 			}
 			if err != nil {
-				return nil, fmt.Errorf("zklock: set fenced %q: create: %w", path, permission(err))
+				return nil, fmt.Errorf("zklock: set fenced %q: create: %w", path, secure.Refusal(err, isRefusal))
 			}
 			return res[1].Stat, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, permission(err))
+			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, secure.Refusal(err, isRefusal))
 		}
 		highest, _, err := fenced.Decode(old)
 		if err != nil {
-			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, permission(err))
+			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, secure.Refusal(err, isRefusal))
 		}
 		if token < highest {
 			return nil, &fencing.StaleTokenError{Resource: path, Token: token, Highest: highest}
@@ -204,7 +205,7 @@ func SetFenced(ctx context.Context, conn *zk.Conn, path string, data []byte, tok
 			continue // another write came in between: compare again
 		}
 		if err != nil {
-			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, permission(err))
+			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, secure.Refusal(err, isRefusal))
 		}
 		return stat, nil
 	}
@@ -223,18 +224,18 @@ func GetFenced(ctx context.Context, conn *zk.Conn, path string) ([]byte, fencing
 		return nil, 0, fmt.Errorf("zklock: get fenced: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, 0, fmt.Errorf("zklock: get fenced %q: %w", path, permission(err))
+		return nil, 0, fmt.Errorf("zklock: get fenced %q: %w", path, secure.Refusal(err, isRefusal))
 	}
 	stored, _, err := conn.Get(path)
 	if errors.Is(err, zk.ErrNoNode) {
 		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("zklock: get fenced %q: %w", path, permission(err))
+		return nil, 0, fmt.Errorf("zklock: get fenced %q: %w", path, secure.Refusal(err, isRefusal))
 	}
 	token, data, err := fenced.Decode(stored)
 	if err != nil {
-		return nil, 0, fmt.Errorf("zklock: get fenced %q: %w", path, permission(err))
+		return nil, 0, fmt.Errorf("zklock: get fenced %q: %w", path, secure.Refusal(err, isRefusal))
 	}
 	return data, token, nil
 }

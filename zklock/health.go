@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -23,7 +24,7 @@ func (l *Locker) Healthy(ctx context.Context) error {
 	}
 	defer l.leave()
 	if _, err := l.ss.get(ctx); err != nil {
-		return fmt.Errorf("zklock: healthy: %w", permission(err))
+		return fmt.Errorf("zklock: healthy: %w", secure.Refusal(err, isRefusal))
 	}
 	return nil
 }

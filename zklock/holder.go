@@ -8,6 +8,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -38,11 +39,11 @@ func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
 		}
 		if isConnErr(err) {
 			if err := l.ss.awaitConnected(ctx, nil); err != nil {
-				return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, permission(err))
+				return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, secure.Refusal(err, isRefusal))
 			}
 			continue
 		}
-		return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, permission(err))
+		return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, secure.Refusal(err, isRefusal))
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/fencelock/fencelock/internal/leasestate"
 	"github.com/fencelock/fencelock/internal/names"
 	"github.com/fencelock/fencelock/internal/queue"
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -218,7 +219,7 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 		return fmt.Errorf("zklock: release: %w", lost)
 	case isRefusal(err) || errors.Is(err, lock.ErrPermission):
 		// Trying again cannot help; the znode goes with the session.
-		return fmt.Errorf("zklock: release %q: znode not deleted (it goes with the session): %w", le.Name(), permission(err))
+		return fmt.Errorf("zklock: release %q: znode not deleted (it goes with the session): %w", le.Name(), secure.Refusal(err, isRefusal))
 	default:
 		if rerr := le.l.ss.refusal(); rerr != nil && isConnErr(err) {
 			err = fmt.Errorf("%w: %w", rerr, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/internal/config"
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -69,7 +70,7 @@ type denials struct {
 func Dial(ctx context.Context, servers []string, opts ...Option) (*Locker, error) {
 	l, err := dial(ctx, servers, opts)
 	if err != nil {
-		return nil, fmt.Errorf("zklock: dial: %w", permission(err))
+		return nil, fmt.Errorf("zklock: dial: %w", secure.Refusal(err, isRefusal))
 	}
 	return l, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -201,7 +202,7 @@ func (ls *listings) took(ctx context.Context, r listed) {
 		ls.start(ctx)
 	default:
 		ls.backoff = min(max(2*ls.backoff, observeRetryMin), observeRetryMax)
-		o.l.o.Logger.Warn("zklock: observe: listing failed; retrying", "lock", o.name, "in", ls.backoff, "err", permission(r.err))
+		o.l.o.Logger.Warn("zklock: observe: listing failed; retrying", "lock", o.name, "in", ls.backoff, "err", secure.Refusal(r.err, isRefusal))
 		ls.retry = time.After(ls.backoff)
 	}
 }

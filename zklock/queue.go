@@ -13,6 +13,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/internal/queue"
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -153,11 +154,11 @@ func (l *Locker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, err
 			return es, nil
 		}
 		if err != nil && !isConnErr(err) {
-			return nil, fmt.Errorf("zklock: queue %q: %w", name, permission(err))
+			return nil, fmt.Errorf("zklock: queue %q: %w", name, secure.Refusal(err, isRefusal))
 		}
 		if err != nil {
 			if err := l.ss.awaitConnected(ctx, nil); err != nil {
-				return nil, fmt.Errorf("zklock: queue %q: %w", name, permission(err))
+				return nil, fmt.Errorf("zklock: queue %q: %w", name, secure.Refusal(err, isRefusal))
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/queue"
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -47,11 +48,11 @@ func (l *Locker) Revoke(ctx context.Context, name string, token fencing.Token) e
 		}
 		if isConnErr(err) && !isStop(err) {
 			if err := l.ss.awaitConnected(ctx, nil); err != nil {
-				return fmt.Errorf("zklock: revoke %q token %d: %w", name, token, permission(err))
+				return fmt.Errorf("zklock: revoke %q token %d: %w", name, token, secure.Refusal(err, isRefusal))
 			}
 			continue
 		}
-		return fmt.Errorf("zklock: revoke %q token %d: %w", name, token, permission(err))
+		return fmt.Errorf("zklock: revoke %q token %d: %w", name, token, secure.Refusal(err, isRefusal))
 	}
 }
 

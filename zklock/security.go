@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -136,7 +137,7 @@ func (l *Locker) addAuth(ctx context.Context) error {
 				break
 			}
 			if isStop(err) || !isConnErr(err) {
-				return fmt.Errorf("add %s credentials: %w", c.scheme, permission(err))
+				return fmt.Errorf("add %s credentials: %w", c.scheme, secure.Refusal(err, isRefusal))
 			}
 			if err := l.ss.awaitConnected(ctx, nil); err != nil {
 				return fmt.Errorf("add %s credentials: %w", c.scheme, err)
@@ -153,20 +154,10 @@ func (l *Locker) addAuth(ctx context.Context) error {
 	return nil
 }
 
-// permission returns err wrapped with [lock.ErrPermission] when it says
-// that the server refused the client: zk.ErrNoAuth (an ACL does not let
-// this identity do it), zk.ErrAuthFailed (the server refused the
-// credentials), or a TLS handshake the server or the client refused.
-// Other errors, and errors that wrap ErrPermission already, are returned
-// as they are.
-func permission(err error) error {
-	if err == nil || errors.Is(err, lock.ErrPermission) || !isRefusal(err) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", lock.ErrPermission, err)
-}
-
-// isRefusal reports whether err is one that permission wraps.
+// isRefusal reports whether err is the server refusing the client (see
+// secure.Refusal): zk.ErrNoAuth (an ACL does not let this identity do
+// it), zk.ErrAuthFailed (the server refused the credentials), or a TLS
+// handshake the server or the client refused.
 func isRefusal(err error) bool {
 	return errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrAuthFailed) || isTLSRefusal(err)
 }

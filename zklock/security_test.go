@@ -23,6 +23,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -49,20 +50,20 @@ func TestPermissionMapping(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := permission(tt.err)
+			got := secure.Refusal(tt.err, isRefusal)
 			if errors.Is(got, lock.ErrPermission) != tt.want {
-				t.Fatalf("permission(%v) = %v; want wrapping ErrPermission: %v", tt.err, got, tt.want)
+				t.Fatalf("Refusal(%v) = %v; want wrapping ErrPermission: %v", tt.err, got, tt.want)
 			}
 			if !errors.Is(got, tt.err) {
-				t.Errorf("permission(%v) = %v; lost the cause", tt.err, got)
+				t.Errorf("Refusal(%v) = %v; lost the cause", tt.err, got)
 			}
 			if tt.want && strings.Count(got.Error(), lock.ErrPermission.Error()) != 1 {
-				t.Errorf("permission(%v) = %q; want %q once", tt.err, got, lock.ErrPermission)
+				t.Errorf("Refusal(%v) = %q; want %q once", tt.err, got, lock.ErrPermission)
 			}
 		})
 	}
-	if permission(nil) != nil {
-		t.Errorf("permission(nil) != nil")
+	if got := secure.Refusal(nil, isRefusal); got != nil {
+		t.Errorf("Refusal(nil) = %v; want nil", got)
 	}
 }
 

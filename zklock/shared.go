@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fencelock/fencelock/internal/queue"
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -81,11 +82,11 @@ func (l *Locker) Holders(ctx context.Context, name string) ([]lock.Holder, error
 			return hs, nil
 		}
 		if err != nil && !isConnErr(err) {
-			return nil, fmt.Errorf("zklock: holders %q: %w", name, permission(err))
+			return nil, fmt.Errorf("zklock: holders %q: %w", name, secure.Refusal(err, isRefusal))
 		}
 		if err != nil {
 			if err := l.ss.awaitConnected(ctx, nil); err != nil {
-				return nil, fmt.Errorf("zklock: holders %q: %w", name, permission(err))
+				return nil, fmt.Errorf("zklock: holders %q: %w", name, secure.Refusal(err, isRefusal))
 			}
 		}
 	}
