@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
+	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -128,7 +129,14 @@ func urlOptions(path string, q url.Values, cfg lock.OpenConfig) (*options, error
 	if urlIdentity {
 		opts = append(opts, WithIdentity(q["identity"][0]))
 	}
-	opts = append(opts, func(o *options) { o.SetOpen(cfg, urlIdentity) })
+	open := config.Open{
+		Logger:         cfg.Logger,
+		MeterProvider:  cfg.MeterProvider,
+		TracerProvider: cfg.TracerProvider,
+		Identity:       cfg.Identity,
+		NameAttribute:  cfg.NameAttribute,
+	}
+	opts = append(opts, func(o *options) { o.SetOpen(open, urlIdentity) })
 	return buildOptions(opts)
 }
 

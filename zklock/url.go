@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -99,5 +100,12 @@ func urlOptions(u *url.URL, cfg lock.OpenConfig) ([]Option, error) {
 	if urlIdentity {
 		opts = append(opts, WithIdentity(q["identity"][0]))
 	}
-	return append(opts, func(o *options) { o.SetOpen(cfg, urlIdentity) }), nil
+	open := config.Open{
+		Logger:         cfg.Logger,
+		MeterProvider:  cfg.MeterProvider,
+		TracerProvider: cfg.TracerProvider,
+		Identity:       cfg.Identity,
+		NameAttribute:  cfg.NameAttribute,
+	}
+	return append(opts, func(o *options) { o.SetOpen(open, urlIdentity) }), nil
 }

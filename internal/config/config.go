@@ -18,9 +18,10 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/fencelock/fencelock/internal/identity"
 	"github.com/fencelock/fencelock/internal/names"
+	"github.com/fencelock/fencelock/internal/sentinel"
 	"github.com/fencelock/fencelock/internal/telemetry"
-	"github.com/fencelock/fencelock/lock"
 )
 
 // The keys of log lines both backends use for the same things.
@@ -57,12 +58,12 @@ type Common struct {
 
 // Fail records an error wrapping lock.ErrInvalidConfig.
 func (c *Common) Fail(format string, args ...any) {
-	c.errs = append(c.errs, fmt.Errorf("%w: "+format, append([]any{lock.ErrInvalidConfig}, args...)...))
+	c.errs = append(c.errs, fmt.Errorf("%w: "+format, append([]any{sentinel.InvalidConfig}, args...)...))
 }
 
 // SetIdentity sets the identity if it follows lock.ValidateIdentity's rule.
 func (c *Common) SetIdentity(id string) {
-	if err := lock.ValidateIdentity(id); err != nil {
+	if err := identity.Validate(id); err != nil {
 		c.errs = append(c.errs, err)
 		return
 	}
@@ -105,11 +106,21 @@ func (c *Common) SetNameAttribute(f func(string) string) {
 	c.Telemetry.NameAttribute = f
 }
 
+// Open is what lock.Open's options gave (lock.OpenConfig), as a driver
+// passes it on. A zero field was not given.
+type Open struct {
+	Logger         *slog.Logger
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
+	Identity       string
+	NameAttribute  func(name string) string
+}
+
 // SetOpen applies what lock.Open's options gave: the logger, the
 // providers, the name attribute and the identity, each only if set.
-// urlIdentity is the identity the URL gave, if any: both is an error,
-// not a silent choice.
-func (c *Common) SetOpen(o lock.OpenConfig, urlIdentity bool) {
+// urlIdentity says whether the URL gave an identity too: both is an
+// error, not a silent choice.
+func (c *Common) SetOpen(o Open, urlIdentity bool) {
 	if o.Logger != nil {
 		c.SetLogger(o.Logger)
 	}
@@ -167,7 +178,7 @@ func (c *Common) SetNamespace(what, path string) (names.Namespace, bool) {
 // Apply applies opts to target, whose Common is c, then fills c's
 // defaults. A nil option is an error. It returns every error the options
 // recorded, as one error that wraps each (so errors.Is finds
-// lock.ErrInvalidConfig) and whose text joins theirs with "; ", or nil.
+// sentinel.InvalidConfig) and whose text joins theirs with "; ", or nil.
 func Apply[O ~func(*T), T any](target *T, c *Common, opts []O) error {
 	for i, opt := range opts {
 		if opt == nil {
@@ -180,7 +191,7 @@ func Apply[O ~func(*T), T any](target *T, c *Common, opts []O) error {
 		return err
 	}
 	if c.Identity == "" {
-		c.Identity = lock.DefaultIdentity()
+		c.Identity = identity.Default()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -194,11 +205,11 @@ func Outcome(ctx context.Context, err error) string {
 	switch {
 	case err == nil:
 		return telemetry.Granted
-	case errors.Is(err, lock.ErrLocked), errors.Is(err, lock.ErrIncompatible):
+	case errors.Is(err, sentinel.Locked), errors.Is(err, sentinel.Incompatible):
 		return telemetry.Locked
-	case ctx.Err() != nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, lock.ErrClosed):
+	case ctx.Err() != nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, sentinel.Closed):
 		return telemetry.Cancelled
-	case errors.Is(err, lock.ErrLost):
+	case errors.Is(err, sentinel.Lost):
 		return telemetry.Lost
 	}
 	return telemetry.Error
@@ -211,7 +222,7 @@ func EndReason(err error) string {
 	if r := telemetry.ReasonOf(err); r != "" {
 		return r
 	}
-	if errors.Is(err, lock.ErrLost) {
+	if errors.Is(err, sentinel.Lost) {
 		return telemetry.Deleted
 	}
 	return ""

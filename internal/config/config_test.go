@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencelock/fencelock/internal/sentinel"
 	"github.com/fencelock/fencelock/internal/telemetry"
-	"github.com/fencelock/fencelock/lock"
 )
 
 type opts struct {
@@ -63,14 +63,14 @@ func TestApply(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, lock.ErrInvalidConfig) {
-				t.Fatalf("Apply() = %v; want an error wrapping lock.ErrInvalidConfig", err)
+			if !errors.Is(err, sentinel.InvalidConfig) {
+				t.Fatalf("Apply() = %v; want an error wrapping ErrInvalidConfig", err)
 			}
 			msg := err.Error()
 			if strings.Contains(msg, "\n") {
 				t.Errorf("Apply() error spans lines: %q", msg)
 			}
-			if got := strings.Count(msg, lock.ErrInvalidConfig.Error()); got != len(tc.wantErrs) {
+			if got := strings.Count(msg, sentinel.InvalidConfig.Error()); got != len(tc.wantErrs) {
 				t.Errorf("Apply() = %q: %d errors; want %d", msg, got, len(tc.wantErrs))
 			}
 			rest := msg
@@ -116,12 +116,12 @@ func TestOutcomeAndEndReason(t *testing.T) {
 		want string
 	}{
 		{live, nil, telemetry.Granted},
-		{live, fmt.Errorf("x: %w", lock.ErrLocked), telemetry.Locked},
-		{live, fmt.Errorf("x: %w", lock.ErrIncompatible), telemetry.Locked},
+		{live, fmt.Errorf("x: %w", sentinel.Locked), telemetry.Locked},
+		{live, fmt.Errorf("x: %w", sentinel.Incompatible), telemetry.Locked},
 		{done, errors.New("request failed"), telemetry.Cancelled},
 		{live, fmt.Errorf("x: %w", context.DeadlineExceeded), telemetry.Cancelled},
-		{live, fmt.Errorf("x: %w", lock.ErrClosed), telemetry.Cancelled},
-		{live, fmt.Errorf("x: %w", lock.ErrLost), telemetry.Lost},
+		{live, fmt.Errorf("x: %w", sentinel.Closed), telemetry.Cancelled},
+		{live, fmt.Errorf("x: %w", sentinel.Lost), telemetry.Lost},
 		{live, errors.New("boom"), telemetry.Error},
 	} {
 		if got := Outcome(tc.ctx, tc.err); got != tc.want {
@@ -132,17 +132,17 @@ func TestOutcomeAndEndReason(t *testing.T) {
 		err  error
 		want string
 	}{
-		{lock.ErrReleased, ""},
-		{fmt.Errorf("lease: %w", telemetry.WithReason(telemetry.Expired, fmt.Errorf("%w: gone", lock.ErrLost))), telemetry.Expired},
-		{telemetry.WithReason(telemetry.Closed, fmt.Errorf("%w: locker closed", lock.ErrReleased)), telemetry.Closed},
-		{fmt.Errorf("%w: untagged", lock.ErrLost), telemetry.Deleted},
+		{sentinel.Released, ""},
+		{fmt.Errorf("lease: %w", telemetry.WithReason(telemetry.Expired, fmt.Errorf("%w: gone", sentinel.Lost))), telemetry.Expired},
+		{telemetry.WithReason(telemetry.Closed, fmt.Errorf("%w: locker closed", sentinel.Released)), telemetry.Closed},
+		{fmt.Errorf("%w: untagged", sentinel.Lost), telemetry.Deleted},
 	} {
 		if got := EndReason(tc.err); got != tc.want {
 			t.Errorf("EndReason(%v) = %q; want %q", tc.err, got, tc.want)
 		}
 	}
-	tagged := telemetry.WithReason(telemetry.Expired, lock.ErrLost)
-	if tagged.Error() != lock.ErrLost.Error() || !errors.Is(tagged, lock.ErrLost) {
-		t.Errorf("WithReason changed the error: %q, errors.Is(ErrLost) = %v", tagged, errors.Is(tagged, lock.ErrLost))
+	tagged := telemetry.WithReason(telemetry.Expired, sentinel.Lost)
+	if tagged.Error() != sentinel.Lost.Error() || !errors.Is(tagged, sentinel.Lost) {
+		t.Errorf("WithReason changed the error: %q, errors.Is(ErrLost) = %v", tagged, errors.Is(tagged, sentinel.Lost))
 	}
 }
