@@ -117,8 +117,8 @@ func WithLogger(logger *slog.Logger) Option {
 }
 
 // WithMeterProvider sets the provider of the Locker's metrics (see
-// "Observability" in the documentation of package lock for the
-// instruments); without it the Locker records none. It must not be nil.
+// [lock.WithMeterProvider] for the instruments); without it the Locker
+// records none. It must not be nil.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) {
 		o.SetMeterProvider(mp)

@@ -79,7 +79,7 @@ func (s *session) number(pfx string) uint64 {
 // reuse offers the number of key, a record that a clean Release deleted,
 // to the next acquisition of its name. Only a key that nothing can write
 // any more is offered: its create was answered (no late create can bring
-// it back, see "Late creates"), and the release's own transaction deleted
+// it back, see "Late creates" in docs/design/etcd.md), and the release's own transaction deleted
 // it, with its lock-delay marker, so that no request left in flight can
 // delete a record under the key but the one it was sent for (every other
 // delete of a record compares its create revision, see Lease.IsHeld), and
@@ -186,7 +186,7 @@ func (s *session) remove(le *Lease) {
 
 // guard is a session's guard key: every create compares its mod revision,
 // and ending an acquisition whose create was ambiguous writes it (see
-// doc.go, "Late creates"). rev is its mod revision as last seen (0: never
+// "Late creates" in docs/design/etcd.md). rev is its mod revision as last seen (0: never
 // written, the key does not exist).
 type guard struct {
 	key string

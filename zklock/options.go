@@ -173,8 +173,8 @@ func WithLockDelay(d time.Duration) Option {
 }
 
 // WithMeterProvider sets the provider of the Locker's metrics (see
-// "Observability" in the documentation of package lock for the
-// instruments); without it the Locker records none. It must not be nil.
+// [lock.WithMeterProvider] for the instruments); without it the Locker
+// records none. It must not be nil.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) { o.SetMeterProvider(mp) }
 }

@@ -36,8 +36,8 @@
 // the Prometheus text format while the command runs (for instance while
 // run holds its lock): fencelock_acquire_duration_seconds,
 // fencelock_hold_duration_seconds, fencelock_leases_held,
-// fencelock_leases_lost_total and the others listed in package lock's
-// documentation, "Observability", with dots turned into underscores. The
+// fencelock_leases_lost_total and the others listed on
+// lock.WithMeterProvider, with dots turned into underscores. The
 // command writes this format itself instead of linking the OpenTelemetry
 // SDK and its Prometheus exporter, which would make them requirements of
 // the library's module.

@@ -197,8 +197,7 @@ const helper = "httpfence"
 // WithMeterProvider makes Handler count its decisions on the counter
 // fencelock.fencing.decisions, with the attributes fencelock.helper
 // "httpfence" and fencelock.decision "accepted" or "rejected" (see
-// "Observability" in the documentation of package lock). It must not be
-// nil.
+// lock.WithMeterProvider for every instrument). It must not be nil.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) { o.check(o.tel.SetMeterProvider(mp)) }
 }

@@ -99,8 +99,7 @@ type options struct {
 // WithMeterProvider makes the Store count its decisions on the counter
 // fencelock.fencing.decisions, with the attributes fencelock.helper
 // "sqlfence" and fencelock.decision "accepted" or "rejected" (see
-// "Observability" in the documentation of package lock). It must not be
-// nil.
+// lock.WithMeterProvider for every instrument). It must not be nil.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) { o.check(o.tel.SetMeterProvider(mp)) }
 }

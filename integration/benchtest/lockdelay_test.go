@@ -33,7 +33,7 @@ func lockDelayRecipe(kind cluster.Kind, fl recipe) recipe {
 // adds on the backend: on ZooKeeper, the listing after the release that
 // shows whether the holder left a marker, which zklock without a
 // lock-delay does without (it grants on the release mark: see the
-// zklock package doc); none on etcd.
+// "Lock-delay" in docs/design/zookeeper.md); none on etcd.
 func markerListing(kind cluster.Kind) float64 {
 	if kind == cluster.ZooKeeper {
 		return 1

@@ -16,7 +16,7 @@ import (
 func keyOf(le lock.Lease) string { return le.(*etcdlock.Lease).Key() }
 
 // TestRecordKeyReuse checks which acquisitions take a record key again
-// (see "Record keys" in the etcdlock doc): the next acquisition of a name
+// (see "Record keys" in docs/design/etcd.md): the next acquisition of a name
 // after a clean Release through the same Locker does, with a new token, and
 // the released lease's IsHeld fails on the record that took its key over;
 // the key of a lost record is never used again, and concurrent requests of

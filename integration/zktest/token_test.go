@@ -11,7 +11,7 @@ import (
 )
 
 // TestZKTokenFromCreate checks the token a grant takes from its create's
-// answer (zklock's "Tokens"): the multi that creates a lock znode also
+// answer ("Tokens" in docs/design/zookeeper.md): the multi that creates a lock znode also
 // stamps the lock's parent, whose new mzxid is the znode's czxid. Every
 // token must equal the czxid the server reports for the lease's znode,
 // whether the Locker may stamp the parent (its data version then counts

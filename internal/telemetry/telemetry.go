@@ -28,8 +28,8 @@ import (
 // Scope is the instrumentation scope of every meter and tracer.
 const Scope = "github.com/fencelock/fencelock"
 
-// The instruments' names. See the package documentation of lock
-// ("Observability") for their units and attributes.
+// The instruments' names. lock.WithMeterProvider lists their units and
+// attributes.
 const (
 	AcquireDuration  = "fencelock.acquire.duration"
 	HoldDuration     = "fencelock.hold.duration"
