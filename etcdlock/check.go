@@ -30,11 +30,3 @@ func (le *Lease) valid() bool { return le != nil && le.l != nil && le.s != nil }
 func errNotLease() error {
 	return fmt.Errorf("%w: *etcdlock.Lease not granted by a Locker", lock.ErrInvalidConfig)
 }
-
-// closedDone is the Done channel of a nil or zero *Lease: such a lease
-// holds nothing, so it has already ended.
-var closedDone = func() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()

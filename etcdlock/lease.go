@@ -100,7 +100,7 @@ func (le *Lease) IsHeld() clientv3.Cmp {
 // nil or zero *Lease, which holds nothing).
 func (le *Lease) Done() <-chan struct{} {
 	if !le.valid() {
-		return closedDone
+		return leasestate.Closed()
 	}
 	return le.st.Done()
 }

@@ -117,7 +117,7 @@ func (le *Lease) CheckOp() *zk.CheckVersionRequest {
 // For a nil or zero *Lease, which holds nothing, it is already closed.
 func (le *Lease) Done() <-chan struct{} {
 	if !le.valid() {
-		return closedDone
+		return leasestate.Closed()
 	}
 	return le.st.Done()
 }

@@ -26,12 +26,16 @@ type State struct {
 func New() *State { return new(State) }
 
 // closed is the Done channel of every lease that ended before its Done was
-// first called.
+// first called, and of a nil or zero lease (see Closed).
 var closed = func() chan struct{} {
 	c := make(chan struct{})
 	close(c)
 	return c
 }()
+
+// Closed returns a closed channel, the Done channel of a nil or zero
+// lease of a backend: such a lease holds nothing, so it has already ended.
+func Closed() <-chan struct{} { return closed }
 
 // Done returns the channel closed when the lease ends. Every call before
 // the end returns the same channel.
