@@ -121,13 +121,14 @@ chaos: $(ETCD_BIN)
 		sed -n '/^chaos run:/,/^end of chaos summary/p' .cache/chaos.log; exit $$(cat .cache/chaos.status)
 
 # Side-by-side benchmarks on real clusters (fencelock, the reference recipe
-# and the floor in one run; tables and JSON, see BENCHMARKS.md), their
-# charts, the cost of metrics (on and off in the same run), then the Go
-# benchmarks of the hot paths that need no cluster.
+# and the floor in one run, every compared row in alternating windows, and
+# the overheads of metrics, tracing and TLS to ±1%; tables and JSON, see
+# BENCHMARKS.md), their charts, then the Go benchmarks of the hot paths
+# that need no cluster (Guard.Apply with and without metrics among them).
 bench: $(ETCD_BIN)
 	cd integration && FENCELOCK_BENCH=1 $(GO) test -run '^TestBench$$' -timeout 60m -v ./benchtest
 	$(MAKE) --no-print-directory charts
-	cd integration && $(GO) test -run '^$$' -bench '^BenchmarkObservability' -benchtime 2000x -timeout 20m ./benchtest
+	cd integration && $(GO) test -run '^$$' -bench '^BenchmarkObservabilityGuardApply$$' ./benchtest
 	$(GO) test -run '^$$' -bench . -benchmem ./lock/... ./fencing/...
 
 # The SVG charts of BENCHMARKS.md, drawn by integration/benchtest/charts.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -27,19 +28,25 @@ type config struct {
 	WarmCycles     int     `json:"uncontended_warmup_cycles"`
 	Clients        []int   `json:"contended_clients"`
 	WarmSec        float64 `json:"contended_warmup_sec"`
-	WindowSec      float64 `json:"contended_window_sec"` // per recipe and client count, in Repeats parts
-	Repeats        int     `json:"contended_repeats"`
-	FailoverTrials int     `json:"failover_trials"`
-	Leases         int     `json:"leases"`
-	LeaseParallel  int     `json:"lease_parallel"`
-	Waiters        int     `json:"waiters"`
-	WaiterConns    int     `json:"waiter_connections"`
+	WindowSec      float64 `json:"contended_window_sec"` // per recipe and row, in Repeats windows (contended, lock-delay, read-write, semaphore)
+	// Repeats is the number of windows of every compared row, run in
+	// alternating order; the uncontended and TLS rows have Rounds.
+	Repeats        int `json:"contended_repeats"`
+	FailoverTrials int `json:"failover_trials"`
+	Leases         int `json:"leases"`
+	LeaseParallel  int `json:"lease_parallel"`
+	Waiters        int `json:"waiters"`
+	WaiterConns    int `json:"waiter_connections"`
 	// The scale measurement (scale_test.go), run only when asked for.
 	ScaleLeases    int     `json:"scale_leases"`
 	ScaleParallel  int     `json:"scale_lease_parallel"`
 	ScaleLockers   int     `json:"scale_lockers"`
 	ScaleNames     int     `json:"scale_names"`
-	ScaleWindowSec float64 `json:"scale_window_sec"`
+	ScaleWindowSec float64 `json:"scale_window_sec"` // per recipe, in Repeats windows
+	// The overheads (overhead_test.go): cycles per block, and how long
+	// one overhead may run before it is reported unresolved.
+	OverheadBlock  int     `json:"overhead_block_cycles"`
+	OverheadCapSec float64 `json:"overhead_cap_sec"`
 	Quick          bool    `json:"quick"`
 	Provider       string  `json:"provider"`
 }
@@ -59,9 +66,9 @@ func loadConfig() config {
 		Cycles:         200,
 		WarmCycles:     100,
 		Clients:        []int{2, 4, 8, 16, 32},
-		WarmSec:        1,
+		WarmSec:        0.5,
 		WindowSec:      6,
-		Repeats:        2,
+		Repeats:        3,
 		FailoverTrials: 3,
 		Leases:         10000,
 		LeaseParallel:  32,
@@ -73,17 +80,25 @@ func loadConfig() config {
 		ScaleParallel:  64,
 		ScaleLockers:   200,
 		ScaleNames:     1000,
-		ScaleWindowSec: 20,
+		ScaleWindowSec: 21,
+		OverheadBlock:  10,
+		OverheadCapSec: 60,
 		Provider:       providerName(),
 	}
 	if os.Getenv("FENCELOCK_BENCH_QUICK") == "1" {
 		c.Quick = true
 		c.Rounds, c.Cycles, c.WarmCycles = 3, 30, 20
 		c.Clients = []int{2, 8}
-		c.WarmSec, c.WindowSec, c.Repeats = 0.5, 1.5, 1
+		c.WarmSec, c.WindowSec, c.Repeats = 0.5, 1.5, 3
 		c.FailoverTrials = 1
 		c.Leases, c.Waiters = 500, 100
 		c.ScaleLeases, c.ScaleLockers, c.ScaleNames, c.ScaleWindowSec = 5000, 20, 100, 3
+		c.OverheadCapSec = 3
+	}
+	if v := os.Getenv("FENCELOCK_BENCH_OVERHEAD_CAP"); v != "" {
+		if sec, err := strconv.ParseFloat(v, 64); err == nil && sec > 0 {
+			c.OverheadCapSec = sec
+		}
 	}
 	return c
 }
@@ -120,6 +135,7 @@ type backendReport struct {
 	Semaphore     []sharedResult      `json:"semaphore"`
 	TLS           []uncontendedResult `json:"tls,omitempty"`       // plain vs TLS (tls_test.go)
 	LockDelay     []contendedResult   `json:"lockdelay,omitempty"` // without and with a lock-delay (lockdelay_test.go)
+	Overheads     []overheadResult    `json:"overheads,omitempty"` // metrics, tracing and TLS on/off (overhead_test.go)
 	Targets       []target            `json:"targets"`
 	Scale         *scaleReport        `json:"scale,omitempty"` // scale_test.go
 }
@@ -247,14 +263,27 @@ func runBackend(t *testing.T, kind cluster.Kind, cfg config) *backendReport {
 	t.Run("uncontended", func(t *testing.T) {
 		skipUnlessSelected(t, "uncontended")
 		br.Uncontended = measureUncontended(t, byRole(roleFencelock, roleReference, roleFloor), at, cfg)
+		uncontendedRatios(br.Uncontended)
 	})
+	// The TLS rows and the TLS overhead share the secured cluster.
 	t.Run("tls", func(t *testing.T) {
-		skipUnlessSelected(t, "tls")
+		skipUnlessSelected(t, "tls", "overheads")
+		var rs []recipe
 		if kind == cluster.Etcd {
-			br.TLS = measureTLS(t, at, cfg)
+			rs = etcdTLSRecipes(t)
 		} else {
-			br.TLS = measureZKTLS(t, at, cfg)
+			rs = zkTLSRecipes(t)
 		}
+		if selected("tls") {
+			br.TLS = tlsRows(t, rs, at, cfg)
+		}
+		if selected("overheads") {
+			br.Overheads = append(br.Overheads, measureOverhead(t, "tls", overheadSide{r: rs[0]}, overheadSide{r: rs[1]}, at, cfg))
+		}
+	})
+	t.Run("overheads", func(t *testing.T) {
+		skipUnlessSelected(t, "overheads")
+		br.Overheads = append(br.Overheads, runObservabilityOverheads(t, kind, byRole(roleFencelock)[0], at, cfg)...)
 	})
 	t.Run("contended", func(t *testing.T) {
 		skipUnlessSelected(t, "contended")
@@ -300,6 +329,7 @@ func runBackend(t *testing.T, kind cluster.Kind, cfg config) *backendReport {
 		skipUnlessListed(t, "scale")
 		br.Scale = runScale(t, kind, cfg)
 	})
+	singleRatios(br)
 	br.Targets = checkTargets(br, cfg)
 	return br
 }
@@ -329,19 +359,22 @@ func printBackend(w io.Writer, br *backendReport, cfg config) {
 		return func(u uncontendedResult) bool { return u.Role == role }
 	}
 
-	fmt.Fprintf(w, "\nUncontended acquire+release, 1 client connected to a follower, %d cycles each (%d interleaved rounds):\n", cfg.Rounds*cfg.Cycles, cfg.Rounds)
+	fmt.Fprintf(w, "\nUncontended acquire+release, 1 client connected to a follower, %d cycles each (%d rounds, recipes in alternating order; ratios: median (min–max) over the rounds):\n", cfg.Rounds*cfg.Cycles, cfg.Rounds)
 	fmt.Fprintln(tw, "recipe\t role\t p50 ms\t p99 ms\t cycles/s\t requests/cycle\t client CPU µs/cycle\t p50 vs ref\t p50 vs floor\t cycles/s vs ref\t")
-	refU, _ := find(br.Uncontended, ref(roleReference))
-	floorU, _ := find(br.Uncontended, ref(roleFloor))
+	refU, okRef := find(br.Uncontended, ref(roleReference))
 	for _, u := range br.Uncontended {
 		vsRef, vsFloor, cyc := "", "", ""
 		if u.Role == roleFencelock {
-			vsRef, vsFloor, cyc = ratio(u.Latency.P50, refU.Latency.P50), ratio(u.Latency.P50, floorU.Latency.P50), ratio(u.CyclesPerSec, refU.CyclesPerSec)
+			vsRef, vsFloor = u.Ratio.spread(), u.RatioFloor.spread()
+			if okRef {
+				cyc = u.ratioTo(refU, "cycles_per_sec", higher).spread()
+			}
 		}
 		fmt.Fprintf(tw, "%s\t %s\t %.2f\t %.2f\t %.0f\t %.1f\t %.0f\t %s\t %s\t %s\t\n", u.Recipe, u.Role, u.Latency.P50, u.Latency.P99, u.CyclesPerSec, u.RequestsPerCycle, u.ClientCPUUs, vsRef, vsFloor, cyc)
 	}
 	tw.Flush()
 	printTLS(w, br.Backend, br.TLS, cfg)
+	printOverheads(w, br.Overheads)
 
 	printContended(w, br, cfg)
 	printLockDelay(w, br.LockDelay, cfg)
@@ -470,6 +503,10 @@ func checkTargets(br *backendReport, cfg config) []target {
 		}
 	}
 	out = append(out, sharedTargets(br)...)
+	if o, ok := find(br.Overheads, func(x overheadResult) bool { return x.What == "metrics" }); ok {
+		out = append(out, target{"metrics cost at most 2% of an uncontended acquire+release (upper end of the 95% interval)",
+			fmt.Sprintf("%.4f× [%.4f, %.4f], %d block pairs", o.Ratio, o.Low, o.High, o.Pairs), o.High <= 1.02})
+	}
 	if l, ok := find(br.Leases, func(x leasesResult) bool { return x.Role == roleFencelock }); ok {
 		first, last := l.Points[1], l.Points[len(l.Points)-1]
 		out = append(out, target{fmt.Sprintf("goroutines do not grow with held leases (%d → %d leases)", first.Leases, last.Leases),
@@ -554,20 +591,28 @@ func formatVersions(v map[string]string) string {
 	return strings.Join(parts, ", ")
 }
 
-// skipUnlessSelected skips the measurement what unless
-// FENCELOCK_BENCH_ONLY is empty or lists it (comma-separated).
-func skipUnlessSelected(t *testing.T, what string) {
+// skipUnlessSelected skips a measurement unless one of whats is selected.
+func skipUnlessSelected(t *testing.T, whats ...string) {
 	t.Helper()
+	if slices.ContainsFunc(whats, selected) {
+		return
+	}
+	t.Skipf("FENCELOCK_BENCH_ONLY=%s", os.Getenv("FENCELOCK_BENCH_ONLY"))
+}
+
+// selected reports whether the measurement what runs: whether
+// FENCELOCK_BENCH_ONLY is empty or lists it (comma-separated).
+func selected(what string) bool {
 	only := os.Getenv("FENCELOCK_BENCH_ONLY")
 	if only == "" {
-		return
+		return true
 	}
 	for _, w := range strings.Split(only, ",") {
 		if strings.TrimSpace(w) == what {
-			return
+			return true
 		}
 	}
-	t.Skipf("FENCELOCK_BENCH_ONLY=%s", only)
+	return false
 }
 
 // zkVersion picks the release out of the first line of "srvr", such as

@@ -51,34 +51,45 @@ func holdLabel(hold time.Duration) string {
 // runContended measures the contended rows of rs at every hold and client
 // count. Each recipe's window is cut into cfg.Repeats parts, run in
 // alternating order (A B C, C B A, ...), so that a change in the
-// machine's load does not favour one recipe.
+// machine's load does not favour one recipe; the fencelock row's ratio to
+// the reference is taken part by part.
 func runContended(t *testing.T, rs []recipe, at placement, cfg config) []contendedResult {
 	var out []contendedResult
 	for _, hold := range contendedHolds {
 		for _, n := range holdClients(hold, cfg) {
 			runs := make([][]contendedRun, len(rs))
 			for rep := range cfg.Repeats {
-				for k := range rs {
-					i := k
-					if rep%2 == 1 {
-						i = len(rs) - 1 - k
-					}
+				for _, i := range orderOf(rep, len(rs)) {
 					r := rs[i]
 					t.Run(fmt.Sprintf("%s/%d/%s", r.name, n, holdLabel(hold)), func(t *testing.T) {
 						runs[i] = append(runs[i], measureContended(t, r, n, hold, at, cfg))
 					})
 				}
 			}
+			var rows []contendedResult
 			for i, r := range rs {
 				if len(runs[i]) == cfg.Repeats {
 					res := combine(r, n, hold, runs[i])
 					t.Logf("%s, %d clients, hold %v: %d grants/s, %.1f requests and %.2f watch events per grant", r.name, n, hold, int(res.GrantsPerSec), res.RequestsPerGrant, res.EventsPerGrant)
-					out = append(out, res)
+					rows = append(rows, res)
 				}
 			}
+			out = append(out, withRefRatios(rows)...)
 		}
 	}
 	return out
+}
+
+// withRefRatios sets the grants_per_sec ratio of the fencelock rows of
+// one hold and client count to the reference's, and returns the rows.
+func withRefRatios(rows []contendedResult) []contendedResult {
+	ref, ok := find(rows, func(c contendedResult) bool { return c.Role == roleReference })
+	for i, c := range rows {
+		if ok && c.Role == roleFencelock {
+			rows[i].Ratio = c.ratioTo(ref, "grants_per_sec", higher)
+		}
+	}
+	return rows
 }
 
 // printContended prints the contended rows, one table per hold: the
@@ -114,15 +125,15 @@ func printContendedTable(w io.Writer, kind cluster.Kind, rows []contendedResult,
 			counts = append(counts, s)
 		}
 	}
-	fmt.Fprintf(w, "\nContended handoff, %s; one lock, %s clients, each client its own connection and session, %.0fs window per row (%d parts, recipes in alternating order); every grant checked exclusive for the whole hold; requests and watch events counted on every client's connection (herd check):\n",
-		holdTitle(hold), strings.Join(counts, ", "), cfg.WindowSec, cfg.Repeats)
+	fmt.Fprintf(w, "\nContended handoff, %s; one lock, %s clients, each client its own connection and session, %d windows of %.1fs per row (recipes in alternating order; ratios: median (min–max) over the windows); every grant checked exclusive for the whole hold; requests and watch events counted on every client's connection (herd check):\n",
+		holdTitle(hold), strings.Join(counts, ", "), cfg.Repeats, cfg.WindowSec/float64(cfg.Repeats))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "clients\t recipe\t grants/s\t wait p50 ms\t wait p99 ms\t handoff p50 ms\t handoff p99 ms\t requests/grant\t events/grant\t late watches/grant\t client CPU µs/grant\t grants/s vs ref\t requests/grant vs ref\t")
 	for _, c := range rows {
 		vs, vsReq := "", ""
 		if c.Role == roleFencelock {
 			if r, ok := find(rows, func(x contendedResult) bool { return x.Role == roleReference && x.Clients == c.Clients }); ok {
-				vs, vsReq = ratio(c.GrantsPerSec, r.GrantsPerSec), ratio(c.RequestsPerGrant, r.RequestsPerGrant)
+				vs, vsReq = c.Ratio.spread(), c.ratioTo(r, "requests_per_grant", lower).spread()
 			}
 		}
 		late := "-" // ZooKeeper has no watch start revision

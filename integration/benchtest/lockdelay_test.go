@@ -54,11 +54,7 @@ func runLockDelay(t *testing.T, kind cluster.Kind, fl recipe, at placement, cfg 
 	for _, n := range cfg.Clients {
 		runs := make([][]contendedRun, len(rs))
 		for rep := range cfg.Repeats {
-			for k := range rs {
-				i := k
-				if rep%2 == 1 {
-					i = len(rs) - 1 - k
-				}
+			for _, i := range orderOf(rep, len(rs)) {
 				r := rs[i]
 				t.Run(fmt.Sprintf("%s/%d", r.name, n), func(t *testing.T) {
 					runs[i] = append(runs[i], measureContended(t, r, n, 0, at, cfg))
@@ -80,6 +76,9 @@ func runLockDelay(t *testing.T, kind cluster.Kind, fl recipe, at placement, cfg 
 				if i == 1 && len(out) > 0 && res.RequestsPerGrant > out[len(out)-1].RequestsPerGrant+markerListing(kind)+0.5 {
 					t.Errorf("%s, %d clients: %.1f requests per grant against %.1f without the lock-delay; want at most %.0f more", r.name, n, res.RequestsPerGrant, out[len(out)-1].RequestsPerGrant, markerListing(kind))
 				}
+				if i == 1 && len(out) > 0 && out[len(out)-1].Clients == n {
+					res.Ratio = res.ratioTo(out[len(out)-1], "grants_per_sec", higher)
+				}
 				out = append(out, res)
 			}
 		}
@@ -93,13 +92,13 @@ func printLockDelay(w io.Writer, rows []contendedResult, cfg config) {
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nLock-delay (%v), clean releases: contended handoff without and with it, %.0fs window per row (%d parts, alternating order):\n", benchLockDelay, cfg.WindowSec, cfg.Repeats)
+	fmt.Fprintf(w, "\nLock-delay (%v), clean releases: contended handoff without and with it, %d windows of %.1fs per row (alternating order; ratios: median (min–max) over the windows):\n", benchLockDelay, cfg.Repeats, cfg.WindowSec/float64(cfg.Repeats))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "clients\t recipe\t grants/s\t wait p50 ms\t handoff p50 ms\t handoff p99 ms\t handoff max ms\t requests/grant\t handoff p50 vs none\t grants/s vs none\t")
 	for i, c := range rows {
 		vsP50, vsRate := "", ""
 		if i%2 == 1 {
-			vsP50, vsRate = ratio(c.Handoff.P50, rows[i-1].Handoff.P50), ratio(c.GrantsPerSec, rows[i-1].GrantsPerSec)
+			vsP50, vsRate = c.ratioTo(rows[i-1], "handoff_p50_ms", lower).spread(), c.Ratio.spread()
 		}
 		fmt.Fprintf(tw, "%d\t %s\t %.0f\t %.1f\t %.1f\t %.1f\t %.1f\t %.1f\t %s\t %s\t\n", c.Clients, c.Recipe, c.GrantsPerSec, c.Wait.P50, c.Handoff.P50, c.Handoff.P99, c.Handoff.Max, c.RequestsPerGrant, vsP50, vsRate)
 	}

@@ -142,12 +142,54 @@ type uncontendedResult struct {
 	CyclesPerSec     float64 `json:"cycles_per_sec"`
 	RequestsPerCycle float64 `json:"requests_per_cycle"`
 	ClientCPUUs      float64 `json:"client_cpu_us_per_cycle"` // CPU time of this process (all goroutines)
+	// Windows are the rounds, one figure set each.
+	Windows []uncontendedWindow `json:"windows"`
+	// Ratio compares the row with the reference (p50_ms), or with the
+	// plain row (TLS) or the same recipe without the feature
+	// (observability); RatioFloor compares it with the floor.
+	Ratio      *windowRatio `json:"ratio,omitempty"`
+	RatioFloor *windowRatio `json:"ratio_floor,omitempty"`
+	seq        []int64      // when each window started (windowSeq)
+}
+
+// uncontendedWindow is what one round measured of one recipe.
+type uncontendedWindow struct {
+	Cycles           int     `json:"cycles"`
+	P50              float64 `json:"p50_ms"`
+	Mean             float64 `json:"mean_ms"`
+	CyclesPerSec     float64 `json:"cycles_per_sec"`
+	RequestsPerCycle float64 `json:"requests_per_cycle,omitempty"` // when counted
+}
+
+// figure returns the per-window values of metric, one of the JSON fields
+// of uncontendedWindow.
+func (u uncontendedResult) figure(metric string) []float64 {
+	out := make([]float64, len(u.Windows))
+	for k, w := range u.Windows {
+		switch metric {
+		case "p50_ms":
+			out[k] = w.P50
+		case "mean_ms":
+			out[k] = w.Mean
+		case "cycles_per_sec":
+			out[k] = w.CyclesPerSec
+		case "requests_per_cycle":
+			out[k] = w.RequestsPerCycle
+		}
+	}
+	return out
+}
+
+// ratioTo returns u's ratio to b on metric, window by window.
+func (u uncontendedResult) ratioTo(b uncontendedResult, metric, better string) *windowRatio {
+	return pairRatio(metric, better, u.figure(metric), b.figure(metric), u.seq, b.seq)
 }
 
 // measureUncontended runs acquire and release of a free lock by one client
-// per recipe, in rounds that visit the recipes in turn (each round in a
-// rotated order), so that a change in the machine's load hits every
-// recipe alike.
+// per recipe, in rounds that visit the recipes in turn, forward in even
+// rounds and backward in odd ones, so that a change in the machine's load
+// hits every recipe alike and any two recipes take turns going first.
+// Each round is a window of the rows' ratios.
 func measureUncontended(t *testing.T, rs []recipe, at placement, cfg config) []uncontendedResult {
 	ctx := context.Background()
 	type state struct {
@@ -158,6 +200,8 @@ func measureUncontended(t *testing.T, rs []recipe, at placement, cfg config) []u
 		busy time.Duration
 		reqs int64
 		cpu  time.Duration
+		wins []uncontendedWindow
+		seq  []int64
 	}
 	st := make([]*state, len(rs))
 	cycle := func(r recipe, s *state) time.Duration {
@@ -180,17 +224,23 @@ func measureUncontended(t *testing.T, rs []recipe, at placement, cfg config) []u
 		st[i] = s
 	}
 	for round := range cfg.Rounds {
-		for k := range rs {
-			i := (k + round) % len(rs)
+		for _, i := range orderOf(round, len(rs)) {
 			r, s := rs[i], st[i]
+			s.seq = append(s.seq, nextWindow())
 			before, cpu0 := s.ctr.snapshot(), processCPU()
+			lat := make([]time.Duration, 0, cfg.Cycles)
+			var busy time.Duration
 			for range cfg.Cycles {
 				d := cycle(r, s)
-				s.lat = append(s.lat, d)
-				s.busy += d
+				lat = append(lat, d)
+				busy += d
 			}
 			s.cpu += processCPU() - cpu0
-			s.reqs += s.ctr.snapshot().sub(before).requests
+			reqs := s.ctr.snapshot().sub(before).requests
+			sum := summarize(lat)
+			s.wins = append(s.wins, uncontendedWindow{Cycles: len(lat), P50: sum.P50, Mean: sum.Mean,
+				CyclesPerSec: float64(len(lat)) / busy.Seconds(), RequestsPerCycle: float64(reqs) / float64(len(lat))})
+			s.lat, s.busy, s.reqs = append(s.lat, lat...), s.busy+busy, s.reqs+reqs
 		}
 	}
 	out := make([]uncontendedResult, len(rs))
@@ -203,9 +253,29 @@ func measureUncontended(t *testing.T, rs []recipe, at placement, cfg config) []u
 			CyclesPerSec:     float64(len(s.lat)) / s.busy.Seconds(),
 			RequestsPerCycle: float64(s.reqs) / float64(len(s.lat)),
 			ClientCPUUs:      float64(s.cpu/time.Microsecond) / float64(len(s.lat)),
+			Windows:          s.wins,
+			seq:              s.seq,
 		}
 	}
 	return out
+}
+
+// uncontendedRatios sets the ratios of the fencelock rows of rows: to the
+// reference's p50 and to the floor's.
+func uncontendedRatios(rows []uncontendedResult) {
+	ref, okRef := find(rows, func(u uncontendedResult) bool { return u.Role == roleReference })
+	floor, okFloor := find(rows, func(u uncontendedResult) bool { return u.Role == roleFloor })
+	for i, u := range rows {
+		if u.Role != roleFencelock {
+			continue
+		}
+		if okRef {
+			rows[i].Ratio = u.ratioTo(ref, "p50_ms", lower)
+		}
+		if okFloor {
+			rows[i].RatioFloor = u.ratioTo(floor, "p50_ms", lower)
+		}
+	}
 }
 
 // ---- contended handoff ----
@@ -224,9 +294,49 @@ type contendedResult struct {
 	EventsPerGrant   float64 `json:"watch_events_per_grant"`
 	// LateWatchesPerGrant counts etcd watches created behind the server's
 	// current revision (see counters.lateWatches), per grant.
-	LateWatchesPerGrant float64 `json:"late_watches_per_grant"`
-	KeepalivesPerSec    float64 `json:"keepalives_per_sec"`
-	ClientCPUUs         float64 `json:"client_cpu_us_per_grant"` // CPU time of this process (every client) per grant
+	LateWatchesPerGrant float64           `json:"late_watches_per_grant"`
+	KeepalivesPerSec    float64           `json:"keepalives_per_sec"`
+	ClientCPUUs         float64           `json:"client_cpu_us_per_grant"` // CPU time of this process (every client) per grant
+	Windows             []contendedWindow `json:"windows"`
+	// Ratio compares the row's grants_per_sec with the reference's of
+	// the same hold and client count (or, for a lock-delay row, with the
+	// same recipe without it), window by window.
+	Ratio *windowRatio `json:"ratio,omitempty"`
+	seq   []int64
+}
+
+// contendedWindow is what one window of a contended row measured.
+type contendedWindow struct {
+	WindowSec        float64 `json:"window_sec"`
+	Grants           int     `json:"grants"`
+	GrantsPerSec     float64 `json:"grants_per_sec"`
+	WaitP50          float64 `json:"wait_p50_ms"`
+	HandoffP50       float64 `json:"handoff_p50_ms"`
+	HandoffP99       float64 `json:"handoff_p99_ms"`
+	RequestsPerGrant float64 `json:"requests_per_grant"`
+	EventsPerGrant   float64 `json:"watch_events_per_grant"`
+}
+
+// figure returns the per-window values of metric, one of the JSON fields
+// of contendedWindow.
+func (c contendedResult) figure(metric string) []float64 {
+	out := make([]float64, len(c.Windows))
+	for k, w := range c.Windows {
+		switch metric {
+		case "grants_per_sec":
+			out[k] = w.GrantsPerSec
+		case "handoff_p50_ms":
+			out[k] = w.HandoffP50
+		case "requests_per_grant":
+			out[k] = w.RequestsPerGrant
+		}
+	}
+	return out
+}
+
+// ratioTo returns c's ratio to b on metric, window by window.
+func (c contendedResult) ratioTo(b contendedResult, metric, better string) *windowRatio {
+	return pairRatio(metric, better, c.figure(metric), b.figure(metric), c.seq, b.seq)
 }
 
 // measureContended has clients clients, each with its own connection and
@@ -237,6 +347,7 @@ type contendedResult struct {
 // for the whole hold, so a grant while another client holds the lock, or
 // with a stale token, fails the row.
 func measureContended(t *testing.T, r recipe, clients int, hold time.Duration, at placement, cfg config) contendedRun {
+	seq := nextWindow()
 	ctr := &counters{}
 	name := uniqueName(fmt.Sprintf("contended%d", clients))
 	cls := make([]client, clients)
@@ -283,7 +394,7 @@ func measureContended(t *testing.T, r recipe, clients int, hold time.Duration, a
 	if err := reg.err(); err != nil && r.role != roleFloor {
 		t.Error(err)
 	}
-	return contendedRun{grants: len(waits), window: w.length, waits: waits, handoffs: handoffs, counts: w.counts, cpu: w.cpu}
+	return contendedRun{grants: len(waits), window: w.length, waits: waits, handoffs: handoffs, counts: w.counts, cpu: w.cpu, seq: seq}
 }
 
 // rowWindow is the measurement window of a row of many clients: each
@@ -368,12 +479,30 @@ type contendedRun struct {
 	waits, handoffs []time.Duration
 	counts          countSnapshot
 	cpu             time.Duration // CPU time of this process in the window
+	seq             int64         // when the window started (windowSeq)
+}
+
+// figures returns what the window measured.
+func (x contendedRun) figures() contendedWindow {
+	w := contendedWindow{WindowSec: x.window.Seconds(), Grants: x.grants, GrantsPerSec: float64(x.grants) / x.window.Seconds(),
+		WaitP50: summarize(x.waits).P50}
+	h := summarize(x.handoffs)
+	w.HandoffP50, w.HandoffP99 = h.P50, h.P99
+	if x.grants > 0 {
+		w.RequestsPerGrant = float64(x.counts.requests) / float64(x.grants)
+		w.EventsPerGrant = float64(x.counts.events) / float64(x.grants)
+	}
+	return w
 }
 
 // combine sums the windows of one recipe, client count and hold.
 func combine(r recipe, clients int, hold time.Duration, runs []contendedRun) contendedResult {
 	var all contendedRun
+	var wins []contendedWindow
+	var seq []int64
 	for _, x := range runs {
+		wins = append(wins, x.figures())
+		seq = append(seq, x.seq)
 		all.grants += x.grants
 		all.window += x.window
 		all.waits = append(all.waits, x.waits...)
@@ -396,6 +525,8 @@ func combine(r recipe, clients int, hold time.Duration, runs []contendedRun) con
 		Wait:             summarize(all.waits),
 		Handoff:          summarize(all.handoffs),
 		KeepalivesPerSec: float64(all.counts.keepalives) / win,
+		Windows:          wins,
+		seq:              seq,
 	}
 	if all.grants > 0 {
 		res.RequestsPerGrant = float64(all.counts.requests) / float64(all.grants)
@@ -417,6 +548,10 @@ type failoverResult struct {
 	MinMs     float64   `json:"min_ms"`
 	MaxMs     float64   `json:"max_ms"`
 	ChildKill string    `json:"child_killed_by"`
+	// Ratio compares the trials with the reference's, trial by trial
+	// (median_ms; each recipe's trials run one after another).
+	Ratio *windowRatio `json:"ratio,omitempty"`
+	seq   []int64
 }
 
 // holderEnv carries a holderSpec to the child process that holds the lock
@@ -486,6 +621,7 @@ func measureFailover(t *testing.T, kind cluster.Kind, at placement, r recipe, cf
 	var trials []time.Duration
 	for trial := range cfg.FailoverTrials {
 		name := uniqueName("failover")
+		res.seq = append(res.seq, nextWindow())
 		d, how := failoverTrial(t, kind, at.all, r, name, ttl)
 		t.Logf("%s: failover trial %d: %v from kill to grant (%s)", r.name, trial+1, d.Round(time.Millisecond), how)
 		trials = append(trials, d)
@@ -609,6 +745,10 @@ type leasesResult struct {
 	HeapBytesPerLease  float64          `json:"heap_bytes_per_lease"`
 	StackBytesPerLease float64          `json:"stack_bytes_per_lease"`
 	GoroutinesPerLease float64          `json:"goroutines_per_lease"`
+	// Ratio compares heap_bytes_per_lease with the reference's: one
+	// window, the memory held is not a rate the machine's load moves.
+	Ratio *windowRatio `json:"ratio,omitempty"`
+	seq   int64
 }
 
 // measureLeases acquires cfg.Leases locks of distinct names through one
@@ -616,6 +756,7 @@ type leasesResult struct {
 // the way, how many goroutines the process runs and how much heap is
 // live.
 func measureLeases(t *testing.T, r recipe, at placement, cfg config) leasesResult {
+	seq := nextWindow()
 	n := cfg.Leases
 	c := dial(t, r, at.follower, nil, cfg.ttl())
 	cl := newClient(t, r, c)
@@ -658,6 +799,7 @@ func measureLeases(t *testing.T, r recipe, at placement, cfg config) leasesResul
 		HeapBytesPerLease:  (last.HeapBytes - points[0].HeapBytes) / float64(n),
 		StackBytesPerLease: (last.StackBytes - points[0].StackBytes) / float64(n),
 		GoroutinesPerLease: float64(last.Goroutines-first.Goroutines) / float64(last.Leases-first.Leases),
+		seq:                seq,
 	}
 }
 
@@ -726,12 +868,16 @@ type waitersResult struct {
 	QueueSec     float64 `json:"queue_sec"`
 	ServeSec     float64 `json:"serve_sec"`
 	GrantsPerSec float64 `json:"grants_per_sec"`
+	// Ratio compares serve_sec with the reference's: one window.
+	Ratio *windowRatio `json:"ratio,omitempty"`
+	seq   int64
 }
 
 // measureWaiters queues cfg.Waiters waiters on one held lock, spread over
 // cfg.WaiterConns connections, then releases it and measures the time
 // until every waiter has been granted the lock (each releases at once).
 func measureWaiters(t *testing.T, r recipe, at placement, cfg config) waitersResult {
+	seq := nextWindow()
 	n := cfg.Waiters
 	conns := make([]conn, cfg.WaiterConns)
 	for i := range conns {
@@ -807,5 +953,33 @@ func measureWaiters(t *testing.T, r recipe, at placement, cfg config) waitersRes
 		QueueSec:     queued.Seconds(),
 		ServeSec:     serve.Seconds(),
 		GrantsPerSec: float64(n) / serve.Seconds(),
+		seq:          seq,
+	}
+}
+
+// singleRatios sets the ratios of the fencelock rows of the failover,
+// leases and waiters measurements to the reference's.
+func singleRatios(br *backendReport) {
+	isRef := func(r role) bool { return r == roleReference }
+	if ref, ok := find(br.Failover, func(x failoverResult) bool { return isRef(x.Role) }); ok {
+		for i, x := range br.Failover {
+			if x.Role == roleFencelock {
+				br.Failover[i].Ratio = pairRatio("median_ms", lower, x.TrialsMs, ref.TrialsMs, x.seq, ref.seq)
+			}
+		}
+	}
+	if ref, ok := find(br.Leases, func(x leasesResult) bool { return isRef(x.Role) }); ok {
+		for i, x := range br.Leases {
+			if x.Role == roleFencelock {
+				br.Leases[i].Ratio = pairRatio("heap_bytes_per_lease", lower, []float64{x.HeapBytesPerLease}, []float64{ref.HeapBytesPerLease}, []int64{x.seq}, []int64{ref.seq})
+			}
+		}
+	}
+	if ref, ok := find(br.Waiters, func(x waitersResult) bool { return isRef(x.Role) }); ok {
+		for i, x := range br.Waiters {
+			if x.Role == roleFencelock {
+				br.Waiters[i].Ratio = pairRatio("serve_sec", lower, []float64{x.ServeSec}, []float64{ref.ServeSec}, []int64{x.seq}, []int64{ref.seq})
+			}
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,6 +57,10 @@ type scaleLeasesResult struct {
 	AcquireSec        float64          `json:"acquire_sec"` // all of them, Parallel at a time
 	AcquirePerSec     float64          `json:"acquire_per_sec"`
 	CloseSec          float64          `json:"close_sec"` // closing the connection that holds them
+	// Ratio compares heap_bytes_per_lease with the reference's: one
+	// window, the memory held is not a rate the machine's load moves.
+	Ratio *windowRatio `json:"ratio,omitempty"`
+	seq   int64
 }
 
 // serverUsage is what one server process used: CPU time over a window and
@@ -82,6 +87,68 @@ type scaleLockersResult struct {
 	EventsPerGrant   float64       `json:"events_per_grant"`
 	ClientCPUSec     float64       `json:"client_cpu_sec"` // this process over the window
 	Servers          []serverUsage `json:"servers"`        // nil when the provider runs no local processes
+	Windows          []scaleWindow `json:"windows"`
+	// Ratio compares grants_per_sec with the reference's, window by
+	// window.
+	Ratio *windowRatio `json:"ratio,omitempty"`
+	waits []time.Duration
+	cnt   countSnapshot
+	seq   []int64
+}
+
+// scaleWindow is what one window of the many-Lockers part measured.
+type scaleWindow struct {
+	WindowSec        float64 `json:"window_sec"`
+	Grants           int64   `json:"grants"`
+	GrantsPerSec     float64 `json:"grants_per_sec"`
+	KeepalivesPerSec float64 `json:"keepalives_per_sec"`
+	RequestsPerGrant float64 `json:"requests_per_grant"`
+}
+
+// combineScaleLockers sums the windows of one recipe: the server CPU
+// times add up, and the resident memory runs from the first window's
+// start to the last one's end.
+func combineScaleLockers(ws []scaleLockersResult) scaleLockersResult {
+	res := ws[0]
+	res.Windows, res.seq, res.waits = nil, nil, nil
+	res.WindowSec, res.Grants, res.ClientCPUSec, res.cnt = 0, 0, 0, countSnapshot{}
+	res.Servers = slices.Clone(ws[0].Servers)
+	for k, w := range ws {
+		res.Windows = append(res.Windows, scaleWindow{WindowSec: w.WindowSec, Grants: w.Grants, GrantsPerSec: w.GrantsPerSec,
+			KeepalivesPerSec: w.KeepalivesPerSec, RequestsPerGrant: w.RequestsPerGrant})
+		res.seq = append(res.seq, w.seq...)
+		res.waits = append(res.waits, w.waits...)
+		res.WindowSec += w.WindowSec
+		res.Grants += w.Grants
+		res.ClientCPUSec += w.ClientCPUSec
+		res.cnt.requests += w.cnt.requests
+		res.cnt.events += w.cnt.events
+		res.cnt.keepalives += w.cnt.keepalives
+		for i := range res.Servers {
+			if k == 0 || i >= len(w.Servers) || w.Servers[i].Member != res.Servers[i].Member {
+				continue
+			}
+			u := &res.Servers[i]
+			u.CPUSec += w.Servers[i].CPUSec
+			u.RSSMiB = w.Servers[i].RSSMiB
+			u.RSSMax = max(u.RSSMax, w.Servers[i].RSSMax)
+		}
+	}
+	res.GrantsPerSec = float64(res.Grants) / res.WindowSec
+	res.Wait = summarize(res.waits)
+	res.KeepalivesPerSec = float64(res.cnt.keepalives) / res.WindowSec
+	res.RequestsPerGrant = float64(res.cnt.requests) / float64(res.Grants)
+	res.EventsPerGrant = float64(res.cnt.events) / float64(res.Grants)
+	return res
+}
+
+// grantsPerSec returns the per-window grants/s of x.
+func (x scaleLockersResult) grantsPerSec() []float64 {
+	out := make([]float64, len(x.Windows))
+	for k, w := range x.Windows {
+		out[k] = w.GrantsPerSec
+	}
+	return out
 }
 
 // skipUnlessListed skips the measurement what unless FENCELOCK_BENCH_ONLY
@@ -130,13 +197,27 @@ func runScale(t *testing.T, kind cluster.Kind, cfg config) *scaleReport {
 	if cluster.PID(c.Members[0]) == 0 {
 		rep.Notes = append(rep.Notes, "server CPU and memory not measured: the provider runs no local processes")
 	}
-	for _, r := range rs {
-		if r.role != roleFencelock && r.role != roleReference {
-			continue
+	locks := slices.DeleteFunc(slices.Clone(rs), func(r recipe) bool { return r.role != roleFencelock && r.role != roleReference })
+	wins := make([][]scaleLockersResult, len(locks))
+	for round := range cfg.Repeats {
+		for _, i := range orderOf(round, len(locks)) {
+			r := locks[i]
+			t.Run("lockers/"+r.name, func(t *testing.T) {
+				wins[i] = append(wins[i], measureScaleLockers(t, r, c, at, cfg))
+			})
 		}
-		t.Run("lockers/"+r.name, func(t *testing.T) {
-			rep.Lockers = append(rep.Lockers, measureScaleLockers(t, r, c, at, cfg))
-		})
+	}
+	for i := range locks {
+		if len(wins[i]) == cfg.Repeats {
+			rep.Lockers = append(rep.Lockers, combineScaleLockers(wins[i]))
+		}
+	}
+	if ref, ok := find(rep.Lockers, func(x scaleLockersResult) bool { return x.Role == roleReference }); ok {
+		for i, x := range rep.Lockers {
+			if x.Role == roleFencelock {
+				rep.Lockers[i].Ratio = pairRatio("grants_per_sec", higher, x.grantsPerSec(), ref.grantsPerSec(), x.seq, ref.seq)
+			}
+		}
 	}
 	for _, r := range rs {
 		if r.role != roleFencelock && r.role != roleReference {
@@ -145,6 +226,13 @@ func runScale(t *testing.T, kind cluster.Kind, cfg config) *scaleReport {
 		t.Run("leases/"+r.name, func(t *testing.T) {
 			rep.Leases = append(rep.Leases, measureScaleLeases(t, r, at, cfg))
 		})
+	}
+	if ref, ok := find(rep.Leases, func(x scaleLeasesResult) bool { return x.Role == roleReference }); ok {
+		for i, x := range rep.Leases {
+			if x.Role == roleFencelock {
+				rep.Leases[i].Ratio = pairRatio("heap_bytes_per_lease", lower, []float64{x.HeapBytesPerLease}, []float64{ref.HeapBytesPerLease}, []int64{x.seq}, []int64{ref.seq})
+			}
+		}
 	}
 	rep.Servers = map[string]serverUsage{}
 	for _, m := range c.Members {
@@ -163,6 +251,7 @@ func juteMaxBuffer(cfg config) int { return max(256*cfg.ScaleLeases, 1<<20) }
 // measureScaleLeases holds cfg.ScaleLeases leases of distinct names
 // through one connection of r, then closes it.
 func measureScaleLeases(t *testing.T, r recipe, at placement, cfg config) scaleLeasesResult {
+	seq := nextWindow()
 	n := cfg.ScaleLeases
 	c, err := r.dial(at.follower, nil, cfg.ttl())
 	if err != nil {
@@ -219,6 +308,7 @@ func measureScaleLeases(t *testing.T, r recipe, at placement, cfg config) scaleL
 		AcquireSec:        busy.Seconds(),
 		AcquirePerSec:     float64(n) / busy.Seconds(),
 		CloseSec:          closed.Seconds(),
+		seq:               seq,
 	}
 }
 
@@ -251,11 +341,12 @@ func inParallel(workers, from, to int, f func(i int) error) error {
 
 // measureScaleLockers runs cfg.ScaleLockers connections of r, each with
 // its own session and one client looping acquire then release on a name
-// drawn at random from cfg.ScaleNames, and measures a window of
-// cfg.ScaleWindowSec after a warm-up. Every grant enters a register (see
+// drawn at random from cfg.ScaleNames, and measures one window (a
+// cfg.Repeats-th of cfg.ScaleWindowSec) after a warm-up. Every grant enters a register (see
 // register) until its release starts: two grants of one name at once, or
 // a stale token, fail the run.
 func measureScaleLockers(t *testing.T, r recipe, c *cluster.Cluster, at placement, cfg config) scaleLockersResult {
+	seq := nextWindow()
 	n := cfg.ScaleLockers
 	ctr := &counters{}
 	conns := make([]conn, n)
@@ -339,7 +430,7 @@ func measureScaleLockers(t *testing.T, r recipe, c *cluster.Cluster, at placemen
 		})
 	}
 	time.Sleep(cfg.warm())
-	window := secs(cfg.ScaleWindowSec)
+	window := secs(cfg.ScaleWindowSec / float64(cfg.Repeats))
 	pids := make([]int, len(c.Members))
 	for i, m := range c.Members {
 		pids[i] = cluster.PID(m)
@@ -386,6 +477,9 @@ func measureScaleLockers(t *testing.T, r recipe, c *cluster.Cluster, at placemen
 		RequestsPerGrant: float64(cnt.requests) / float64(g),
 		EventsPerGrant:   float64(cnt.events) / float64(g),
 		ClientCPUSec:     cpu.Seconds(),
+		waits:            waits,
+		cnt:              cnt,
+		seq:              []int64{seq},
 	}
 	for i, m := range c.Members {
 		if pids[i] == 0 || !before[i].ok || !after[i].ok {
@@ -498,13 +592,12 @@ func printScale(w io.Writer, s *scaleReport) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	if len(s.Lockers) > 0 {
 		l0 := s.Lockers[0]
-		fmt.Fprintf(w, "\nScale: %d Lockers, each its own connection and session, spread over the members, looping acquire and release on a random one of %d names, %.0fs window per recipe:\n", l0.Lockers, l0.Names, l0.WindowSec)
+		fmt.Fprintf(w, "\nScale: %d Lockers, each its own connection and session, spread over the members, looping acquire and release on a random one of %d names, %d windows of %.1fs per recipe in alternating order (ratio: median (min–max) over the windows):\n", l0.Lockers, l0.Names, len(l0.Windows), l0.WindowSec/float64(max(len(l0.Windows), 1)))
 		fmt.Fprintln(tw, "recipe\t grants/s\t wait p50 ms\t wait p99 ms\t keepalives/s\t requests/grant\t events/grant\t client CPU s\t server CPU s (each member)\t server RSS MiB start → end (max)\t grants/s vs ref\t")
-		ref, _ := find(s.Lockers, func(x scaleLockersResult) bool { return x.Role == roleReference })
 		for _, x := range s.Lockers {
 			vs := ""
 			if x.Role == roleFencelock {
-				vs = ratio(x.GrantsPerSec, ref.GrantsPerSec)
+				vs = x.Ratio.spread()
 			}
 			var cpu, rss []string
 			for _, u := range x.Servers {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -112,28 +113,88 @@ func rwMutexRecipe() rwRecipe {
 
 // sharedResult is one row of the read-write lock or semaphore measurement.
 type sharedResult struct {
-	Recipe           string  `json:"recipe"`
-	Role             role    `json:"role"`
-	Readers          int     `json:"readers"`           // shared clients, or permit clients
-	Writers          int     `json:"writers,omitempty"` // exclusive clients
-	Limit            int     `json:"limit,omitempty"`   // the semaphore's, 0 for a read-write lock
+	Recipe           string         `json:"recipe"`
+	Role             role           `json:"role"`
+	Readers          int            `json:"readers"`           // shared clients, or permit clients
+	Writers          int            `json:"writers,omitempty"` // exclusive clients
+	Limit            int            `json:"limit,omitempty"`   // the semaphore's, 0 for a read-write lock
+	WindowSec        float64        `json:"window_sec"`
+	ReadsPerSec      float64        `json:"reads_per_sec"` // shared grants, or permits
+	WritesPerSec     float64        `json:"writes_per_sec,omitempty"`
+	GrantsPerSec     float64        `json:"grants_per_sec"`
+	WriteWait        stats          `json:"write_wait"`
+	Handoff          stats          `json:"handoff"` // from a release to the next grant that had to wait
+	MaxHolders       int            `json:"max_holders"`
+	Violations       int            `json:"violations"` // grants that broke the exclusion or the limit
+	RequestsPerGrant float64        `json:"requests_per_grant"`
+	EventsPerGrant   float64        `json:"events_per_grant"`
+	Windows          []sharedWindow `json:"windows"`
+	// Ratio compares grants_per_sec with the reference's of the same
+	// shape, window by window (read-write rows on etcd only).
+	Ratio *windowRatio `json:"ratio,omitempty"`
+	seq   []int64
+}
+
+// sharedWindow is what one window of a read-write or semaphore row
+// measured.
+type sharedWindow struct {
 	WindowSec        float64 `json:"window_sec"`
-	ReadsPerSec      float64 `json:"reads_per_sec"` // shared grants, or permits
+	ReadsPerSec      float64 `json:"reads_per_sec"`
 	WritesPerSec     float64 `json:"writes_per_sec,omitempty"`
 	GrantsPerSec     float64 `json:"grants_per_sec"`
-	WriteWait        stats   `json:"write_wait"`
-	Handoff          stats   `json:"handoff"` // from a release to the next grant that had to wait
-	MaxHolders       int     `json:"max_holders"`
-	Violations       int     `json:"violations"` // grants that broke the exclusion or the limit
+	HandoffP50       float64 `json:"handoff_p50_ms"`
 	RequestsPerGrant float64 `json:"requests_per_grant"`
 	EventsPerGrant   float64 `json:"events_per_grant"`
 }
 
+// sharedRun is the raw outcome of one window of measureShared.
+type sharedRun struct {
+	tally                  sharedTally
+	w                      windowRun
+	violations, maxHolders int
+	seq                    int64
+}
+
+// combineShared sums the windows of one recipe and shape.
+func combineShared(r rwRecipe, readers, writers, limit int, runs []sharedRun) sharedResult {
+	res := sharedResult{Recipe: r.name, Role: r.role, Readers: readers, Writers: writers, Limit: limit}
+	var all sharedTally
+	var w windowRun
+	for _, x := range runs {
+		var one sharedResult
+		x.tally.fill(&one, x.w)
+		res.Windows = append(res.Windows, sharedWindow{WindowSec: one.WindowSec, ReadsPerSec: one.ReadsPerSec, WritesPerSec: one.WritesPerSec,
+			GrantsPerSec: one.GrantsPerSec, HandoffP50: one.Handoff.P50, RequestsPerGrant: one.RequestsPerGrant, EventsPerGrant: one.EventsPerGrant})
+		res.seq = append(res.seq, x.seq)
+		res.Violations += x.violations
+		res.MaxHolders = max(res.MaxHolders, x.maxHolders)
+		all.reads, all.writes = all.reads+x.tally.reads, all.writes+x.tally.writes
+		all.writeWaits = append(all.writeWaits, x.tally.writeWaits...)
+		all.handoffs = append(all.handoffs, x.tally.handoffs...)
+		w.length += x.w.length
+		w.counts.requests += x.w.counts.requests
+		w.counts.events += x.w.counts.events
+	}
+	all.fill(&res, w)
+	return res
+}
+
+// grantsPerSec returns the per-window grants/s of x.
+func (x sharedResult) grantsPerSec() []float64 {
+	out := make([]float64, len(x.Windows))
+	for k, w := range x.Windows {
+		out[k] = w.GrantsPerSec
+	}
+	return out
+}
+
 // measureShared runs readers shared clients and writers exclusive ones on
 // one name (limit == 0), or readers permit clients of a semaphore of
-// limit, for one window. Every grant enters the row's register for the
-// whole hold, which checks the exclusion or the limit and the tokens.
-func measureShared(t *testing.T, r rwRecipe, readers, writers, limit int, at placement, cfg config) sharedResult {
+// limit, for one window (a cfg.Repeats-th of cfg.WindowSec). Every grant
+// enters the row's register for the whole hold, which checks the
+// exclusion or the limit and the tokens.
+func measureShared(t *testing.T, r rwRecipe, readers, writers, limit int, at placement, cfg config) sharedRun {
+	seq := nextWindow()
 	ctr := &counters{}
 	name := uniqueName(fmt.Sprintf("shared%d-%d-%d", readers, writers, limit))
 	cls := make([]rwClient, readers+writers)
@@ -176,16 +237,17 @@ func measureShared(t *testing.T, r rwRecipe, readers, writers, limit int, at pla
 		}
 		return nil
 	}
-	w := win.run(t, row, len(cls), ctr, cfg.warm(), cfg.window(), cancel, cycle)
+	w := win.run(t, row, len(cls), ctr, cfg.warm(), cfg.window()/time.Duration(cfg.Repeats), cancel, cycle)
 	if err := reg.err(); err != nil {
 		t.Error(err)
 	}
-	res := sharedResult{Recipe: r.name, Role: r.role, Readers: readers, Writers: writers, Limit: limit}
-	res.Violations, res.MaxHolders = reg.counts()
+	out := sharedRun{tally: tally, w: w, seq: seq}
+	out.violations, out.maxHolders = reg.counts()
+	var res sharedResult
 	tally.fill(&res, w)
 	t.Logf("%s: %.0f reads/s, %.0f writes/s, %.1f requests and %.2f events per grant, at most %d holders",
-		row, res.ReadsPerSec, res.WritesPerSec, res.RequestsPerGrant, res.EventsPerGrant, res.MaxHolders)
-	return res
+		row, res.ReadsPerSec, res.WritesPerSec, res.RequestsPerGrant, res.EventsPerGrant, out.maxHolders)
+	return out
 }
 
 // sharedTally is what measureShared counts in its window.
@@ -248,7 +310,7 @@ var (
 )
 
 // runShared measures the read-write lock rows: fencelock's, and on etcd the
-// recipe's, alternating their order between shapes.
+// recipe's, cfg.Repeats windows each in alternating order (A B, B A, ...).
 func runShared(t *testing.T, kind cluster.Kind, rs []recipe, at placement, cfg config) []sharedResult {
 	fl, ok := find(rs, func(r recipe) bool { return r.role == roleFencelock })
 	if !ok {
@@ -259,61 +321,89 @@ func runShared(t *testing.T, kind cluster.Kind, rs []recipe, at placement, cfg c
 		rws = append(rws, rwMutexRecipe())
 	}
 	var out []sharedResult
-	for i, sh := range sharedShapes {
-		order := rws
-		if i%2 == 1 {
-			order = []rwRecipe{rws[len(rws)-1]}
-			order = append(order, rws[:len(rws)-1]...)
+	for _, sh := range sharedShapes {
+		runs := make([][]sharedRun, len(rws))
+		for rep := range cfg.Repeats {
+			for _, i := range orderOf(rep, len(rws)) {
+				r := rws[i]
+				t.Run(fmt.Sprintf("%s/%dr%dw", r.name, sh.readers, sh.writers), func(t *testing.T) {
+					runs[i] = append(runs[i], measureShared(t, r, sh.readers, sh.writers, 0, at, cfg))
+				})
+			}
 		}
-		for _, r := range order {
-			t.Run(fmt.Sprintf("%s/%dr%dw", r.name, sh.readers, sh.writers), func(t *testing.T) {
-				out = append(out, measureShared(t, r, sh.readers, sh.writers, 0, at, cfg))
-			})
+		var rows []sharedResult
+		for i, r := range rws {
+			if len(runs[i]) == cfg.Repeats {
+				rows = append(rows, combineShared(r, sh.readers, sh.writers, 0, runs[i]))
+			}
 		}
+		ref, ok := find(rows, func(x sharedResult) bool { return x.Role == roleReference })
+		for i, x := range rows {
+			if ok && x.Role == roleFencelock {
+				rows[i].Ratio = pairRatio("grants_per_sec", higher, x.grantsPerSec(), ref.grantsPerSec(), x.seq, ref.seq)
+			}
+		}
+		out = append(out, rows...)
 	}
 	return out
 }
 
-// runSemaphore measures fencelock's semaphore rows. Neither etcd nor
-// go-zookeeper ships a semaphore, so there is no reference row.
+// runSemaphore measures fencelock's semaphore rows, cfg.Repeats windows
+// each, the shapes visited in alternating order. Neither etcd nor
+// go-zookeeper ships a semaphore, so there is no reference row and no
+// ratio: the windows show the spread.
 func runSemaphore(t *testing.T, kind cluster.Kind, rs []recipe, at placement, cfg config) []sharedResult {
 	fl, ok := find(rs, func(r recipe) bool { return r.role == roleFencelock })
 	if !ok {
 		t.Fatalf("no fencelock recipe for %s", kind)
 	}
 	r := fencelockRW(fl)
+	runs := make([][]sharedRun, len(semClients))
+	for rep := range cfg.Repeats {
+		for _, i := range orderOf(rep, len(semClients)) {
+			n := semClients[i]
+			t.Run(fmt.Sprintf("%s/%d", r.name, n), func(t *testing.T) {
+				runs[i] = append(runs[i], measureShared(t, r, n, 0, semLimit, at, cfg))
+			})
+		}
+	}
 	var out []sharedResult
-	for _, n := range semClients {
-		t.Run(fmt.Sprintf("%s/%d", r.name, n), func(t *testing.T) {
-			out = append(out, measureShared(t, r, n, 0, semLimit, at, cfg))
-		})
+	for i, n := range semClients {
+		if len(runs[i]) == cfg.Repeats {
+			out = append(out, combineShared(r, n, 0, semLimit, runs[i]))
+		}
 	}
 	return out
+}
+
+// grantsSpread formats the range of a row's per-window grants/s.
+func grantsSpread(x sharedResult) string {
+	g := x.grantsPerSec()
+	if len(g) < 2 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f–%.0f", slices.Min(g), slices.Max(g))
 }
 
 // printShared prints the read-write lock and semaphore tables.
 func printShared(w io.Writer, tw *tabwriter.Writer, br *backendReport, cfg config) {
 	if len(br.Shared) > 0 {
-		fmt.Fprintf(w, "\nRead-write lock, one name, each client its own connection and session, a reader or a writer throughout, holding each grant %v; %.0fs window per row:\n", holdFor, cfg.WindowSec)
-		fmt.Fprintln(tw, "readers\t writers\t recipe\t reads/s\t writes/s\t write wait p50 ms\t write wait p99 ms\t handoff p50 ms\t requests/grant\t events/grant\t max holders\t grants/s vs ref\t")
+		fmt.Fprintf(w, "\nRead-write lock, one name, each client its own connection and session, a reader or a writer throughout, holding each grant %v; %d windows of %.1fs per row (recipes in alternating order; ratios: median (min–max) over the windows):\n", holdFor, cfg.Repeats, cfg.WindowSec/float64(cfg.Repeats))
+		fmt.Fprintln(tw, "readers\t writers\t recipe\t reads/s\t writes/s\t grants/s per window\t write wait p50 ms\t write wait p99 ms\t handoff p50 ms\t requests/grant\t events/grant\t max holders\t grants/s vs ref\t")
 		for _, x := range br.Shared {
 			vs := ""
-			if x.Role == roleFencelock {
-				if r, ok := find(br.Shared, func(y sharedResult) bool {
-					return y.Role == roleReference && y.Readers == x.Readers && y.Writers == x.Writers
-				}); ok {
-					vs = ratio(x.GrantsPerSec, r.GrantsPerSec)
-				}
+			if x.Ratio != nil {
+				vs = x.Ratio.spread()
 			}
-			fmt.Fprintf(tw, "%d\t %d\t %s\t %.0f\t %.0f\t %.1f\t %.1f\t %.1f\t %.1f\t %.2f\t %d\t %s\t\n", x.Readers, x.Writers, x.Recipe, x.ReadsPerSec, x.WritesPerSec, x.WriteWait.P50, x.WriteWait.P99, x.Handoff.P50, x.RequestsPerGrant, x.EventsPerGrant, x.MaxHolders, vs)
+			fmt.Fprintf(tw, "%d\t %d\t %s\t %.0f\t %.0f\t %s\t %.1f\t %.1f\t %.1f\t %.1f\t %.2f\t %d\t %s\t\n", x.Readers, x.Writers, x.Recipe, x.ReadsPerSec, x.WritesPerSec, grantsSpread(x), x.WriteWait.P50, x.WriteWait.P99, x.Handoff.P50, x.RequestsPerGrant, x.EventsPerGrant, x.MaxHolders, vs)
 		}
 		tw.Flush()
 	}
 	if len(br.Semaphore) > 0 {
-		fmt.Fprintf(w, "\nSemaphore of limit %d, one name, each client its own connection and session, holding each permit %v; %.0fs window per row (no reference: neither client library has a semaphore):\n", semLimit, holdFor, cfg.WindowSec)
-		fmt.Fprintln(tw, "clients\t waiters\t recipe\t grants/s\t handoff p50 ms\t handoff p99 ms\t requests/grant\t events/grant\t max holders\t")
+		fmt.Fprintf(w, "\nSemaphore of limit %d, one name, each client its own connection and session, holding each permit %v; %d windows of %.1fs per row, the rows in alternating order (no reference: neither client library has a semaphore):\n", semLimit, holdFor, cfg.Repeats, cfg.WindowSec/float64(cfg.Repeats))
+		fmt.Fprintln(tw, "clients\t waiters\t recipe\t grants/s\t grants/s per window\t handoff p50 ms\t handoff p99 ms\t requests/grant\t events/grant\t max holders\t")
 		for _, x := range br.Semaphore {
-			fmt.Fprintf(tw, "%d\t %d\t %s\t %.0f\t %.1f\t %.1f\t %.1f\t %.2f\t %d\t\n", x.Readers, x.Readers-x.Limit, x.Recipe, x.GrantsPerSec, x.Handoff.P50, x.Handoff.P99, x.RequestsPerGrant, x.EventsPerGrant, x.MaxHolders)
+			fmt.Fprintf(tw, "%d\t %d\t %s\t %.0f\t %s\t %.1f\t %.1f\t %.1f\t %.2f\t %d\t\n", x.Readers, x.Readers-x.Limit, x.Recipe, x.GrantsPerSec, grantsSpread(x), x.Handoff.P50, x.Handoff.P99, x.RequestsPerGrant, x.EventsPerGrant, x.MaxHolders)
 		}
 		tw.Flush()
 	}

@@ -36,8 +36,19 @@ import (
 
 const tlsPrefix = "benchtls"
 
-// measureTLS runs the rows above; plainAt places the plain rows.
-func measureTLS(t *testing.T, plainAt placement, cfg config) []uncontendedResult {
+// tlsRows measures rs, the plain row first, in interleaved rounds and
+// sets each secured row's ratio to the plain one's p50.
+func tlsRows(t *testing.T, rs []recipe, plainAt placement, cfg config) []uncontendedResult {
+	rows := measureUncontended(t, rs, plainAt, cfg)
+	for i := 1; i < len(rows); i++ {
+		rows[i].Ratio = rows[i].ratioTo(rows[0], "p50_ms", lower)
+	}
+	return rows
+}
+
+// etcdTLSRecipes starts the secured etcd cluster and returns the rows
+// above as recipes, the plain one first.
+func etcdTLSRecipes(t *testing.T) []recipe {
 	sec := cluster.NewEtcdSecurity(t)
 	sc := cluster.FromEnv(t).Start(t, cluster.Etcd, cluster.WithEtcdSecurity(sec))
 	pw := cluster.RandomSecret()
@@ -104,10 +115,10 @@ func measureTLS(t *testing.T, plainAt placement, cfg config) []uncontendedResult
 			},
 		},
 	}
-	return measureUncontended(t, rs, plainAt, cfg)
+	return rs
 }
 
-// measureZKTLS is measureTLS for ZooKeeper: the plain zklock row of the
+// zkTLSRecipes is etcdTLSRecipes for ZooKeeper: the plain zklock row of the
 // run's ensemble against a second ensemble with a TLS client port per
 // server (client certificates required; quorum traffic stays plain) and
 // digest credentials, whose ACLs then guard every znode the Locker
@@ -115,7 +126,7 @@ func measureTLS(t *testing.T, plainAt placement, cfg config) []uncontendedResult
 // WithDigest; and lock.Open from a URL with the certificate files, the
 // user and password_env. Requests are not counted on the TLS rows (the
 // counting dialer reads frames of the plain protocol).
-func measureZKTLS(t *testing.T, plainAt placement, cfg config) []uncontendedResult {
+func zkTLSRecipes(t *testing.T) []recipe {
 	ca, err := certs.NewAuthority(t.TempDir(), "benchzk")
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +201,7 @@ func measureZKTLS(t *testing.T, plainAt placement, cfg config) []uncontendedResu
 			},
 		},
 	}
-	return measureUncontended(t, rs, plainAt, cfg)
+	return rs
 }
 
 // openConn is a Locker that owns its client.
@@ -199,8 +210,7 @@ type openConn struct{ l lock.Locker }
 func (c openConn) client() (client, error) { return lockerClient{c.l}, nil }
 func (c openConn) close() error            { return c.l.Close() }
 
-// printTLS prints the rows of measureTLS or measureZKTLS, each against
-// the plain row.
+// printTLS prints the rows of tlsRows, each against the plain row.
 func printTLS(w io.Writer, kind cluster.Kind, rows []uncontendedResult, cfg config) {
 	if len(rows) == 0 {
 		return
@@ -209,7 +219,7 @@ func printTLS(w io.Writer, kind cluster.Kind, rows []uncontendedResult, cfg conf
 	if kind == cluster.ZooKeeper {
 		secured = "one with a TLS client port (client certificates required) and digest credentials with ACLs"
 	}
-	fmt.Fprintf(w, "\nTLS cost: uncontended acquire+release, 1 client connected to a follower, plain cluster vs %s, %d cycles each (%d interleaved rounds):\n", secured, cfg.Rounds*cfg.Cycles, cfg.Rounds)
+	fmt.Fprintf(w, "\nTLS cost: uncontended acquire+release, 1 client connected to a follower, plain cluster vs %s, %d cycles each (%d rounds in alternating order; ratios: median (min–max) over the rounds):\n", secured, cfg.Rounds*cfg.Cycles, cfg.Rounds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "recipe\t p50 ms\t p99 ms\t cycles/s\t requests/cycle\t client CPU µs/cycle\t p50 vs plain\t cycles/s vs plain\t")
 	base := rows[0]
@@ -218,8 +228,11 @@ func printTLS(w io.Writer, kind cluster.Kind, rows []uncontendedResult, cfg conf
 		if strings.HasPrefix(u.Recipe, "lock.Open") || u.Recipe == "zklock, TLS+digest" {
 			reqs = "-"
 		}
-		fmt.Fprintf(tw, "%s\t %.2f\t %.2f\t %.0f\t %s\t %.0f\t %s\t %s\t\n", u.Recipe, u.Latency.P50, u.Latency.P99, u.CyclesPerSec, reqs, u.ClientCPUUs,
-			ratio(u.Latency.P50, base.Latency.P50), ratio(u.CyclesPerSec, base.CyclesPerSec))
+		vsP50, vsRate := "", ""
+		if u.Ratio != nil {
+			vsP50, vsRate = u.Ratio.spread(), u.ratioTo(base, "cycles_per_sec", higher).spread()
+		}
+		fmt.Fprintf(tw, "%s\t %.2f\t %.2f\t %.0f\t %s\t %.0f\t %s\t %s\t\n", u.Recipe, u.Latency.P50, u.Latency.P99, u.CyclesPerSec, reqs, u.ClientCPUUs, vsP50, vsRate)
 	}
 	tw.Flush()
 }
