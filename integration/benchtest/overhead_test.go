@@ -53,6 +53,12 @@ type overheadResult struct {
 	BlockCycles int     `json:"block_cycles"`
 	Sec         float64 `json:"sec"`         // how long the measurement ran
 	CapReached  bool    `json:"cap_reached"` // it stopped at cfg.OverheadCapSec
+	// The same from the blocks' median cycle times, which the tail of
+	// the cycle times (a loaded machine's scheduling delays) moves less:
+	// for reading next to the mean's, not a stopping rule.
+	P50Ratio float64 `json:"p50_ratio"`
+	P50Low   float64 `json:"p50_ci95_low"`
+	P50High  float64 `json:"p50_ci95_high"`
 	// Rows are the off and on sides, in windows of quadsPerWindow
 	// four-block sequences; the on row's ratio is taken window by window.
 	Rows []uncontendedResult `json:"rows"`
@@ -77,6 +83,7 @@ func measureOverhead(t *testing.T, what string, off, on overheadSide, at placeme
 		lat  []time.Duration // every cycle
 		win  []time.Duration // this window's cycles
 		wins []uncontendedWindow
+		cpu  time.Duration // this process's CPU time during the side's blocks
 	}
 	sides := [2]*side{{overheadSide: off}, {overheadSide: on}}
 	cycle := func(s *side) time.Duration {
@@ -99,16 +106,20 @@ func measureOverhead(t *testing.T, what string, off, on overheadSide, at placeme
 			cycle(s)
 		}
 	}
-	block := func(s *side) time.Duration {
+	// block runs a block of s and returns its total and median cycle
+	// time.
+	block := func(s *side) (time.Duration, float64) {
 		var sum time.Duration
+		cpu0 := processCPU()
 		for range cfg.OverheadBlock {
 			d := cycle(s)
 			s.lat, s.win = append(s.lat, d), append(s.win, d)
 			sum += d
 		}
-		return sum
+		s.cpu += processCPU() - cpu0
+		return sum, summarize(s.win[len(s.win)-cfg.OverheadBlock:]).P50
 	}
-	var pairs, perWindow []float64
+	var pairs, p50Pairs, perWindow []float64
 	res := overheadResult{What: what, Metric: "mean_ms", BlockCycles: cfg.OverheadBlock}
 	start := time.Now()
 	for quad := 0; ; {
@@ -119,15 +130,17 @@ func measureOverhead(t *testing.T, what string, off, on overheadSide, at placeme
 				seq = []int{1, 0, 0, 1}
 			}
 			var d [4]time.Duration
+			var p50 [4]float64
 			for k, i := range seq {
-				d[k] = block(sides[i])
+				d[k], p50[k] = block(sides[i])
 			}
 			for k := 0; k < 4; k += 2 {
-				offD, onD := d[k], d[k+1]
+				off, on := k, k+1
 				if seq[k] == 1 {
-					offD, onD = onD, offD
+					off, on = on, off
 				}
-				pairs = append(pairs, float64(onD)/float64(offD))
+				pairs = append(pairs, float64(d[on])/float64(d[off]))
+				p50Pairs = append(p50Pairs, p50[on]/p50[off])
 			}
 			for _, s := range sides {
 				if s.between != nil {
@@ -157,13 +170,16 @@ func measureOverhead(t *testing.T, what string, off, on overheadSide, at placeme
 		}
 	}
 	res.Sec = time.Since(start).Seconds()
+	res.P50Ratio, res.P50Low, res.P50High, _ = logRatioCI(p50Pairs)
 	for _, s := range sides {
 		sum := summarize(s.lat)
-		res.Rows = append(res.Rows, uncontendedResult{Recipe: s.r.name, Role: s.r.role, Latency: sum, CyclesPerSec: 1000 / sum.Mean, Windows: s.wins})
+		res.Rows = append(res.Rows, uncontendedResult{Recipe: s.r.name, Role: s.r.role, Latency: sum, CyclesPerSec: 1000 / sum.Mean,
+			ClientCPUUs: float64(s.cpu/time.Microsecond) / float64(len(s.lat)), Windows: s.wins})
 	}
 	res.Rows[1].Ratio = &windowRatio{Metric: "mean_ms", Better: lower, PerWindow: perWindow, Order: slices.Repeat([]string{"ABBA"}, len(perWindow)),
 		Median: median(perWindow), Min: slices.Min(perWindow), Max: slices.Max(perWindow)}
-	t.Logf("%s overhead: %.4f× [%.4f, %.4f] from %d block pairs in %.0fs (%s)", what, res.Ratio, res.Low, res.High, res.Pairs, res.Sec, verdict1pct(res.Met))
+	t.Logf("%s overhead: %.4f× [%.4f, %.4f] from %d block pairs in %.0fs (%s); block medians %.4f× [%.4f, %.4f]",
+		what, res.Ratio, res.Low, res.High, res.Pairs, res.Sec, verdict1pct(res.Met), res.P50Ratio, res.P50Low, res.P50High)
 	return res
 }
 
@@ -242,15 +258,15 @@ func printOverheads(w io.Writer, rows []overheadResult) {
 	}
 	fmt.Fprintf(w, "\nOverheads: uncontended acquire+release, 1 client per side on the same follower, blocks of %d cycles in A B B A / B A A B order until the 95%% interval is within ±1%% (or the cap); ratio of mean cycle time on/off, geometric mean over adjacent block pairs, Student t-interval on their logarithms:\n", rows[0].BlockCycles)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "what\t off\t on\t off mean ms\t on mean ms\t ratio\t 95% interval\t ±%\t pairs\t s\t per window\t within ±1%\t")
+	fmt.Fprintln(tw, "what\t off\t on\t off mean ms\t on mean ms\t client CPU µs/cycle off → on\t ratio\t 95% interval\t ±%\t pairs\t s\t per window\t within ±1%\t block medians: ratio\t 95% interval\t")
 	for _, o := range rows {
 		half := 100 * overheadHalfWidth(o)
 		met := "yes"
 		if !o.Met {
 			met = "NO (cap)"
 		}
-		fmt.Fprintf(tw, "%s\t %s\t %s\t %.3f\t %.3f\t %.4f×\t %.4f–%.4f\t %.2f\t %d\t %.0f\t %s\t %s\t\n", o.What, o.Rows[0].Recipe, o.Rows[1].Recipe,
-			o.Rows[0].Latency.Mean, o.Rows[1].Latency.Mean, o.Ratio, o.Low, o.High, half, o.Pairs, o.Sec, o.Rows[1].Ratio.spread(), met)
+		fmt.Fprintf(tw, "%s\t %s\t %s\t %.3f\t %.3f\t %.0f → %.0f\t %.4f×\t %.4f–%.4f\t %.2f\t %d\t %.0f\t %s\t %s\t %.4f×\t %.4f–%.4f\t\n", o.What, o.Rows[0].Recipe, o.Rows[1].Recipe,
+			o.Rows[0].Latency.Mean, o.Rows[1].Latency.Mean, o.Rows[0].ClientCPUUs, o.Rows[1].ClientCPUUs, o.Ratio, o.Low, o.High, half, o.Pairs, o.Sec, o.Rows[1].Ratio.spread(), met, o.P50Ratio, o.P50Low, o.P50High)
 	}
 	tw.Flush()
 	for _, o := range rows {
