@@ -144,9 +144,9 @@ type uncontendedResult struct {
 	ClientCPUUs      float64 `json:"client_cpu_us_per_cycle"` // CPU time of this process (all goroutines)
 	// Windows are the rounds, one figure set each.
 	Windows []uncontendedWindow `json:"windows"`
-	// Ratio compares the row with the reference (p50_ms), or with the
-	// plain row (TLS) or the same recipe without the feature
-	// (observability); RatioFloor compares it with the floor.
+	// Ratio compares the row with the reference's p50_ms, a TLS row with
+	// the plain row's, or an overhead's on row with its off row's
+	// mean_ms; RatioFloor compares a row with the floor's p50_ms.
 	Ratio      *windowRatio `json:"ratio,omitempty"`
 	RatioFloor *windowRatio `json:"ratio_floor,omitempty"`
 	seq        []int64      // when each window started (windowSeq)

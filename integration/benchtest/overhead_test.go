@@ -72,112 +72,143 @@ type overheadSide struct {
 	between func()
 }
 
+// abSide is one side of a running overhead measurement.
+type abSide struct {
+	overheadSide
+	cl   client
+	name string
+	lat  []time.Duration // every cycle
+	win  []time.Duration // this window's cycles
+	wins []uncontendedWindow
+	cpu  time.Duration // this process's CPU time during the side's blocks
+}
+
+// cycle acquires and releases s's lock once and returns how long it took.
+func (s *abSide) cycle(t *testing.T) time.Duration {
+	ctx := context.Background()
+	start := time.Now()
+	rel, err := s.cl.acquire(ctx, s.name)
+	if err != nil {
+		t.Fatalf("%s: acquire(%q) = %v; want nil", s.r.name, s.name, err)
+	}
+	if err := rel(ctx); err != nil {
+		t.Fatalf("%s: release(%q) = %v; want nil", s.r.name, s.name, err)
+	}
+	return time.Since(start)
+}
+
+// block runs n cycles of s and returns their total and median time.
+func (s *abSide) block(t *testing.T, n int) (time.Duration, float64) {
+	var sum time.Duration
+	cpu0 := processCPU()
+	for range n {
+		d := s.cycle(t)
+		s.lat, s.win = append(s.lat, d), append(s.win, d)
+		sum += d
+	}
+	s.cpu += processCPU() - cpu0
+	return sum, summarize(s.win[len(s.win)-n:]).P50
+}
+
+// abRun is a running overhead measurement: sides[0] is off, sides[1] on.
+type abRun struct {
+	sides                      [2]*abSide
+	pairs, p50Pairs, perWindow []float64
+}
+
+// quad runs four blocks, A B B A for an even q and B A A B for an odd
+// one, and adds their two pairs.
+func (a *abRun) quad(t *testing.T, q, cycles int) {
+	seq := []int{0, 1, 1, 0}
+	if q%2 == 1 {
+		seq = []int{1, 0, 0, 1}
+	}
+	var d [4]time.Duration
+	var p50 [4]float64
+	for k, i := range seq {
+		d[k], p50[k] = a.sides[i].block(t, cycles)
+	}
+	for k := 0; k < 4; k += 2 {
+		off, on := k, k+1
+		if seq[k] == 1 {
+			off, on = on, off
+		}
+		a.pairs = append(a.pairs, float64(d[on])/float64(d[off]))
+		a.p50Pairs = append(a.p50Pairs, p50[on]/p50[off])
+	}
+	for _, s := range a.sides {
+		if s.between != nil {
+			s.between()
+		}
+	}
+}
+
+// endWindow closes a window of both rows.
+func (a *abRun) endWindow() {
+	for _, s := range a.sides {
+		sum := summarize(s.win)
+		s.wins = append(s.wins, uncontendedWindow{Cycles: len(s.win), P50: sum.P50, Mean: sum.Mean, CyclesPerSec: 1000 / sum.Mean})
+		s.win = s.win[:0]
+	}
+	off, on := a.sides[0].wins, a.sides[1].wins
+	a.perWindow = append(a.perWindow, on[len(on)-1].Mean/off[len(off)-1].Mean)
+}
+
+// rows returns the off and on rows, the on row with its ratio per window.
+func (a *abRun) rows() []uncontendedResult {
+	var rows []uncontendedResult
+	for _, s := range a.sides {
+		sum := summarize(s.lat)
+		rows = append(rows, uncontendedResult{Recipe: s.r.name, Role: s.r.role, Latency: sum, CyclesPerSec: 1000 / sum.Mean,
+			ClientCPUUs: float64(s.cpu/time.Microsecond) / float64(len(s.lat)), Windows: s.wins})
+	}
+	pw := a.perWindow
+	rows[1].Ratio = &windowRatio{Metric: "mean_ms", Better: lower, PerWindow: pw, Order: slices.Repeat([]string{"ABBA"}, len(pw)),
+		Median: median(pw), Min: slices.Min(pw), Max: slices.Max(pw)}
+	return rows
+}
+
 // measureOverhead measures the overhead what of on against off, as the
 // comment at the top of this file says.
 func measureOverhead(t *testing.T, what string, off, on overheadSide, at placement, cfg config) overheadResult {
-	ctx := context.Background()
-	type side struct {
-		overheadSide
-		cl   client
-		name string
-		lat  []time.Duration // every cycle
-		win  []time.Duration // this window's cycles
-		wins []uncontendedWindow
-		cpu  time.Duration // this process's CPU time during the side's blocks
-	}
-	sides := [2]*side{{overheadSide: off}, {overheadSide: on}}
-	cycle := func(s *side) time.Duration {
-		start := time.Now()
-		rel, err := s.cl.acquire(ctx, s.name)
-		if err != nil {
-			t.Fatalf("%s: acquire(%q) = %v; want nil", s.r.name, s.name, err)
-		}
-		if err := rel(ctx); err != nil {
-			t.Fatalf("%s: release(%q) = %v; want nil", s.r.name, s.name, err)
-		}
-		return time.Since(start)
-	}
-	for _, s := range sides {
+	a := &abRun{sides: [2]*abSide{{overheadSide: off}, {overheadSide: on}}}
+	for _, s := range a.sides {
 		s.cl = newClient(t, s.r, dial(t, s.r, at.follower, nil, cfg.ttl()))
 		s.name = uniqueName("overhead-" + what)
 	}
 	for range cfg.WarmCycles {
-		for _, s := range sides {
-			cycle(s)
+		for _, s := range a.sides {
+			s.cycle(t)
 		}
 	}
-	// block runs a block of s and returns its total and median cycle
-	// time.
-	block := func(s *side) (time.Duration, float64) {
-		var sum time.Duration
-		cpu0 := processCPU()
-		for range cfg.OverheadBlock {
-			d := cycle(s)
-			s.lat, s.win = append(s.lat, d), append(s.win, d)
-			sum += d
-		}
-		s.cpu += processCPU() - cpu0
-		return sum, summarize(s.win[len(s.win)-cfg.OverheadBlock:]).P50
-	}
-	var pairs, p50Pairs, perWindow []float64
 	res := overheadResult{What: what, Metric: "mean_ms", BlockCycles: cfg.OverheadBlock}
 	start := time.Now()
-	for quad := 0; ; {
+	for q := 0; ; {
 		for range quadsPerWindow {
-			// A B B A, then B A A B: 0 is off, 1 is on.
-			seq := []int{0, 1, 1, 0}
-			if quad%2 == 1 {
-				seq = []int{1, 0, 0, 1}
-			}
-			var d [4]time.Duration
-			var p50 [4]float64
-			for k, i := range seq {
-				d[k], p50[k] = block(sides[i])
-			}
-			for k := 0; k < 4; k += 2 {
-				off, on := k, k+1
-				if seq[k] == 1 {
-					off, on = on, off
-				}
-				pairs = append(pairs, float64(d[on])/float64(d[off]))
-				p50Pairs = append(p50Pairs, p50[on]/p50[off])
-			}
-			for _, s := range sides {
-				if s.between != nil {
-					s.between()
-				}
-			}
-			quad++
+			a.quad(t, q, cfg.OverheadBlock)
+			q++
 		}
-		for _, s := range sides {
-			sum := summarize(s.win)
-			s.wins = append(s.wins, uncontendedWindow{Cycles: len(s.win), P50: sum.P50, Mean: sum.Mean, CyclesPerSec: 1000 / sum.Mean})
-			s.win = s.win[:0]
-		}
-		perWindow = append(perWindow, sides[1].wins[len(sides[1].wins)-1].Mean/sides[0].wins[len(sides[0].wins)-1].Mean)
-		r, lo, hi, ok := logRatioCI(pairs)
+		a.endWindow()
+		r, lo, hi, ok := logRatioCI(a.pairs)
 		if !ok {
-			t.Fatalf("%s overhead: no interval from %d block pairs", what, len(pairs))
+			t.Fatalf("%s overhead: no interval from %d block pairs", what, len(a.pairs))
 		}
-		res.Ratio, res.Low, res.High, res.Pairs = r, lo, hi, len(pairs)
+		res.Ratio, res.Low, res.High, res.Pairs = r, lo, hi, len(a.pairs)
 		res.Met = within1pct(r, lo, hi)
-		if len(perWindow) >= cfg.Repeats && len(pairs) >= minOverheadPairs && res.Met {
+		if len(a.perWindow) < cfg.Repeats || len(a.pairs) < minOverheadPairs {
+			continue
+		}
+		if res.Met {
 			break
 		}
-		if time.Since(start) >= secs(cfg.OverheadCapSec) && len(perWindow) >= cfg.Repeats {
+		if time.Since(start) >= secs(cfg.OverheadCapSec) {
 			res.CapReached = true
 			break
 		}
 	}
 	res.Sec = time.Since(start).Seconds()
-	res.P50Ratio, res.P50Low, res.P50High, _ = logRatioCI(p50Pairs)
-	for _, s := range sides {
-		sum := summarize(s.lat)
-		res.Rows = append(res.Rows, uncontendedResult{Recipe: s.r.name, Role: s.r.role, Latency: sum, CyclesPerSec: 1000 / sum.Mean,
-			ClientCPUUs: float64(s.cpu/time.Microsecond) / float64(len(s.lat)), Windows: s.wins})
-	}
-	res.Rows[1].Ratio = &windowRatio{Metric: "mean_ms", Better: lower, PerWindow: perWindow, Order: slices.Repeat([]string{"ABBA"}, len(perWindow)),
-		Median: median(perWindow), Min: slices.Min(perWindow), Max: slices.Max(perWindow)}
+	res.P50Ratio, res.P50Low, res.P50High, _ = logRatioCI(a.p50Pairs)
+	res.Rows = a.rows()
 	t.Logf("%s overhead: %.4f× [%.4f, %.4f] from %d block pairs in %.0fs (%s); block medians %.4f× [%.4f, %.4f]",
 		what, res.Ratio, res.Low, res.High, res.Pairs, res.Sec, verdict1pct(res.Met), res.P50Ratio, res.P50Low, res.P50High)
 	return res
