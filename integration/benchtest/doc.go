@@ -46,9 +46,9 @@
 // cycles in the order A B B A, B A A B, ...; each two adjacent blocks are
 // a pair, the ratio is the geometric mean of the pairs' ratios of mean
 // cycle time, and its 95% interval a Student t-interval on their
-// logarithms. It runs until the interval is within ±1% of the ratio or
-// 60s pass (FENCELOCK_BENCH_OVERHEAD_CAP, in seconds), and reports the
-// interval and "met_1pct" either way.
+// logarithms (blocks' medians and client CPU per cycle beside it). It
+// runs until the interval is within ±1% of the ratio or 60s pass
+// (FENCELOCK_BENCH_OVERHEAD_CAP, seconds); "met_1pct" says which.
 //
 // Single-client measurements connect every recipe to the same follower,
 // the i-th client of a many-client one to member i mod 3 (a ZooKeeper
