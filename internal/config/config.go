@@ -219,6 +219,9 @@ func Outcome(ctx context.Context, err error) string {
 // lost: "" for its own Release, the reason err was tagged with
 // (telemetry.WithReason), telemetry.Deleted for an untagged loss.
 func EndReason(err error) string {
+	if err == nil {
+		return ""
+	}
 	if r := telemetry.ReasonOf(err); r != "" {
 		return r
 	}

@@ -132,7 +132,9 @@ func TestOutcomeAndEndReason(t *testing.T) {
 		err  error
 		want string
 	}{
+		{nil, ""},
 		{sentinel.Released, ""},
+		{fmt.Errorf("lease %q (token %d): %w", "a", 7, sentinel.Released), ""},
 		{fmt.Errorf("lease: %w", telemetry.WithReason(telemetry.Expired, fmt.Errorf("%w: gone", sentinel.Lost))), telemetry.Expired},
 		{telemetry.WithReason(telemetry.Closed, fmt.Errorf("%w: locker closed", sentinel.Released)), telemetry.Closed},
 		{fmt.Errorf("%w: untagged", sentinel.Lost), telemetry.Deleted},
