@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -184,10 +185,33 @@ type Telemetry struct {
 	tracer   trace.Tracer // nil: no spans
 	instruments
 
-	// decisionOpts caches the attributes of Decide, which runs on a
-	// resource's hot path: by helper and decision.
-	decisionMu   sync.RWMutex
-	decisionOpts map[[2]string]metric.MeasurementOption
+	// sets holds the attribute sets measured so far, as options (a
+	// setKey's *options), so that a measurement neither builds nor
+	// sorts one: the sets without a mapped name are few (their
+	// attributes are this package's words and the callers' kinds and
+	// helpers); named counts those with one, which stop being kept
+	// at about maxNamed.
+	sets  sync.Map
+	named atomic.Int64
+}
+
+// maxNamed bounds the attribute sets with a mapped name a Telemetry keeps:
+// a mapping may give every lock its own value.
+const maxNamed = 1024
+
+// setKey names an attribute set: the backend's, up to two more
+// attributes (k1 and k2, when not ""), and the mapped name under nameKey
+// (when name is not "").
+type setKey struct {
+	k1, k2, nameKey attribute.Key
+	v1, v2, name    string
+}
+
+// options are an attribute set as the options of Add and of Record,
+// ready to be passed on without allocating.
+type options struct {
+	add []metric.AddOption
+	rec []metric.RecordOption
 }
 
 // instruments are a Telemetry's metric instruments, one per metric;
@@ -271,20 +295,54 @@ func New(backend string, cfg Config) (*Telemetry, error) {
 // Metrics reports whether t records metrics.
 func (t *Telemetry) Metrics() bool { return t != nil && t.meter }
 
-// attrs returns the attributes common to a component's measurements plus
-// extra and, when the user maps names, the mapped name under key.
-func (t *Telemetry) attrs(key attribute.Key, name string, extra ...attribute.KeyValue) metric.MeasurementOption {
-	kv := make([]attribute.KeyValue, 0, len(extra)+2)
+// label returns the value of the attribute that the user maps name to,
+// or "" for none.
+func (t *Telemetry) label(name string) string {
+	if t.nameAttr == nil || name == "" {
+		return ""
+	}
+	return t.nameAttr(name)
+}
+
+// opts returns the options of the attribute set k names, built once.
+func (t *Telemetry) opts(k setKey) *options {
+	if k.name == "" {
+		k.nameKey = ""
+	}
+	if o, ok := t.sets.Load(k); ok {
+		return o.(*options)
+	}
+	kv := make([]attribute.KeyValue, 0, 4)
 	if t.backend != "" {
 		kv = append(kv, KeyBackend.String(t.backend))
 	}
-	kv = append(kv, extra...)
-	if t.nameAttr != nil && name != "" {
-		if v := t.nameAttr(name); v != "" {
-			kv = append(kv, key.String(v))
-		}
+	if k.k1 != "" {
+		kv = append(kv, k.k1.String(k.v1))
 	}
-	return metric.WithAttributeSet(attribute.NewSet(kv...))
+	if k.k2 != "" {
+		kv = append(kv, k.k2.String(k.v2))
+	}
+	if k.name != "" {
+		kv = append(kv, k.nameKey.String(k.name))
+	}
+	opt := metric.WithAttributeSet(attribute.NewSet(kv...))
+	o := &options{add: []metric.AddOption{opt}, rec: []metric.RecordOption{opt}}
+	if k.name != "" && t.named.Load() >= maxNamed {
+		return o
+	}
+	if prev, loaded := t.sets.LoadOrStore(k, o); loaded {
+		return prev.(*options)
+	}
+	if k.name != "" {
+		t.named.Add(1)
+	}
+	return o
+}
+
+// leaseOpts returns the options of a lease's attributes: its kind, its
+// mapped name (label) and, when key is not "", key=val.
+func (t *Telemetry) leaseOpts(kind, label string, key attribute.Key, val string) *options {
+	return t.opts(setKey{k1: KeyKind, v1: kind, k2: key, v2: val, nameKey: KeyLock, name: label})
 }
 
 // span starts a span named name when spans are on; otherwise it returns
@@ -325,8 +383,9 @@ type Acquire struct {
 	ctx   context.Context
 	span  trace.Span
 	start time.Time
-	name  string
+	label string // the mapped name
 	kind  string
+	base  *options // kind and label; nil with metrics off
 	wait  bool
 }
 
@@ -337,10 +396,18 @@ func (t *Telemetry) StartAcquire(ctx context.Context, name, kind string, wait bo
 	if t == nil {
 		return ctx, Acquire{}
 	}
-	ctx, sp := t.span(ctx, "fencelock.acquire", name, KeyKind.String(kind), attribute.Bool("fencelock.wait", wait))
-	a := Acquire{t: t, ctx: ctx, span: sp, start: time.Now(), name: name, kind: kind, wait: wait}
-	if t.meter && wait {
-		t.waiting.Add(ctx, 1, t.attrs(KeyLock, name, KeyKind.String(kind)))
+	// The span's attributes are built only for a span: they escape.
+	var sp trace.Span
+	if t.tracer != nil {
+		ctx, sp = t.span(ctx, "fencelock.acquire", name, KeyKind.String(kind), attribute.Bool("fencelock.wait", wait))
+	}
+	a := Acquire{t: t, ctx: ctx, span: sp, start: time.Now(), kind: kind, wait: wait}
+	if t.meter {
+		a.label = t.label(name)
+		a.base = t.leaseOpts(kind, a.label, "", "")
+		if wait {
+			t.waiting.Add(ctx, 1, a.base.add...)
+		}
 	}
 	return ctx, a
 }
@@ -356,29 +423,31 @@ func (a Acquire) End(outcome string, token uint64, err error) Hold {
 	now := time.Now()
 	if t.meter {
 		if a.wait {
-			t.waiting.Add(a.ctx, -1, t.attrs(KeyLock, a.name, KeyKind.String(a.kind)))
+			t.waiting.Add(a.ctx, -1, a.base.add...)
 		}
-		t.acquireDur.Record(a.ctx, now.Sub(a.start).Seconds(), t.attrs(KeyLock, a.name, KeyKind.String(a.kind), KeyOutcome.String(outcome)))
+		t.acquireDur.Record(a.ctx, now.Sub(a.start).Seconds(), t.leaseOpts(a.kind, a.label, KeyOutcome, outcome).rec...)
 	}
-	if outcome == Granted {
+	switch {
+	case a.span == nil:
+	case outcome == Granted:
 		endSpan(a.span, nil, KeyOutcome.String(outcome), KeyToken.Int64(int64(token)))
-	} else {
+	default:
 		endSpan(a.span, err, KeyOutcome.String(outcome))
 	}
 	if outcome != Granted {
 		return Hold{}
 	}
 	if t.meter {
-		t.held.Add(a.ctx, 1, t.attrs(KeyLock, a.name, KeyKind.String(a.kind)))
+		t.held.Add(a.ctx, 1, a.base.add...)
 	}
-	return Hold{t: t, start: now, name: a.name, kind: a.kind}
+	return Hold{t: t, start: now, label: a.label, kind: a.kind}
 }
 
 // Hold is one granted lease; the zero Hold records nothing.
 type Hold struct {
 	t     *Telemetry
 	start time.Time
-	name  string
+	label string // the mapped name
 	kind  string
 }
 
@@ -392,9 +461,9 @@ func (h Hold) End(reason string) {
 		return
 	}
 	ctx := context.Background()
-	kind := KeyKind.String(h.kind)
-	t.held.Add(ctx, -1, t.attrs(KeyLock, h.name, kind))
-	t.holdDur.Record(ctx, time.Since(h.start).Seconds(), t.attrs(KeyLock, h.name, kind))
+	o := t.leaseOpts(h.kind, h.label, "", "")
+	t.held.Add(ctx, -1, o.add...)
+	t.holdDur.Record(ctx, time.Since(h.start).Seconds(), o.rec...)
 	h.Lost(reason)
 }
 
@@ -407,7 +476,7 @@ func (h Hold) Counts() bool { return h.t != nil && h.t.meter }
 // Lost counts the lease as lost for reason; "" counts nothing.
 func (h Hold) Lost(reason string) {
 	if t := h.t; t != nil && t.meter && reason != "" {
-		t.lost.Add(context.Background(), 1, t.attrs(KeyLock, h.name, KeyKind.String(h.kind), KeyReason.String(reason)))
+		t.lost.Add(context.Background(), 1, t.leaseOpts(h.kind, h.label, KeyReason, reason).add...)
 	}
 }
 
@@ -424,7 +493,7 @@ func (t *Telemetry) StartRelease(ctx context.Context, name string, token uint64)
 // SessionStarted counts a session begun.
 func (t *Telemetry) SessionStarted() {
 	if t.Metrics() {
-		t.sessStarts.Add(context.Background(), 1, t.attrs("", ""))
+		t.sessStarts.Add(context.Background(), 1, t.opts(setKey{}).add...)
 	}
 }
 
@@ -432,7 +501,7 @@ func (t *Telemetry) SessionStarted() {
 // reason.
 func (t *Telemetry) SessionEnded(reason string) {
 	if t.Metrics() {
-		t.sessEnds.Add(context.Background(), 1, t.attrs("", "", KeyReason.String(reason)))
+		t.sessEnds.Add(context.Background(), 1, t.opts(setKey{k1: KeyReason, v1: reason}).add...)
 	}
 }
 
@@ -446,7 +515,10 @@ func (t *Telemetry) StartWrite(ctx context.Context, helper, lockName string, tok
 	if t == nil {
 		return ctx, Write{}
 	}
-	ctx, sp := t.span(ctx, "fencelock.fenced_write", lockName, KeyHelper.String(helper), KeyToken.Int64(int64(token)))
+	var sp trace.Span
+	if t.tracer != nil {
+		ctx, sp = t.span(ctx, "fencelock.fenced_write", lockName, KeyHelper.String(helper), KeyToken.Int64(int64(token)))
+	}
 	return ctx, Write{t: t, ctx: ctx, span: sp, helper: helper}
 }
 
@@ -467,9 +539,11 @@ func (w Write) End(decision string, err error) {
 	if decision != "" {
 		w.t.Decide(w.ctx, w.helper, decision)
 	}
-	if decision != "" {
+	switch {
+	case w.span == nil:
+	case decision != "":
 		endSpan(w.span, err, KeyDecision.String(decision))
-	} else {
+	default:
 		endSpan(w.span, err)
 	}
 }
@@ -479,20 +553,7 @@ func (t *Telemetry) Decide(ctx context.Context, helper, decision string) {
 	if !t.Metrics() {
 		return
 	}
-	k := [2]string{helper, decision}
-	t.decisionMu.RLock()
-	opt, ok := t.decisionOpts[k]
-	t.decisionMu.RUnlock()
-	if !ok {
-		opt = t.attrs("", "", KeyHelper.String(helper), KeyDecision.String(decision))
-		t.decisionMu.Lock()
-		if t.decisionOpts == nil {
-			t.decisionOpts = map[[2]string]metric.MeasurementOption{}
-		}
-		t.decisionOpts[k] = opt
-		t.decisionMu.Unlock()
-	}
-	t.decisions.Add(ctx, 1, opt)
+	t.decisions.Add(ctx, 1, t.opts(setKey{k1: KeyHelper, v1: helper, k2: KeyDecision, v2: decision}).add...)
 }
 
 // Leader records that this candidate became (true) or stopped being
@@ -507,6 +568,7 @@ func (t *Telemetry) Leader(election string, leading bool) {
 		d, change = 1, "elected"
 	}
 	ctx := context.Background()
-	t.leader.Add(ctx, d, t.attrs(KeyElection, election))
-	t.changes.Add(ctx, 1, t.attrs(KeyElection, election, KeyChange.String(change)))
+	label := t.label(election)
+	t.leader.Add(ctx, d, t.opts(setKey{nameKey: KeyElection, name: label}).add...)
+	t.changes.Add(ctx, 1, t.opts(setKey{k1: KeyChange, v1: change, nameKey: KeyElection, name: label}).add...)
 }

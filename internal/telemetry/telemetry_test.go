@@ -1,9 +1,13 @@
 package telemetry
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
+
+	"go.opentelemetry.io/otel/metric/noop"
 )
 
 // asReason is an error whose As method, not its chain, yields a tagged
@@ -47,5 +51,36 @@ func TestReasonOf(t *testing.T) {
 				t.Errorf("errors.As(%v) disagrees with the table", tc.err)
 			}
 		})
+	}
+}
+
+// TestSetsBounded checks that the attribute sets with a mapped name stop
+// being kept at maxNamed, while those without one still are, when several
+// goroutines record at once.
+func TestSetsBounded(t *testing.T) {
+	tel, err := New("etcd", Config{MeterProvider: noop.NewMeterProvider(), NameAttribute: func(name string) string { return name }})
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	const workers, each = 4, maxNamed
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				_, a := tel.StartAcquire(context.Background(), fmt.Sprintf("lock-%d-%d", w, i), "exclusive", true)
+				a.End(Granted, 1, nil).End("")
+				tel.SessionEnded(Closed)
+			}
+		})
+	}
+	wg.Wait()
+	if n := tel.named.Load(); n < maxNamed || n > maxNamed+workers {
+		t.Errorf("sets kept with a name = %d; want %d (up to %d with racing stores)", n, maxNamed, maxNamed+workers)
+	}
+	if _, ok := tel.sets.Load(setKey{k1: KeyReason, v1: Closed}); !ok {
+		t.Errorf("the set of SessionEnded(%q) is not kept", Closed)
+	}
+	if o1, o2 := tel.opts(setKey{k1: KeyReason, v1: Closed}), tel.opts(setKey{k1: KeyReason, v1: Closed, nameKey: KeyLock}); o1 != o2 {
+		t.Errorf("opts() of one set named two ways = %p, %p; want the same", o1, o2)
 	}
 }
