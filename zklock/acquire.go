@@ -145,12 +145,9 @@ func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request
 	return le, nil
 }
 
-// countEnd records the end of le, which ended with err. The server deletes
-// a session's ephemeral znodes when it expires the session, and a watch
-// may report the deletion before the session's end reaches the Locker:
-// for a deletion, the reason is counted in the background once one
-// request on the session has shown whether it still lives (expired if
-// not).
+// countEnd records the end of le, which ended with err. A deletion may be
+// an expiry whose news has not arrived yet: its reason is counted in the
+// background once a request shows whether the session lives.
 func (l *Locker) countEnd(le *Lease, hold telemetry.Hold, err error) {
 	reason := config.EndReason(err)
 	if reason != telemetry.Deleted || !l.tel.Metrics() {
@@ -312,14 +309,9 @@ func (a *acquisition) decide(ctx context.Context) (decision, error) {
 }
 
 // look lists the queue (see list), and says whether the znode was touched
-// with the listing. A nil q without an error says: look again.
-//
-// A permit waiter woken by its predecessor's touch is admitted now unless
-// it is the first waiter, and under load it mostly is: it touches together
-// with the listing, so that the waiter behind it wakes one write sooner,
-// instead of after the listing. When the guess is wrong, that waiter wakes
-// for nothing and watches again, and this one touches once more when it is
-// admitted.
+// with the listing: a permit waiter woken by a touch touches on a guess
+// (docs/design/queue.md, "Herd-free waits"). A nil q without an error
+// says: look again.
 func (a *acquisition) look(ctx context.Context) (q []string, all []queue.Request, cversion int32, touched bool, err error) {
 	var spec *future[*zk.Stat]
 	if a.touches.speculate {
@@ -372,11 +364,8 @@ func (a *acquisition) grant(ctx context.Context, touch bool) (*Lease, error) {
 }
 
 // create creates this acquisition's znode and returns its path; it sets
-// a.z.czxid when the create's reply carries the token (see created). A
-// create whose reply was lost is looked up by its prefix. One still in
-// flight when ctx ends is settled before create returns (see settle); one
-// abandoned while in flight (the session ended, the Locker closed) is
-// cleaned up when its reply comes.
+// a.z.czxid when the create's reply carries the token. Lost replies and
+// cancelled creates: docs/design/zookeeper.md, "Acquisition".
 func (a *acquisition) create(ctx context.Context) (string, error) {
 	// The request and the clean-up of an abandoned one may outlive this
 	// attempt (the next one takes another prefix): they read copies.
@@ -420,10 +409,8 @@ func (a *acquisition) answered(ctx context.Context, r result[created], stamp boo
 	l, c := a.l, r.v
 	switch err := r.err; {
 	case err == nil:
-		// The reply came on a connection of this acquisition's session
-		// only if the connection is in it still: session IDs are never
-		// reused, and a znode created in a later session is found (and
-		// given up) by the first listing.
+		// Session IDs are never reused: a znode created in a later session
+		// is found (and given up) by the first listing.
 		if c.czxid != 0 && l.conn.SessionID() == a.s.id {
 			a.z.czxid, a.fast.alone = c.czxid, c.alone
 		}
@@ -459,10 +446,7 @@ func (a *acquisition) answered(ctx context.Context, r result[created], stamp boo
 
 // created is the answer to a lock znode's create: its path and, when the
 // create went with a stamp of the parent, its czxid and whether it was
-// then the parent's only child. The stamp's stat is the parent's as the
-// create left it, in the same transaction: a count of one child is the
-// new znode alone, so nobody was queued ahead of it then, and nobody can
-// be later (sequence numbers only grow).
+// then the parent's only child (so admitted for good).
 type created struct {
 	path  string
 	czxid int64
@@ -474,18 +458,10 @@ type created struct {
 var errStampDenied = errors.New("no write permission on the lock's parent")
 
 // createZnode sends the create of a lock znode parent/prefix and, when
-// marker is not empty, of its lock-delay marker (see delay), in one
-// request.
-//
-// With stamp, the same multi also sets the parent's data, to nothing as
-// it always is, unconditionally: every operation of a multi is one
-// transaction with one zxid, which is the znode's czxid (the token) and
-// the parent's new mzxid, and only a SetData answers with a stat. So the
-// token comes with the create's answer, and the grant needs no read of
-// the znode's stat: one request per grant fewer. The parent's data
-// version counts the creates; nothing reads it, and a lock's parent holds
-// no data of anyone's. A parent this Locker may not write (its ACL)
-// makes the multi fail with errStampDenied, applying nothing.
+// marker is not empty, of its lock-delay marker, in one request. With
+// stamp, the multi also sets the parent's data, so that its answer carries
+// the token (docs/design/zookeeper.md, "Tokens"); a parent this Locker may
+// not write makes it fail with errStampDenied, applying nothing.
 func (l *Locker) createZnode(parent, prefix, marker string, stamp bool) (created, error) {
 	id := []byte(l.o.Identity)
 	if !stamp && marker == "" {
@@ -516,15 +492,9 @@ func (l *Locker) createZnode(parent, prefix, marker string, stamp bool) (created
 }
 
 // settle finishes a create that was in flight when the caller's context
-// ended. The server may still apply it, and a znode that appeared after
-// Acquire had returned its error would head the queue until the janitor
-// deleted it: for that while every other request of the name would wait
-// for it and every TryAcquire would be refused, by a call that had already
-// failed. So, as a cancelled wait deletes its znode before it returns,
-// settle waits for the create's answer (on the Locker's context, bounded
-// as discard is) and deletes the znode it made. When no answer comes in
-// time, the session ends or the Locker closes, the janitor takes over
-// when the answer comes, as for any abandoned create.
+// ended: it waits for the answer (bounded as discard is) and deletes the
+// znode, so that a failed call leaves nothing heading the queue. Without
+// an answer in time, the janitor takes over when it comes.
 func (a *acquisition) settle(f *future[created]) {
 	ctx, cancel := context.WithTimeout(a.l.g.bg, a.l.cleanupWait())
 	defer cancel()
@@ -609,13 +579,8 @@ func (a *acquisition) ensure(ctx context.Context, path string) error {
 
 // neverWaited reports whether the listing q of the parent, whose child
 // version is cversion, proves that no lock znode was deleted since this
-// acquisition's was created: then its admission now means it was
-// admitted all along, so no listing can have shown it waiting and nobody
-// watches it for a touch (queue.Touches). ZooKeeper numbers a sequential
-// znode with the parent's cversion before its create, and every create
-// and delete of a child raises it by one; the changes since ours are the
-// creates of the lock znodes listed after it alone only if none was
-// deleted.
+// acquisition's was created, so that nobody watches it for a touch
+// (docs/design/zookeeper.md, "Touches and the child version").
 func (a *acquisition) neverWaited(q []string, cversion int32) bool {
 	seq, err := strconv.ParseInt(seqOf(a.z.own), 10, 64)
 	if err != nil {
@@ -630,12 +595,10 @@ func (a *acquisition) neverWaited(q []string, cversion int32) bool {
 	return int64(cversion)-seq-1 == int64(later)
 }
 
-// touch sets the acquisition's znode's data to what it is (its czxid, the
-// token, stays), which fires the watch of the permit waiter behind it (see
-// queue.Touches), and takes the znode's new data version for the lease
-// (its CheckOp, its Release). Guarded by the version it read, a touch
-// whose reply was lost and that is sent again finds the version raised:
-// the znode is then read to confirm it is still ours.
+// touch rewrites the acquisition's znode unchanged (queue.Touches) and
+// takes its new data version for the lease. A resent touch whose first
+// reply was lost finds the version raised, and reads the znode to confirm
+// it is still ours.
 func (a *acquisition) touch(ctx context.Context) error {
 	l := a.l
 	for {
@@ -668,18 +631,9 @@ func (a *acquisition) touch(ctx context.Context) error {
 
 // list returns the lock znodes of the parent, in grant order, and the
 // parent's child version at that listing. When the create's answer did
-// not carry the token (its reply was lost and the znode found by its
-// prefix, or the Locker may not stamp the parent: see createZnode), the
-// first listing also reads the acquisition's own znode's stat, in the
-// same round trip: go-zookeeper pipelines requests issued concurrently on
-// one connection.
-//
-// A waiting acquisition sets no watch on its own znode: a waiter learns
-// that its znode went (its session's end aside, which the session reports)
-// from its next listing, at the latest when what it watches changes. The
-// held lease's watch starts ownWatchDelay after the grant (see
-// leaseTable.armLater), so a short critical section costs no watch event
-// for its own release.
+// not carry the token, the first listing also reads the own znode's stat,
+// pipelined in the same round trip. A waiter sets no watch on its own
+// znode (docs/design/zookeeper.md, "Watches").
 func (a *acquisition) list(ctx context.Context) ([]string, []queue.Request, int32, error) {
 	l := a.l
 	if a.z.czxid != 0 {

@@ -17,21 +17,9 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// This file holds the two ways of fencing data kept in ZooKeeper itself:
-//
-//   - GuardedMulti applies operations only while a lease still holds its
-//     lock, with the lease's CheckOp first in the same multi.
-//   - SetFenced writes a znode that stores its own highest token, and
-//     refuses a lower one; it needs no lease at all, only the token.
-//
-// GuardedMulti is the stronger check (nothing lands once the lease's znode
-// is gone, even from the current grant), SetFenced the more widely usable
-// one (any process that knows a token can write, and a write is judged by
-// its token whenever it arrives).
-//
-// go-zookeeper has no contexts: ctx is checked before every request, but a
-// request already sent is waited for; it ends with the connection's own
-// timeouts.
+// Fencing data kept in ZooKeeper itself: GuardedMulti (while a lease
+// holds) and SetFenced (by token). go-zookeeper has no contexts: ctx is
+// checked before every request, but a request already sent is waited for.
 
 // GuardedMulti runs ops as one ZooKeeper multi that applies them only
 // while lease holds its lock: the lease's [Lease.CheckOp] goes first, and
@@ -145,11 +133,8 @@ func zkLease(lease lock.Lease) (*Lease, error) {
 // segments, in UTF-8 without the characters ZooKeeper refuses) one
 // wrapping lock.ErrInvalidConfig.
 //
-// The check and the write are atomic: of two writers racing with tokens 7
-// and 8, the write of 7 lands only if it is applied before the write of 8.
-// The znode is fenced by what it stores, not by a lease, so the check
-// holds for writers whose lease has long ended too (see "Guarded and
-// fenced writes" in docs/design/zookeeper.md).
+// The check and the write are atomic, and hold for writers whose lease
+// has long ended (docs/design/zookeeper.md, "Guarded and fenced writes").
 //
 // A missing znode is created (persistent, with zk.WorldACL(zk.PermAll)),
 // atomically with its first data; its parent must exist. To choose the ACL, create the znode yourself with
@@ -160,9 +145,7 @@ func zkLease(lease lock.Lease) (*Lease, error) {
 // znode must be written only through SetFenced: data without the header is
 // reported with an error wrapping fencing.ErrInvalidToken.
 //
-// Tokens of this package's leases are zxids; tokens from another source
-// work the same, as long as every writer of the znode uses tokens of one
-// source.
+// Every writer of the znode must use tokens of one source.
 func SetFenced(ctx context.Context, conn *zk.Conn, path string, data []byte, token fencing.Token) (*zk.Stat, error) {
 	if err := checkFencedArgs(ctx, conn, path); err != nil {
 		return nil, fmt.Errorf("zklock: set fenced: %w", err)

@@ -14,19 +14,9 @@ import (
 )
 
 // keepalive tracks, across the TCP connections go-zookeeper opens for one
-// zk.Conn, the latest moment at which the ensemble's leader, which alone
-// expires sessions, certainly heard of this client: the send time of the
-// latest sync (or handshake) the server answered. A follower answers
-// reads and pings by itself, even cut off from the leader, but passes a
-// sync to the leader and answers it only when the leader does; a
-// handshake is confirmed by the leader too. The server answers the
-// requests of one connection in order, so matching replies to requests
-// first-in first-out gives that time even when packets flow one way only
-// (a half-open partition in which watch notifications still arrive and
-// go-zookeeper sees nothing wrong). See docs/design/zookeeper-loss.md.
-//
-// It also reads the session timeout the server negotiated, which
-// go-zookeeper keeps to itself.
+// zk.Conn, the send time of the latest sync (or handshake) the server
+// answered, matching replies to requests first-in first-out, and the
+// negotiated session timeout. See docs/design/zookeeper-loss.md.
 type keepalive struct {
 	clk       clock.Clock
 	heard     atomic.Int64 // unix nanoseconds; 0 until a handshake
@@ -209,11 +199,8 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 }
 
 // watchFlag reports whether the request p, one whole packet, goes with
-// the watch flag set: a plain listing of a lock znode (isDeletionWatch),
-// or of a znode whose children some waiter waits to see change
-// (wantsChildren: an observation of a lock's parent), or a plain exists
-// of a znode some waiter waits to see change
-// (keepalive.wantsChange).
+// the watch flag set: isDeletionWatch, or a plain listing or exists of a
+// znode some waiter waits on (wantsChildren, wantsChange).
 func (c *trackedConn) watchFlag(p []byte) bool {
 	if isDeletionWatch(p) {
 		return true
@@ -313,16 +300,6 @@ func (f *frames) feed(p []byte, done func(body []byte)) {
 	}
 }
 
-// The server's side of the deadline. Only the leader expires sessions, and
-// it learns that a client was heard from by a follower only when the
-// follower answers one of its pings (every tickTime/2) with the sessions it
-// touched since the last one. A sync the follower passed to the leader
-// went after the follower's earlier answers on the same connection, so
-// the leader's last touch precedes the sync's send time by at most one
-// report interval plus the longest gap between two requests that reach
-// the follower; see WithLossMargin for how the default margin covers both.
-// keepalive.run keeps the second term at a twelfth of the timeout.
-
 // run calls sync every interval() (the session timeout /
 // keepaliveFraction) while the connection has a session. The syncs go out
 // on schedule whether or not the earlier ones were answered, so that a
@@ -354,19 +331,9 @@ func (ka *keepalive) run(g *group, conn link, sync func(), interval func() time.
 	}
 }
 
-// A held lease's znode is watched for its deletion with a child watch
-// (deletionW: a lock znode never has children, so nothing else fires it).
-// go-zookeeper keeps, for every watch it sets, a channel and an entry in
-// its table of watches, about 260 bytes per held lease, and sends the
-// table again after each reconnect. A Locker from Dial needs neither: its
-// event callback receives every watch event, which it routes by path
-// (leaseTable.route), and it sets its leases' watches again itself after a
-// reconnect (leaseTable.rearmAll). So it asks for the watch with a plain
-// child listing of the lock znode, which go-zookeeper sends with the
-// watch flag clear and records nothing for, and trackedConn sets the flag
-// on the way out: the server sets the watch, and go-zookeeper, finding no
-// channel for its event, only publishes it to the callback. zklock lists
-// the children of a lock znode for nothing else.
+// A Locker from Dial watches a lease's znode with a plain child listing,
+// whose watch flag trackedConn sets on the way out, so that go-zookeeper
+// keeps nothing for the watch (docs/design/zookeeper.md, "Watches").
 
 // Request codes of go-zookeeper's requests that trackedConn recognizes.
 const (

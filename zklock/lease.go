@@ -72,14 +72,9 @@ func (le *Lease) SessionID() int64 {
 }
 
 // Version returns the data version of the lease's znode when it was
-// granted. It is 0 for a lock, and 0, 1 or 2 for a semaphore permit: a
-// permit admitted after waiting sets its znode's data, to the same bytes,
-// before its grant, to wake the waiter behind it (the herd-free rule on
-// [lock.SharedLocker]), and a permit woken by its predecessor's touch sets
-// it once more with its next listing, on the guess that it is admitted
-// too. Its czxid, the token, does not change. The Locker changes the data
-// at no other time, so the version stays as it was granted unless someone
-// else sets it.
+// granted: 0 for a lock, and 0, 1 or 2 for a semaphore permit, whose
+// touches rewrite its data unchanged (docs/design/queue.md). The Locker
+// changes the data at no other time.
 func (le *Lease) Version() int32 {
 	if le == nil {
 		return 0
@@ -230,19 +225,11 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 }
 
 // deleteOwn deletes the znode at path if it is still the one created with
-// czxid, guarded by its version. It returns zk.ErrNoNode if it is gone.
-// The deletion is worth trying even after the lease's session ended.
-//
-// marker, unless empty, is the znode's lock-delay marker, deleted in the
-// same Multi: a clean release leaves no delay behind, and one whose
-// znode is gone already deletes nothing. A marker found missing (which
-// this package never does to a held lease's) is no reason not to release.
-//
-// Without a marker, a Locker from Dial releases an exclusive request's
-// znode with the release mark: a Multi that sets its data, guarded by
-// version, and deletes it (see acquisition.waitFor). A Locker that may
-// not write its lock znodes (their ACL) finds that out at its first
-// release, which then deletes plainly, as do all its releases after it.
+// czxid, guarded by its version, with its lock-delay marker (unless empty)
+// in the same Multi. It returns zk.ErrNoNode if it is gone. Without a
+// marker, a Locker from Dial releases an exclusive request with the
+// release mark (acquisition.waitFor), unless a first release found it may
+// not write its lock znodes.
 func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxid int64, marker string) error {
 	mark := marker == "" && l.tab.ka != nil && !l.denied.mark.Load() && isExclusivePath(path)
 	for range 3 {
@@ -301,17 +288,10 @@ var (
 func (le *Lease) stopped() bool { return le.st.Releasing() }
 
 // checkMark lists the lock's queue once for a lease granted with no
-// listing, on a release mark or on the holder's going
-// (acquisition.waitFor), that is still held ownWatchDelay after its grant
-// (armDue), and ends it with lock.ErrLost unless the listing shows its
-// znode admitted. The mark is a data change, and someone else could
-// set a lock znode's data by hand: the waiter would then be granted while
-// the holder holds on. A waiter's znode deleted by someone else while it
-// waited is found here too (and by the lease's watch, set at the same
-// time). A lease released by then is not checked: a short critical
-// section costs no request for it, and the check would end nothing. A
-// listing that fails is left alone (the session's end, if that is why,
-// ends the lease).
+// listing (acquisition.waitFor) that is still held ownWatchDelay after its
+// grant, and ends it with lock.ErrLost unless the listing shows its znode
+// admitted: someone else could have set a lock znode's data by hand. A
+// listing that fails is left alone.
 func (le *Lease) checkMark() {
 	l := le.l
 	i := strings.LastIndexByte(le.path, '/')

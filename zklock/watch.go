@@ -16,43 +16,15 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// A held lease must learn of two things: the end of its session, and the
-// deletion of its znode by anyone but itself. Neither costs a goroutine per
-// lease. One goroutine of the Locker, the lease table's run, does both:
-//
-//   - sessions raises a flag and wakes it when a session ends; it then ends
-//     every lease of an ended session.
-//   - go-zookeeper publishes every watch event on the connection's global
-//     event stream before it delivers it to the watch's own channel. A
-//     Locker from Dial reads that stream through its event callback, which
-//     never drops an event; one from New through the caller's event channel
-//     (read by sessions.run). route looks the event's path up in the
-//     Locker's table of watched znodes and queues it for run.
-//
-// The table has an entry for the znode of every acquisition from its
-// first listing until the lease ends. A waiting acquisition sets no watch
-// on its own znode, but another request of the same connection may watch
-// it (as its predecessor): a deletion reported so before the grant is
-// kept in the entry and acted on at the grant. The held lease's own watch
-// is set ownWatchDelay after the grant, by run (armDue). A Locker from
-// Dial sets it without go-zookeeper's bookkeeping (see isDeletionWatch),
-// and so sets it again itself on every new connection (rearmAll); one
-// from New through go-zookeeper (deletionW), whose watch channels are
-// buffered (one event, then closed) and may be dropped unread.
-//
-// go-zookeeper drops events from the channel it returns from zk.Connect
-// when nobody has read the previous ones yet, so a Locker from New may miss
-// one. It therefore also polls the watch channels of its held leases every
-// ownPollInterval: a deletion whose global event was dropped is noticed
-// within that interval.
+// One goroutine of the Locker, the lease table's run, ends the leases of
+// ended sessions and acts on the watch events that route takes from the
+// connection's global event stream, by path; a deletion reported before
+// a grant is kept in the table's entry and acted on at the grant. See
+// docs/design/zookeeper.md, "Watches".
 
 // ownWatchDelay is how long after a grant the watch on the lease's own
-// znode is set. A lease released before then never had a watch, so its
-// release costs no watch event (a waiter's own event is the one on its
-// predecessor); a deletion by anyone else meanwhile is found when the
-// watch is set, since setting it reads the znode. A lease whose znode is
-// deleted by someone else within ownWatchDelay of its grant therefore
-// hears of it up to ownWatchDelay late, as etcdlock's recordWatchDelay.
+// znode is set, so that a short critical section costs no watch event for
+// its own release; setting the watch reads the znode.
 const ownWatchDelay = 50 * time.Millisecond
 
 // ownPollInterval is how often a Locker from New looks at the watch
@@ -259,13 +231,9 @@ func (t *leaseTable) pollOwn() {
 	t.mu.Unlock()
 }
 
-// rearm sets a new watch on a held lease's znode, and ends the lease if
-// the znode is gone. The watch the Locker sets fires on deletion only
-// (deletionW; for a Locker from Dial without go-zookeeper's bookkeeping,
-// see isDeletionWatch); rearm sets the first one (armDue), and runs again
-// when a data change event for the znode arrives anyway, from an earlier
-// watch of another kind or from another watch on the same connection (a
-// queued request of this Locker watching it).
+// rearm sets a new deletion watch on a held lease's znode, and ends the
+// lease if the znode is gone. It also runs when a data change event for
+// the znode arrives from another watch on the same connection.
 func (t *leaseTable) rearm(le *Lease) {
 	t.g.spawn(func() { t.arm(le) })
 }
@@ -310,11 +278,8 @@ func (t *leaseTable) arm(le *Lease) {
 const rearmParallel = 32
 
 // rearmAll sets again the watches of the held leases of a Locker from
-// Dial, after a new connection: the server keeps a connection's watches
-// with the connection, and go-zookeeper sets again only those it keeps
-// itself (see isDeletionWatch). A znode deleted meanwhile is found
-// missing, and its lease ends. A lease whose first watch is not due yet
-// gets it from armDue as usual.
+// Dial after a new connection, which go-zookeeper does not do for them; a
+// znode deleted meanwhile is found missing, and its lease ends.
 func (t *leaseTable) rearmAll() {
 	les := t.held()
 	t.mu.Lock()
@@ -474,12 +439,10 @@ func (w zkWatcher) watch(path string, change bool) (func() (exists, error), func
 	return deletionW(w.conn, path), func() {}
 }
 
-// byMark reports whether the request d is about, not admitted, is
-// admitted by the release of the one record it watches, d.watched[0], and may wait for that release's mark (see waitFor): the
-// Locker is from Dial, has no lock-delay, and the record is an exclusive
-// request (so it held the lock alone, at the head of the queue), whose
-// release as a holder leaves nothing ahead that keeps this request
-// waiting.
+// byMark reports whether the waiting request of d may wait for the release
+// mark of the one record it watches (see waitFor): the Locker is from Dial
+// without a lock-delay, and that record is an exclusive request whose
+// release as a holder admits this one.
 func (a *acquisition) byMark(d decision) bool {
 	if a.fast.noMark || a.l.tab.ka == nil || a.l.o.LockDelay > 0 || len(d.watched) != 1 {
 		return false
@@ -493,29 +456,11 @@ func (a *acquisition) byMark(d decision) bool {
 }
 
 // waitFor waits for the release of the exclusive record pred, which admits
-// this request (byMark), and grants it without another request.
-//
-// A lease of an exclusive request from Dial is released with one
-// transaction that sets its znode's data and deletes it (deleteOwn): the
-// mark. Every other end of a lock znode (a cancelled or failed wait, an
-// expired session, a revocation, Close, a delete by hand) is a plain
-// deletion. The waiter watches pred for a change of its data as well as
-// its deletion, with an exists (one watch, one event: the data change
-// spends it before the deletion in the same transaction), so the event
-// itself says whether pred left as a holder: a data change admits this
-// request, a deletion makes it look again.
-//
-// When pred headed the listing (head), it was the holder, and its going
-// admits this request however it went: nothing can join the queue ahead
-// of it. A head already gone when the exists is answered, or deleted
-// without a mark, then grants this request as a mark does, with no
-// listing. (Under load the holder mostly releases between the waiter's
-// listing and its exists: one request fewer for those hand-overs.)
-//
-// Someone else may delete the waiter's znode or set the data of pred by
-// hand; a lease granted here and still held ownWatchDelay after its grant
-// is therefore checked by a listing (Lease.checkMark), which ends it with
-// lock.ErrLost if the grant should not have been made.
+// this request (byMark), and grants it without another request: on the
+// release mark (a data change), or on any going of pred when it headed the
+// listing (head). A lease so granted is checked by a listing if still held
+// ownWatchDelay later (Lease.checkMark). See docs/design/zookeeper.md,
+// "Acquisition".
 func (a *acquisition) waitFor(ctx context.Context, pred string, head bool) (decision, error) {
 	// The exists goes with the watch flag because the wait is registered
 	// (keepalive.wantsChange).
@@ -561,11 +506,9 @@ func (a *acquisition) unlisted() (decision, error) {
 }
 
 // confirm admits the acquisition if its znode is still the one it
-// created: a waiter's znode can go only with its session, whose end ends
-// the wait anyway, or by someone else's hand. The read is served by the
-// server that reported the deletion that admitted it, so it sees that
-// deletion's state or a later one. A failed read that can be sent again
-// leaves the decision to the next listing.
+// created. The read is served by the server that reported the admitting
+// deletion, so it sees that state or a later one. A failed read that can
+// be sent again leaves the decision to the next listing.
 func (a *acquisition) confirm(ctx context.Context) (decision, error) {
 	e, err := call(ctx, a.l.g, a.s, statOf(a.l.conn, a.z.path))
 	switch {
