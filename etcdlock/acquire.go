@@ -44,13 +44,9 @@ func (l *Locker) acquire(ctx context.Context, name string, req queue.Request, tr
 	return le, err
 }
 
-// countEnd records the end of le, which ended with err. A deleted record
-// is what etcd shows both for a grant revoked by another client and for
-// the end of the session lease (whose expiry deletes every record
-// attached to it), and the watch usually reports the deletion before the
-// keepalive loop hears that the lease is gone: so for a deletion, the
-// reason is counted once the session lease has been looked up, in the
-// background, expired if it is gone.
+// countEnd records the end of le, which ended with err. A deletion may be
+// the session lease's expiry seen first by the watch: its reason is
+// counted in the background once the session lease has been looked up.
 func (l *Locker) countEnd(le *Lease, hold telemetry.Hold, err error) {
 	reason := config.EndReason(err)
 	if reason != telemetry.Deleted || !l.tel.Metrics() {
@@ -111,19 +107,15 @@ type record struct {
 
 // pending is an acquisition's record with the lock-delay marker it writes
 // with the record (see markerOps), if any: discarding the acquisition
-// deletes both. A Lease keeps only the record, 16 bytes less per held
-// lease: its marker goes only with a clean Release, which derives the
-// marker's key from the record's.
+// deletes both. A Lease derives its marker's key from the record's.
 type pending struct {
 	record
 	marker string
 }
 
-// acquisition is one acquisition of any kind within one session. Its run
-// is the same loop for every kind of request: decide from a read of the
-// queue (package queue's rules) whether the record is granted, refused,
-// or which records to watch; wait for one of those to change and read
-// again; grant.
+// acquisition is one acquisition of any kind within one session: decide
+// from a read of the queue whether the record is granted, refused, or
+// which records to watch; wait for one of those to change; grant.
 type acquisition struct {
 	pending
 	l    *Locker
@@ -298,14 +290,8 @@ func (a *acquisition) enqueue(ctx context.Context) (view, error) {
 }
 
 // create creates the acquisition's record, attached to the session lease.
-//
-// The create is safe to repeat: a retry whose first attempt was applied
-// finds the record in place (the Else branch) instead of creating a second
-// one. An attempt that failed without an answer may still be applied at
-// any later time, even after the acquisition has ended and its record was
-// deleted: the guard comparison makes such a late attempt fail once the
-// acquisition's end has written the guard (see endOp). a.ambiguous records
-// that such an attempt exists.
+// It is safe to repeat; a.ambiguous records that an attempt failed without
+// an answer and may still be applied (docs/design/etcd.md, "Late creates").
 func (a *acquisition) create(ctx context.Context) (*clientv3.TxnResponse, error) {
 	var resp *clientv3.TxnResponse
 	err := a.l.call(ctx, a.s, func(ctx context.Context) error {
@@ -337,15 +323,11 @@ func (a *acquisition) create(ctx context.Context) (*clientv3.TxnResponse, error)
 }
 
 // createTxn is one create attempt, guarded by the session's guard at
-// revision was. An exclusive Acquire's attempt also reads the newest two
-// records by create revision and the oldest one: right after the put the
-// newest two are ours and our predecessor, so one round trip both creates
-// the record and tells whether we own the lock and whom to watch, and the
-// oldest one says what the name is (see queue.Incompatible). A shared or
-// semaphore attempt reads the keys of the whole queue instead, which its
-// rule needs. An exclusive TryAcquire's creates only if name has no record
-// at all; a retry whose first attempt did create finds its own record
-// first.
+// revision was. An exclusive attempt also reads the newest two records
+// (ours and our predecessor) and the oldest one, so one round trip creates
+// the record and decides; a shared or semaphore attempt reads the keys of
+// the whole queue. An exclusive TryAcquire creates only if name has no
+// record at all.
 func (a *acquisition) createTxn(ctx context.Context, was int64) clientv3.Txn {
 	guard := clientv3.Compare(clientv3.ModRevision(a.s.guard.key), "=", was)
 	put := clientv3.OpPut(a.key, a.l.opts.Identity, clientv3.WithLease(a.s.id))
@@ -544,11 +526,9 @@ func (a *acquisition) readAhead(ctx context.Context) (view, error) {
 	return view{ahead: resp.Responses[0].GetResponseRange().Kvs, next: resp.Responses[1].GetResponseRange().Kvs, rev: resp.Header.Revision}, nil
 }
 
-// touch rewrites the acquisition's record unchanged (same value, same
-// session lease, so the same create revision and token), which wakes the
-// permit waiter behind it (see queue.Touches), and returns the revision
-// at which that confirmed the record. It can confirm a grant, so it reads
-// the lock-delay markers too (delayReads). Guarded by the create revision, it
+// touch rewrites the acquisition's record unchanged (queue.Touches), with
+// the lock-delay markers' reads (delayReads), and returns the revision at
+// which that confirmed the record. Guarded by the create revision, it
 // never brings back a record that went, and is safe to repeat.
 func (a *acquisition) touch(ctx context.Context) (int64, error) {
 	var resp *clientv3.TxnResponse

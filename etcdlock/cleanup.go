@@ -55,18 +55,10 @@ func (l *Locker) cleanupLater(r pending) {
 	})
 }
 
-// cleanupOp deletes an acquisition's record. Record keys are unique per
-// acquisition, so whatever is found under key belongs to it.
-//
-// When r is not ambiguous every create attempt was answered, so no attempt
-// can be applied later; the delete is guarded by the record's create
-// revision when it is known (r.rev > 0). Otherwise cleanupOp is endOp.
-//
-// The acquisition's lock-delay marker, if it may have written one
-// (r.marker), goes in the same transaction, whichever branch applies: no
-// lease was granted through the acquisition, so no holder's writes can be
-// in flight, and the marker's own write is guarded by the record, so none
-// can be applied after the record is gone.
+// cleanupOp deletes an acquisition's record, guarded by its create
+// revision when known (r.rev > 0), or with endOp when r is ambiguous, and
+// its lock-delay marker (r.marker) in the same transaction: no lease was
+// granted, so no holder's writes can be in flight.
 func (l *Locker) cleanupOp(r pending) func(context.Context) error {
 	var marker []clientv3.Op
 	if r.marker != "" {
@@ -93,12 +85,9 @@ func (l *Locker) cleanupOp(r pending) func(context.Context) error {
 }
 
 // endOp ends an acquisition with an ambiguous create: in one transaction
-// it deletes key, whatever record is there, and writes the session's guard.
-// Every create attempt of the acquisition was sent before and compares the
-// guard's mod revision with an older value, so none of them can be applied
-// after this transaction, and none applied before it survives it. A session
-// lease that is gone took the record, and makes any create fail: that
-// counts as done. more are further operations of the same transaction.
+// it deletes key, whatever record is there, writes the session's guard
+// (docs/design/etcd.md, "Late creates"), and applies more. A session
+// lease that is gone counts as done.
 func (l *Locker) endOp(ctx context.Context, s *session, key string, more ...clientv3.Op) error {
 	resp, err := l.client.Txn(ctx).
 		Then(append([]clientv3.Op{clientv3.OpDelete(key), clientv3.OpPut(s.guard.key, "", clientv3.WithLease(s.id))}, more...)...).

@@ -70,19 +70,10 @@ func (a *acquisition) noteDelayReads(rs []*etcdserverpb.ResponseOp) {
 }
 
 // delay runs, when the Locker has a lock-delay, between the confirmation
-// of a grant and the lease's start. The read that confirmed the grant also
-// read the name's markers and records (delayReads). A marker whose record
-// is gone was left by an acquisition that did not end with a clean
-// Release: delay then waits the Locker's lock-delay from the moment that
-// read was answered, which is after the record disappeared, so the wait
-// errs toward waiting longer, and deletes such markers in a transaction
-// guarded by its record. With no such marker, as after a clean release,
-// it sends nothing.
-//
-// A grant that is granted at once after a crash long ago waits too, and
-// so does one after a waiter whose session ended before its turn: the
-// marker cannot tell when its record went, nor whether it was ever
-// granted, and a needless wait is the safe side.
+// of a grant and the lease's start: for markers whose record is gone in
+// the confirming read (delayReads), it waits the lock-delay from that
+// read's answer, then deletes them guarded by its record. With no such
+// marker it sends nothing. See docs/design/etcd.md, "Lock-delay".
 func (a *acquisition) delay(ctx context.Context) error {
 	d := a.l.opts.LockDelay
 	if d <= 0 {

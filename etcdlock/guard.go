@@ -15,17 +15,9 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// This file holds the two ways of fencing data kept in etcd itself:
-//
-//   - GuardedTxn applies writes only while a lease still holds its lock,
-//     by comparing the lease's own record in the same transaction.
-//   - PutFenced writes a key that stores its own highest token, and refuses
-//     a lower one; it needs no lease at all, only the token.
-//
-// GuardedTxn is the stronger check (nothing lands once the record is gone,
-// even from the current grant), PutFenced the more widely usable one (any
-// process that knows a token can write, and a write is judged by its token
-// whenever it arrives).
+// Fencing data kept in etcd itself: GuardedTxn (while a lease holds) and
+// PutFenced (by token). See docs/design/etcd.md, "Guarded and fenced
+// writes".
 
 // GuardedTxn commits ops in one etcd transaction that applies them only
 // while lease holds its lock: its If is [Lease.IsHeld], the comparison
@@ -123,13 +115,9 @@ func encodeFenced(token fencing.Token, value string) string {
 // many times. A zero token is an error wrapping fencing.ErrInvalidToken,
 // an empty key, a nil ctx or a nil kv one wrapping lock.ErrInvalidConfig.
 //
-// The check and the write are one transaction, evaluated by etcd, and a
-// missing key or an empty value counts as token 0: of two writers racing
-// with tokens 7 and 8, the write of 7 lands only if it is applied before
-// the write of 8. The key is fenced by what it stores, not by a lease, so
-// the check holds for writers whose lease has long ended too. It costs one
-// round trip, also when the write is rejected (see "Guarded and fenced
-// writes" in docs/design/etcd.md).
+// The check and the write are one transaction, a missing key or an empty
+// value counts as token 0, and the check holds for writers whose lease has
+// long ended. It costs one round trip, also when the write is rejected.
 //
 // The stored value is the token in 20 zero-padded decimal digits, a colon,
 // then value ("00000000000000000042:hello"); read it with GetFenced. The
@@ -137,9 +125,7 @@ func encodeFenced(token fencing.Token, value string) string {
 // reported with an error wrapping fencing.ErrInvalidToken (and one that
 // sorts below every header, such as "0", is overwritten).
 //
-// Tokens of this package's leases are etcd revisions; tokens from another
-// source work the same, as long as every writer of the key uses tokens of
-// one source.
+// Every writer of the key must use tokens of one source.
 func PutFenced(ctx context.Context, kv clientv3.KV, key, value string, token fencing.Token) (int64, error) {
 	if err := checkFencedArgs(ctx, kv, key); err != nil {
 		return 0, fmt.Errorf("etcdlock: put fenced: %w", err)

@@ -24,18 +24,11 @@ const recordWatchDelay = 50 * time.Millisecond
 // lease. Its methods are safe for concurrent use.
 //
 // The lease ends exactly once: by Release, by Close of its Locker, or by
-// loss, which is the first of
-//   - a keepalive answer saying the session lease is gone (expired or
-//     revoked);
-//   - a watch event saying the record was deleted by someone else (the
-//     watch starts 50ms after the grant, from the grant's revision, so a
-//     short critical section costs no watch and no deletion is missed);
-//   - the local deadline: the send time of the last acknowledged keepalive
-//     plus the TTL minus the loss margin, passing while the cluster does not
-//     answer. The server cannot expire the session lease before then, so
-//     Done closes before anyone else can be granted the lock, as long as the
-//     local clock does not run slower than the server's by more than the
-//     margin.
+// loss: the session lease gone, the record deleted by someone else, or
+// the local deadline (the send time of the last acknowledged keepalive
+// plus the TTL minus the loss margin) passing, which comes before the
+// server can expire the session lease (docs/design/etcd.md, "The loss
+// deadline").
 type Lease struct {
 	record // its session, key, create revision, ambiguous create
 	l      *Locker
@@ -209,22 +202,11 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 }
 
 // deleteRecord deletes the record if it still has the lease's create
-// revision, and reports whether it did. The guard makes a retry safe, so
-// a request that failed without an answer (a member going away) is retried
-// until ctx is done.
-//
-// For a lease with an ambiguous create, the same transaction writes the
-// session's guard and deletes whatever is under the key (see endOp), so
-// that no late create attempt can bring the record back after the release.
-// The uncontended release stays one round trip either way.
-//
-// clean says that this is the Release of a lease that had not ended: only
-// then does the transaction also delete the lease's lock-delay marker, so
-// that the next grant is not delayed. The Release of a lost lease leaves
-// the marker, since its holder may have writes in flight.
-//
-// itself says that the answer came to the transaction that deleted the
-// record (and the marker, if clean): no other request did.
+// revision, retrying until ctx is done, and reports whether it did. With
+// an ambiguous create it also writes the session's guard (see endOp).
+// clean (the Release of a lease that had not ended) deletes the lock-delay
+// marker too. itself says that the answer came to the transaction that
+// deleted the record: no other request did.
 func (le *Lease) deleteRecord(ctx context.Context, clean bool) (deleted, itself bool, err error) {
 	var failed bool
 	err = le.l.call(ctx, nil, func(ctx context.Context) error {

@@ -93,14 +93,11 @@ func retryable(err error) bool {
 	return false
 }
 
-// spawn starts f in a goroutine the Locker waits for in Close. Every
-// goroutine of the Locker starts through it, but two kinds: a session's
-// keepalive and watch loops, which start under l.mu in the same critical
-// section that installs the session (so Close either sees the session or
-// prevents it), and the short-lived helpers of one call (a watch being
-// created, a keepalive in flight, a stream's reader), which that call
-// joins before it returns. It reports false, without starting f, once the
-// Locker is closed.
+// spawn starts f in a goroutine the Locker waits for in Close, and reports
+// false, without starting f, once the Locker is closed. Every goroutine
+// starts through it but a session's loops (started under l.mu as the
+// session is installed) and helpers that their call joins before it
+// returns.
 func (l *Locker) spawn(f func()) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -18,16 +18,11 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// A session is one etcd lease, kept alive by its own loop. Every record a
-// Locker creates while the session lives is attached to its lease, so the
-// server deletes them all when the lease ends.
-//
-// The loop sends one keepalive at a time with KeepAliveOnce rather than
-// using the client's KeepAlive stream, because the loss deadline needs the
-// send time of each acknowledged keepalive: the server extends the lease to
-// at least (time it handled the request + TTL), which is no earlier than
-// (send time + TTL). The loop therefore declares the session lost at
-// lastAckedSend + TTL - margin, even while a keepalive is still in flight.
+// A session is one etcd lease, kept alive by its own loop, to which every
+// record the Locker creates while it lives is attached. The loop sends
+// one KeepAliveOnce at a time, since the loss deadline needs the send
+// time of each acknowledged keepalive (docs/design/etcd.md, "The loss
+// deadline").
 type session struct {
 	l   *Locker
 	id  clientv3.LeaseID
@@ -53,16 +48,7 @@ const maxSpare = 4096
 
 // number returns the number of a new record key under pfx: a number that
 // this session gave up under pfx (see reuse), else one never given before.
-//
-// etcd keeps a deleted key in its index until the next compaction, and
-// every read of a name's records (each acquisition's create reads the
-// newest two and the oldest) walks the deleted keys of the name's prefix
-// as well: with a new key per acquisition, the create of a busy name that
-// has not been compacted for an hour would walk every acquisition of that
-// hour. Reusing the key of the previous acquisition keeps one key per
-// session, as a key reused by its session lease does (etcd's concurrency
-// package): etcd then keeps the key's history as revisions of one index
-// entry, which a read at the current revision does not walk.
+// Why keys are reused: docs/design/etcd.md, "Record keys".
 func (s *session) number(pfx string) uint64 {
 	s.mu.Lock()
 	n, ok := s.spare[pfx]
@@ -77,16 +63,10 @@ func (s *session) number(pfx string) uint64 {
 }
 
 // reuse offers the number of key, a record that a clean Release deleted,
-// to the next acquisition of its name. Only a key that nothing can write
-// any more is offered: its create was answered (no late create can bring
-// it back, see "Late creates" in docs/design/etcd.md), and the release's own transaction deleted
-// it, with its lock-delay marker, so that no request left in flight can
-// delete a record under the key but the one it was sent for (every other
-// delete of a record compares its create revision, see Lease.IsHeld), and
-// no marker of it is left for a new one to overwrite. A key that any
-// other path deleted (a discarded acquisition, a lost lease, a cleanup in
-// the background, whose delete takes whatever is under the key) is never
-// used again.
+// to the next acquisition of its name. The caller must offer only a key
+// that nothing can write any more: its create was answered and the
+// release's own transaction deleted it with its lock-delay marker
+// (docs/design/etcd.md, "Record keys").
 func (s *session) reuse(key string) {
 	i := strings.LastIndexByte(key, '#')
 	if i < 0 {

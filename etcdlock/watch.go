@@ -16,22 +16,11 @@ import (
 )
 
 // recordWatcher watches the records of every lease held through one session
-// on a single watch stream, so that a held lease costs one entry in a map
-// and one watch on the server, and no goroutine.
-//
-// One goroutine (run) owns the stream: it opens it when the first watch is
-// armed, sends creates and cancels, and when the stream fails it opens a new
-// one, with backoff, and creates every live watch on it again from the
-// revision its lease was granted at (or last re-read at), so that no deletion
-// is missed. Another goroutine per stream only receives, and queues what it
-// receives without ever blocking on run, so that a slow sender can never
-// stall the stream's reader. Watch IDs are chosen by the watcher (etcd 3.4
-// and later accept them in the create request), unique within the session,
-// and routed to their lease.
-//
-// A watch the server cancels (its start revision was compacted) is replaced
-// after one read of the record: gone, the lease is lost; still there, the
-// watch starts again from that read.
+// on a single watch stream (docs/design/etcd.md, "Records and the queue").
+// run owns the stream and sends creates and cancels; a receiving goroutine
+// per stream only queues what it receives, never blocking on run. Watch
+// IDs are chosen here (etcd 3.4 and later accept them), unique within the
+// session.
 type recordWatcher struct {
 	s *session
 
@@ -416,17 +405,9 @@ func (a *acquisition) waitAnyChange(ctx context.Context, keys []string, fromRev 
 
 // waitChange watches key until it is deleted or, with puts, written, and
 // reports whether it was (changed); false and a nil error mean look
-// again. No change after the read at fromRev is missed, and the wait
-// never depends on the server's resync of unsynced watchers: the watch
-// starts at the server's current revision, where the server serves it at
-// once, and when that revision is past fromRev a read of key covers the
-// revisions in between.
-//
-// A watch started at fromRev+1 instead would save that read, but under
-// write load the server has usually moved past fromRev by the time the
-// watch is created; it then counts the watch as unsynced and serves it
-// only in its periodic resync (every 100ms in etcd 3.6), so a handoff
-// waited up to that period. The benchmark counts such late watches.
+// again. The watch starts at the server's current revision and a read
+// covers the revisions since fromRev (docs/design/etcd.md, "Waiting for
+// a change").
 func (a *acquisition) waitChange(ctx context.Context, key string, fromRev int64, puts bool) (changed bool, err error) {
 	w := a.l.watchKey(key, puts)
 	defer w.stop()
