@@ -10,10 +10,8 @@ import "sync"
 // concurrent use. The zero State is that of a held lease, so a backend
 // keeps it inside its lease by value; a State must not be copied.
 //
-// Done's channel is made by the first Done call before the end, not with
-// the State: most leases are released without anyone waiting on Done, and
-// a lease ended before anyone asked shares one closed channel. A held
-// lease thus costs no channel until somebody waits for its end.
+// Done's channel is made by the first Done call before the end; a lease
+// ended before anyone asked shares one closed channel.
 type State struct {
 	mu        sync.Mutex
 	done      chan struct{} // nil until Done is called while the lease is held
@@ -85,13 +83,10 @@ func (s *State) End(err error) bool {
 }
 
 // LostAtRelease replaces the error of a lease that its Release ended
-// with err, the error of a loss, and reports whether it did. A backend's
-// Release ends the lease before it deletes the record (a waiter may be
-// granted as soon as the delete is applied); when the delete then finds
-// the record already gone, the lease had been lost before the Release,
-// and Err says so from then on, as Release's own answer does. Done stays
-// closed, and a function given to OnEnd is not called again. It does
-// nothing for a lease that Release did not end.
+// with err, the error of a loss, and reports whether it did: for a
+// Release whose delete found the record already gone. Done stays closed,
+// and a function given to OnEnd is not called again. It does nothing for
+// a lease that Release did not end.
 func (s *State) LostAtRelease(err error) bool {
 	if err == nil {
 		panic("leasestate: LostAtRelease(nil)") // a backend bug, never a user's input

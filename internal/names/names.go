@@ -86,11 +86,8 @@ func ParseNamespace(ns string) (Namespace, error) {
 }
 
 // Between returns the part of s from byte at up to the last sep in s, and
-// "" when s holds no sep at or after at. A lease derives its lock's name
-// this way from its key or path, which it keeps anyway, instead of keeping
-// the name as a second string (16 bytes per held lease). What follows the
-// name never holds the separator (an etcd record's own part after "/#", a
-// znode's own name after "/"), so the last one ends the name.
+// "" when s holds no sep at or after at: a lease's lock name from its key
+// or path, whose own last part never holds sep.
 func Between(s string, at int, sep string) string {
 	end := strings.LastIndex(s, sep)
 	if at < 0 || end < at {

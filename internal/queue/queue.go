@@ -138,12 +138,10 @@ func Incompatible(head, r Request) string {
 //   - shared: no earlier exclusive request remains;
 //   - a permit of limit n: fewer than n earlier requests remain.
 //
-// The first rule matters only while a refused request's record is on its
-// way out: the backends create a record before they can compare it with
-// the queue, and a later request may take such a record for the head. It
-// makes such a mixed queue wait rather than admit incompatible requests
-// together, so the limits and exclusions hold in every queue, consistent
-// or not. The admitted requests of any queue are a prefix of it.
+// The first rule keeps a queue that still holds a refused request's record
+// waiting rather than admitting incompatible requests together
+// (docs/design/queue.md). The admitted requests of any queue are a prefix
+// of it.
 func Admitted(q []Request, i int) bool {
 	r := q[i]
 	for _, e := range q[:i] {
@@ -166,26 +164,12 @@ func Admitted(q []Request, i int) bool {
 }
 
 // Watched returns the positions in q of the records the request at
-// position i, not admitted, watches (the herd-free rule on
-// lock.SharedLocker): the nearest earlier incompatible request if there
-// is one; otherwise, for an exclusive request its predecessor, for a
-// shared one the nearest earlier exclusive request, and for a permit of
-// limit n:
-//
-//   - the first waiter (position n: the n requests ahead of it hold the
-//     permits) watches those n holders, since permits are released in any
-//     order and the release of any of them admits it;
-//   - a later waiter watches its predecessor only, and wakes when that
-//     record is deleted or touched (see [WaitsForTouch] and [Touches]):
-//     its predecessor touches its record when it is admitted, which is
-//     when the waiter behind it becomes the first waiter.
-//
-// So every holder of a semaphore is watched by one waiter, the first, and
-// every later waiter by the one behind it. A request leaving from further
-// ahead than what a waiter watches shifts the waiter and what it watches
-// together, or, if the waiter watched its predecessor, makes the
-// predecessor the first waiter or admits it (and it touches), so what a
-// waiter that was not woken watches stays right.
+// position i, not admitted, watches: the nearest earlier incompatible
+// request if there is one; otherwise, for an exclusive request its
+// predecessor, for a shared one the nearest earlier exclusive request, for
+// a permit of limit n the n holders if it is the first waiter (position
+// n), else its predecessor, for its deletion or touch. Why these keep
+// waits herd-free: docs/design/queue.md, "Herd-free waits".
 func Watched(q []Request, i int) []int {
 	r := q[i]
 	for j := i - 1; j >= 0; j-- {
@@ -215,12 +199,9 @@ func Watched(q []Request, i int) []int {
 }
 
 // WaitsForTouch reports whether the request at position i of q, not
-// admitted, wakes also when the record it watches is touched, and not
-// only when it is deleted: it is a permit waiter behind another permit
-// waiter (a later waiter, see [Watched]), which watches that predecessor.
-// Every other waiter wakes on deletions only, and a backend may filter
-// out the touches of the records it watches, or must at least not take
-// one for a deletion.
+// admitted, wakes also when the record it watches is touched: a permit
+// waiter behind another permit waiter. Every other waiter wakes on
+// deletions only, and must not take a touch for a deletion.
 func WaitsForTouch(q []Request, i int) bool {
 	r := q[i]
 	if r.Kind != Permit || i <= r.Limit {
@@ -236,12 +217,9 @@ func WaitsForTouch(q []Request, i int) bool {
 
 // AdmittedByDeletion reports whether the request at position i of q, not
 // admitted, is admitted by the deletion of any one of the records
-// [Watched] names: it is the first waiter of a semaphore, behind the
-// limit holders it watches. No request can join the queue ahead of it, so
-// a backend that sees one of those deletions may take the request as
-// admitted without reading the queue again, and touch at once (see
-// [Touches]): the read would only delay the wake-up of the waiter behind
-// it, and so every admission after it.
+// [Watched] names (the first waiter of a semaphore), so that a backend may
+// grant it without reading the queue again (docs/design/queue.md,
+// "Deciding without a listing").
 func AdmittedByDeletion(q []Request, i int) bool {
 	r := q[i]
 	if r.Kind != Permit || i != r.Limit {
@@ -257,12 +235,8 @@ func AdmittedByDeletion(q []Request, i int) bool {
 
 // AdmittedWithout reports whether the request at position i of q, not
 // admitted, is admitted once the earlier record at position j goes and
-// nothing else changes. No request can join a queue ahead of a waiter,
-// and admission only grows as records ahead of it go, so a waiter that
-// watched the record at j alone and sees it deleted knows that it is
-// admitted if its own record is still there, without reading the queue
-// again: a lock's waiter right behind the holder, a reader whose nearest
-// earlier writer was the head of the queue.
+// nothing else changes (docs/design/queue.md, "Deciding without a
+// listing").
 func AdmittedWithout(q []Request, i, j int) bool {
 	if j < 0 || j >= i || i >= len(q) {
 		return false
@@ -274,17 +248,11 @@ func AdmittedWithout(q []Request, i, j int) bool {
 }
 
 // Touches reports whether the request at position i of q, just admitted,
-// must touch its record before its grant: rewrite it unchanged (same
-// value, same token), so that the waiter behind it, which may have seen
-// it waiting and then watched it alone (see [Watched]), wakes and becomes
-// the first waiter. It is a permit followed by a permit of the same
-// limit. A backend may skip the touch when it knows that no listing of
-// the queue can have shown the request waiting: when it was admitted by
-// the listing made with its creation, or when no record of the name was
-// deleted since it was created; nobody can have watched it then, since
-// admission only grows as records ahead go. A request that may have been
-// seen waiting and does not touch leaves its successor watching the
-// wrong record until it goes.
+// must touch its record (rewrite it unchanged) before its grant, to wake
+// the waiter behind it: a permit followed by a permit of the same limit.
+// A backend may skip the touch only when no listing of the queue can have
+// shown the request waiting (admitted at its creation, or no record of the
+// name deleted since).
 func Touches(q []Request, i int) bool {
 	return q[i].Kind == Permit && i+1 < len(q) && q[i+1] == q[i]
 }
