@@ -17,14 +17,9 @@ import (
 // parent and prefix find it.
 //
 // A znode is deleted only while the connection has the session that owns
-// it (its ephemeralOwner). A znode of another session is left alone: this
-// Locker only moves to a new session after the server expired the old one,
-// which removes the old session's znodes by itself.
-//
-// marker is the lock-delay marker of a discarded acquisition, deleted
-// after its znode: the two are created by one multi, so once the znode
-// is gone (or found never to have been created) no marker of it can
-// appear any more.
+// it; the server removes an expired session's znodes by itself. marker is
+// the lock-delay marker of a discarded acquisition, deleted after its
+// znode, with which one multi created it.
 type cleanup struct {
 	path   string
 	parent string
@@ -188,14 +183,9 @@ func stat(ctx context.Context, g *group, conn *zk.Conn, path string) (bool, *zk.
 	return r.ok, r.stat, err
 }
 
-// discard deletes the znode of a failed or cancelled acquisition: at once
-// if the connection is up (with a fresh, bounded context, since the
-// caller's may have ended), otherwise through the janitor.
-//
-// marker, unless empty, is the acquisition's lock-delay marker, deleted
-// after the znode (see cleanup). No lease was granted through the
-// acquisition, so no writes of a holder can be in flight, and a marker
-// left behind would only delay the next grant for nothing.
+// discard deletes the znode of a failed or cancelled acquisition, and its
+// lock-delay marker unless empty: at once if the connection is up (with a
+// fresh, bounded context), otherwise through the janitor.
 func (l *Locker) discard(path, marker string) {
 	if l.conn.State() == zk.StateHasSession {
 		ctx, cancel := context.WithTimeout(l.g.bg, l.cleanupWait())

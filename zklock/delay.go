@@ -12,12 +12,9 @@ import (
 	"github.com/fencelock/fencelock/internal/clock"
 )
 
-// delayMark begins the name of a lock-delay marker: a persistent child of
-// the lock's parent named delayMark followed by the protection prefix of
-// the lock znode it stands for (the znode's child name without its
-// sequence number). It fails parseChild's pattern (the character after
-// the 32 hex digits' place is not '~'), so every listing of the queue
-// ignores it.
+// delayMark, followed by a lock znode's protection prefix, names its
+// lock-delay marker: a persistent child of the lock's parent, which fails
+// parseChild's pattern, so every listing of the queue ignores it.
 const delayMark = "~delay~"
 
 // markerOf returns the path of the marker of the lock znodes of parent
@@ -28,21 +25,10 @@ func markerOf(parent, prefix string) string { return parent + "/" + delayMark + 
 func prefixOf(child string) string { return child[:len(child)-seqLen] }
 
 // delay runs, when the Locker has a lock-delay, between the admission of
-// an acquisition and its grant. Every acquisition of such a Locker
-// created its marker in the multi that created its znode, and a clean
-// Release deletes both in one multi; so a marker whose znode is gone was
-// left by an acquisition that ended some other way. delay reads the
-// markers in the listing that admitted the acquisition: when there is no
-// such stale marker, as after a clean release, it costs nothing more.
-// Otherwise it waits the Locker's lock-delay from the moment that listing
-// was answered, which is after the znode disappeared, so it errs toward
-// waiting longer; then, in one multi checked against the acquisition's
-// znode, it deletes the stale markers.
-//
-// A grant admitted at once after a crash long ago waits too, and so does
-// one after a waiter whose session ended before its turn: a marker cannot
-// tell when its znode went, nor whether it was ever granted, and a
-// needless wait is the safe side.
+// an acquisition and its grant: for markers whose znode is gone in the
+// admitting listing, it waits the lock-delay from that listing's answer,
+// then deletes them in one multi checked against its own znode. With no
+// such marker it sends nothing. See docs/design/zookeeper.md, "Lock-delay".
 func (a *acquisition) delay(ctx context.Context) error {
 	d := a.l.o.LockDelay
 	if d <= 0 {

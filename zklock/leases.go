@@ -67,15 +67,10 @@ func newLeaseTable(g *group, ss *sessions, jan *janitor, poll bool) *leaseTable 
 }
 
 // waitDeletion returns a channel that gets the next watch event on path,
-// for a waiter of a Locker from Dial: the waiter then sets the watch with
-// a plain listing of the znode, which its connection wrapper sends with
-// the watch flag (see isDeletionWatch), so go-zookeeper keeps nothing for
-// it and its callback hands the event to route. The server drops a
-// connection's watches with it and go-zookeeper does not set these again,
-// so every handshake with a session ends each wait with an
-// EventNotWatching (see connect): the waiter looks at the queue again
-// and watches anew. stop forgets the wait; calling it after the event
-// came does nothing.
+// for a waiter of a Locker from Dial that sets the watch with a plain
+// listing (see isDeletionWatch). Every handshake ends each wait with an
+// EventNotWatching, so that the waiter watches anew. stop forgets the
+// wait; calling it after the event came does nothing.
 func (t *leaseTable) waitDeletion(path string) (<-chan zk.Event, func()) {
 	return t.wait(t.waits.deletion, path)
 }

@@ -18,14 +18,9 @@ import (
 )
 
 // Locker grants leases on locks stored under its root znode. It is safe for
-// concurrent use.
-//
-// It composes parts that each own one job: sessions (session.go) follows
-// the connection and begins and ends sessions; keepalive (keepalive.go)
-// keeps the server hearing from a Locker from Dial and records what it
-// answered; the lease table (leases.go, watch.go) follows held leases; the
-// watcher (watch.go) sets the watches acquisitions wait on; the janitor
-// (cleanup.go) deletes left-over znodes.
+// concurrent use. Its parts: sessions (session.go), keepalive
+// (keepalive.go), the lease table (leases.go, watch.go), the watcher
+// (watch.go) and the janitor (cleanup.go).
 type Locker struct {
 	conn    *zk.Conn
 	owned   bool // Dial: Close closes conn

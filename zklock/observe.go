@@ -232,14 +232,9 @@ const (
 
 // list takes one listing, queues the changes it reveals, and returns the
 // watch for the next change, and the function that forgets it (called by
-// run when it no longer waits for it).
-//
-// A Locker from Dial sets these watches as its waiters do, without
-// go-zookeeper's bookkeeping (see leaseTable.waitChildren): go-zookeeper
-// v1.0.4 sets its own watches again after a reconnection while its
-// reading goroutine already runs, a data race that -race reports. The
-// server drops these watches with the connection, and every handshake
-// ends the wait (an EventNotWatching), so the observation lists again.
+// run when it no longer waits for it). A Locker from Dial sets the watch
+// as its waiters do (docs/design/zookeeper.md, "Watches"), so every
+// handshake ends the wait and the observation lists again.
 func (o *observation) list(ctx context.Context) (<-chan zk.Event, func(), error) {
 	if !o.last.listed {
 		// The first holder reported is the current one, as Holder's is:
@@ -379,11 +374,8 @@ func (o *observation) report(child string, h lock.Holder) {
 }
 
 // freeBetween reports whether, according to the parent's child version,
-// the last reported holder's znode was deleted before next was created.
-// ZooKeeper gives a sequential child the parent's cversion as its number,
-// and every create and delete of a child raises the cversion by one; when
-// the creations and deletions between two listings account for every step,
-// the step not taken by a creation is the old holder's deletion.
+// the last reported holder's znode was deleted before next was created
+// (docs/design/zookeeper.md, "Touches and the child version").
 func (o *observation) freeBetween(q []string, st *zk.Stat, next string) bool {
 	if !o.last.listed || o.last.kids[next] {
 		return false // next was already queued: a direct hand-over

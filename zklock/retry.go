@@ -191,12 +191,9 @@ func existsW(conn *zk.Conn, path string) func() (exists, error) {
 	}
 }
 
-// deletionW reads a lock znode and sets a watch that fires when it is
-// deleted and on nothing else: a child watch, since a lock znode is
-// ephemeral and has no children, so the touch of a permit (see
-// queue.Touches), which sets the znode's data, does not spend it. It
-// needs read permission on the znode, as Holders does. A missing znode
-// is ok == false.
+// deletionW reads a lock znode and sets a watch that fires on its deletion
+// only: a child watch, which a touch does not spend, since a lock znode
+// has no children. A missing znode is ok == false.
 func deletionW(conn *zk.Conn, path string) func() (exists, error) {
 	return func() (exists, error) {
 		_, st, w, err := conn.ChildrenW(path)

@@ -19,21 +19,10 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// Authentication and ACLs.
-//
-// ZooKeeper authenticates a connection, not a session: every new TCP
-// connection starts anonymous (or with the identity of its TLS client
-// certificate) and must send its credentials again. go-zookeeper keeps
-// the credentials a successful AddAuth sent and, after each reconnect,
-// re-sends them before any queued request (conn.go, resendZkAuth; a
-// failed re-send drops the connection and it reconnects), so Dial sends
-// them once and the connection does the rest. TestSecurity in
-// integration/zktest checks that a Locker keeps its rights across a
-// restart of the server it was on.
-//
-// The server's digest provider accepts any "user:password" pair: a wrong
-// password is not refused at AddAuth but yields an identity that no ACL
-// names, so its requests fail with zk.ErrNoAuth.
+// Authentication and ACLs. go-zookeeper sends the credentials of a
+// successful AddAuth again after each reconnect, before any other request,
+// so Dial sends them once. A wrong digest password is not refused at
+// AddAuth: its requests fail with zk.ErrNoAuth.
 
 // authCred is one credential sent with AddAuth.
 type authCred struct {
