@@ -18,16 +18,10 @@ const MaxNameLen = names.MaxLen
 // and "tenant:42/rows" are valid; "", "/a", "a/", "a//b", "a/../b" and "a b"
 // are not.
 //
-// Every backend checks names with this function, so a name valid on one
-// backend is valid on all of them, and maps onto an etcd key or a ZooKeeper
-// path without escaping.
-//
-// Namespaces (etcdlock.WithPrefix, zklock.WithRoot, the path of an [Open]
-// URL) follow the same rule, with an optional leading and trailing slash;
-// see [URLPath].
-//
-// The error wraps [ErrInvalidName] and, like [ValidateIdentity]'s, has no
-// package prefix: the backend or program that calls it adds its own.
+// Every backend applies this rule, so a name valid on one is valid on all
+// and maps onto an etcd key or a ZooKeeper path without escaping;
+// namespaces follow it too (see [URLPath]). The error has no package
+// prefix: the caller adds its own.
 func ValidateName(name string) error {
 	if err := names.Check(name); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidName, err)

@@ -12,16 +12,11 @@ import (
 // [Observer] it is found by a type assertion on a Locker.
 //
 // Revoke deletes the holder's record in one atomic step that checks it is
-// still that grant's (on etcd its create revision, on ZooKeeper its czxid
-// and version). That frees the grant at once, as the end of the holder's
-// session would, without any help from the holder's process, which may be
-// frozen, partitioned or gone. The revoked lease ends with Err wrapping
-// [ErrLost] (its cause says the record was deleted by another client)
-// when its Locker hears of the deletion, and its Release then returns an
-// error wrapping ErrLost. Until then the revoked process may still write:
-// the next grant's token is higher, and only a resource that enforces
-// tokens refuses its late writes. Revoke is for a holder that is stuck; ask
-// a healthy one to release.
+// still that grant's, which frees the grant at once without the holder's
+// help. The revoked lease ends with Err wrapping [ErrLost] when its Locker
+// hears of the deletion; until then its process may still write, and only
+// a resource that enforces tokens refuses those late writes. Revoke is for
+// a holder that is stuck; ask a healthy one to release.
 //
 // Revoke ends only the holder whose token is token; other holders of a
 // read-write lock or semaphore keep their grants. A token that is not a
