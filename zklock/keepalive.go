@@ -154,17 +154,11 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 		c.mu.Unlock()
 	})
 	if err != nil {
-		// go-zookeeper v1.0.4 must never see a write fail. sendData
-		// (conn.go:750-756) answers the request with the error and leaves
-		// it pending, and flushRequests (conn.go:524-531) answers every
-		// pending request again with a blocking send, holding the requests'
-		// lock. A setAuth resent after a reconnect has room for one answer
-		// (sendRequest, conn.go:415), and a request queued while Close runs
-		// may hold one already (queueRequest, conn.go:917-923): the
-		// connection's loop then blocks forever, and Close does not free
-		// it (the setAuth case is go-zookeeper/zk#163). Closed here, the
-		// connection fails on the reading side, and flushRequests answers
-		// each pending request once.
+		// go-zookeeper v1.0.4 must never see a write fail: it would answer
+		// the request twice, the second time with a blocking send that can
+		// hang its loop for good (go-zookeeper/zk#163). Closed here, the
+		// connection fails on the reading side, and each pending request
+		// is answered once.
 		_ = c.Conn.Close()
 		return len(p), nil
 	}
