@@ -45,23 +45,13 @@ const DefaultMaxResources = 1 << 16
 //
 // # Bounded memory
 //
-// A Guard tracks at most its limit of resources, plus those that calls are
-// using at the moment. When it needs room it forgets the least recently
-// used idle resource and raises a floor to that resource's highest token;
-// a resource the Guard does not know starts at the floor, not at zero.
-//
-// Safety never depends on where tokens come from: a resource's highest
-// token is only merged into the floor, and the floor only rises. Liveness
-// does: after an eviction, a write to an unknown resource below the floor
-// is rejected. With tokens from one counter for all resources, as package
-// lock promises for all names of one deployment, a new grant is always at
-// or above the floor, so only a holder whose grant is older than the
-// evicted tokens can be refused, and its next grant succeeds. With
-// independent counters per resource (two lock deployments, hand-made
-// counters), give each source a Guard of its own, or a limit above the
-// number of resources so that nothing is evicted. A floor per resource
-// would need memory for every resource ever seen, which the limit is there
-// to bound.
+// A Guard tracks at most its limit of idle resources. When it needs room it
+// forgets the least recently used one and raises a floor to its highest
+// token; a resource the Guard does not know starts at the floor. This is
+// always safe, and live when all tokens come from one counter, as package
+// lock promises for one deployment: only a holder older than the evicted
+// tokens can be refused. With independent token sources, give each its own
+// Guard, or a limit above the number of resources.
 type Guard struct {
 	mu      sync.Mutex
 	limit   int               // 0 means DefaultMaxResources
