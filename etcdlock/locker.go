@@ -132,12 +132,10 @@ func (l *Locker) SessionLease() (clientv3.LeaseID, bool) {
 // never share a prefix range.
 func (l *Locker) namePrefix(name string) string { return l.opts.prefix + name + "/#" }
 
-// recordKey names one acquisition's record under pfx, name's prefix:
-// scoped by the session lease, so that a retried create of the same
-// acquisition is idempotent, by a number the session gives it (see
-// session.number), so that two acquisitions through one Locker are two
-// records, and, for a shared or semaphore request, by its kind's tag
-// after a '~', so that a listing of the keys tells every record's kind.
+// recordKey names one acquisition's record under pfx, name's prefix, by
+// the session lease, a number the session gives it (session.number) and,
+// for a shared or semaphore request, its kind's tag after a '~'
+// (docs/design/etcd.md, "Key layout").
 func (l *Locker) recordKey(pfx string, s *session, req queue.Request) string {
 	key := fmt.Sprintf("%s%016x-%x", pfx, int64(s.id), s.number(pfx))
 	if tag := req.Tag(); tag != "" {

@@ -15,15 +15,11 @@ import (
 // retryDelay spaces out retries of a request that failed without an answer.
 const retryDelay = 50 * time.Millisecond
 
-// call runs op until it succeeds, giving each attempt at most
-// requestTimeout, and retrying failures that may pass on a second try
-// (see retryable) until ctx is done, the Locker closes or, when s is not
-// nil, the session ends. An attempt that times out is retried at once: the
-// client sends the next one to another member, which matters when the one
-// it used stopped answering without closing the connection. Only ops that
-// are safe to repeat go through call. A refusal (see isRefusal) is not
-// retried: call returns it at once, wrapping lock.ErrPermission, also when
-// it is a TLS handshake the Locker's own client saw fail (see tlsWatch).
+// call runs op, which must be safe to repeat, until it succeeds, giving
+// each attempt at most requestTimeout and retrying retryable failures
+// until ctx is done, the Locker closes or, when s is not nil, the session
+// ends. A refusal (isRefusal, tlsWatch) is returned at once, wrapping
+// lock.ErrPermission. See docs/design/etcd.md, "Retries and stuck members".
 func (l *Locker) call(ctx context.Context, s *session, op func(context.Context) error) error {
 	var sessionDone <-chan struct{}
 	if s != nil {

@@ -94,12 +94,9 @@ func isCertRefusal(err error) bool {
 
 // tlsWatch sees every TLS connection of a client that a Locker opened
 // (lock.Open) and remembers, per member address, the last handshake that
-// failed over a certificate, until a connection to that member works. The
-// client itself only retries such a connection with backoff while
-// requests wait for it, so without this a refused client would learn it
-// only from its context's deadline. When every endpoint refused, calls
-// fail at once with an error wrapping lock.ErrPermission, and calls in
-// flight are interrupted.
+// failed over a certificate, until a connection to that member works: when
+// every endpoint refused, calls fail at once with an error wrapping
+// lock.ErrPermission instead of at their deadline.
 type tlsWatch struct {
 	endpoints int
 
@@ -221,13 +218,10 @@ func (c *watchedCreds) Clone() credentials.TransportCredentials {
 	return &watchedCreds{TransportCredentials: c.TransportCredentials.Clone(), w: c.w}
 }
 
-// watchedConn reports the first read of a connection: with TLS 1.3 the
-// server checks the client's certificate after the client's handshake has
-// returned, and its verdict arrives as an alert on that read. gRPC writes
-// its preface at once; when the server has already closed the connection,
-// that write fails and gRPC closes the connection, which would lose the
-// alert waiting in it: so a failed write, and a close before the server
-// said anything, first read what the server sent.
+// watchedConn reports the first read of a connection, where TLS 1.3 brings
+// the server's verdict on the client's certificate. A failed write, and a
+// close before the server said anything, first read what the server sent,
+// so that the alert is not lost.
 type watchedConn struct {
 	net.Conn
 	w     *tlsWatch
