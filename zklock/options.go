@@ -156,16 +156,11 @@ func WithLogger(l *slog.Logger) Option {
 	return func(o *options) { o.SetLogger(l) }
 }
 
-// WithLockDelay sets the lock-delay d (default 0: none). When a lease of
-// this Locker ends without a clean Release (its session expired or was
-// lost, its record was revoked, its process was killed), the next grant
-// of its name waits d after the grantee saw the record gone, so that the
-// writes the old holder still had in flight drain first; after a clean
-// Release the next grant is immediate. An acquisition of this Locker whose
-// session ends while it waits delays the next grant too (the safe side:
-// its record cannot show whether it was granted). d must be positive:
-// leave the option out for none. How it works: "Lock-delay" in
-// docs/design/zookeeper.md.
+// WithLockDelay sets the lock-delay d (default 0: none): when a lease of
+// this Locker ends without a clean Release, or its acquisition's session
+// ends while it waits, the next grant of its name waits d after the
+// grantee saw the record gone, so that the old holder's writes in flight
+// drain first. d must be positive. See "Lock-delay" in docs/design/zookeeper.md.
 func WithLockDelay(d time.Duration) Option {
 	return func(o *options) {
 		o.SetLockDelay(d)
