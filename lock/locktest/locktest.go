@@ -221,26 +221,26 @@ func TestLockerWith(t *testing.T, h Harness, opts Options) {
 	s.staller, _ = h.(SessionStaller)
 	s.freezer, _ = h.(SessionFreezer)
 	s.lister, _ = h.(RecordLister)
-	// Whether the backend's Lockers are Observers is a property of the
-	// Locker type: ask one.
+	// Which optional interfaces a Locker has is a property of the Locker
+	// type: ask one.
 	probe := h.NewLocker(t, identity("probe"))
 	if probe == nil {
 		t.Fatalf("NewLocker() = nil")
 	}
-	_, s.observer = probe.(lock.Observer)
-	_, s.shared = probe.(lock.SharedLocker)
-	_, s.sem = probe.(lock.Semaphore)
-	_, s.holders = probe.(lock.HolderLister)
-	_, s.revoker = probe.(lock.Revoker)
-	_, s.queuer = probe.(lock.QueueLister)
-	_, s.health = probe.(lock.HealthChecker)
+	s.has = map[string]bool{
+		needsExpirer: s.expirer != nil, needsStaller: s.staller != nil, needsFreezer: s.freezer != nil,
+		needsObserver: is[lock.Observer](probe), needsShared: is[lock.SharedLocker](probe),
+		needsSem: is[lock.Semaphore](probe), needsHolders: is[lock.HolderLister](probe),
+		needsRevoker: is[lock.Revoker](probe), needsQueue: is[lock.QueueLister](probe),
+		needsHealth: is[lock.HealthChecker](probe),
+	}
 	if err := probe.Close(); err != nil {
 		t.Errorf("Close() of an unused Locker = %v; want nil", err)
 	}
 	var missing []string
 	for _, st := range s.subtests() {
-		if !s.has(st.needs) {
-			missing = append(missing, fmt.Sprintf("%s (needs %s)", st.name, st.needs))
+		if m := s.missing(st.needs); m != "" {
+			missing = append(missing, fmt.Sprintf("%s (needs %s)", st.name, m))
 			continue
 		}
 		t.Run(st.name, st.fn)
@@ -253,4 +253,9 @@ func TestLockerWith(t *testing.T, h Harness, opts Options) {
 			t.Log(msg)
 		}
 	}
+}
+
+func is[T any](l lock.Locker) bool {
+	_, ok := l.(T)
+	return ok
 }

@@ -3,7 +3,6 @@ package locktest
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -630,14 +629,4 @@ func (h memHarness) FreezeSession(t *testing.T, l lock.Locker) func() {
 
 func (h memHarness) Records(t *testing.T, name string) []string {
 	return h.m.Records(name)
-}
-
-// errorsIsAny reports whether err matches one of targets.
-func errorsIsAny(err error, targets ...error) bool {
-	for _, t := range targets {
-		if errors.Is(err, t) {
-			return true
-		}
-	}
-	return false
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,145 +21,95 @@ type suite struct {
 	staller SessionStaller // nil if h does not implement it
 	freezer SessionFreezer // nil if h does not implement it
 	lister  RecordLister   // nil if h does not implement it
-	implements
+	has     map[string]bool
 }
 
-// implements says which optional interfaces the Lockers implement.
-type implements struct {
-	observer bool // lock.Observer
-	shared   bool // lock.SharedLocker
-	sem      bool // lock.Semaphore
-	holders  bool // lock.HolderLister
-	revoker  bool // lock.Revoker
-	queuer   bool // lock.QueueLister
-	health   bool // lock.HealthChecker
-}
-
-// A subtest is one check. needs names the optional interface it depends
-// on ("" for none); it runs only when that interface is present.
-type subtest struct {
-	name  string
-	fn    func(t *testing.T)
-	needs string
-}
-
-// Optional interfaces, as named in subtest.needs and in the log line that
-// lists the checks that did not apply.
+// The optional interfaces, as a subtest's needs and the log line that lists
+// the checks that did not apply name them.
 const (
 	needsExpirer  = "SessionExpirer (Harness)"
 	needsStaller  = "SessionStaller (Harness)"
+	needsFreezer  = "SessionFreezer (Harness)"
 	needsObserver = "lock.Observer (Locker)"
 	needsShared   = "lock.SharedLocker (Locker)"
 	needsSem      = "lock.Semaphore (Locker)"
 	needsHolders  = "lock.HolderLister (Locker)"
 	needsRevoker  = "lock.Revoker (Locker)"
-	needsFreezer  = "SessionFreezer (Harness)"
 	needsQueue    = "lock.QueueLister (Locker)"
 	needsHealth   = "lock.HealthChecker (Locker)"
-	// Two interfaces at once.
-	needsSharedExpirer = needsShared + " and " + needsExpirer
-	needsSemExpirer    = needsSem + " and " + needsExpirer
-	needsRevokerSem    = needsRevoker + " and " + needsSem
-	needsRevokerFreeze = needsRevoker + " and " + needsFreezer
-	needsQueueShared   = needsQueue + " and " + needsShared
-	needsObserveLoss   = needsObserver + " and " + needsStaller
-	needsHealthExpirer = needsHealth + " and " + needsExpirer
 )
 
+// A subtest is one check. It runs only when every optional interface it
+// needs is present.
+type subtest struct {
+	name  string
+	fn    func(t *testing.T)
+	needs []string
+}
+
 func (s *suite) subtests() []subtest {
+	n := func(needs ...string) []string { return needs }
 	return []subtest{
-		{"AcquireRelease", s.testAcquireRelease, ""},
-		{"TryAcquire", s.testTryAcquire, ""},
-		{"TokensIncrease", s.testTokensIncrease, ""},
-		{"TokensAcrossNames", s.testTokensAcrossNames, ""},
-		{"SameLockerExcludes", s.testSameLockerExcludes, ""},
-		{"MutualExclusion", s.testMutualExclusion, ""},
-		{"FIFO", s.testFIFO, ""},
-		{"CancelWait", s.testCancelWait, ""},
-		{"DeadlineWait", s.testDeadlineWait, ""},
-		{"CancelledContext", s.testCancelledContext, ""},
-		{"CancelInFlight", s.testCancelInFlight, ""},
-		{"ReleaseCancelledContext", s.testReleaseCancelledContext, ""},
-		{"Holder", s.testHolder, ""},
-		{"DoneBeforeNextGrant", s.testDoneBeforeNextGrant, ""},
-		{"ReleaseTwice", s.testReleaseTwice, ""},
-		{"ReleaseConcurrent", s.testReleaseConcurrent, ""},
-		{"Close", s.testClose, ""},
-		{"CloseConcurrent", s.testCloseConcurrent, ""},
-		{"CloseRace", s.testCloseRace, ""},
-		{"InvalidName", s.testInvalidName, ""},
-		{"LongName", s.testLongName, ""},
-		{"IndependentNames", s.testIndependentNames, ""},
-		{"SessionExpiry", s.testSessionExpiry, needsExpirer},
-		{"SessionExpiryWaiter", s.testSessionExpiryWaiter, needsExpirer},
-		{"ReleaseLostLease", s.testReleaseLostLease, needsExpirer},
-		{"LossDoneBeforeNextGrant", s.testLossDoneBeforeNextGrant, needsStaller},
-		{"Observe", s.testObserve, needsObserver},
-		{"ObserveEndsOnClose", s.testObserveEndsOnClose, needsObserver},
-		{"ObserveSessionLoss", s.testObserveSessionLoss, needsObserveLoss},
-		{"SharedExclusion", s.testSharedExclusion, needsShared},
-		{"SharedFIFO", s.testSharedFIFO, needsShared},
-		{"TryAcquireShared", s.testTryAcquireShared, needsShared},
-		{"SharedTokens", s.testSharedTokens, needsShared},
-		{"SharedHandover", s.testSharedHandover, needsShared},
-		{"SharedSessionExpiry", s.testSharedSessionExpiry, needsSharedExpirer},
-		{"SemaphoreLimit", s.testSemaphoreLimit, needsSem},
-		{"SemaphoreFIFO", s.testSemaphoreFIFO, needsSem},
-		{"SemaphoreIncompatible", s.testSemaphoreIncompatible, needsSem},
-		{"SemaphoreHandover", s.testSemaphoreHandover, needsSem},
-		{"SemaphoreSessionExpiry", s.testSemaphoreSessionExpiry, needsSemExpirer},
-		{"Holders", s.testHolders, needsHolders},
-		{"Revoke", s.testRevoke, needsRevoker},
-		{"RevokeSemaphore", s.testRevokeSemaphore, needsRevokerSem},
-		{"RevokeFrozenHolder", s.testRevokeFrozen, needsRevokerFreeze},
-		{"Queue", s.testQueue, needsQueue},
-		{"QueueShared", s.testQueueShared, needsQueueShared},
-		{"Healthy", s.testHealthy, needsHealth},
-		{"HealthyAfterExpiry", s.testHealthyAfterExpiry, needsHealthExpirer},
+		{"AcquireRelease", s.testAcquireRelease, nil},
+		{"TryAcquire", s.testTryAcquire, nil},
+		{"TokensIncrease", s.testTokensIncrease, nil},
+		{"TokensAcrossNames", s.testTokensAcrossNames, nil},
+		{"SameLockerExcludes", s.testSameLockerExcludes, nil},
+		{"MutualExclusion", s.testMutualExclusion, nil},
+		{"FIFO", s.testFIFO, nil},
+		{"CancelWait", s.testCancelWait, nil},
+		{"DeadlineWait", s.testDeadlineWait, nil},
+		{"CancelledContext", s.testCancelledContext, nil},
+		{"CancelInFlight", s.testCancelInFlight, nil},
+		{"ReleaseCancelledContext", s.testReleaseCancelledContext, nil},
+		{"Holder", s.testHolder, nil},
+		{"DoneBeforeNextGrant", s.testDoneBeforeNextGrant, nil},
+		{"ReleaseTwice", s.testReleaseTwice, nil},
+		{"ReleaseConcurrent", s.testReleaseConcurrent, nil},
+		{"Close", s.testClose, nil},
+		{"CloseConcurrent", s.testCloseConcurrent, nil},
+		{"CloseRace", s.testCloseRace, nil},
+		{"InvalidName", s.testInvalidName, nil},
+		{"LongName", s.testLongName, nil},
+		{"IndependentNames", s.testIndependentNames, nil},
+		{"SessionExpiry", s.testSessionExpiry, n(needsExpirer)},
+		{"SessionExpiryWaiter", s.testSessionExpiryWaiter, n(needsExpirer)},
+		{"ReleaseLostLease", s.testReleaseLostLease, n(needsExpirer)},
+		{"LossDoneBeforeNextGrant", s.testLossDoneBeforeNextGrant, n(needsStaller)},
+		{"Observe", s.testObserve, n(needsObserver)},
+		{"ObserveEndsOnClose", s.testObserveEndsOnClose, n(needsObserver)},
+		{"ObserveSessionLoss", s.testObserveSessionLoss, n(needsObserver, needsStaller)},
+		{"SharedExclusion", s.testSharedExclusion, n(needsShared)},
+		{"SharedFIFO", s.testSharedFIFO, n(needsShared)},
+		{"TryAcquireShared", s.testTryAcquireShared, n(needsShared)},
+		{"SharedTokens", s.testSharedTokens, n(needsShared)},
+		{"SharedHandover", s.testSharedHandover, n(needsShared)},
+		{"SharedSessionExpiry", s.testSharedSessionExpiry, n(needsShared, needsExpirer)},
+		{"SemaphoreLimit", s.testSemaphoreLimit, n(needsSem)},
+		{"SemaphoreFIFO", s.testSemaphoreFIFO, n(needsSem)},
+		{"SemaphoreIncompatible", s.testSemaphoreIncompatible, n(needsSem)},
+		{"SemaphoreHandover", s.testSemaphoreHandover, n(needsSem)},
+		{"SemaphoreSessionExpiry", s.testSemaphoreSessionExpiry, n(needsSem, needsExpirer)},
+		{"Holders", s.testHolders, n(needsHolders)},
+		{"Revoke", s.testRevoke, n(needsRevoker)},
+		{"RevokeSemaphore", s.testRevokeSemaphore, n(needsRevoker, needsSem)},
+		{"RevokeFrozenHolder", s.testRevokeFrozen, n(needsRevoker, needsFreezer)},
+		{"Queue", s.testQueue, n(needsQueue)},
+		{"QueueShared", s.testQueueShared, n(needsQueue, needsShared)},
+		{"Healthy", s.testHealthy, n(needsHealth)},
+		{"HealthyAfterExpiry", s.testHealthyAfterExpiry, n(needsHealth, needsExpirer)},
 	}
 }
 
-// has reports whether the optional interface need names is present.
-func (s *suite) has(need string) bool {
-	switch need {
-	case "":
-		return true
-	case needsExpirer:
-		return s.expirer != nil
-	case needsStaller:
-		return s.staller != nil
-	case needsObserver:
-		return s.observer
-	case needsShared:
-		return s.shared
-	case needsSem:
-		return s.sem
-	case needsHolders:
-		return s.holders
-	case needsSharedExpirer:
-		return s.shared && s.expirer != nil
-	case needsSemExpirer:
-		return s.sem && s.expirer != nil
-	case needsRevoker:
-		return s.revoker
-	case needsFreezer:
-		return s.freezer != nil
-	case needsRevokerSem:
-		return s.revoker && s.sem
-	case needsRevokerFreeze:
-		return s.revoker && s.freezer != nil
-	case needsQueue:
-		return s.queuer
-	case needsQueueShared:
-		return s.queuer && s.shared
-	case needsObserveLoss:
-		return s.observer && s.staller != nil
-	case needsHealth:
-		return s.health
-	case needsHealthExpirer:
-		return s.health && s.expirer != nil
+// missing returns needs, joined by " and ", if one of them is absent, or
+// else "".
+func (s *suite) missing(needs []string) string {
+	for _, n := range needs {
+		if !s.has[n] {
+			return strings.Join(needs, " and ")
+		}
 	}
-	panic("locktest: unknown optional interface " + need)
+	return ""
 }
 
 // newLocker returns a Locker from the harness that is closed when t ends.
@@ -174,6 +125,18 @@ func (s *suite) newLocker(t *testing.T, identity string) lock.Locker {
 		}
 	})
 	return l
+}
+
+// setup returns what most subtests start with: a context, a lock name of
+// their own, and n Lockers with identities from identity("a"), "b", ….
+func (s *suite) setup(t *testing.T, n int) (context.Context, string, []lock.Locker, []string) {
+	t.Helper()
+	ls, ids := make([]lock.Locker, n), make([]string, n)
+	for i := range n {
+		ids[i] = identity(string(rune('a' + i)))
+		ls[i] = s.newLocker(t, ids[i])
+	}
+	return s.ctx(t), lockName(t), ls, ids
 }
 
 // identity returns an identity unique to this run, so that a Holder check
@@ -215,48 +178,101 @@ func (s *suite) ctx(t *testing.T) context.Context {
 
 // result is what a background Acquire returned.
 type result struct {
-	lease lock.Lease
-	err   error
+	lease    lock.Lease
+	err      error
+	prevDone bool // with goAcquireAfter: the previous lease had ended by then
 }
 
-// goAcquire runs l.Acquire in a goroutine and delivers its result. The
-// goroutine ends when Acquire returns: at the latest when ctx ends or when
+// goCall runs acquire in a goroutine and delivers its result. The goroutine
+// ends when acquire returns: at the latest when its context ends or when
 // the Locker is closed by t's cleanup. A lease nobody collects is released
 // by that Close.
-func goAcquire(ctx context.Context, l lock.Locker, name string) <-chan result {
+func goCall(acquire func() (lock.Lease, error)) <-chan result {
 	ch := make(chan result, 1)
 	go func() {
-		le, err := l.Acquire(ctx, name)
-		ch <- result{le, err}
+		le, err := acquire()
+		ch <- result{lease: le, err: err}
 	}()
 	return ch
 }
 
-// await waits for a background Acquire to return.
-func (s *suite) await(t *testing.T, ch <-chan result, what string) result {
+// goAcquire runs the call that asks l for k in a goroutine.
+func goAcquire(ctx context.Context, l lock.Locker, name string, k kind) <-chan result {
+	return goCall(func() (lock.Lease, error) { return k.call(ctx, l, name, false) })
+}
+
+// goAcquireAfter is goAcquire of an exclusive lock that also reports
+// whether prev's Done was already closed when Acquire returned. The check
+// runs in the waiter's goroutine right after the grant, so it observes the
+// order of the two events, not a time.
+func goAcquireAfter(ctx context.Context, l lock.Locker, name string, prev lock.Lease) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		le, err := l.Acquire(ctx, name)
+		ch <- result{le, err, isClosed(prev.Done())}
+	}()
+	return ch
+}
+
+// enqueue is goAcquire followed by a wait until name has n records, the
+// new waiter's included.
+func (s *suite) enqueue(t *testing.T, ctx context.Context, l lock.Locker, name string, k kind, n int, what string) <-chan result {
+	t.Helper()
+	ch := goAcquire(ctx, l, name, k)
+	s.waitRecords(t, name, n, what)
+	return ch
+}
+
+// await waits for a value from ch; what names it in a failure.
+func await[T any](t *testing.T, s *suite, ch <-chan T, what string) T {
 	t.Helper()
 	timer := time.NewTimer(s.o.Timeout)
 	defer timer.Stop()
 	select {
-	case r := <-ch:
-		return r
+	case v := <-ch:
+		return v
 	case <-timer.C:
 		t.Fatalf("%s did not return within %v", what, s.o.Timeout)
-		return result{}
+		var zero T
+		return zero
 	}
 }
 
-// awaitLease waits for a background Acquire to return a lease.
-func (s *suite) awaitLease(t *testing.T, ch <-chan result, what string) lock.Lease {
+// awaitGrant waits for a background Acquire to return a lease.
+func (s *suite) awaitGrant(t *testing.T, ch <-chan result, what string) result {
 	t.Helper()
-	r := s.await(t, ch, what)
+	r := await(t, s, ch, what)
 	if r.err != nil {
 		t.Fatalf("%s = %v; want a lease", what, r.err)
 	}
 	if r.lease == nil {
 		t.Fatalf("%s = nil lease, nil error", what)
 	}
-	return r.lease
+	return r
+}
+
+func (s *suite) awaitLease(t *testing.T, ch <-chan result, what string) lock.Lease {
+	t.Helper()
+	return s.awaitGrant(t, ch, what).lease
+}
+
+// awaitRefused waits for a background Acquire to return no lease and an
+// error wrapping want.
+func (s *suite) awaitRefused(t *testing.T, ch <-chan result, what string, want error) {
+	t.Helper()
+	r := await(t, s, ch, what)
+	refused(t, what, r.lease, r.err, want)
+}
+
+// refused checks that a call returned no lease and an error wrapping want.
+func refused(t *testing.T, call string, le lock.Lease, err error, want error) {
+	t.Helper()
+	if !errors.Is(err, want) || le != nil {
+		t.Errorf("%s = %v, %v; want nil, an error wrapping %v", call, le, err, want)
+	}
+	if le != nil {
+		_ = le.Release(context.Background())
+	}
 }
 
 // notReturned fails t if a background Acquire has returned.
@@ -269,6 +285,23 @@ func notReturned(t *testing.T, ch <-chan result, what string) {
 	}
 }
 
+// pollRecords polls the RecordLister until name has n records, or until
+// Options.Timeout has passed; it returns the last listing.
+func (s *suite) pollRecords(t *testing.T, name string, n int) ([]string, bool) {
+	t.Helper()
+	deadline := time.Now().Add(s.o.Timeout)
+	for {
+		recs := s.lister.Records(t, name)
+		if len(recs) == n {
+			return recs, true
+		}
+		if time.Now().After(deadline) {
+			return recs, false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
 // waitRecords waits until name has n records: with a RecordLister by
 // polling it, without one by waiting Options.Settle, the only place where
 // the suite relies on time to order steps.
@@ -276,18 +309,8 @@ func (s *suite) waitRecords(t *testing.T, name string, n int, why string) {
 	t.Helper()
 	if s.lister == nil {
 		time.Sleep(s.o.Settle)
-		return
-	}
-	deadline := time.Now().Add(s.o.Timeout)
-	for {
-		recs := s.lister.Records(t, name)
-		if len(recs) == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: Records(%q) = %q after %v; want %d records", why, name, recs, s.o.Timeout, n)
-		}
-		time.Sleep(2 * time.Millisecond)
+	} else if recs, ok := s.pollRecords(t, name, n); !ok {
+		t.Fatalf("%s: Records(%q) = %q after %v; want %d records", why, name, recs, s.o.Timeout, n)
 	}
 }
 
@@ -298,17 +321,8 @@ func (s *suite) noOrphans(t *testing.T, name string, after string) {
 	if s.lister == nil {
 		return
 	}
-	deadline := time.Now().Add(s.o.Timeout)
-	for {
-		recs := s.lister.Records(t, name)
-		if len(recs) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("after %s: Records(%q) = %q; want none (orphaned records)", after, name, recs)
-			return
-		}
-		time.Sleep(2 * time.Millisecond)
+	if recs, ok := s.pollRecords(t, name, 0); !ok {
+		t.Errorf("after %s: Records(%q) = %q; want none (orphaned records)", after, name, recs)
 	}
 }
 
@@ -344,6 +358,15 @@ func (s *suite) waitDone(t *testing.T, le lock.Lease, what string) {
 	}
 }
 
+// checkLost waits for le to end and checks that its Err wraps ErrLost.
+func (s *suite) checkLost(t *testing.T, le lock.Lease, wait, what string) {
+	t.Helper()
+	s.waitDone(t, le, wait)
+	if err := le.Err(); !errors.Is(err, lock.ErrLost) {
+		t.Errorf("%s = %v; want an error wrapping %v", what, err, lock.ErrLost)
+	}
+}
+
 // mustAcquire acquires name on l or stops the test.
 func (s *suite) mustAcquire(t *testing.T, ctx context.Context, l lock.Locker, name string) lock.Lease {
 	t.Helper()
@@ -358,27 +381,31 @@ func (s *suite) mustAcquire(t *testing.T, ctx context.Context, l lock.Locker, na
 }
 
 // mustRelease releases le or fails the test.
-func mustRelease(t *testing.T, ctx context.Context, le lock.Lease) {
+func mustRelease(t *testing.T, ctx context.Context, les ...lock.Lease) {
 	t.Helper()
-	if err := le.Release(ctx); err != nil {
-		t.Errorf("Release() of %q token %d = %v; want nil", le.Name(), le.Token(), err)
+	for _, le := range les {
+		if err := le.Release(ctx); err != nil {
+			t.Errorf("Release() of %q token %d = %v; want nil", le.Name(), le.Token(), err)
+		}
 	}
 }
 
-// checkHeld checks the state of a lease that should be held.
-func checkHeld(t *testing.T, le lock.Lease, name string) {
+// checkHeld checks the state of leases that should be held.
+func checkHeld(t *testing.T, name string, les ...lock.Lease) {
 	t.Helper()
-	if got := le.Name(); got != name {
-		t.Errorf("Name() = %q; want %q", got, name)
-	}
-	if le.Token() == 0 {
-		t.Errorf("Token() = 0; want a non-zero token")
-	}
-	if err := le.Err(); err != nil {
-		t.Errorf("Err() = %v while held; want nil", err)
-	}
-	if isClosed(le.Done()) {
-		t.Errorf("Done() closed while held; want open")
+	for _, le := range les {
+		if got := le.Name(); got != name {
+			t.Errorf("Name() = %q; want %q", got, name)
+		}
+		if le.Token() == 0 {
+			t.Errorf("Token() = 0; want a non-zero token")
+		}
+		if err := le.Err(); err != nil {
+			t.Errorf("Err() = %v while held; want nil", err)
+		}
+		if isClosed(le.Done()) {
+			t.Errorf("Done() closed while held; want open")
+		}
 	}
 }
 
@@ -390,6 +417,14 @@ func checkReleased(t *testing.T, le lock.Lease) {
 	}
 	if err := le.Err(); !errors.Is(err, lock.ErrReleased) {
 		t.Errorf("Err() = %v after Release; want an error wrapping %v", err, lock.ErrReleased)
+	}
+}
+
+// checkAfter checks that le has a higher token than prev; what names le.
+func checkAfter(t *testing.T, le, prev lock.Lease, what string) {
+	t.Helper()
+	if le.Token() <= prev.Token() {
+		t.Errorf("%s Token() = %d; want > %d", what, le.Token(), prev.Token())
 	}
 }
 
@@ -406,4 +441,14 @@ func (s *suite) notHeld(t *testing.T, ctx context.Context, l lock.Locker, name s
 	if got, err := l.Holder(ctx, name); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("Holder(%q) = %+v, %v; want an error wrapping %v", name, got, err, lock.ErrNotHeld)
 	}
+}
+
+// errorsIsAny reports whether err matches one of targets.
+func errorsIsAny(err error, targets ...error) bool {
+	for _, t := range targets {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
 }

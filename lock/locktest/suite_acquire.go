@@ -17,95 +17,55 @@ import (
 )
 
 func (s *suite) testAcquireRelease(t *testing.T) {
-	ctx := s.ctx(t)
-	name := lockName(t)
-	l := s.newLocker(t, identity("a"))
-
-	le := s.mustAcquire(t, ctx, l, name)
-	checkHeld(t, le, name)
+	ctx, name, ls, _ := s.setup(t, 1)
+	le := s.mustAcquire(t, ctx, ls[0], name)
+	checkHeld(t, name, le)
 	s.checkRecords(t, name, 1, "while held")
 	mustRelease(t, ctx, le)
 	checkReleased(t, le)
 	s.noOrphans(t, name, "Release")
 
 	// The lock is free again, with a higher token.
-	le2 := s.mustAcquire(t, ctx, l, name)
-	checkHeld(t, le2, name)
-	if le2.Token() <= le.Token() {
-		t.Errorf("second grant Token() = %d; want > %d (the first grant's)", le2.Token(), le.Token())
-	}
+	le2 := s.mustAcquire(t, ctx, ls[0], name)
+	checkHeld(t, name, le2)
+	checkAfter(t, le2, le, "second grant (after the first)")
 	mustRelease(t, ctx, le2)
 	s.noOrphans(t, name, "second Release")
 }
 
 func (s *suite) testTryAcquire(t *testing.T) {
-	ctx := s.ctx(t)
-	name := lockName(t)
-	a := s.newLocker(t, identity("a"))
-	b := s.newLocker(t, identity("b"))
-
+	ctx, name, ls, _ := s.setup(t, 2)
+	a, b := ls[0], ls[1]
 	le, err := a.TryAcquire(ctx, name)
 	if err != nil {
 		t.Fatalf("TryAcquire(%q) of a free lock = %v; want a lease", name, err)
 	}
-	checkHeld(t, le, name)
+	checkHeld(t, name, le)
 	for _, c := range []struct {
 		who string
 		l   lock.Locker
 	}{{"another Locker", b}, {"the holding Locker", a}} {
 		got, err := c.l.TryAcquire(ctx, name)
-		if !errors.Is(err, lock.ErrLocked) {
-			t.Errorf("TryAcquire(%q) on %s while held = %v, %v; want an error wrapping %v", name, c.who, got, err, lock.ErrLocked)
-		}
-		if got != nil {
-			t.Errorf("TryAcquire(%q) on %s while held returned a lease %v with the error", name, c.who, got)
-		}
+		refused(t, fmt.Sprintf("TryAcquire(%q) on %s while held", name, c.who), got, err, lock.ErrLocked)
 	}
 	s.checkRecords(t, name, 1, "after TryAcquire returned ErrLocked")
-	checkHeld(t, le, name)
+	checkHeld(t, name, le)
 	mustRelease(t, ctx, le)
 
 	le2, err := b.TryAcquire(ctx, name)
 	if err != nil {
 		t.Fatalf("TryAcquire(%q) after Release = %v; want a lease", name, err)
 	}
-	if le2.Token() <= le.Token() {
-		t.Errorf("TryAcquire after Release: Token() = %d; want > %d", le2.Token(), le.Token())
-	}
+	checkAfter(t, le2, le, "TryAcquire after Release:")
 	mustRelease(t, ctx, le2)
 	s.noOrphans(t, name, "Release")
 }
 
+// testTokensIncrease checks that tokens rise with every grant of a name,
+// whichever Locker asks and whether by Acquire or TryAcquire.
 func (s *suite) testTokensIncrease(t *testing.T) {
-	name := lockName(t)
-	lockers := []lock.Locker{
-		s.newLocker(t, identity("a")),
-		s.newLocker(t, identity("b")),
-		s.newLocker(t, identity("c")),
-	}
-	var prev fencing.Token
-	for i := range s.o.Rounds {
-		ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
-		l := lockers[i%len(lockers)]
-		var le lock.Lease
-		var err error
-		if i%2 == 0 {
-			le, err = l.Acquire(ctx, name)
-		} else {
-			le, err = l.TryAcquire(ctx, name)
-		}
-		if err != nil {
-			cancel()
-			t.Fatalf("round %d: acquire = %v; want a lease", i, err)
-		}
-		if tok := le.Token(); tok <= prev {
-			t.Errorf("round %d: Token() = %d; want > %d (the previous grant's)", i, tok, prev)
-		}
-		prev = le.Token()
-		mustRelease(t, ctx, le)
-		cancel()
-	}
-	s.noOrphans(t, name, "the last Release")
+	_, name, ls, _ := s.setup(t, 3)
+	s.checkRising(t, ls, []string{name}, s.o.Rounds, true)
 }
 
 // testTokensAcrossNames checks the promise package lock makes for every
@@ -114,20 +74,27 @@ func (s *suite) testTokensIncrease(t *testing.T) {
 // token. fencing.Guard relies on it to keep its memory bounded without
 // refusing valid tokens.
 func (s *suite) testTokensAcrossNames(t *testing.T) {
-	names := []string{lockName(t) + "-a", lockName(t) + "-b", lockName(t) + "-c"}
-	lockers := []lock.Locker{s.newLocker(t, identity("a")), s.newLocker(t, identity("b"))}
+	_, name, ls, _ := s.setup(t, 2)
+	names := []string{name + "-a", name + "-b", name + "-c"}
+	s.checkRising(t, ls, names, max(s.o.Rounds, 2*len(names)), false)
+}
+
+// checkRising acquires and releases names in turn through lockers in turn,
+// by Acquire or, with try, every second round by TryAcquire, and checks
+// that every token exceeds the one granted before it.
+func (s *suite) checkRising(t *testing.T, lockers []lock.Locker, names []string, rounds int, try bool) {
 	var prev fencing.Token
 	var prevName string
-	for i := range max(s.o.Rounds, 2*len(names)) {
+	for i := range rounds {
 		ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
 		name := names[i%len(names)]
-		le, err := lockers[i%len(lockers)].Acquire(ctx, name)
+		le, err := excl.call(ctx, lockers[i%len(lockers)], name, try && i%2 == 1)
 		if err != nil {
 			cancel()
-			t.Fatalf("round %d: Acquire(%q) = %v; want a lease", i, name, err)
+			t.Fatalf("round %d: acquire %q = %v; want a lease", i, name, err)
 		}
 		if tok := le.Token(); tok <= prev {
-			t.Errorf("round %d: Acquire(%q).Token() = %d; want > %d (the grant of %q before it)", i, name, tok, prev, prevName)
+			t.Errorf("round %d: acquire %q: Token() = %d; want > %d (the grant of %q before it)", i, name, tok, prev, prevName)
 		}
 		prev, prevName = le.Token(), name
 		mustRelease(t, ctx, le)
@@ -139,26 +106,20 @@ func (s *suite) testTokensAcrossNames(t *testing.T) {
 }
 
 func (s *suite) testSameLockerExcludes(t *testing.T) {
-	ctx := s.ctx(t)
-	name := lockName(t)
-	l := s.newLocker(t, identity("a"))
-
+	ctx, name, ls, _ := s.setup(t, 1)
+	l := ls[0]
 	first := s.mustAcquire(t, ctx, l, name)
-	ch := goAcquire(ctx, l, name)
-	s.waitRecords(t, name, 2, "second Acquire on the same Locker")
+	ch := s.enqueue(t, ctx, l, name, excl, 2, "second Acquire on the same Locker")
 	notReturned(t, ch, "second Acquire on the same Locker")
-	if _, err := l.TryAcquire(ctx, name); !errors.Is(err, lock.ErrLocked) {
-		t.Errorf("TryAcquire(%q) on the holding Locker = %v; want an error wrapping %v", name, err, lock.ErrLocked)
-	}
+	le, err := l.TryAcquire(ctx, name)
+	refused(t, fmt.Sprintf("TryAcquire(%q) on the holding Locker", name), le, err, lock.ErrLocked)
 	mustRelease(t, ctx, first)
 	second := s.awaitLease(t, ch, "second Acquire on the same Locker")
-	if second.Token() <= first.Token() {
-		t.Errorf("second lease Token() = %d; want > %d", second.Token(), first.Token())
-	}
+	checkAfter(t, second, first, "second lease")
 	if err := first.Err(); !errors.Is(err, lock.ErrReleased) {
 		t.Errorf("first lease Err() = %v after its Release; want %v", err, lock.ErrReleased)
 	}
-	checkHeld(t, second, name)
+	checkHeld(t, name, second)
 	mustRelease(t, ctx, second)
 	s.noOrphans(t, name, "Release")
 }
@@ -309,21 +270,14 @@ func (s *suite) testFIFO(t *testing.T) {
 	// Registered first so that it runs last, after Close of the Lockers
 	// has interrupted any waiter still blocked.
 	t.Cleanup(wg.Wait)
-	ctx := s.ctx(t)
-	name := lockName(t)
+	ctx, name, ls, _ := s.setup(t, 3)
 	const n = 4
-	lockers := []lock.Locker{
-		s.newLocker(t, identity("a")),
-		s.newLocker(t, identity("b")),
-		s.newLocker(t, identity("c")),
-	}
-	holder := s.mustAcquire(t, ctx, lockers[0], name)
-
+	holder := s.mustAcquire(t, ctx, ls[0], name)
 	order := make(chan granted, n)
 	for i := range n {
 		// Waiter i uses Locker (i+1)%3, so the queue mixes waiters of
 		// the holder's Locker and of others.
-		l := lockers[(i+1)%len(lockers)]
+		l := ls[(i+1)%len(ls)]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -346,27 +300,23 @@ func (s *suite) testFIFO(t *testing.T) {
 	wg.Wait()
 	s.noOrphans(t, name, "every waiter released")
 }
-func (s *suite) testHolder(t *testing.T) {
-	ctx := s.ctx(t)
-	name := lockName(t)
-	idA, idB := identity("a"), identity("b")
-	a := s.newLocker(t, idA)
-	b := s.newLocker(t, idB)
 
+func (s *suite) testHolder(t *testing.T) {
+	ctx, name, ls, ids := s.setup(t, 2)
+	a, b := ls[0], ls[1]
 	s.notHeld(t, ctx, a, name)
 	le := s.mustAcquire(t, ctx, a, name)
-	want := lock.Holder{Identity: idA, Token: le.Token()}
+	want := lock.Holder{Identity: ids[0], Token: le.Token()}
 	s.holderIs(t, ctx, a, name, want)
 	s.holderIs(t, ctx, b, name, want)
 
 	// A waiter does not change the holder.
-	ch := goAcquire(ctx, b, name)
-	s.waitRecords(t, name, 2, "waiter queued")
+	ch := s.enqueue(t, ctx, b, name, excl, 2, "waiter queued")
 	s.holderIs(t, ctx, b, name, want)
 
 	mustRelease(t, ctx, le)
 	le2 := s.awaitLease(t, ch, "waiter's Acquire")
-	s.holderIs(t, ctx, a, name, lock.Holder{Identity: idB, Token: le2.Token()})
+	s.holderIs(t, ctx, a, name, lock.Holder{Identity: ids[1], Token: le2.Token()})
 	mustRelease(t, ctx, le2)
 	s.notHeld(t, ctx, a, name)
 	s.notHeld(t, ctx, b, name)
@@ -375,21 +325,8 @@ func (s *suite) testHolder(t *testing.T) {
 
 // invalidNames are names every backend must refuse.
 var invalidNames = []string{
-	"",
-	"/",
-	"/a",
-	"a/",
-	"a//b",
-	".",
-	"..",
-	"a/./b",
-	"a/../b",
-	"a b",
-	"a\x00b",
-	"a\nb",
-	"a*",
-	"a%2Fb",
-	"ä",
+	"", "/", "/a", "a/", "a//b", ".", "..", "a/./b", "a/../b",
+	"a b", "a\x00b", "a\nb", "a*", "a%2Fb", "ä",
 	strings.Repeat("a", lock.MaxNameLen+1),
 }
 
@@ -398,11 +335,9 @@ func (s *suite) testInvalidName(t *testing.T) {
 	l := s.newLocker(t, identity("a"))
 	o, _ := l.(lock.Observer)
 	for _, name := range invalidNames {
-		if le, err := l.Acquire(ctx, name); !errors.Is(err, lock.ErrInvalidName) || le != nil {
-			t.Errorf("Acquire(%q) = %v, %v; want nil, an error wrapping %v", name, le, err, lock.ErrInvalidName)
-		}
-		if le, err := l.TryAcquire(ctx, name); !errors.Is(err, lock.ErrInvalidName) || le != nil {
-			t.Errorf("TryAcquire(%q) = %v, %v; want nil, an error wrapping %v", name, le, err, lock.ErrInvalidName)
+		for _, try := range []bool{false, true} {
+			le, err := excl.call(ctx, l, name, try)
+			refused(t, fmt.Sprintf("%s(%q)", excl.op(try), name), le, err, lock.ErrInvalidName)
 		}
 		if h, err := l.Holder(ctx, name); !errors.Is(err, lock.ErrInvalidName) {
 			t.Errorf("Holder(%q) = %+v, %v; want an error wrapping %v", name, h, err, lock.ErrInvalidName)
@@ -416,12 +351,11 @@ func (s *suite) testInvalidName(t *testing.T) {
 }
 
 func (s *suite) testLongName(t *testing.T) {
-	ctx := s.ctx(t)
-	l := s.newLocker(t, identity("a"))
-	base := lockName(t) + "/"
+	ctx, base, ls, _ := s.setup(t, 1)
+	base += "/"
 	name := base + strings.Repeat("x", lock.MaxNameLen-len(base))
-	le := s.mustAcquire(t, ctx, l, name)
-	checkHeld(t, le, name)
+	le := s.mustAcquire(t, ctx, ls[0], name)
+	checkHeld(t, name, le)
 	mustRelease(t, ctx, le)
 	s.noOrphans(t, name, "Release")
 }
@@ -429,11 +363,9 @@ func (s *suite) testLongName(t *testing.T) {
 // testIndependentNames checks that names sharing a prefix are distinct
 // locks: a backend that lists records by key prefix must not mix them up.
 func (s *suite) testIndependentNames(t *testing.T) {
-	ctx := s.ctx(t)
-	base := lockName(t)
+	ctx, base, ls, ids := s.setup(t, 1)
+	a := ls[0]
 	names := []string{base, base + "/child", base + "x", base + "/child/grandchild"}
-	id := identity("a")
-	a := s.newLocker(t, id)
 	leases := make([]lock.Lease, len(names))
 	for i, n := range names {
 		le, err := a.TryAcquire(ctx, n)
@@ -443,14 +375,14 @@ func (s *suite) testIndependentNames(t *testing.T) {
 		leases[i] = le
 	}
 	for i, n := range names {
-		s.holderIs(t, ctx, a, n, lock.Holder{Identity: id, Token: leases[i].Token()})
+		s.holderIs(t, ctx, a, n, lock.Holder{Identity: ids[0], Token: leases[i].Token()})
 		s.checkRecords(t, n, 1, "each name held once")
 	}
 	// Releasing the parent frees only the parent.
 	mustRelease(t, ctx, leases[0])
 	s.notHeld(t, ctx, a, names[0])
 	for i, n := range names[1:] {
-		s.holderIs(t, ctx, a, n, lock.Holder{Identity: id, Token: leases[i+1].Token()})
+		s.holderIs(t, ctx, a, n, lock.Holder{Identity: ids[0], Token: leases[i+1].Token()})
 		mustRelease(t, ctx, leases[i+1])
 	}
 	for _, n := range names {

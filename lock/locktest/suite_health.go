@@ -13,13 +13,13 @@ import (
 // before its first call and while it holds a lease, refusing a nil
 // context, and reporting ErrClosed once closed.
 func (s *suite) testHealthy(t *testing.T) {
-	ctx := s.ctx(t)
-	l := s.newLocker(t, identity("a"))
+	ctx, name, ls, _ := s.setup(t, 1)
+	l := ls[0]
 	h := l.(lock.HealthChecker)
 	if err := h.Healthy(ctx); err != nil {
 		t.Fatalf("Healthy() of a new Locker = %v; want nil", err)
 	}
-	le := s.mustAcquire(t, ctx, l, lockName(t))
+	le := s.mustAcquire(t, ctx, l, name)
 	if err := h.Healthy(ctx); err != nil {
 		t.Errorf("Healthy() while holding a lease = %v; want nil", err)
 	}
@@ -39,10 +39,10 @@ func (s *suite) testHealthy(t *testing.T) {
 // testHealthyAfterExpiry checks that a Locker whose session the server
 // ended becomes healthy again, on a new session, without any other call.
 func (s *suite) testHealthyAfterExpiry(t *testing.T) {
-	ctx := s.ctx(t)
-	l := s.newLocker(t, identity("a"))
+	ctx, name, ls, _ := s.setup(t, 1)
+	l := ls[0]
 	h := l.(lock.HealthChecker)
-	le := s.mustAcquire(t, ctx, l, lockName(t))
+	le := s.mustAcquire(t, ctx, l, name)
 	s.expirer.ExpireSession(t, l)
 	s.waitDone(t, le, "lease of an expired session")
 	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -50,9 +50,7 @@ func (s *suite) testHealthyAfterExpiry(t *testing.T) {
 	if err := h.Healthy(hctx); err != nil {
 		t.Errorf("Healthy() after the session expired = %v; want nil once a new session is up", err)
 	}
-	again := s.mustAcquire(t, ctx, l, lockName(t)+"-again")
-	if again.Token() <= le.Token() {
-		t.Errorf("Token() after Healthy on a new session = %d; want > %d", again.Token(), le.Token())
-	}
+	again := s.mustAcquire(t, ctx, l, name+"-again")
+	checkAfter(t, again, le, "after Healthy on a new session:")
 	mustRelease(t, ctx, again)
 }

@@ -11,166 +11,90 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-func (s *suite) testObserve(t *testing.T) {
-	ctx := s.ctx(t)
-	name := lockName(t)
-	watcher := s.newLocker(t, identity("w"))
-	o := watcher.(lock.Observer) // run only for Observers
-	r := &observeRig{s: s, t: t, ctx: ctx, name: name, idA: identity("a"), idB: identity("b")}
-	r.a, r.b = s.newLocker(t, r.idA), s.newLocker(t, r.idB)
-
-	octx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ob := s.observe(t, octx, o, name, "Observe")
-	r.ob = ob
-	ob.expect(lock.Holder{}, "initial state (free)")
-	r.quickGrants()
-	r.handOver()
-
-	// An observation that starts while the lock is held sees the holder
-	// first.
-	la := s.mustAcquire(t, ctx, r.a, name)
-	ob2 := s.observe(t, octx, o, name, "second Observe")
-	select {
-	case h := <-ob2.ch:
-		if w := (lock.Holder{Identity: r.idA, Token: la.Token()}); h != w {
-			t.Errorf("second observation's first holder = %+v; want %+v", h, w)
-		}
-	case <-time.After(s.o.Timeout):
-		t.Fatalf("second observation: no holder within %v", s.o.Timeout)
-	}
-	mustRelease(t, ctx, la)
-
-	cancel()
-	for i, c := range []holderFeed{ob, ob2} {
-		s.checkCancelled(t, c, fmt.Sprintf("observation %d", i+1))
-	}
-	s.noOrphans(t, name, "observation")
-}
-
-// holderFeed is an observation under testObserve: its channel and its
-// error.
-type holderFeed struct {
+// feed reads one observation for a check.
+type feed struct {
 	s    *suite
 	t    *testing.T
 	ch   <-chan lock.Holder
 	errf func() error
+	// noRepeat fails the check when the same holder is reported twice in
+	// a row; last is the holder reported last, once started.
+	noRepeat, started bool
+	last              lock.Holder
 }
 
 // observe starts an observation of name through o; op names the call in
 // a failure.
-func (s *suite) observe(t *testing.T, ctx context.Context, o lock.Observer, name, op string) holderFeed {
+func (s *suite) observe(t *testing.T, ctx context.Context, o lock.Observer, name, op string) *feed {
 	t.Helper()
 	ch, errf, err := o.Observe(ctx, name)
 	if err != nil {
 		t.Fatalf("%s(%q) = %v; want nil", op, name, err)
 	}
-	return holderFeed{s: s, t: t, ch: ch, errf: errf}
+	return &feed{s: s, t: t, ch: ch, errf: errf}
 }
 
 // next returns the next holder observed; what names the step in a
 // failure.
-func (ob holderFeed) next(what string) lock.Holder {
+func (ob *feed) next(what string) lock.Holder {
 	ob.t.Helper()
 	timer := time.NewTimer(ob.s.o.Timeout)
 	defer timer.Stop()
+	var h lock.Holder
 	select {
-	case h, ok := <-ob.ch:
+	case got, ok := <-ob.ch:
 		if !ok {
-			ob.t.Fatalf("%s: observation ended: %v", what, ob.errf())
+			ob.t.Fatalf("%s: observation ended: %v; want it to go on until its context ends", what, ob.errf())
 		}
-		return h
+		h = got
 	case <-timer.C:
 		ob.t.Fatalf("%s: no holder observed within %v", what, ob.s.o.Timeout)
-		return lock.Holder{}
 	}
+	if ob.noRepeat && ob.started && h == ob.last {
+		ob.t.Errorf("%s: observed %+v twice in a row; want each change reported once", what, h)
+	}
+	ob.started, ob.last = true, h
+	return h
 }
 
 // expect fails the test unless the next holder observed is want.
-func (ob holderFeed) expect(want lock.Holder, what string) {
+func (ob *feed) expect(want lock.Holder, what string) {
 	ob.t.Helper()
 	if got := ob.next(what); got != want {
 		ob.t.Errorf("%s: observed %+v; want %+v", what, got, want)
 	}
 }
 
-// observeRig is testObserve's set-up: Lockers a and b (identities idA
-// and idB) change the lock name, which ob observes.
-type observeRig struct {
-	s        *suite
-	t        *testing.T
-	ctx      context.Context
-	name     string
-	idA, idB string
-	a, b     lock.Locker
-	ob       holderFeed
+// reach reads until the observation reports want. What it reports before
+// must be, in order, some of between: a backend that lost track of some
+// events (an etcd compaction, a ZooKeeper watch that fired once) may
+// report only the state it finds afterwards, but never a state that did
+// not happen or one out of order.
+func (ob *feed) reach(want lock.Holder, between []lock.Holder, what string) []lock.Holder {
+	ob.t.Helper()
+	var seen []lock.Holder
+	for rest := between; ; {
+		got := ob.next(what)
+		seen = append(seen, got)
+		if got == want {
+			return seen
+		}
+		i := slices.Index(rest, got)
+		if i < 0 {
+			ob.t.Fatalf("%s: observed %+v; want, in order, a subsequence of %+v, then %+v (observed so far: %+v)", what, got, between, want, seen)
+		}
+		rest = rest[i+1:]
+	}
 }
 
-// quickGrants makes a few quick grants, not read as they happen: none may
-// be dropped (unless Options.ObserveMaySkip). A grant to b, awaited, ends
-// the burst.
-func (r *observeRig) quickGrants() {
-	t, ctx, ob := r.t, r.ctx, r.ob
-	const cycles = 5
-	var want []lock.Holder
-	for range cycles {
-		le := r.s.mustAcquire(t, ctx, r.a, r.name)
-		want = append(want, lock.Holder{Identity: r.idA, Token: le.Token()}, lock.Holder{})
-		mustRelease(t, ctx, le)
-	}
-	end := r.s.mustAcquire(t, ctx, r.b, r.name)
-	wantEnd := lock.Holder{Identity: r.idB, Token: end.Token()}
-	if !r.s.o.ObserveMaySkip {
-		for i, w := range want {
-			ob.expect(w, fmt.Sprintf("change %d of %d quick grants", i+1, len(want)))
-		}
-		ob.expect(wantEnd, "grant after quick grants")
-	} else {
-		for rest := want; ; {
-			got := ob.next("quick grants")
-			if got == wantEnd {
-				break
-			}
-			i := slices.Index(rest, got)
-			if i < 0 {
-				t.Fatalf("quick grants: observed %+v; want, in order, a subsequence of %+v, then %+v", got, want, wantEnd)
-			}
-			rest = rest[i+1:]
-		}
-	}
-	mustRelease(t, ctx, end)
-	ob.expect(lock.Holder{}, "released after quick grants")
-}
-
-// handOver hands the lock from a to a queued b: free in between is
-// allowed.
-func (r *observeRig) handOver() {
-	t, ctx, ob := r.t, r.ctx, r.ob
-	la := r.s.mustAcquire(t, ctx, r.a, r.name)
-	ob.expect(lock.Holder{Identity: r.idA, Token: la.Token()}, "a acquired")
-	waiting := goAcquire(ctx, r.b, r.name)
-	r.s.waitRecords(t, r.name, 2, "b queued")
-	mustRelease(t, ctx, la)
-	lb := r.s.awaitLease(t, waiting, "b's Acquire")
-	wantB := lock.Holder{Identity: r.idB, Token: lb.Token()}
-	if got := ob.next("hand-over to b"); got != wantB {
-		if got != (lock.Holder{}) {
-			t.Errorf("hand-over to b: observed %+v; want %+v or the free state", got, wantB)
-		}
-		ob.expect(wantB, "hand-over to b, after free")
-	}
-	mustRelease(t, ctx, lb)
-	ob.expect(lock.Holder{}, "b released")
-}
-
-// checkCancelled checks that the observation f (what, in messages) ended
+// checkCancelled checks that the observation (what, in messages) ended
 // after its context was cancelled, with an error wrapping
 // context.Canceled.
-func (s *suite) checkCancelled(t *testing.T, f holderFeed, what string) {
-	t.Helper()
-	s.drainClosed(t, f.ch, what+" after cancel")
-	if err := f.errf(); !errors.Is(err, context.Canceled) {
-		t.Errorf("%s: error after cancel = %v; want an error wrapping %v", what, err, context.Canceled)
+func (ob *feed) checkCancelled(what string) {
+	ob.t.Helper()
+	ob.s.drainClosed(ob.t, ob.ch, what+" after cancel")
+	if err := ob.errf(); !errors.Is(err, context.Canceled) {
+		ob.t.Errorf("%s: error after cancel = %v; want an error wrapping %v", what, err, context.Canceled)
 	}
 }
 
@@ -191,35 +115,86 @@ func (s *suite) drainClosed(t *testing.T, ch <-chan lock.Holder, what string) {
 	}
 }
 
+func (s *suite) testObserve(t *testing.T) {
+	ctx, name, ls, ids := s.setup(t, 3)
+	o := ls[2].(lock.Observer) // run only for Observers
+	octx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ob := s.observe(t, octx, o, name, "Observe")
+	ob.expect(lock.Holder{}, "initial state (free)")
+	s.quickGrants(t, ctx, ob, name, ls, ids)
+	s.handOver(t, ctx, ob, name, ls, ids)
+
+	// An observation that starts while the lock is held sees the holder
+	// first.
+	la := s.mustAcquire(t, ctx, ls[0], name)
+	ob2 := s.observe(t, octx, o, name, "second Observe")
+	ob2.expect(lock.Holder{Identity: ids[0], Token: la.Token()}, "second observation's first holder")
+	mustRelease(t, ctx, la)
+
+	cancel()
+	ob.checkCancelled("observation 1")
+	ob2.checkCancelled("observation 2")
+	s.noOrphans(t, name, "observation")
+}
+
+// quickGrants makes a few quick grants through ls[0], not read as they
+// happen: none may be dropped (unless Options.ObserveMaySkip). A grant to
+// ls[1], awaited, ends the burst.
+func (s *suite) quickGrants(t *testing.T, ctx context.Context, ob *feed, name string, ls []lock.Locker, ids []string) {
+	const cycles = 5
+	var want []lock.Holder
+	for range cycles {
+		le := s.mustAcquire(t, ctx, ls[0], name)
+		want = append(want, lock.Holder{Identity: ids[0], Token: le.Token()}, lock.Holder{})
+		mustRelease(t, ctx, le)
+	}
+	end := s.mustAcquire(t, ctx, ls[1], name)
+	wantEnd := lock.Holder{Identity: ids[1], Token: end.Token()}
+	if s.o.ObserveMaySkip {
+		ob.reach(wantEnd, want, "quick grants")
+	} else {
+		for i, w := range want {
+			ob.expect(w, fmt.Sprintf("change %d of %d quick grants", i+1, len(want)))
+		}
+		ob.expect(wantEnd, "grant after quick grants")
+	}
+	mustRelease(t, ctx, end)
+	ob.expect(lock.Holder{}, "released after quick grants")
+}
+
+// handOver hands the lock from ls[0] to a queued ls[1]: free in between is
+// allowed.
+func (s *suite) handOver(t *testing.T, ctx context.Context, ob *feed, name string, ls []lock.Locker, ids []string) {
+	la := s.mustAcquire(t, ctx, ls[0], name)
+	ob.expect(lock.Holder{Identity: ids[0], Token: la.Token()}, "a acquired")
+	waiting := s.enqueue(t, ctx, ls[1], name, excl, 2, "b queued")
+	mustRelease(t, ctx, la)
+	lb := s.awaitLease(t, waiting, "b's Acquire")
+	wantB := lock.Holder{Identity: ids[1], Token: lb.Token()}
+	if got := ob.next("hand-over to b"); got != wantB {
+		if got != (lock.Holder{}) {
+			t.Errorf("hand-over to b: observed %+v; want %+v or the free state", got, wantB)
+		}
+		ob.expect(wantB, "hand-over to b, after free")
+	}
+	mustRelease(t, ctx, lb)
+	ob.expect(lock.Holder{}, "b released")
+}
+
 // testObserveEndsOnClose checks that closing a Locker ends its
 // observations: by the time Close returns, each channel is closed and the
 // error function reports ErrClosed.
 func (s *suite) testObserveEndsOnClose(t *testing.T) {
-	ctx := s.ctx(t)
-	name := lockName(t)
-	watcher := s.newLocker(t, identity("w"))
-	a := s.newLocker(t, identity("a"))
-	o := watcher.(lock.Observer) // run only for Observers
-
-	le := s.mustAcquire(t, ctx, a, name)
-	type obs struct {
-		ch   <-chan lock.Holder
-		errf func() error
-	}
-	var all []obs
+	ctx, name, ls, _ := s.setup(t, 2)
+	watcher := ls[1]
+	le := s.mustAcquire(t, ctx, ls[0], name)
+	var all []*feed
 	for i := range 3 {
-		ch, errf, err := o.Observe(ctx, name)
-		if err != nil {
-			t.Fatalf("Observe(%q) #%d = %v; want nil", name, i+1, err)
-		}
-		all = append(all, obs{ch, errf})
+		all = append(all, s.observe(t, ctx, watcher.(lock.Observer), name, fmt.Sprintf("Observe #%d", i+1)))
 	}
 	// The first observation is read; the others have a holder pending.
-	select {
-	case <-all[0].ch:
-	case <-time.After(s.o.Timeout):
-		t.Fatalf("no holder observed within %v", s.o.Timeout)
-	}
+	all[0].next("first observation")
 	if err := watcher.Close(); err != nil {
 		t.Errorf("Close() = %v; want nil", err)
 	}
@@ -236,68 +211,6 @@ func (s *suite) testObserveEndsOnClose(t *testing.T) {
 	s.noOrphans(t, name, "Release")
 }
 
-// observed reads one observation for a check, and fails the check when the
-// channel closes or the same holder is sent twice in a row.
-type observed struct {
-	s       *suite
-	ch      <-chan lock.Holder
-	errf    func() error
-	last    lock.Holder
-	started bool
-}
-
-// next returns the next holder observed.
-func (ob *observed) next(t *testing.T, what string) lock.Holder {
-	t.Helper()
-	timer := time.NewTimer(ob.s.o.Timeout)
-	defer timer.Stop()
-	select {
-	case h, ok := <-ob.ch:
-		if !ok {
-			t.Fatalf("%s: observation ended: %v; want it to go on until its context ends", what, ob.errf())
-		}
-		if ob.started && h == ob.last {
-			t.Errorf("%s: observed %+v twice in a row; want each change reported once", what, h)
-		}
-		ob.started, ob.last = true, h
-		return h
-	case <-timer.C:
-		t.Fatalf("%s: no holder observed within %v", what, ob.s.o.Timeout)
-		return lock.Holder{}
-	}
-}
-
-// expect checks that the next holder observed is want.
-func (ob *observed) expect(t *testing.T, want lock.Holder, what string) {
-	t.Helper()
-	if got := ob.next(t, what); got != want {
-		t.Errorf("%s: observed %+v; want %+v", what, got, want)
-	}
-}
-
-// reach reads until the observation reports want, the state after changes
-// made while the observing Locker was cut off. What it reports before must
-// be, in order, some of between: a backend that lost track of the events
-// of the outage (an etcd compaction, a ZooKeeper watch that fired once)
-// may report only the state it finds afterwards, but never a state that did
-// not happen or one out of order.
-func (ob *observed) reach(t *testing.T, want lock.Holder, between []lock.Holder, what string) []lock.Holder {
-	t.Helper()
-	var seen []lock.Holder
-	for rest := between; ; {
-		got := ob.next(t, what)
-		seen = append(seen, got)
-		if got == want {
-			return seen
-		}
-		i := slices.Index(rest, got)
-		if i < 0 {
-			t.Fatalf("%s: observed %+v; want, in order, a subsequence of %+v, then %+v (observed so far: %+v)", what, got, between, want, seen)
-		}
-		rest = rest[i+1:]
-	}
-}
-
 // testObserveSessionLoss checks that an observation outlives the loss of
 // its Locker's connection and session: frozen for a moment
 // (SessionFreezer), cut off until the server expired its session
@@ -307,62 +220,50 @@ func (ob *observed) reach(t *testing.T, want lock.Holder, between []lock.Holder,
 // every change one at a time, vacancy included; it reports no holder
 // twice in a row and ends only with its context.
 func (s *suite) testObserveSessionLoss(t *testing.T) {
-	ctx := s.ctx(t)
-	name := lockName(t)
-	idA, idB := identity("a"), identity("b")
-	watcher := s.newLocker(t, identity("w"))
-	o := watcher.(lock.Observer) // run only for Observers
-	a := s.newLocker(t, idA)
-	b := s.newLocker(t, idB)
-
+	ctx, name, ls, ids := s.setup(t, 3)
+	a, b, watcher := ls[0], ls[1], ls[2]
 	// The harness can only stall or expire a session that exists: the
 	// watcher holds a lock of its own.
 	own := s.mustAcquire(t, ctx, watcher, name+"-own")
 
 	octx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	feed := s.observe(t, octx, o, name, "Observe")
-	ob := &observed{s: s, ch: feed.ch, errf: feed.errf}
+	ob := s.observe(t, octx, watcher.(lock.Observer), name, "Observe")
+	ob.noRepeat = true
 	free := lock.Holder{}
-	ob.expect(t, free, "initial state (free)")
-	la := s.mustAcquire(t, ctx, a, name)
-	ob.expect(t, lock.Holder{Identity: idA, Token: la.Token()}, "a acquired")
+	ob.expect(free, "initial state (free)")
+	cur := s.mustAcquire(t, ctx, a, name)
+	ob.expect(lock.Holder{Identity: ids[0], Token: cur.Token()}, "a acquired")
 
-	// Changes while the watcher is frozen.
-	cur := la
 	if s.freezer != nil {
 		thaw := s.freezer.FreezeSession(t, watcher)
-		mustRelease(t, ctx, la)
+		mustRelease(t, ctx, cur)
 		cur = s.mustAcquire(t, ctx, b, name)
 		thaw()
-		seen := ob.reach(t, lock.Holder{Identity: idB, Token: cur.Token()}, []lock.Holder{free}, "b acquired while the watcher was frozen")
+		seen := ob.reach(lock.Holder{Identity: ids[1], Token: cur.Token()}, []lock.Holder{free}, "b acquired while the watcher was frozen")
 		t.Logf("observed across a freeze: %+v", seen)
 	}
 
-	// Changes while the watcher is cut off until its session expires:
-	// made once the watcher's own lease has ended, which it must see
-	// before the server expires its session.
 	cur = s.acquireWhileStalled(t, ctx, watcher, own, cur, a, name)
-	seen := ob.reach(t, lock.Holder{Identity: idA, Token: cur.Token()}, []lock.Holder{free}, "a acquired while the watcher's session expired")
+	seen := ob.reach(lock.Holder{Identity: ids[0], Token: cur.Token()}, []lock.Holder{free}, "a acquired while the watcher's session expired")
 	t.Logf("observed across a stalled and expired session: %+v", seen)
 
-	// Changes after the server ended the watcher's (new) session.
 	if s.expirer != nil {
 		cur = s.acquireAfterExpiry(t, ctx, watcher, cur, b, name)
-		seen := ob.reach(t, lock.Holder{Identity: idB, Token: cur.Token()}, []lock.Holder{free}, "b acquired after the watcher's session was expired")
+		seen := ob.reach(lock.Holder{Identity: ids[1], Token: cur.Token()}, []lock.Holder{free}, "b acquired after the watcher's session was expired")
 		t.Logf("observed across a session expired by the server: %+v", seen)
 	}
 
 	// Afterwards, every change made one at a time, vacancy included.
 	mustRelease(t, ctx, cur)
-	ob.expect(t, free, "released after the session loss")
-	la = s.mustAcquire(t, ctx, a, name)
-	ob.expect(t, lock.Holder{Identity: idA, Token: la.Token()}, "a acquired after the session loss")
+	ob.expect(free, "released after the session loss")
+	la := s.mustAcquire(t, ctx, a, name)
+	ob.expect(lock.Holder{Identity: ids[0], Token: la.Token()}, "a acquired after the session loss")
 	mustRelease(t, ctx, la)
-	ob.expect(t, free, "a released after the session loss")
+	ob.expect(free, "a released after the session loss")
 
 	cancel()
-	s.checkCancelled(t, feed, "observation")
+	ob.checkCancelled("observation")
 	s.noOrphans(t, name, "observation")
 }
 
@@ -397,7 +298,7 @@ func (s *suite) acquireWhileStalled(t *testing.T, ctx context.Context, watcher l
 			return
 		}
 		le, err := a.Acquire(ctx, name)
-		during <- result{le, err}
+		during <- result{lease: le, err: err}
 	}()
 	s.staller.StallSession(t, watcher)
 	return s.awaitLease(t, during, "a's Acquire while the watcher's session expired")

@@ -77,25 +77,18 @@ func queueIs(t *testing.T, es []lock.QueueEntry, name, when string, want []wantE
 // its updates as grants are released; with a Revoker, also that a
 // waiter's token (which Queue reveals) cannot be revoked.
 func (s *suite) testQueue(t *testing.T) {
-	ctx := s.ctx(t)
-	name := lockName(t)
-	ids := []string{identity("a"), identity("b"), identity("c")}
-	var ls []lock.Locker
-	for _, id := range ids {
-		ls = append(ls, s.newLocker(t, id))
-	}
-	q := s.newLocker(t, identity("q"))
+	ctx, name, ls, ids := s.setup(t, 4)
+	q := ls[3]
 	queueIs(t, queueOf(t, ctx, q, name, "of a free name"), name, "of a free name", nil)
 
 	held := s.mustAcquire(t, ctx, ls[0], name)
-	chB := goAcquire(ctx, ls[1], name)
-	s.waitRecords(t, name, 2, "first waiter queued")
-	chC := goAcquire(ctx, ls[2], name)
-	s.waitRecords(t, name, 3, "second waiter queued")
-	es := queueOf(t, ctx, q, name, "with a holder and two waiters")
-	queueIs(t, es, name, "with a holder and two waiters", []wantEntry{
+	chB := s.enqueue(t, ctx, ls[1], name, excl, 2, "first waiter queued")
+	chC := s.enqueue(t, ctx, ls[2], name, excl, 3, "second waiter queued")
+	when := "with a holder and two waiters"
+	es := queueOf(t, ctx, q, name, when)
+	queueIs(t, es, name, when, []wantEntry{
 		{ids[0], uint64(held.Token()), true, false}, {ids[1], 0, false, false}, {ids[2], 0, false, false}})
-	if s.revoker {
+	if s.has[needsRevoker] {
 		if err := revoker(t, q).Revoke(ctx, name, es[1].Token); !errors.Is(err, lock.ErrNotHeld) {
 			t.Errorf("Revoke(%q, %d) of a waiter = %v; want an error wrapping %v", name, es[1].Token, err, lock.ErrNotHeld)
 		}
@@ -107,7 +100,7 @@ func (s *suite) testQueue(t *testing.T) {
 	if b.Token() != es[1].Token {
 		t.Errorf("first waiter granted token %d; Queue listed it with token %d", b.Token(), es[1].Token)
 	}
-	when := "after the holder released"
+	when = "after the holder released"
 	es2 := queueOf(t, ctx, q, name, when)
 	queueIs(t, es2, name, when, []wantEntry{{ids[1], uint64(b.Token()), true, false}, {ids[2], uint64(es[2].Token), false, false}})
 	if len(es2) == 2 && (!es2[0].Since.Equal(es[1].Since) || !es2[1].Since.Equal(es[2].Since)) {
@@ -128,34 +121,23 @@ func (s *suite) testQueue(t *testing.T) {
 // readers holding together, then a waiting writer and a reader behind it,
 // and the writer's turn after the readers released.
 func (s *suite) testQueueShared(t *testing.T) {
-	ctx := s.ctx(t)
-	name := lockName(t)
-	ids := []string{identity("r1"), identity("r2"), identity("w"), identity("r3")}
-	var ls []lock.Locker
-	for _, id := range ids {
-		ls = append(ls, s.newLocker(t, id))
-	}
-	q := s.newLocker(t, identity("q"))
+	ctx, name, ls, ids := s.setup(t, 5)
+	q := ls[4]
 	r1 := s.mustShared(t, ctx, ls[0], name, "first reader")
 	r2 := s.mustShared(t, ctx, ls[1], name, "second reader")
-	chW := goAcquire(ctx, ls[2], name)
-	s.waitRecords(t, name, 3, "writer queued")
-	chR := goShared(ctx, ls[3], name)
-	s.waitRecords(t, name, 4, "reader queued behind the writer")
+	chW := s.enqueue(t, ctx, ls[2], name, excl, 3, "writer queued")
+	chR := s.enqueue(t, ctx, ls[3], name, shared, 4, "reader queued behind the writer")
 	when := "with two readers holding, a writer and a reader waiting"
-	es := queueOf(t, ctx, q, name, when)
-	queueIs(t, es, name, when, []wantEntry{
+	queueIs(t, queueOf(t, ctx, q, name, when), name, when, []wantEntry{
 		{ids[0], uint64(r1.Token()), true, true}, {ids[1], uint64(r2.Token()), true, true},
 		{ids[2], 0, false, false}, {ids[3], 0, false, true}})
 
-	mustRelease(t, ctx, r1)
-	mustRelease(t, ctx, r2)
+	mustRelease(t, ctx, r1, r2)
 	w := s.awaitLease(t, chW, "writer's Acquire after the readers released")
 	when = "with the writer holding and a reader waiting"
 	queueIs(t, queueOf(t, ctx, q, name, when), name, when, []wantEntry{
 		{ids[2], uint64(w.Token()), true, false}, {ids[3], 0, false, true}})
 	mustRelease(t, ctx, w)
-	r3 := s.awaitLease(t, chR, "reader's AcquireShared after the writer released")
-	mustRelease(t, ctx, r3)
+	mustRelease(t, ctx, s.awaitLease(t, chR, "reader's AcquireShared after the writer released"))
 	s.noOrphans(t, name, "Queue of a read-write lock and Release")
 }

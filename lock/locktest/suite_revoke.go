@@ -29,10 +29,7 @@ func revoker(t *testing.T, l lock.Locker) lock.Revoker {
 // Release wrapping ErrLost.
 func (s *suite) checkRevoked(t *testing.T, ctx context.Context, le lock.Lease, what string) {
 	t.Helper()
-	s.waitDone(t, le, what)
-	if err := le.Err(); !errors.Is(err, lock.ErrLost) {
-		t.Errorf("%s: Err() = %v; want an error wrapping %v", what, err, lock.ErrLost)
-	}
+	s.checkLost(t, le, what, what+": Err()")
 	if err := le.Release(ctx); !errors.Is(err, lock.ErrLost) {
 		t.Errorf("%s: Release() = %v; want an error wrapping %v", what, err, lock.ErrLost)
 	}
@@ -44,11 +41,8 @@ func (s *suite) checkRevoked(t *testing.T, ctx context.Context, le lock.Lease, w
 // holder's token, from a third Locker, ends that lease with ErrLost and
 // admits the waiter, and a second Revoke of it is refused.
 func (s *suite) testRevoke(t *testing.T) {
-	ctx := s.ctx(t)
-	name := lockName(t)
-	aID, bID := identity("a"), identity("b")
-	a, b := s.newLocker(t, aID), s.newLocker(t, bID)
-	c := s.newLocker(t, identity("c"))
+	ctx, name, ls, ids := s.setup(t, 3)
+	a, b, c := ls[0], ls[1], ls[2]
 	rv := revoker(t, c)
 
 	old := s.mustAcquire(t, ctx, a, name)
@@ -60,9 +54,7 @@ func (s *suite) testRevoke(t *testing.T) {
 
 	held := s.mustAcquire(t, ctx, a, name)
 	tok := held.Token()
-	ch := goAcquire(ctx, b, name)
-	s.waitRecords(t, name, 2, "waiter queued")
-
+	ch := s.enqueue(t, ctx, b, name, excl, 2, "waiter queued")
 	wrong := []fencing.Token{0, oldTok}
 	for d := fencing.Token(1); d <= revokeSpan; d++ {
 		wrong = append(wrong, tok+d)
@@ -79,24 +71,22 @@ func (s *suite) testRevoke(t *testing.T) {
 	if err := rv.Revoke(ctx, "bad//name", tok); !errors.Is(err, lock.ErrInvalidName) {
 		t.Errorf("Revoke of an invalid name = %v; want an error wrapping %v", err, lock.ErrInvalidName)
 	}
-	checkHeld(t, held, name)
+	checkHeld(t, name, held)
 	notReturned(t, ch, "Acquire behind a holder after Revoke of other tokens")
 	s.checkRecords(t, name, 2, "after Revoke of tokens that are not the holder's")
-	s.holderIs(t, ctx, c, name, lock.Holder{Identity: aID, Token: tok})
+	s.holderIs(t, ctx, c, name, lock.Holder{Identity: ids[0], Token: tok})
 
 	if err := rv.Revoke(ctx, name, tok); err != nil {
 		t.Fatalf("Revoke(%q, %d) of the holder = %v; want nil", name, tok, err)
 	}
 	next := s.awaitLease(t, ch, "waiter's Acquire after the holder was revoked")
-	if next.Token() <= tok {
-		t.Errorf("token after a revoked grant = %d; want > %d", next.Token(), tok)
-	}
+	checkAfter(t, next, held, "grant after a revoked one:")
 	s.checkRevoked(t, ctx, held, "revoked lease")
 	if err := rv.Revoke(ctx, name, tok); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("second Revoke(%q, %d) = %v; want an error wrapping %v", name, tok, err, lock.ErrNotHeld)
 	}
-	checkHeld(t, next, name)
-	s.holderIs(t, ctx, a, name, lock.Holder{Identity: bID, Token: next.Token()})
+	checkHeld(t, name, next)
+	s.holderIs(t, ctx, a, name, lock.Holder{Identity: ids[1], Token: next.Token()})
 	mustRelease(t, ctx, next)
 	// The revoked holder's Locker is not harmed.
 	again := s.mustAcquire(t, ctx, a, name)
@@ -108,27 +98,21 @@ func (s *suite) testRevoke(t *testing.T) {
 // ends that permit only: the other holder keeps its own, and the waiter
 // is admitted.
 func (s *suite) testRevokeSemaphore(t *testing.T) {
-	ctx := s.ctx(t)
-	name := lockName(t)
-	const limit = 2
-	a, b, c := s.newLocker(t, identity("a")), s.newLocker(t, identity("b")), s.newLocker(t, identity("c"))
-	rv := revoker(t, s.newLocker(t, identity("d")))
-
-	p1 := mustTrySem(t, ctx, a, name, limit, "of a free semaphore")
-	p2 := mustTrySem(t, ctx, b, name, limit, "with one permit taken")
-	ch := goSem(ctx, c, name, limit)
-	s.waitRecords(t, name, limit+1, "semaphore waiter queued")
+	ctx, name, ls, _ := s.setup(t, 4)
+	rv := revoker(t, ls[3])
+	p1 := mustTry(t, ctx, ls[0], name, permit(2), "of a free semaphore")
+	p2 := mustTry(t, ctx, ls[1], name, permit(2), "with one permit taken")
+	ch := s.enqueue(t, ctx, ls[2], name, permit(2), 3, "semaphore waiter queued")
 	if err := rv.Revoke(ctx, name, p2.Token()); err != nil {
 		t.Fatalf("Revoke(%q, %d) of the later permit = %v; want nil", name, p2.Token(), err)
 	}
 	p3 := s.awaitLease(t, ch, "AcquireSemaphore after a permit was revoked")
 	s.checkRevoked(t, ctx, p2, "revoked permit")
-	checkHeld(t, p1, name)
+	checkHeld(t, name, p1)
 	if err := rv.Revoke(ctx, name, p2.Token()); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("second Revoke(%q, %d) of a permit = %v; want an error wrapping %v", name, p2.Token(), err, lock.ErrNotHeld)
 	}
-	mustRelease(t, ctx, p1)
-	mustRelease(t, ctx, p3)
+	mustRelease(t, ctx, p1, p3)
 	s.noOrphans(t, name, "Revoke of a permit and Release")
 }
 
@@ -137,16 +121,12 @@ func (s *suite) testRevokeSemaphore(t *testing.T) {
 // its grant and the waiter is admitted; once the Locker reaches the server
 // again, its lease has ended with ErrLost.
 func (s *suite) testRevokeFrozen(t *testing.T) {
-	ctx := s.ctx(t)
-	name := lockName(t)
-	a, b := s.newLocker(t, identity("a")), s.newLocker(t, identity("b"))
-	rv := revoker(t, s.newLocker(t, identity("c")))
-
-	held := s.mustAcquire(t, ctx, a, name)
-	ch := goAcquire(ctx, b, name)
-	s.waitRecords(t, name, 2, "waiter queued")
+	ctx, name, ls, _ := s.setup(t, 3)
+	rv := revoker(t, ls[2])
+	held := s.mustAcquire(t, ctx, ls[0], name)
+	ch := s.enqueue(t, ctx, ls[1], name, excl, 2, "waiter queued")
 	var once sync.Once
-	thawFn := s.freezer.FreezeSession(t, a)
+	thawFn := s.freezer.FreezeSession(t, ls[0])
 	thaw := func() { once.Do(thawFn) }
 	t.Cleanup(thaw)
 	if err := rv.Revoke(ctx, name, held.Token()); err != nil {
@@ -154,9 +134,7 @@ func (s *suite) testRevokeFrozen(t *testing.T) {
 	}
 	next := s.awaitLease(t, ch, "waiter's Acquire after a frozen holder was revoked")
 	thaw()
-	if next.Token() <= held.Token() {
-		t.Errorf("token after a revoked grant = %d; want > %d", next.Token(), held.Token())
-	}
+	checkAfter(t, next, held, "grant after a revoked one:")
 	s.checkRevoked(t, ctx, held, "revoked lease of a thawed Locker")
 	mustRelease(t, ctx, next)
 	s.noOrphans(t, name, "Revoke of a frozen holder and Release")
