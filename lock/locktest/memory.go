@@ -73,9 +73,7 @@ func (m *Memory) NewLocker(identity string) *MemLocker {
 // a new session. If l has no session (it never acquired, or it is closed),
 // ExpireSession does nothing. l must be a Locker of m.
 func (m *Memory) ExpireSession(l *MemLocker) {
-	if l.m != m {
-		m = l.m // the state to change is l's Memory's, whatever the caller says
-	}
+	m = l.m // the state to change is l's Memory's, whatever the caller says
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := l.sess
@@ -86,12 +84,18 @@ func (m *Memory) ExpireSession(l *MemLocker) {
 	close(s.expired)
 	cause := fmt.Errorf("%w: session %d expired", lock.ErrLost, s.id)
 	for _, r := range m.sessionRecords(s) {
-		if r.lease != nil {
-			r.lease.endLocked(cause)
-		}
-		r.why = cause
-		m.deleteLocked(r)
+		m.dropLocked(r, cause, cause)
 	}
+}
+
+// dropLocked deletes r for someone else than its waiter: its lease, if
+// granted, ends with cause, and its waiting Acquire returns why.
+func (m *Memory) dropLocked(r *record, cause, why error) {
+	if r.lease != nil {
+		r.lease.endLocked(cause)
+	}
+	r.why = why
+	m.deleteLocked(r)
 }
 
 // Records returns the keys of the records that exist for name, holder first
@@ -260,19 +264,12 @@ func (l *MemLocker) TryAcquireSemaphore(ctx context.Context, name string, limit 
 }
 
 func (l *MemLocker) acquire(ctx context.Context, op, name string, req queue.Request, wait bool) (lock.Lease, error) {
-	if err := lock.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("locktest: %s: %w", op, err)
+	if err := l.enter(ctx, op, name); err != nil {
+		return nil, err
 	}
-	if req.Kind == queue.Permit {
-		if err := queue.CheckLimit(req.Limit); err != nil {
-			return nil, fmt.Errorf("locktest: %s %q: %w: %w", op, name, lock.ErrInvalidConfig, err)
-		}
-	}
-	m := l.m
-	m.mu.Lock()
-	if l.closed {
-		m.mu.Unlock()
-		return nil, fmt.Errorf("locktest: %s %q: %w", op, name, lock.ErrClosed)
+	if err := queue.CheckLimit(req.Limit); req.Kind == queue.Permit && err != nil {
+		l.m.mu.Unlock()
+		return nil, fmt.Errorf("locktest: %s %q: %w: %w", op, name, lock.ErrInvalidConfig, err)
 	}
 	// Close waits for the calls in progress.
 	l.wg.Add(1)
@@ -288,24 +285,45 @@ func (l *MemLocker) acquire(ctx context.Context, op, name string, req queue.Requ
 // what cannot be queued, queues a record, and waits for its turn.
 func (l *MemLocker) acquireLocked(ctx context.Context, name string, req queue.Request, wait bool) (lock.Lease, error) {
 	m := l.m
-	if err := m.refuseLocked(ctx, name, req, wait); err != nil {
+	if err := m.refuseLocked(name, req, wait); err != nil {
 		m.mu.Unlock()
 		return nil, err
 	}
-	if l.sess == nil {
-		m.lastSID++
-		l.sess = &session{id: m.lastSID, records: map[*record]bool{}, expired: make(chan struct{})}
-	}
+	l.openSessionLocked()
 	return l.awaitLocked(ctx, name, m.createLocked(l, l.sess, name, req))
 }
 
-// refuseLocked returns why req cannot be queued on name now, if it
-// cannot: ctx ended, it is incompatible with the queue, or it is a try
-// that would wait.
-func (m *Memory) refuseLocked(ctx context.Context, name string, req queue.Request, wait bool) error {
-	if err := ctx.Err(); err != nil {
-		return err
+// openSessionLocked gives l a session if it has none.
+func (l *MemLocker) openSessionLocked() {
+	if l.sess == nil {
+		l.m.lastSID++
+		l.sess = &session{id: l.m.lastSID, records: map[*record]bool{}, expired: make(chan struct{})}
 	}
+}
+
+// enter starts call op on name: it validates name and takes m.mu, unless
+// l is closed or ctx has ended. It returns with m.mu held if and only if
+// it returns nil.
+func (l *MemLocker) enter(ctx context.Context, op, name string) error {
+	if err := lock.ValidateName(name); err != nil {
+		return fmt.Errorf("locktest: %s: %w", op, err)
+	}
+	l.m.mu.Lock()
+	err := ctx.Err()
+	if l.closed {
+		err = lock.ErrClosed
+	}
+	if err != nil {
+		l.m.mu.Unlock()
+		return fmt.Errorf("locktest: %s %q: %w", op, name, err)
+	}
+	return nil
+}
+
+// refuseLocked returns why req cannot be queued on name now, if it
+// cannot: it is incompatible with the queue, or it is a try that would
+// wait.
+func (m *Memory) refuseLocked(name string, req queue.Request, wait bool) error {
 	if why := m.incompatibleLocked(name, req); why != "" {
 		return fmt.Errorf("%w: %s", lock.ErrIncompatible, why)
 	}
@@ -373,19 +391,11 @@ func (l *MemLocker) waitCases(ctx context.Context, s *session, q []*record, i in
 
 // Holder implements [lock.Locker].
 func (l *MemLocker) Holder(ctx context.Context, name string) (lock.Holder, error) {
-	if err := lock.ValidateName(name); err != nil {
-		return lock.Holder{}, fmt.Errorf("locktest: holder: %w", err)
+	if err := l.enter(ctx, "holder", name); err != nil {
+		return lock.Holder{}, err
 	}
-	m := l.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if l.closed {
-		return lock.Holder{}, fmt.Errorf("locktest: holder %q: %w", name, lock.ErrClosed)
-	}
-	if err := ctx.Err(); err != nil {
-		return lock.Holder{}, fmt.Errorf("locktest: holder %q: %w", name, err)
-	}
-	h := m.holderLocked(name)
+	defer l.m.mu.Unlock()
+	h := l.m.holderLocked(name)
 	if h.Token == 0 {
 		return lock.Holder{}, fmt.Errorf("locktest: holder %q: %w", name, lock.ErrNotHeld)
 	}
@@ -395,19 +405,11 @@ func (l *MemLocker) Holder(ctx context.Context, name string) (lock.Holder, error
 // Holders implements [lock.HolderLister]: the admitted records of name, in
 // token order.
 func (l *MemLocker) Holders(ctx context.Context, name string) ([]lock.Holder, error) {
-	if err := lock.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("locktest: holders: %w", err)
+	if err := l.enter(ctx, "holders", name); err != nil {
+		return nil, err
 	}
-	m := l.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if l.closed {
-		return nil, fmt.Errorf("locktest: holders %q: %w", name, lock.ErrClosed)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("locktest: holders %q: %w", name, err)
-	}
-	q := m.queues[name]
+	defer l.m.mu.Unlock()
+	q := l.m.queues[name]
 	hs := []lock.Holder{}
 	// The admitted records are a prefix of the queue.
 	rs := requests(q)
@@ -440,11 +442,7 @@ func (l *MemLocker) Close() error {
 		cause := fmt.Errorf("%w: locker closed", lock.ErrReleased)
 		why := fmt.Errorf("%w: interrupted", lock.ErrClosed)
 		for _, r := range m.sessionRecords(s) {
-			if r.lease != nil {
-				r.lease.endLocked(cause)
-			}
-			r.why = why
-			m.deleteLocked(r)
+			m.dropLocked(r, cause, why)
 		}
 	}
 	close(l.closing)
@@ -512,18 +510,11 @@ type observation struct {
 // (the error function then returns ctx's error) or when l is closed
 // ([lock.ErrClosed]).
 func (l *MemLocker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
-	if err := lock.ValidateName(name); err != nil {
-		return nil, nil, fmt.Errorf("locktest: observe: %w", err)
+	if err := l.enter(ctx, "observe", name); err != nil {
+		return nil, nil, err
 	}
 	m := l.m
-	m.mu.Lock()
 	defer m.mu.Unlock()
-	if l.closed {
-		return nil, nil, fmt.Errorf("locktest: observe %q: %w", name, lock.ErrClosed)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, nil, fmt.Errorf("locktest: observe %q: %w", name, err)
-	}
 	o := &observation{pending: []lock.Holder{m.holderLocked(name)}, wake: make(chan struct{}, 1)}
 	if m.watches == nil {
 		m.watches = map[string]map[*observation]bool{}

@@ -25,8 +25,7 @@ func (l *MemLocker) Healthy(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("locktest: healthy: %w", err)
 		}
-		m.lastSID++
-		l.sess = &session{id: m.lastSID, records: map[*record]bool{}, expired: make(chan struct{})}
+		l.openSessionLocked()
 	}
 	return nil
 }

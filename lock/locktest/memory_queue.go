@@ -2,7 +2,6 @@ package locktest
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/lock"
@@ -13,19 +12,11 @@ var _ lock.QueueLister = (*MemLocker)(nil)
 // Queue implements [lock.QueueLister]: every record of name in creation
 // order, the admitted ones marked Held, each with the time it was created.
 func (l *MemLocker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, error) {
-	if err := lock.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("locktest: queue: %w", err)
+	if err := l.enter(ctx, "queue", name); err != nil {
+		return nil, err
 	}
-	m := l.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if l.closed {
-		return nil, fmt.Errorf("locktest: queue %q: %w", name, lock.ErrClosed)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("locktest: queue %q: %w", name, err)
-	}
-	q := m.queues[name]
+	defer l.m.mu.Unlock()
+	q := l.m.queues[name]
 	rs := requests(q)
 	es := make([]lock.QueueEntry, len(q))
 	for i, r := range q {

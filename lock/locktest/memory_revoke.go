@@ -21,18 +21,11 @@ var _ lock.Revoker = (*MemLocker)(nil)
 // waiter's, an ended grant's, 0) returns an error wrapping
 // [lock.ErrNotHeld] and changes nothing.
 func (l *MemLocker) Revoke(ctx context.Context, name string, token fencing.Token) error {
-	if err := lock.ValidateName(name); err != nil {
-		return fmt.Errorf("locktest: revoke: %w", err)
+	if err := l.enter(ctx, "revoke", name); err != nil {
+		return err
 	}
 	m := l.m
-	m.mu.Lock()
 	defer m.mu.Unlock()
-	if l.closed {
-		return fmt.Errorf("locktest: revoke %q token %d: %w", name, token, lock.ErrClosed)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("locktest: revoke %q token %d: %w", name, token, err)
-	}
 	q := m.queues[name]
 	i := slices.IndexFunc(q, func(r *record) bool { return r.token == token })
 	switch {
@@ -41,12 +34,7 @@ func (l *MemLocker) Revoke(ctx context.Context, name string, token fencing.Token
 	case !queue.Admitted(requests(q), i):
 		return fmt.Errorf("locktest: revoke %q token %d: %w: the request is waiting, not holding", name, token, lock.ErrNotHeld)
 	}
-	r := q[i]
 	cause := fmt.Errorf("%w: revoked by %q", lock.ErrLost, l.identity)
-	if r.lease != nil {
-		r.lease.endLocked(cause)
-	}
-	r.why = cause
-	m.deleteLocked(r)
+	m.dropLocked(q[i], cause, cause)
 	return nil
 }
