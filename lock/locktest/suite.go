@@ -128,12 +128,12 @@ func (s *suite) newLocker(t *testing.T, identity string) lock.Locker {
 }
 
 // setup returns what most subtests start with: a context, a lock name of
-// their own, and n Lockers with identities from identity("a"), "b", ….
+// their own, and n Lockers with their identities.
 func (s *suite) setup(t *testing.T, n int) (context.Context, string, []lock.Locker, []string) {
 	t.Helper()
 	ls, ids := make([]lock.Locker, n), make([]string, n)
 	for i := range n {
-		ids[i] = identity(string(rune('a' + i)))
+		ids[i] = identity(fmt.Sprintf("l%d", i))
 		ls[i] = s.newLocker(t, ids[i])
 	}
 	return s.ctx(t), lockName(t), ls, ids

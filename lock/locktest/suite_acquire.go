@@ -124,92 +124,115 @@ func (s *suite) testSameLockerExcludes(t *testing.T) {
 	s.noOrphans(t, name, "Release")
 }
 
-// grant is one critical section of the mutual-exclusion subtest, timed by a
-// logical clock.
+// grant is one critical section of a crowd, timed by a logical clock.
 type grant struct {
 	start, end int64
 	token      fencing.Token
 	who        string
 }
 
-// exclusion is what the goroutines of the mutual-exclusion subtest share.
-type exclusion struct {
-	inside     atomic.Int32 // goroutines in the critical section
-	attempting atomic.Int32 // goroutines in Acquire
-	active     atomic.Int32 // goroutines not done with their rounds
-	clock      atomic.Int64
-	mu         sync.Mutex
-	grants     []grant
+// crowd is what the goroutines of a contention subtest share: how many are
+// in the critical section, trying to get in, or not done with their
+// rounds, and the grants they had.
+type crowd struct {
+	inside, attempting, active atomic.Int32
+	clock                      atomic.Int64
+	mu                         sync.Mutex
+	grants                     []grant
+}
+
+// run starts n goroutines spread over lockers, each doing rounds rounds
+// of round unless round returns false, and waits for them.
+func (c *crowd) run(lockers []lock.Locker, n, rounds int, round func(l lock.Locker, who string, r int) bool) {
+	var wg sync.WaitGroup
+	c.active.Store(int32(n))
+	for g := range n {
+		l, who := lockers[g%len(lockers)], fmt.Sprintf("goroutine %d (Locker %d)", g, g%len(lockers))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.active.Add(-1)
+			for r := range rounds {
+				if !round(l, who, r) {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// attempt runs acquire, counted as trying to get in.
+func (c *crowd) attempt(acquire func() (lock.Lease, error)) (lock.Lease, error) {
+	c.attempting.Add(1)
+	defer c.attempting.Add(-1)
+	return acquire()
+}
+
+// hold keeps a holder in the critical section until every other goroutine
+// at work is inside or trying to get in (or briefly, if that never
+// happens), so that a Locker that would let one holder too many in does
+// so while this one is inside.
+func (c *crowd) hold() {
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for c.inside.Load()+c.attempting.Load() < c.active.Load() && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	for range 100 {
+		runtime.Gosched()
+	}
+}
+
+func (c *crowd) add(g grant) {
+	c.mu.Lock()
+	c.grants = append(c.grants, g)
+	c.mu.Unlock()
+}
+
+// checkCount fails t, unless it failed already, if the crowd did not have
+// want grants.
+func (c *crowd) checkCount(t *testing.T, want int) {
+	t.Helper()
+	if len(c.grants) != want && !t.Failed() {
+		t.Errorf("%d grants; want %d", len(c.grants), want)
+	}
 }
 
 func (s *suite) testMutualExclusion(t *testing.T) {
-	name := lockName(t)
+	_, name, ls, _ := s.setup(t, s.o.Lockers)
 	perG := max(1, s.o.Rounds/s.o.Goroutines)
-	var x exclusion
-	var wg sync.WaitGroup
-	x.active.Store(int32(s.o.Lockers * s.o.Goroutines))
-	for li := range s.o.Lockers {
-		id := identity(fmt.Sprintf("l%d", li))
-		l := s.newLocker(t, id)
-		for gi := range s.o.Goroutines {
-			who := fmt.Sprintf("locker %d goroutine %d", li, gi)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer x.active.Add(-1)
-				for r := range perG {
-					if !s.exclusiveRound(t, &x, l, name, who, r) {
-						return
-					}
-				}
-			}()
-		}
-	}
-	wg.Wait()
-	x.check(t)
-	if want := s.o.Lockers * s.o.Goroutines * perG; len(x.grants) != want && !t.Failed() {
-		t.Errorf("%d grants; want %d", len(x.grants), want)
-	}
+	var c crowd
+	c.run(ls, s.o.Lockers*s.o.Goroutines, perG, func(l lock.Locker, who string, r int) bool {
+		return s.exclusiveRound(t, &c, l, name, who, r)
+	})
+	c.check(t)
+	c.checkCount(t, s.o.Lockers*s.o.Goroutines*perG)
 	s.noOrphans(t, name, "the last Release")
 }
 
 // exclusiveRound is round r of goroutine who: acquire, stay in the
 // critical section, release. It returns false if Acquire failed.
-func (s *suite) exclusiveRound(t *testing.T, x *exclusion, l lock.Locker, name, who string, r int) bool {
+func (s *suite) exclusiveRound(t *testing.T, c *crowd, l lock.Locker, name, who string, r int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
 	defer cancel()
-	x.attempting.Add(1)
-	le, err := l.Acquire(ctx, name)
-	x.attempting.Add(-1)
+	le, err := c.attempt(func() (lock.Lease, error) { return l.Acquire(ctx, name) })
 	if err != nil {
 		t.Errorf("%s round %d: Acquire = %v; want a lease", who, r, err)
 		return false
 	}
-	start := x.clock.Add(1)
-	if n := x.inside.Add(1); n != 1 {
+	start := c.clock.Add(1)
+	if n := c.inside.Add(1); n != 1 {
 		t.Errorf("%s round %d: %d holders in the critical section at once", who, r, n)
 	}
-	// Hold the section until every other goroutine is trying to acquire
-	// (or briefly, if that never happens), so that a Locker that would
-	// let a second holder in does so while the first is inside.
-	deadline := time.Now().Add(50 * time.Millisecond)
-	for x.inside.Load() == 1 && x.attempting.Load() < x.active.Load()-1 && time.Now().Before(deadline) {
-		runtime.Gosched()
-	}
-	for i := 0; i < 100 && x.inside.Load() == 1; i++ {
-		runtime.Gosched()
-	}
+	c.hold()
 	// The backend must agree that this lease holds the lock; the round
 	// trip also widens the window in which a second holder would be
 	// caught.
 	if h, err := l.Holder(ctx, name); err != nil || h.Token != le.Token() {
 		t.Errorf("%s round %d: Holder() inside the critical section = %+v, %v; want token %d", who, r, h, err, le.Token())
 	}
-	x.inside.Add(-1)
-	end := x.clock.Add(1)
-	x.mu.Lock()
-	x.grants = append(x.grants, grant{start, end, le.Token(), who})
-	x.mu.Unlock()
+	c.inside.Add(-1)
+	c.add(grant{start, c.clock.Add(1), le.Token(), who})
 	if err := le.Release(ctx); err != nil {
 		t.Errorf("%s round %d: Release = %v; want nil", who, r, err)
 	}
@@ -218,11 +241,11 @@ func (s *suite) exclusiveRound(t *testing.T, x *exclusion, l lock.Locker, name, 
 
 // check fails t if two critical sections overlapped or tokens did not
 // rise in grant order.
-func (x *exclusion) check(t *testing.T) {
+func (c *crowd) check(t *testing.T) {
 	t.Helper()
-	slices.SortFunc(x.grants, func(a, b grant) int { return int(a.start - b.start) })
-	for i := 1; i < len(x.grants); i++ {
-		p, g := x.grants[i-1], x.grants[i]
+	slices.SortFunc(c.grants, func(a, b grant) int { return int(a.start - b.start) })
+	for i := 1; i < len(c.grants); i++ {
+		p, g := c.grants[i-1], c.grants[i]
 		if g.start < p.end {
 			t.Errorf("critical sections overlap: %s (token %d) [%d,%d] and %s (token %d) [%d,%d]",
 				p.who, p.token, p.start, p.end, g.who, g.token, g.start, g.end)

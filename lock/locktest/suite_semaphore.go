@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,50 +19,31 @@ func (s *suite) testSemaphoreLimit(t *testing.T) {
 	_, name, ls, _ := s.setup(t, 3)
 	const limit, goroutines = 3, 8
 	rounds := max(3, s.o.Rounds/goroutines)
-	var inside, attempting, active, most, grants atomic.Int32
-	var wg sync.WaitGroup
-	active.Store(goroutines)
-	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer active.Add(-1)
-			for r := range rounds {
-				ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
-				attempting.Add(1)
-				le, err := acquirePermit(ctx, ls[g%len(ls)], name, limit, r%2 == 1)
-				attempting.Add(-1)
-				if err != nil {
-					cancel()
-					t.Errorf("goroutine %d round %d: AcquireSemaphore = %v; want a lease", g, r, err)
-					return
-				}
-				grants.Add(1)
-				n := inside.Add(1)
-				if n > limit {
-					t.Errorf("goroutine %d round %d: %d holders of a semaphore of limit %d", g, r, n, limit)
-				}
-				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-				}
-				deadline := time.Now().Add(50 * time.Millisecond)
-				for inside.Load()+attempting.Load() < active.Load() && time.Now().Before(deadline) {
-					runtime.Gosched()
-				}
-				for range 100 {
-					runtime.Gosched()
-				}
-				inside.Add(-1)
-				if err := le.Release(ctx); err != nil {
-					t.Errorf("goroutine %d round %d: Release = %v; want nil", g, r, err)
-				}
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
-	if got, want := grants.Load(), int32(goroutines*rounds); got != want && !t.Failed() {
-		t.Errorf("%d grants; want %d", got, want)
-	}
+	var c crowd
+	var most atomic.Int32
+	c.run(ls, goroutines, rounds, func(l lock.Locker, who string, r int) bool {
+		ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
+		defer cancel()
+		le, err := c.attempt(func() (lock.Lease, error) { return acquirePermit(ctx, l, name, limit, r%2 == 1) })
+		if err != nil {
+			t.Errorf("%s round %d: AcquireSemaphore = %v; want a lease", who, r, err)
+			return false
+		}
+		n := c.inside.Add(1)
+		if n > limit {
+			t.Errorf("%s round %d: %d holders of a semaphore of limit %d", who, r, n, limit)
+		}
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		c.hold()
+		c.inside.Add(-1)
+		c.add(grant{token: le.Token(), who: who})
+		if err := le.Release(ctx); err != nil {
+			t.Errorf("%s round %d: Release = %v; want nil", who, r, err)
+		}
+		return true
+	})
+	c.checkCount(t, goroutines*rounds)
 	t.Logf("at most %d holders at once (limit %d)", most.Load(), limit)
 	s.noOrphans(t, name, "the last Release")
 }
