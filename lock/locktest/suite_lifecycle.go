@@ -37,11 +37,9 @@ func (s *suite) testReleaseTwice(t *testing.T) {
 // (name is a lock it waited for) returns an error wrapping ErrClosed.
 func checkClosedLocker(t *testing.T, ctx context.Context, a lock.Locker, name string) {
 	t.Helper()
-	if le, err := a.Acquire(ctx, lockName(t)); !errors.Is(err, lock.ErrClosed) {
-		t.Errorf("Acquire on a closed Locker = %v, %v; want an error wrapping %v", le, err, lock.ErrClosed)
-	}
-	if le, err := a.TryAcquire(ctx, lockName(t)); !errors.Is(err, lock.ErrClosed) {
-		t.Errorf("TryAcquire on a closed Locker = %v, %v; want an error wrapping %v", le, err, lock.ErrClosed)
+	for _, try := range []bool{false, true} {
+		le, err := excl.call(ctx, a, lockName(t), try)
+		refused(t, excl.op(try)+" on a closed Locker", le, err, lock.ErrClosed)
 	}
 	if h, err := a.Holder(ctx, name); !errors.Is(err, lock.ErrClosed) {
 		t.Errorf("Holder on a closed Locker = %+v, %v; want an error wrapping %v", h, err, lock.ErrClosed)

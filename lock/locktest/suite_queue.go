@@ -8,21 +8,6 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// queueOf calls l's Queue, which must succeed.
-func queueOf(t *testing.T, ctx context.Context, l lock.Locker, name, when string) []lock.QueueEntry {
-	t.Helper()
-	ql, ok := l.(lock.QueueLister)
-	if !ok {
-		t.Fatalf("%T does not implement lock.QueueLister", l)
-	}
-	es, err := ql.Queue(ctx, name)
-	if err != nil {
-		t.Fatalf("Queue(%q) %s = %v; want nil error", name, when, err)
-	}
-	checkPositions(t, es, name, when)
-	return es
-}
-
 // wantEntry is what the suite knows of a queue entry: who, whether held, and
 // its kind; its token when known (0: any, but rising along the queue).
 type wantEntry struct {
@@ -59,9 +44,19 @@ func checkPositions(t *testing.T, es []lock.QueueEntry, name, when string) {
 	}
 }
 
-// queueIs checks a listing against want.
-func queueIs(t *testing.T, es []lock.QueueEntry, name, when string, want []wantEntry) {
+// queueIs lists name's queue through l, checks the listing against want,
+// and returns it.
+func queueIs(t *testing.T, ctx context.Context, l lock.Locker, name, when string, want []wantEntry) []lock.QueueEntry {
 	t.Helper()
+	ql, ok := l.(lock.QueueLister)
+	if !ok {
+		t.Fatalf("%T does not implement lock.QueueLister", l)
+	}
+	es, err := ql.Queue(ctx, name)
+	if err != nil {
+		t.Fatalf("Queue(%q) %s = %v; want nil error", name, when, err)
+	}
+	checkPositions(t, es, name, when)
 	if len(es) != len(want) {
 		t.Fatalf("Queue(%q) %s = %+v; want %d entries", name, when, es, len(want))
 	}
@@ -71,6 +66,7 @@ func queueIs(t *testing.T, es []lock.QueueEntry, name, when string, want []wantE
 			t.Errorf("Queue(%q) %s: entry %d = %+v; want identity %q, held %v, shared %v, token %d (0: any)", name, when, i, e, w.identity, w.held, w.shared, w.token)
 		}
 	}
+	return es
 }
 
 // testQueue checks the listing of a lock's queue in arrival order, and
@@ -79,14 +75,13 @@ func queueIs(t *testing.T, es []lock.QueueEntry, name, when string, want []wantE
 func (s *suite) testQueue(t *testing.T) {
 	ctx, name, ls, ids := s.setup(t, 4)
 	q := ls[3]
-	queueIs(t, queueOf(t, ctx, q, name, "of a free name"), name, "of a free name", nil)
+	queueIs(t, ctx, q, name, "of a free name", nil)
 
 	held := s.mustAcquire(t, ctx, ls[0], name)
 	chB := s.enqueue(t, ctx, ls[1], name, excl, 2, "first waiter queued")
 	chC := s.enqueue(t, ctx, ls[2], name, excl, 3, "second waiter queued")
 	when := "with a holder and two waiters"
-	es := queueOf(t, ctx, q, name, when)
-	queueIs(t, es, name, when, []wantEntry{
+	es := queueIs(t, ctx, q, name, when, []wantEntry{
 		{ids[0], uint64(held.Token()), true, false}, {ids[1], 0, false, false}, {ids[2], 0, false, false}})
 	if s.has[needsRevoker] {
 		if err := revoker(t, q).Revoke(ctx, name, es[1].Token); !errors.Is(err, lock.ErrNotHeld) {
@@ -101,8 +96,7 @@ func (s *suite) testQueue(t *testing.T) {
 		t.Errorf("first waiter granted token %d; Queue listed it with token %d", b.Token(), es[1].Token)
 	}
 	when = "after the holder released"
-	es2 := queueOf(t, ctx, q, name, when)
-	queueIs(t, es2, name, when, []wantEntry{{ids[1], uint64(b.Token()), true, false}, {ids[2], uint64(es[2].Token), false, false}})
+	es2 := queueIs(t, ctx, q, name, when, []wantEntry{{ids[1], uint64(b.Token()), true, false}, {ids[2], uint64(es[2].Token), false, false}})
 	if len(es2) == 2 && (!es2[0].Since.Equal(es[1].Since) || !es2[1].Since.Equal(es[2].Since)) {
 		t.Errorf("Queue(%q) %s: Since %v, %v; listed before as %v, %v (the same requests)", name, when, es2[0].Since, es2[1].Since, es[1].Since, es[2].Since)
 	}
@@ -110,10 +104,10 @@ func (s *suite) testQueue(t *testing.T) {
 	mustRelease(t, ctx, b)
 	c := s.awaitLease(t, chC, "second waiter's Acquire after Release")
 	when = "after the second holder released"
-	queueIs(t, queueOf(t, ctx, q, name, when), name, when, []wantEntry{{ids[2], uint64(c.Token()), true, false}})
+	queueIs(t, ctx, q, name, when, []wantEntry{{ids[2], uint64(c.Token()), true, false}})
 	mustRelease(t, ctx, c)
 	when = "after the last Release"
-	queueIs(t, queueOf(t, ctx, q, name, when), name, when, nil)
+	queueIs(t, ctx, q, name, when, nil)
 	s.noOrphans(t, name, "Queue and Release")
 }
 
@@ -128,14 +122,14 @@ func (s *suite) testQueueShared(t *testing.T) {
 	chW := s.enqueue(t, ctx, ls[2], name, excl, 3, "writer queued")
 	chR := s.enqueue(t, ctx, ls[3], name, shared, 4, "reader queued behind the writer")
 	when := "with two readers holding, a writer and a reader waiting"
-	queueIs(t, queueOf(t, ctx, q, name, when), name, when, []wantEntry{
+	queueIs(t, ctx, q, name, when, []wantEntry{
 		{ids[0], uint64(r1.Token()), true, true}, {ids[1], uint64(r2.Token()), true, true},
 		{ids[2], 0, false, false}, {ids[3], 0, false, true}})
 
 	mustRelease(t, ctx, r1, r2)
 	w := s.awaitLease(t, chW, "writer's Acquire after the readers released")
 	when = "with the writer holding and a reader waiting"
-	queueIs(t, queueOf(t, ctx, q, name, when), name, when, []wantEntry{
+	queueIs(t, ctx, q, name, when, []wantEntry{
 		{ids[2], uint64(w.Token()), true, false}, {ids[3], 0, false, true}})
 	mustRelease(t, ctx, w)
 	mustRelease(t, ctx, s.awaitLease(t, chR, "reader's AcquireShared after the writer released"))
