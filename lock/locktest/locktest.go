@@ -173,10 +173,9 @@ type Options struct {
 	// [SessionStaller], [SessionFreezer], [lock.Observer],
 	// [lock.SharedLocker], [lock.Semaphore], [lock.HolderLister],
 	// [lock.Revoker], [lock.QueueLister], [lock.HealthChecker]) a test
-	// failure. By default the
-	// checks that need it are left out and listed with t.Log. A backend's
-	// own conformance test sets it, so that a harness that loses an
-	// interface cannot quietly drop checks.
+	// failure. By default the checks that need it are left out and listed
+	// with t.Log. A backend's own conformance test sets it, so that a
+	// harness that loses an interface cannot quietly drop checks.
 	RequireOptional bool
 }
 
@@ -208,12 +207,6 @@ func TestLocker(t *testing.T, h Harness) {
 }
 
 // TestLockerWith is [TestLocker] with options.
-//
-// A check that needs an optional interface the backend lacks is not run,
-// and not reported as skipped either: like testing/fstest.TestFS, the suite
-// checks what the backend offers. It logs (t.Log) the checks that did not
-// apply, and with [Options.RequireOptional] a missing interface fails the
-// test instead.
 func TestLockerWith(t *testing.T, h Harness, opts Options) {
 	t.Helper()
 	s := &suite{h: h, o: opts.withDefaults()}

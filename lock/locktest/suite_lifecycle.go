@@ -51,45 +51,66 @@ func checkClosedLocker(t *testing.T, ctx context.Context, a lock.Locker, name st
 	}
 }
 
-func (s *suite) testClose(t *testing.T) {
-	ctx, n3, ls, _ := s.setup(t, 2)
-	a, b := ls[0], ls[1]
-	n1, n2 := lockName(t), lockName(t)
-	le1 := s.mustAcquire(t, ctx, a, n1)
-	le2 := s.mustAcquire(t, ctx, a, n2)
-	other := s.mustAcquire(t, ctx, b, n3)
-	waiting := s.enqueue(t, ctx, a, n3, excl, 2, "waiter queued")
+// closing is where the Close subtests start: a holds names[0] and
+// names[1] (held) and waits for names[2], which b holds (other).
+type closing struct {
+	ctx     context.Context
+	a, b    lock.Locker
+	names   []string
+	held    []lock.Lease
+	other   lock.Lease
+	waiting <-chan result
+}
 
-	if err := a.Close(); err != nil {
+func (s *suite) newClosing(t *testing.T) *closing {
+	t.Helper()
+	ctx, name, ls, _ := s.setup(t, 2)
+	c := &closing{ctx: ctx, a: ls[0], b: ls[1], names: []string{lockName(t), lockName(t), name}}
+	c.held = []lock.Lease{s.mustAcquire(t, ctx, c.a, c.names[0]), s.mustAcquire(t, ctx, c.a, c.names[1])}
+	c.other = s.mustAcquire(t, ctx, c.b, name)
+	c.waiting = s.enqueue(t, ctx, c.a, name, excl, 2, "waiter queued")
+	return c
+}
+
+// finish checks that Close (what) of a interrupted its waiter and left no
+// record, and releases other.
+func (c *closing) finish(t *testing.T, s *suite, what string) {
+	t.Helper()
+	s.awaitRefused(t, c.waiting, "Acquire interrupted by Close", lock.ErrClosed)
+	s.noOrphans(t, c.names[0], what)
+	s.noOrphans(t, c.names[1], what)
+	s.checkRecords(t, c.names[2], 1, "after "+what+" interrupted a waiter")
+	mustRelease(t, c.ctx, c.other)
+	s.noOrphans(t, c.names[2], "Release")
+}
+
+func (s *suite) testClose(t *testing.T) {
+	c := s.newClosing(t)
+	if err := c.a.Close(); err != nil {
 		t.Errorf("Close() = %v; want nil", err)
 	}
-	for _, le := range []lock.Lease{le1, le2} {
-		for _, g := range stillGoing([]lock.Lease{le}, nil) {
-			t.Errorf("%s after Close returned; want it ended", g)
-		}
-		if err := le.Release(ctx); !errorsIsAny(err, lock.ErrReleased, lock.ErrLost) {
+	for _, g := range stillGoing(c.held, nil) {
+		t.Errorf("%s after Close returned; want it ended", g)
+	}
+	for _, le := range c.held {
+		if err := le.Release(c.ctx); !errorsIsAny(err, lock.ErrReleased, lock.ErrLost) {
 			t.Errorf("lease %q: Release() after Close = %v; want an error wrapping %v or %v", le.Name(), err, lock.ErrReleased, lock.ErrLost)
 		}
 	}
-	s.awaitRefused(t, waiting, "Acquire interrupted by Close", lock.ErrClosed)
-	if err := a.Close(); err != nil {
+	if err := c.a.Close(); err != nil {
 		t.Errorf("second Close() = %v; want nil", err)
 	}
-	checkClosedLocker(t, ctx, a, n3)
+	checkClosedLocker(t, c.ctx, c.a, c.names[2])
+	c.finish(t, s, "Close")
 
 	// Close freed the locks at once.
-	for _, n := range []string{n1, n2} {
-		s.noOrphans(t, n, "Close")
-		le, err := b.TryAcquire(ctx, n)
+	for _, n := range c.names[:2] {
+		le, err := c.b.TryAcquire(c.ctx, n)
 		if err != nil {
 			t.Errorf("TryAcquire(%q) after its holder's Locker closed = %v; want a lease", n, err)
 			continue
 		}
-		mustRelease(t, ctx, le)
-	}
-	s.checkRecords(t, n3, 1, "after Close interrupted a waiter")
-	mustRelease(t, ctx, other)
-	for _, n := range []string{n1, n2, n3} {
+		mustRelease(t, c.ctx, le)
 		s.noOrphans(t, n, "Close and Release")
 	}
 }
@@ -264,43 +285,28 @@ func atOnce[T any](n int, f func(i int) T, during func()) []T {
 // that later calls return nil, and that a waiting Acquire returns
 // ErrClosed.
 func (s *suite) testCloseConcurrent(t *testing.T) {
-	ctx, n3, ls, _ := s.setup(t, 2)
-	a := ls[0]
-	n1, n2 := lockName(t), lockName(t)
-	leases := []lock.Lease{s.mustAcquire(t, ctx, a, n1), s.mustAcquire(t, ctx, a, n2)}
-	other := s.mustAcquire(t, ctx, ls[1], n3)
-	waiting := s.enqueue(t, ctx, a, n3, excl, 2, "waiter queued")
+	c := s.newClosing(t)
 	var obs <-chan lock.Holder
-	if o, ok := a.(lock.Observer); ok {
-		ch, _, err := o.Observe(ctx, n1)
-		if err != nil {
-			t.Fatalf("Observe(%q) = %v; want nil", n1, err)
-		}
-		obs = ch
+	if o, ok := c.a.(lock.Observer); ok {
+		obs = s.observe(t, c.ctx, o, c.names[0], "Observe").ch
 	}
-
 	const n = 6
 	for _, going := range atOnce(n, func(int) []string {
-		if err := a.Close(); err != nil {
-			return append(stillGoing(leases, obs), fmt.Sprintf("Close() = %v; want nil", err))
+		if err := c.a.Close(); err != nil {
+			return append(stillGoing(c.held, obs), fmt.Sprintf("Close() = %v; want nil", err))
 		}
-		return stillGoing(leases, obs)
+		return stillGoing(c.held, obs)
 	}, nil) {
 		for _, g := range going {
 			t.Errorf("when one of %d concurrent Close() calls returned: %s; want the Locker torn down", n, g)
 		}
 	}
 	for i := 1; i <= 2; i++ {
-		if err := a.Close(); err != nil {
+		if err := c.a.Close(); err != nil {
 			t.Errorf("Close() #%d after the concurrent ones = %v; want nil", i, err)
 		}
 	}
-	s.awaitRefused(t, waiting, "Acquire interrupted by Close", lock.ErrClosed)
-	s.noOrphans(t, n1, "concurrent Close")
-	s.noOrphans(t, n2, "concurrent Close")
-	s.checkRecords(t, n3, 1, "after concurrent Close interrupted a waiter")
-	mustRelease(t, ctx, other)
-	s.noOrphans(t, n3, "Release")
+	c.finish(t, s, "concurrent Close")
 }
 
 // stillGoing says what of a closed Locker's leases and observation (obs,
