@@ -201,14 +201,14 @@ func (m *Memory) notifyLocked(name string, before lock.Holder) {
 }
 
 // MemLocker is a [lock.Locker], [lock.Observer], [lock.SharedLocker],
-// [lock.Semaphore], [lock.HolderLister], [lock.Revoker] and
-// [lock.QueueLister] on a [Memory]. It is safe for
-// concurrent use. Holder and Observe report the earliest holder of a name
-// (for a shared lock or a semaphore, the one with the lowest token);
-// Holders reports all of them. Its leases are [lock.Lease]s; Release and Close never
-// block, and Observe runs one goroutine per observation, which ends with the
-// observation's context or with Close. Close returns once every call in
-// progress has returned and every observation has ended.
+// [lock.Semaphore], [lock.HolderLister], [lock.Revoker],
+// [lock.QueueLister] and [lock.HealthChecker] on a [Memory]. It is safe
+// for concurrent use. Holder and Observe report the earliest holder of a
+// name (for a shared lock or a semaphore, the one with the lowest token);
+// Holders reports all of them. Release and Close never block, and Observe
+// runs one goroutine per observation, which ends with the observation's
+// context or with Close. Close returns once every call in progress has
+// returned and every observation has ended.
 type MemLocker struct {
 	m        *Memory
 	identity string
@@ -538,32 +538,25 @@ func (l *MemLocker) observe(ctx context.Context, name string, o *observation, ou
 	m := l.m
 	defer l.wg.Done()
 	var err error
-loop:
-	for {
+	for err == nil {
+		// Offer the oldest pending change, if any, on send; nil blocks.
+		var send chan<- lock.Holder
+		var h lock.Holder
 		m.mu.Lock()
-		if len(o.pending) == 0 {
-			m.mu.Unlock()
-			select {
-			case <-o.wake:
-				continue
-			case <-ctx.Done():
-				err = ctx.Err()
-			case <-l.closing:
-				err = lock.ErrClosed
-			}
-			break loop
+		if len(o.pending) > 0 {
+			send, h = out, o.pending[0]
 		}
-		h := o.pending[0]
-		o.pending = o.pending[1:]
 		m.mu.Unlock()
 		select {
-		case out <- h:
+		case send <- h:
+			m.mu.Lock()
+			o.pending = o.pending[1:]
+			m.mu.Unlock()
+		case <-o.wake:
 		case <-ctx.Done():
 			err = ctx.Err()
-			break loop
 		case <-l.closing:
 			err = lock.ErrClosed
-			break loop
 		}
 	}
 	m.mu.Lock()
