@@ -248,6 +248,7 @@ func TestLockerWith(t *testing.T, h Harness, opts Options) {
 	}
 }
 
+// is reports whether l implements T.
 func is[T any](l lock.Locker) bool {
 	_, ok := l.(T)
 	return ok

@@ -38,6 +38,19 @@ func TestMemoryWithoutOptionalInterfaces(t *testing.T) {
 		locktest.Options{Settle: 20 * time.Millisecond, ObserveMaySkip: true})
 }
 
+// bareHarness hides the optional interfaces of the Memory's Lockers too,
+// so the suite runs the way it does for a backend with plain Lockers.
+type bareHarness struct{ h locktest.Harness }
+
+func (b bareHarness) NewLocker(t *testing.T, identity string) lock.Locker {
+	return struct{ lock.Locker }{b.h.NewLocker(t, identity)}
+}
+
+func TestMemoryBareLocker(t *testing.T) {
+	locktest.TestLockerWith(t, bareHarness{locktest.MemoryHarness(locktest.NewMemory())},
+		locktest.Options{Settle: 20 * time.Millisecond})
+}
+
 // The suite is only worth something if it fails for Lockers that break the
 // contract. Each case below runs one subtest of the suite, in a child
 // process (a failing subtest cannot be contained in-process), against the

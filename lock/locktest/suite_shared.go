@@ -31,7 +31,9 @@ var errNotShared = errors.New("locktest: Locker lacks the optional interface the
 // call makes the request for k on l: Acquire, AcquireShared or
 // AcquireSemaphore, or with try their Try variant.
 func (k kind) call(ctx context.Context, l lock.Locker, name string, try bool) (lock.Lease, error) {
-	switch sl, sem := l.(lock.SharedLocker), l.(lock.Semaphore); {
+	sl, _ := l.(lock.SharedLocker)
+	sem, _ := l.(lock.Semaphore)
+	switch {
 	case k.sem && sem != nil && try:
 		return sem.TryAcquireSemaphore(ctx, name, k.limit)
 	case k.sem && sem != nil:
