@@ -420,11 +420,12 @@ func checkReleased(t *testing.T, le lock.Lease) {
 	}
 }
 
-// checkAfter checks that le has a higher token than prev; what names le.
+// checkAfter checks that le, granted after prev, has a higher token; what
+// names le.
 func checkAfter(t *testing.T, le, prev lock.Lease, what string) {
 	t.Helper()
 	if le.Token() <= prev.Token() {
-		t.Errorf("%s Token() = %d; want > %d", what, le.Token(), prev.Token())
+		t.Errorf("%s: Token() = %d; want > %d (the token granted before it)", what, le.Token(), prev.Token())
 	}
 }
 

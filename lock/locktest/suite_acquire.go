@@ -28,7 +28,7 @@ func (s *suite) testAcquireRelease(t *testing.T) {
 	// The lock is free again, with a higher token.
 	le2 := s.mustAcquire(t, ctx, ls[0], name)
 	checkHeld(t, name, le2)
-	checkAfter(t, le2, le, "second grant (after the first)")
+	checkAfter(t, le2, le, "second grant")
 	mustRelease(t, ctx, le2)
 	s.noOrphans(t, name, "second Release")
 }
@@ -56,7 +56,7 @@ func (s *suite) testTryAcquire(t *testing.T) {
 	if err != nil {
 		t.Fatalf("TryAcquire(%q) after Release = %v; want a lease", name, err)
 	}
-	checkAfter(t, le2, le, "TryAcquire after Release:")
+	checkAfter(t, le2, le, "TryAcquire after Release")
 	mustRelease(t, ctx, le2)
 	s.noOrphans(t, name, "Release")
 }

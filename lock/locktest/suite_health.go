@@ -51,6 +51,6 @@ func (s *suite) testHealthyAfterExpiry(t *testing.T) {
 		t.Errorf("Healthy() after the session expired = %v; want nil once a new session is up", err)
 	}
 	again := s.mustAcquire(t, ctx, l, name+"-again")
-	checkAfter(t, again, le, "after Healthy on a new session:")
+	checkAfter(t, again, le, "grant after Healthy on a new session")
 	mustRelease(t, ctx, again)
 }

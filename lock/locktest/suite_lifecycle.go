@@ -129,13 +129,13 @@ func (s *suite) testSessionExpiry(t *testing.T) {
 
 	// Another Locker wins, with a higher token.
 	le := s.awaitLease(t, waiting, "waiter's Acquire after the holder's session expired")
-	checkAfter(t, le, lost, "after expiry (the lost lease's)")
+	checkAfter(t, le, lost, "grant after the holder's expiry")
 	s.holderIs(t, ctx, a, name, lock.Holder{Identity: ids[1], Token: le.Token()})
 	mustRelease(t, ctx, le)
 
 	// The same Locker acquires again, on a new session.
 	again := s.mustAcquire(t, ctx, a, name)
-	checkAfter(t, again, le, "on a new session")
+	checkAfter(t, again, le, "grant on a new session")
 	checkHeld(t, name, again)
 	s.holderIs(t, ctx, b, name, lock.Holder{Identity: ids[0], Token: again.Token()})
 	if err := lost.Err(); !errors.Is(err, lock.ErrLost) {
@@ -158,7 +158,7 @@ func (s *suite) testSessionExpiryWaiter(t *testing.T) {
 	mustRelease(t, ctx, holder)
 
 	le := s.mustAcquire(t, ctx, a, name)
-	checkAfter(t, le, holder, "on a new session")
+	checkAfter(t, le, holder, "grant on a new session")
 	mustRelease(t, ctx, le)
 	s.noOrphans(t, name, "a waiter's session expiry")
 }

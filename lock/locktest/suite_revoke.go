@@ -80,7 +80,7 @@ func (s *suite) testRevoke(t *testing.T) {
 		t.Fatalf("Revoke(%q, %d) of the holder = %v; want nil", name, tok, err)
 	}
 	next := s.awaitLease(t, ch, "waiter's Acquire after the holder was revoked")
-	checkAfter(t, next, held, "grant after a revoked one:")
+	checkAfter(t, next, held, "grant after a revoked one")
 	s.checkRevoked(t, ctx, held, "revoked lease")
 	if err := rv.Revoke(ctx, name, tok); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("second Revoke(%q, %d) = %v; want an error wrapping %v", name, tok, err, lock.ErrNotHeld)
@@ -134,7 +134,7 @@ func (s *suite) testRevokeFrozen(t *testing.T) {
 	}
 	next := s.awaitLease(t, ch, "waiter's Acquire after a frozen holder was revoked")
 	thaw()
-	checkAfter(t, next, held, "grant after a revoked one:")
+	checkAfter(t, next, held, "grant after a revoked one")
 	s.checkRevoked(t, ctx, held, "revoked lease of a thawed Locker")
 	mustRelease(t, ctx, next)
 	s.noOrphans(t, name, "Revoke of a frozen holder and Release")

@@ -185,7 +185,7 @@ func (s *suite) testSemaphoreSessionExpiry(t *testing.T) {
 	s.expirer.ExpireSession(t, ls[0])
 	s.checkLost(t, p, "permit of an expired session", "permit Err() after session expiry")
 	le := s.awaitLease(t, w2, "second waiter after the holder's session expired")
-	checkAfter(t, le, p, "after expiry (the lost permit's)")
+	checkAfter(t, le, p, "grant after the permit holder's expiry")
 	mustRelease(t, ctx, le)
 	s.noOrphans(t, name, "session expiry and Release")
 }

@@ -115,7 +115,7 @@ func (s *suite) testSharedExclusion(t *testing.T) {
 	notReturned(t, wch, "second writer's Acquire while a writer holds")
 	mustRelease(t, ctx, wl)
 	rl := s.awaitLease(t, rch, "reader's AcquireShared after the writer released")
-	checkAfter(t, rl, wl, "reader (after the writer)")
+	checkAfter(t, rl, wl, "reader after the writer")
 	notReturned(t, wch, "writer's Acquire while a reader holds")
 	mustRelease(t, ctx, rl)
 	mustRelease(t, ctx, s.awaitLease(t, wch, "second writer's Acquire"))
@@ -134,7 +134,7 @@ func (s *suite) testSharedFIFO(t *testing.T) {
 
 	mustRelease(t, ctx, r1)
 	wl := s.awaitLease(t, w, "writer's Acquire after the first reader released")
-	checkAfter(t, wl, r1, "writer (after the reader admitted before it)")
+	checkAfter(t, wl, r1, "writer after the reader admitted before it")
 	notReturned(t, late1, "AcquireShared queued behind a holding writer")
 	notReturned(t, late2, "second AcquireShared queued behind a holding writer")
 
@@ -143,7 +143,7 @@ func (s *suite) testSharedFIFO(t *testing.T) {
 	l1 := s.awaitLease(t, late1, "first late reader after the writer released")
 	l2 := s.awaitLease(t, late2, "second late reader while the first holds")
 	checkHeld(t, name, l1, l2)
-	checkAfter(t, l1, wl, "first late reader (after the writer)")
+	checkAfter(t, l1, wl, "first late reader after the writer")
 	checkAfter(t, l2, l1, "second late reader (request order)")
 	mustRelease(t, ctx, l1, l2)
 	s.noOrphans(t, name, "every grant released")
@@ -171,7 +171,7 @@ func (s *suite) testTryAcquireShared(t *testing.T) {
 	mustRelease(t, ctx, wl)
 
 	r3 := mustTry(t, ctx, ls[2], name, shared, "after the writer released")
-	checkAfter(t, r3, wl, "TryAcquireShared after the writer:")
+	checkAfter(t, r3, wl, "TryAcquireShared after the writer")
 	mustRelease(t, ctx, r3)
 	s.noOrphans(t, name, "every grant released")
 }
