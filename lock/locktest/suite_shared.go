@@ -2,79 +2,10 @@ package locktest
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/fencelock/fencelock/lock"
 )
-
-// kind is what a request asks for: an exclusive lock (the zero kind),
-// a shared one, or a permit of a semaphore of limit limit.
-type kind struct {
-	shared, sem bool
-	limit       int
-}
-
-var (
-	excl   = kind{}
-	shared = kind{shared: true}
-)
-
-func permit(limit int) kind { return kind{sem: true, limit: limit} }
-
-// errNotShared is what kind.call reports for a Locker that lacks the
-// interface the request needs; the suite runs a check only when the
-// harness's Lockers have it, so this means a harness mixes Locker types.
-var errNotShared = errors.New("locktest: Locker lacks the optional interface the check needs")
-
-// call makes the request for k on l: Acquire, AcquireShared or
-// AcquireSemaphore, or with try their Try variant.
-func (k kind) call(ctx context.Context, l lock.Locker, name string, try bool) (lock.Lease, error) {
-	sl, _ := l.(lock.SharedLocker)
-	sem, _ := l.(lock.Semaphore)
-	switch {
-	case k.sem && sem != nil && try:
-		return sem.TryAcquireSemaphore(ctx, name, k.limit)
-	case k.sem && sem != nil:
-		return sem.AcquireSemaphore(ctx, name, k.limit)
-	case k.shared && sl != nil && try:
-		return sl.TryAcquireShared(ctx, name)
-	case k.shared && sl != nil:
-		return sl.AcquireShared(ctx, name)
-	case k.sem || k.shared:
-		return nil, errNotShared
-	case try:
-		return l.TryAcquire(ctx, name)
-	}
-	return l.Acquire(ctx, name)
-}
-
-// op names the request for k, for messages.
-func (k kind) op(try bool) string {
-	op := "Acquire"
-	if k.shared {
-		op += "Shared"
-	}
-	if try {
-		op = "Try" + op
-	}
-	if k.sem {
-		return fmt.Sprintf("%sSemaphore(limit %d)", op, k.limit)
-	}
-	return op
-}
-
-// mustTry makes the Try request for k, which must grant.
-func mustTry(t *testing.T, ctx context.Context, l lock.Locker, name string, k kind, when string) lock.Lease {
-	t.Helper()
-	le, err := k.call(ctx, l, name, true)
-	if err != nil || le == nil {
-		t.Fatalf("%s on %q %s = %v, %v; want a lease", k.op(true), name, when, le, err)
-	}
-	checkHeld(t, name, le)
-	return le
-}
 
 // mustShared acquires a shared grant of name on l or stops the test.
 func (s *suite) mustShared(t *testing.T, ctx context.Context, l lock.Locker, name, what string) lock.Lease {
