@@ -43,7 +43,7 @@ const quadsPerWindow = 4
 
 // overheadResult is one overhead of a backend.
 type overheadResult struct {
-	What        string  `json:"what"`   // "metrics", "tracing" or "tls"
+	What        string  `json:"what"`   // "control", "metrics", "tracing" or "tls"
 	Metric      string  `json:"metric"` // the figure compared: mean_ms, the mean cycle time
 	Ratio       float64 `json:"ratio"`  // on ÷ off
 	Low         float64 `json:"ci95_low"`
@@ -222,13 +222,21 @@ func verdict1pct(met bool) string {
 }
 
 // runObservabilityOverheads measures the metrics and tracing overheads of
-// the backend's fencelock recipe fl: off is fl as it is, on is fl with a
+// the backend's fencelock recipe fl, after a control of fl against
+// itself: off is fl as it is, on is fl with a
 // MeterProvider of the OpenTelemetry SDK (a manual reader, collected
 // after every four blocks, as a scrape would) or a TracerProvider of the
 // SDK (every span sampled, batched and exported to an exporter that
 // counts and drops them).
 func runObservabilityOverheads(t *testing.T, kind cluster.Kind, fl recipe, at placement, cfg config) []overheadResult {
 	var out []overheadResult
+	// The control measures fl against itself: its interval shows what the
+	// method reads into two identical sides (connection, member, order).
+	t.Run("control", func(t *testing.T) {
+		same := fl
+		same.name = fl.name + ", again"
+		out = append(out, measureOverhead(t, "control", overheadSide{r: fl}, overheadSide{r: same}, at, cfg))
+	})
 	t.Run("metrics", func(t *testing.T) {
 		m := testutil.NewMetrics(t)
 		on := fl
