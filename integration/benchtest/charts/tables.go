@@ -654,25 +654,44 @@ func scaleTable(g *gen, runs []*reportRun) (string, bool) {
 	return lockers + leases, ok1 || ok2
 }
 
-// overheadsTable: every run's overheads, each with its interval.
+// overheadsTable: one row per backend and overhead, every run's ratio with
+// its interval in a column of its own.
 func overheadsTable(g *gen, runs []*reportRun) (string, bool) {
-	t := table{head: []string{"backend", "run", "what", "metric", "on / off", "95% interval", "pairs", "interval within ±1%"}}
+	head := []string{"backend", "what"}
+	for i := range runs {
+		head = append(head, fmt.Sprintf("run %d: on / off [95%% interval]", i+1))
+	}
+	t := table{head: append(head, "interval within ±1%")}
 	for _, b := range backendsOf(runs) {
+		var whats []string
+		cells := map[string][]string{}
+		within := map[string]int{}
 		for i, r := range runs {
 			for _, x := range r.Backends {
 				if x.Backend != b {
 					continue
 				}
 				for _, o := range x.Overheads {
-					g.ratios = append(g.ratios, o.Ratio, o.CI95Low, o.CI95High)
-					within := "no"
-					if o.Met1Pct {
-						within = "yes"
+					if cells[o.What] == nil {
+						whats = append(whats, o.What)
+						cells[o.What] = make([]string, len(runs))
 					}
-					t.add(displayName(b), strconv.Itoa(i+1), o.What, o.Metric, fmt.Sprintf("%.3f×", o.Ratio),
-						fmt.Sprintf("%.3f–%.3f", o.CI95Low, o.CI95High), strconv.Itoa(o.Pairs), within)
+					g.ratios = append(g.ratios, o.Ratio, o.CI95Low, o.CI95High)
+					cells[o.What][i] = fmt.Sprintf("%.3f× [%.3f–%.3f]", o.Ratio, o.CI95Low, o.CI95High)
+					if o.Met1Pct {
+						within[o.What]++
+					}
 				}
 			}
+		}
+		for _, w := range whats {
+			row := append([]string{displayName(b), w}, cells[w]...)
+			for i, c := range row {
+				if c == "" {
+					row[i] = "—"
+				}
+			}
+			t.add(append(row, fmt.Sprintf("%d of %d", within[w], len(runs)))...)
 		}
 	}
 	if len(t.rows) == 0 {
