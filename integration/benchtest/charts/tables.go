@@ -665,7 +665,7 @@ func overheadsTable(g *gen, runs []*reportRun) (string, bool) {
 	for _, b := range backendsOf(runs) {
 		var whats []string
 		cells := map[string][]string{}
-		within := map[string]int{}
+		within, measured := map[string]int{}, map[string]int{}
 		for i, r := range runs {
 			for _, x := range r.Backends {
 				if x.Backend != b {
@@ -678,6 +678,7 @@ func overheadsTable(g *gen, runs []*reportRun) (string, bool) {
 					}
 					g.ratios = append(g.ratios, o.Ratio, o.CI95Low, o.CI95High)
 					cells[o.What][i] = fmt.Sprintf("%.3f× [%.3f–%.3f]", o.Ratio, o.CI95Low, o.CI95High)
+					measured[o.What]++
 					if o.Met1Pct {
 						within[o.What]++
 					}
@@ -691,7 +692,7 @@ func overheadsTable(g *gen, runs []*reportRun) (string, bool) {
 					row[i] = "—"
 				}
 			}
-			t.add(append(row, fmt.Sprintf("%d of %d", within[w], len(runs)))...)
+			t.add(append(row, fmt.Sprintf("%d of %d", within[w], measured[w]))...)
 		}
 	}
 	if len(t.rows) == 0 {
