@@ -3,7 +3,6 @@ package etcdlock
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -58,13 +58,7 @@ func isRefusal(err error) bool {
 // authority, expired, wrong name), or the server sent an alert about ours
 // (bad, unknown, expired, revoked, missing).
 func isCertRefusal(err error) bool {
-	var (
-		verr *tls.CertificateVerificationError
-		uerr x509.UnknownAuthorityError
-		cerr x509.CertificateInvalidError
-		herr x509.HostnameError
-	)
-	if errors.As(err, &verr) || errors.As(err, &uerr) || errors.As(err, &cerr) || errors.As(err, &herr) {
+	if secure.Unverified(err) {
 		return true
 	}
 	var op *net.OpError

@@ -3,7 +3,6 @@ package zklock
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -268,13 +267,7 @@ func (c *watchedConn) Read(b []byte) (int, error) {
 // server sent an alert that refuses the client's (or its missing)
 // certificate.
 func isTLSRefusal(err error) bool {
-	var (
-		verr  *tls.CertificateVerificationError
-		uaerr x509.UnknownAuthorityError
-		cierr x509.CertificateInvalidError
-		herr  x509.HostnameError
-	)
-	if errors.As(err, &verr) || errors.As(err, &uaerr) || errors.As(err, &cierr) || errors.As(err, &herr) {
+	if secure.Unverified(err) {
 		return true
 	}
 	var aerr tls.AlertError

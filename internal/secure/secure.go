@@ -205,3 +205,16 @@ func Refusal(err error, refused func(error) bool) error {
 	}
 	return fmt.Errorf("%w: %w", sentinel.Permission, err)
 }
+
+// Unverified reports whether err is this side's failure to verify the
+// peer's certificate in a TLS handshake: an unknown authority, an invalid
+// or expired certificate, or a name it is not valid for.
+func Unverified(err error) bool {
+	var (
+		verr *tls.CertificateVerificationError
+		uerr x509.UnknownAuthorityError
+		cerr x509.CertificateInvalidError
+		herr x509.HostnameError
+	)
+	return errors.As(err, &verr) || errors.As(err, &uerr) || errors.As(err, &cerr) || errors.As(err, &herr)
+}
