@@ -597,7 +597,7 @@ func skipUnlessSelected(t *testing.T, whats ...string) {
 	if slices.ContainsFunc(whats, selected) {
 		return
 	}
-	t.Skipf("FENCELOCK_BENCH_ONLY=%s", os.Getenv("FENCELOCK_BENCH_ONLY"))
+	t.Skipf("not requested: FENCELOCK_BENCH_ONLY=%s lists none of %s", os.Getenv("FENCELOCK_BENCH_ONLY"), strings.Join(whats, ", "))
 }
 
 // selected reports whether the measurement what runs: whether
