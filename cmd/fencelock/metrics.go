@@ -23,7 +23,7 @@ import (
 // MeterProvider of its own, below, rather than with the OpenTelemetry SDK
 // and its Prometheus exporter: the command is built from the library's
 // module, whose requirements stay the OpenTelemetry API and nothing
-// heavier (see DESIGN.md, "Layout"). It implements only what the library
+// heavier. It implements only what the library
 // records — int64 counters and up-down counters, float64 histograms with
 // explicit buckets — with the OpenTelemetry-to-Prometheus naming the
 // exporter uses: dots become underscores, the unit "s" adds "_seconds",
