@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/go-zookeeper/zk"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
@@ -24,7 +23,7 @@ func TestBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatalf("buildOptions() = %v", err)
 	}
-	l := newLocker(o, false) // never started: every call below must stop before using it
+	l := newLocker(o) // never started: every call below must stop before using it
 	nilCtx := context.Context(nil)
 	ctx := context.Background()
 	var (
@@ -48,8 +47,10 @@ func TestBadInput(t *testing.T) {
 		{"Dial(WithLogger(nil))", lock.ErrInvalidConfig, func() error { _, err := Dial(ctx, servers, WithLogger(nil)); return err }},
 		{"Dial(WithDialer(nil))", lock.ErrInvalidConfig, func() error { _, err := Dial(ctx, servers, WithDialer(nil)); return err }},
 		{"Dial(WithSessionTimeout(0))", lock.ErrInvalidConfig, func() error { _, err := Dial(ctx, servers, WithSessionTimeout(0)); return err }},
-		{"New(nil conn)", lock.ErrInvalidConfig, func() error {
-			_, err := New(nil, make(chan zk.Event), WithSessionTimeout(time.Second))
+		{"Dial(WithHostProvider(nil))", lock.ErrInvalidConfig, func() error { _, err := Dial(ctx, servers, WithHostProvider(nil)); return err }},
+		{"Dial(WithHostProvider(typed nil))", lock.ErrInvalidConfig, func() error {
+			var hp *zk.DNSHostProvider
+			_, err := Dial(ctx, servers, WithHostProvider(hp))
 			return err
 		}},
 		{"lock.Open(nil ctx, zk://…)", lock.ErrInvalidConfig, func() error { _, err := lock.Open(nilCtx, "zk://127.0.0.1:1/x"); return err }},

@@ -12,11 +12,10 @@ import (
 // context with an error wrapping lock.ErrInvalidConfig instead of a panic.
 // Methods without an error result return zero values for such receivers.
 
-// usable reports whether l was made by Dial, New or lock.Open, and ctx is
-// set.
+// usable reports whether l was made by Dial or lock.Open, and ctx is set.
 func (l *Locker) usable(ctx context.Context) error {
 	if l == nil || l.o == nil {
-		return fmt.Errorf("%w: Locker not created by Dial, New or lock.Open", lock.ErrInvalidConfig)
+		return fmt.Errorf("%w: Locker not created by Dial or lock.Open", lock.ErrInvalidConfig)
 	}
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context", lock.ErrInvalidConfig)

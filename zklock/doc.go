@@ -3,7 +3,7 @@
 // or later, with github.com/go-zookeeper/zk. Every acquisition creates one
 // ephemeral sequential znode under the lock's parent, a container znode
 // the server removes once empty; a lease's token is its znode's czxid.
-// [Dial] opens and owns a connection; [New] borrows the caller's.
+// [Dial] opens and owns the connection ([WithDialer], [WithHostProvider]).
 //
 // # What is guaranteed
 //
@@ -38,8 +38,7 @@
 // write and have the resource check it (package fencing), or use
 // [GuardedMulti] or [SetFenced]. The deadline relies on the server's
 // defaults (minSessionTimeout at least two ticks, local sessions off) and
-// on clocks that advance at the same rate; a Locker from New needs
-// [WithSessionTimeout] to be the timeout the server negotiated. A leader
+// on clocks that advance at the same rate. A leader
 // that stops answering for longer than T/2 costs every session's leases.
 // Observe can miss a holder that comes and goes within about a round trip
 // or while the Locker is disconnected. Grant order breaks after 2^31
@@ -54,11 +53,11 @@
 // intervals (at most 5T/6). [WithLockDelay] (default none) makes the next
 // grant after a lease that ended without a clean Release wait, at most one
 // listing more per grant; give every Locker of a name the same delay, and
-// delete a lock's "~delay~" children to cancel a pending one. [WithRoot] (default [DefaultRoot]) is
-// where locks live; [WithDialer], [WithIdentity], [WithLogger],
-// [WithMeterProvider], [WithTracerProvider] and [WithNameAttribute] as
-// usual. [lock.Open] takes "zk://" URLs (this package registers the
-// scheme); see the driver's Open for every key.
+// delete a lock's "~delay~" children to cancel a pending one. [WithRoot]
+// (default [DefaultRoot]) is where locks live; [WithIdentity],
+// [WithLogger], [WithMeterProvider], [WithTracerProvider] and
+// [WithNameAttribute] as usual. [lock.Open] takes "zk://" URLs (this
+// package registers the scheme); see the driver's Open for every key.
 //
 // # Security
 //

@@ -24,7 +24,7 @@ func TestErrorPrefixOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newLocker(o, false) // never connected
+	l := newLocker(o) // never connected
 	if err := l.Close(); err != nil {
 		t.Fatalf("Close() = %v", err)
 	}
@@ -46,7 +46,6 @@ func TestErrorPrefixOnce(t *testing.T) {
 			return err
 		}},
 		{"Dial(empty server list)", lock.ErrInvalidConfig, func() error { _, err := Dial(ctx, nil); return err }},
-		{"New(no timeout)", lock.ErrInvalidConfig, func() error { _, err := New(nil, nil); return err }},
 		{"lock.Open(bad query)", lock.ErrInvalidConfig, func() error {
 			_, err := lock.Open(ctx, "zk://127.0.0.1:1/root?session_timeout=x")
 			return err

@@ -91,10 +91,9 @@ func (le *Lease) Version() int32 {
 //	ops := []any{lease.CheckOp(), &zk.SetDataRequest{Path: "/config", Data: b, Version: -1}}
 //	if _, err := conn.Multi(ops...); err != nil { ... } // nothing was written
 //
-// The Multi must be sent on the connection of the lease's session (for a
-// Locker from [New], the caller's conn); a Multi on another connection
-// only proves that the znode existed, which is all a fence needs, since a
-// deleted lease znode is never re-created.
+// A Multi on any connection to the ensemble proves that the znode
+// existed, which is all a fence needs, since a deleted lease znode is
+// never re-created.
 //
 // For a nil or zero *Lease it returns a check of a version no znode has
 // (-2), on a path under the server's reserved /zookeeper that fencelock
@@ -227,11 +226,11 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 // deleteOwn deletes the znode at path if it is still the one created with
 // czxid, guarded by its version, with its lock-delay marker (unless empty)
 // in the same Multi. It returns zk.ErrNoNode if it is gone. Without a
-// marker, a Locker from Dial releases an exclusive request with the
-// release mark (acquisition.waitFor), unless a first release found it may
-// not write its lock znodes.
+// marker, an exclusive request is released with the release mark
+// (acquisition.waitFor), unless a first release found the Locker may not
+// write its lock znodes.
 func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxid int64, marker string) error {
-	mark := marker == "" && l.tab.ka != nil && !l.denied.mark.Load() && isExclusivePath(path)
+	mark := marker == "" && !l.denied.mark.Load() && isExclusivePath(path)
 	for range 3 {
 		_, err := call(ctx, l.g, nil, func() (struct{}, error) {
 			if mark {

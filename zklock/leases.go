@@ -19,13 +19,11 @@ type leaseTable struct {
 	g    *group
 	ss   *sessions
 	jan  *janitor
-	poll bool       // New: poll the watch channels of held leases
-	ka   *keepalive // Dial's; nil for New
 	sig  tableSignals
 
 	mu      sync.Mutex
 	watched map[string]*watchEntry // the znodes of acquisitions and held leases, by path
-	waits   waits                  // Dial: the waits of acquisitions and observations
+	waits   waits                  // the waits of acquisitions and observations
 	pending []nodeEvent            // events for held leases, for run
 	arming  arming                 // held leases whose watch is not set yet
 }
@@ -35,10 +33,10 @@ type leaseTable struct {
 type tableSignals struct {
 	kick         chan struct{} // wakes run
 	sessionEnded atomic.Bool   // a session ended; run has not ended its leases yet
-	reconnected  atomic.Bool   // Dial: a new connection; run has not set the leases' watches again
+	reconnected  atomic.Bool   // a new connection; run has not set the leases' watches again
 }
 
-// waits are the waits for watch events of a Locker from Dial, by path:
+// waits are the waits for watch events, by path:
 // for a znode's deletion or the change of its children (waitDeletion,
 // waitChildren), and for any change of the znode (waitChange).
 type waits struct {
@@ -54,12 +52,11 @@ type arming struct {
 	timer *time.Timer
 }
 
-func newLeaseTable(g *group, ss *sessions, jan *janitor, poll bool) *leaseTable {
+func newLeaseTable(g *group, ss *sessions, jan *janitor) *leaseTable {
 	return &leaseTable{
 		g:       g,
 		ss:      ss,
 		jan:     jan,
-		poll:    poll,
 		sig:     tableSignals{kick: make(chan struct{}, 1)},
 		watched: make(map[string]*watchEntry),
 		waits:   waits{deletion: make(map[string][]chan zk.Event), change: make(map[string][]chan zk.Event)},
@@ -67,8 +64,8 @@ func newLeaseTable(g *group, ss *sessions, jan *janitor, poll bool) *leaseTable 
 }
 
 // waitDeletion returns a channel that gets the next watch event on path,
-// for a waiter of a Locker from Dial that sets the watch with a plain
-// listing (see isDeletionWatch). Every handshake ends each wait with an
+// for a waiter that sets the watch with a plain listing (see
+// isDeletionWatch). Every handshake ends each wait with an
 // EventNotWatching, so that the waiter watches anew. stop forgets the
 // wait; calling it after the event came does nothing.
 func (t *leaseTable) waitDeletion(path string) (<-chan zk.Event, func()) {
@@ -142,9 +139,8 @@ func notifyWaitersLocked(m map[string][]chan zk.Event, path string, ev zk.Event)
 
 // watchEntry is the Locker's view of one of its own lock znodes.
 type watchEntry struct {
-	lease   *Lease          // nil until granted
-	own     <-chan zk.Event // the latest watch on the znode (New: polled)
-	deleted bool            // a deletion event arrived before the grant
+	lease   *Lease // nil until granted
+	deleted bool   // a deletion event arrived before the grant
 }
 
 // nodeEvent is a watch event on a held lease's znode, for run.
@@ -228,7 +224,7 @@ func (t *leaseTable) hold(le *Lease) error {
 		e = &watchEntry{}
 		t.watched[le.path] = e
 	}
-	e.lease, e.own = le, nil
+	e.lease = le
 	deleted := e.deleted
 	e.deleted = false
 	t.mu.Unlock()

@@ -23,7 +23,7 @@ func TestLeaseTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := newLocker(o, false)
+	l := newLocker(o)
 	tab := l.tab
 	s := &session{id: 1, done: make(chan struct{})}
 	n := 0
@@ -143,7 +143,7 @@ func dialTable(t *testing.T) *leaseTable {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newLocker(o, false).tab
+	return newLocker(o).tab
 }
 
 // pending returns the event waiting in ch, if there is one.

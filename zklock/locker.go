@@ -19,20 +19,18 @@ import (
 
 // Locker grants leases on locks stored under its root znode. It is safe for
 // concurrent use. Its parts: sessions (session.go), keepalive
-// (keepalive.go), the lease table (leases.go, watch.go), the watcher
-// (watch.go) and the janitor (cleanup.go).
+// (keepalive.go), the lease table (leases.go, watch.go) and the janitor
+// (cleanup.go).
 type Locker struct {
-	conn    *zk.Conn
-	owned   bool // Dial: Close closes conn
-	o       *options
-	tel     *telemetry.Telemetry // metrics and spans; nil records nothing
-	g       *group
-	ss      *sessions
-	jan     *janitor
-	tab     *leaseTable
-	watcher watcher // sets the watches acquisitions wait on
-	life    lifetime
-	denied  denials
+	conn   *zk.Conn
+	o      *options
+	tel    *telemetry.Telemetry // metrics and spans; nil records nothing
+	g      *group
+	ss     *sessions
+	jan    *janitor
+	tab    *leaseTable
+	life   lifetime
+	denied denials
 }
 
 // lifetime is what Close needs to end a Locker once, after the public calls
@@ -81,13 +79,12 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", lock.ErrInvalidConfig)
 	}
-	l := newLocker(o, true)
+	l := newLocker(o)
 	conn, err := l.connect(servers)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", lock.ErrInvalidConfig, err)
 	}
-	l.owned = true
-	l.start(conn, nil)
+	l.start(conn)
 	// The connection wrapper sees the syncs' answers.
 	l.g.spawn(func() { l.ss.loss.ka.run(l.g, l.conn, func() { _, _ = l.conn.Sync("/") }, l.keepaliveInterval) })
 	if _, err := l.ss.get(ctx); err != nil {
@@ -107,8 +104,8 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 	return l, nil
 }
 
-// connect opens the connection of a Locker from Dial, whose keepalive
-// sees every packet through the dialer's wrapper.
+// connect opens the Locker's connection, whose keepalive sees every
+// packet through the dialer's wrapper.
 func (l *Locker) connect(servers []string) (*zk.Conn, error) {
 	o, ka := l.o, l.ss.loss.ka
 	ka.onHeard, ka.onTimeout, ka.onConnect = l.ss.heard, l.negotiatedTimeout, l.tab.connect
@@ -123,8 +120,13 @@ func (l *Locker) connect(servers []string) (*zk.Conn, error) {
 		l.ss.hooks.refused = r.last
 		dialer = tlsDialer(dialer, o.tls, r)
 	}
+	hosts := o.hosts
+	if hosts == nil {
+		hosts = zk.NewDNSHostProvider()
+	}
 	conn, _, err := zk.Connect(servers, o.sessionTimeout,
 		zk.WithDialer(ka.wrap(dialer)),
+		zk.WithHostProvider(hosts),
 		// The callback, unlike the event channel, never drops an event. It
 		// runs on go-zookeeper's goroutines, so it only counts, routes and
 		// wakes.
@@ -154,68 +156,8 @@ func checkServers(servers []string) error {
 	return nil
 }
 
-// New returns a Locker on a connection the caller opened with zk.Connect,
-// and borrows it: Close deletes the Locker's znodes but leaves conn open.
-//
-// events must be the channel zk.Connect returned with conn; the Locker
-// reads it until it is closed, and the caller must not read it too. Call
-// New right after zk.Connect: go-zookeeper drops events nobody reads. A
-// dropped session change is still noticed (the Locker also compares
-// conn.State and conn.SessionID), and a dropped deletion of a held lease's
-// znode within about half a second.
-//
-// go-zookeeper does not reveal the negotiated session timeout, so
-// [WithSessionTimeout] is required: give it the value passed to
-// zk.Connect, inside the server's [2, 20] × tickTime range, or the loss
-// bound is wrong. The Locker trusts the session only while a sync it sent
-// on conn was answered recently (see [WithLossMargin]), none before the
-// first.
-//
-// A nil conn or events, or a missing WithSessionTimeout, return errors
-// wrapping [lock.ErrInvalidConfig]. New does not wait for a session.
-func New(conn *zk.Conn, events <-chan zk.Event, opts ...Option) (*Locker, error) {
-	o, err := buildOptions(opts)
-	if err != nil {
-		return nil, fmt.Errorf("zklock: new: %w", err)
-	}
-	if conn == nil {
-		return nil, fmt.Errorf("zklock: new: %w: nil connection", lock.ErrInvalidConfig)
-	}
-	if events == nil {
-		return nil, fmt.Errorf("zklock: new: %w: nil event channel", lock.ErrInvalidConfig)
-	}
-	if !o.timeoutSet {
-		return nil, fmt.Errorf("zklock: new: %w: WithSessionTimeout is required (the timeout given to zk.Connect)", lock.ErrInvalidConfig)
-	}
-	if o.dialer != nil {
-		return nil, fmt.Errorf("zklock: new: %w: WithDialer applies to Dial only", lock.ErrInvalidConfig)
-	}
-	if o.tls != nil {
-		return nil, fmt.Errorf("zklock: new: %w: WithTLS applies to Dial only (give zk.Connect a TLS dialer)", lock.ErrInvalidConfig)
-	}
-	if len(o.creds()) > 0 {
-		return nil, fmt.Errorf("zklock: new: %w: WithDigest and WithAuth apply to Dial only (call conn.AddAuth, and give WithACL)", lock.ErrInvalidConfig)
-	}
-	l := newLocker(o, false)
-	ka := l.ss.loss.ka
-	ka.onHeard = l.ss.heard
-	l.start(conn, events)
-	l.g.spawn(func() {
-		ka.run(l.g, conn, func() {
-			sent := o.clock.Now() // no later than the request's send time
-			if _, err := conn.Sync("/"); err == nil {
-				ka.markHeard(sent)
-			}
-		}, l.keepaliveInterval)
-	})
-	return l, nil
-}
-
-// newLocker composes a Locker, before it has a connection. dial says
-// whether its keepalive also sees every packet (Dial's connection
-// wrapper); a Locker from New polls the watches of its held leases
-// instead.
-func newLocker(o *options, dial bool) *Locker {
+// newLocker composes a Locker, before it has a connection.
+func newLocker(o *options) *Locker {
 	g := newGroup()
 	ka := &keepalive{clk: o.clock}
 	l := &Locker{o: o, g: g, life: lifetime{down: make(chan struct{})}}
@@ -227,23 +169,15 @@ func newLocker(o *options, dial bool) *Locker {
 	l.ss = newSessions(o.clock, ka, o, g.closing)
 	l.ss.journal.tel = tel
 	l.jan = newJanitor(g, o.Logger)
-	l.tab = newLeaseTable(g, l.ss, l.jan, !dial)
-	if dial {
-		l.tab.ka = ka
-	}
+	l.tab = newLeaseTable(g, l.ss, l.jan)
 	l.ss.hooks.onEnd, l.ss.hooks.onHealthy = l.tab.sessionEnd, l.jan.wakeIfPending
 	return l
 }
 
 // start gives the parts the connection and starts their goroutines.
-// events is New's event channel, nil for Dial.
-func (l *Locker) start(conn *zk.Conn, events <-chan zk.Event) {
+func (l *Locker) start(conn *zk.Conn) {
 	l.conn, l.ss.conn, l.jan.conn, l.tab.conn = conn, conn, conn, conn
-	l.watcher = zkWatcher{conn}
-	if l.tab.ka != nil {
-		l.watcher = dialWatcher{conn, l.tab}
-	}
-	l.g.spawn(func() { l.ss.run(events, l.tab.route) })
+	l.g.spawn(l.ss.run)
 	l.g.spawn(l.jan.run)
 	l.g.spawn(l.tab.run)
 }
@@ -256,8 +190,8 @@ func (l *Locker) Identity() string {
 	return l.o.Identity
 }
 
-// SessionTimeout returns the session timeout the Locker works with: the
-// one the server negotiated (Dial) or the one given (New).
+// SessionTimeout returns the session timeout the server negotiated (before
+// the first handshake, the one asked for).
 func (l *Locker) SessionTimeout() time.Duration {
 	if l.usable(context.Background()) != nil {
 		return 0
@@ -277,10 +211,9 @@ func (l *Locker) SessionID() int64 {
 
 // Close ends every lease granted through the Locker (their Err wraps
 // [lock.ErrReleased]), makes waiting Acquire calls return errors wrapping
-// [lock.ErrClosed], and waits for the Locker's goroutines. A Locker from
-// [Dial] then closes its connection, which ends the session and removes its
-// znodes at once; one from [New] deletes its znodes itself, waiting at most
-// one session timeout for the connection. Later calls return nil; one made
+// [lock.ErrClosed], and waits for the Locker's goroutines. It then closes
+// the connection, which ends the session and so removes the Locker's
+// znodes at once. Later calls return nil; one made
 // while another is in progress waits for that one to finish, so that
 // whichever Close returns, the Locker is torn down.
 func (l *Locker) Close() error {
@@ -299,18 +232,10 @@ func (l *Locker) Close() error {
 	l.g.stop()
 
 	l.life.calls.Wait()
-	if l.owned {
+	if l.conn != nil { // nil only in unit tests, which never connect
 		l.conn.Close() // ends the session: the server removes its ephemeral znodes
-		l.g.wg.Wait()
-		return nil
 	}
 	l.g.wg.Wait()
-	ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), finalKey{}, true), l.SessionTimeout())
-	defer cancel()
-	if n := l.jan.sweep(ctx); n > 0 {
-		l.o.Logger.Warn("zklock: close: znodes left for the session to remove", "count", n)
-	}
-	l.g.wg.Wait() // the sweep's requests
 	return nil
 }
 

@@ -232,9 +232,9 @@ const (
 
 // list takes one listing, queues the changes it reveals, and returns the
 // watch for the next change, and the function that forgets it (called by
-// run when it no longer waits for it). A Locker from Dial sets the watch
-// as its waiters do (docs/design/zookeeper.md, "Watches"), so every
-// handshake ends the wait and the observation lists again.
+// run when it no longer waits for it). The watch is set as waiters set
+// theirs (docs/design/zookeeper.md, "Watches"), so every handshake ends
+// the wait and the observation lists again.
 func (o *observation) list(ctx context.Context) (<-chan zk.Event, func(), error) {
 	if !o.last.listed {
 		// The first holder reported is the current one, as Holder's is:
@@ -278,19 +278,10 @@ type childrenWatch struct {
 // children lists the parent's children and sets a child watch; stop
 // forgets the watch.
 func (o *observation) children(ctx context.Context) (r childrenWatch, stop func(), err error) {
-	dial := o.l.tab.ka != nil
-	stop = func() {}
-	var mine <-chan zk.Event
-	if dial {
-		mine, stop = o.l.tab.waitChildren(o.parent)
-	}
+	mine, stop := o.l.tab.waitChildren(o.parent)
 	r, err = call(ctx, o.l.g, nil, func() (childrenWatch, error) {
-		if dial {
-			n, st, err := o.l.conn.Children(o.parent) // the wrapper sets the watch flag
-			return childrenWatch{n, st, mine}, err
-		}
-		n, st, w, err := o.l.conn.ChildrenW(o.parent)
-		return childrenWatch{n, st, w}, err
+		n, st, err := o.l.conn.Children(o.parent) // the wrapper sets the watch flag
+		return childrenWatch{n, st, mine}, err
 	})
 	if err != nil {
 		stop()
@@ -303,7 +294,7 @@ func (o *observation) children(ctx context.Context) (r childrenWatch, stop func(
 // its creation, and the function that forgets it; again says that it
 // exists by now: list again.
 func (o *observation) absent(ctx context.Context) (w <-chan zk.Event, stop func(), again bool, err error) {
-	read, stop := o.l.watcher.watch(o.parent, true)
+	read, stop := o.l.tab.watch(o.parent, true)
 	e, err := call(ctx, o.l.g, nil, read)
 	if err != nil || e.ok {
 		stop()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencelock/fencelock/internal/clock"
 	"github.com/fencelock/fencelock/internal/config"
+	"github.com/fencelock/fencelock/internal/nilcheck"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -48,8 +49,8 @@ const keepaliveFraction = 12
 const backend = "zookeeper"
 
 // Option configures a Locker. Leaving an option out means its documented
-// default; giving an option a bad value makes [Dial] and [New] return an
-// error wrapping [lock.ErrInvalidConfig].
+// default; giving an option a bad value makes [Dial] return an error
+// wrapping [lock.ErrInvalidConfig].
 type Option func(*options)
 
 // options holds what the options set. The identity, logger and loss
@@ -59,13 +60,13 @@ type options struct {
 	config.Common
 	root           string
 	sessionTimeout time.Duration
-	timeoutSet     bool
-	acl            []zk.ACL    // nil: defaultACL
-	digest         *digest     // WithDigest
-	auth           []authCred  // WithAuth
-	tls            *tls.Config // WithTLS; nil: plain TCP
-	dialer         zk.Dialer   // nil: net.DialTimeout
-	clock          clock.Clock // the loss deadline's and keepalive's; unit tests set a fake
+	acl            []zk.ACL        // nil: defaultACL
+	digest         *digest         // WithDigest
+	auth           []authCred      // WithAuth
+	tls            *tls.Config     // WithTLS; nil: plain TCP
+	dialer         zk.Dialer       // nil: net.DialTimeout
+	hosts          zk.HostProvider // nil: go-zookeeper's DNS host provider
+	clock          clock.Clock     // the loss deadline's and keepalive's; unit tests set a fake
 }
 
 // WithRoot sets the znode under which locks live (default [DefaultRoot]).
@@ -84,13 +85,9 @@ func WithRoot(root string) Option {
 	}
 }
 
-// WithSessionTimeout sets the session timeout (default
-// [DefaultSessionTimeout]). With [Dial] it is the timeout asked of the
-// server, which may negotiate a different one; the Locker reads the
-// negotiated value from the handshake. With [New] it must be the timeout
-// the connection negotiated, since go-zookeeper does not reveal it: pass
-// the value given to zk.Connect and keep it inside the server's
-// [2, 20] × tickTime range.
+// WithSessionTimeout sets the session timeout asked of the server
+// (default [DefaultSessionTimeout]), which may negotiate a different one;
+// the Locker reads the negotiated value from the handshake.
 func WithSessionTimeout(d time.Duration) Option {
 	return func(o *options) {
 		if d <= 0 {
@@ -102,7 +99,6 @@ func WithSessionTimeout(d time.Duration) Option {
 			return
 		}
 		o.sessionTimeout = d
-		o.timeoutSet = true
 	}
 }
 
@@ -149,8 +145,7 @@ func WithACL(acl []zk.ACL) Option {
 // (default: slog.Default(), as in etcdlock). Connection chatter
 // is logged at debug level, session state changes and lost leases at info
 // and warn. Every line carries backend=zookeeper, and where they apply the
-// keys lock, token and session (the session ID, in hex). A connection
-// given to [New] logs where its own configuration says. It must not be
+// keys lock, token and session (the session ID, in hex). It must not be
 // nil or a zero slog.Logger (which has no handler).
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) { o.SetLogger(l) }
@@ -206,8 +201,9 @@ func WithLossMargin(d time.Duration) Option {
 }
 
 // WithDialer sets the function [Dial] uses to open each TCP connection
-// (default net.DialTimeout), for instance to add TLS or to observe the
-// connection in tests. [New] ignores it.
+// (default net.DialTimeout), for instance to go through a proxy or to
+// observe the connection in tests. With [WithTLS], TLS runs over the
+// connections it opens. It must not be nil.
 func WithDialer(d zk.Dialer) Option {
 	return func(o *options) {
 		if d == nil {
@@ -218,8 +214,22 @@ func WithDialer(d zk.Dialer) Option {
 	}
 }
 
+// WithHostProvider sets how [Dial]'s connection picks the server to try
+// next among those given to Dial (zk.WithHostProvider; default
+// go-zookeeper's, which resolves each address with DNS once, at Dial, and
+// tries them in a random order). It must not be nil.
+func WithHostProvider(hp zk.HostProvider) Option {
+	return func(o *options) {
+		if nilcheck.IsNil(hp) {
+			o.Fail("nil host provider")
+			return
+		}
+		o.hosts = hp
+	}
+}
+
 // buildOptions applies opts over the defaults. Its errors carry no
-// package prefix: Dial, New and the URL driver add it.
+// package prefix: Dial and the URL driver add it.
 func buildOptions(opts []Option) (*options, error) {
 	o := &options{
 		root:           DefaultRoot,

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zookeeper/zk"
-
 	"github.com/fencelock/fencelock/internal/leakcheck"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -119,19 +117,6 @@ func TestLockDelayOption(t *testing.T) {
 	}
 	if o.LockDelay != 2*time.Second {
 		t.Errorf("lock delay = %v; want 2s", o.LockDelay)
-	}
-}
-
-func TestNewInvalidConfig(t *testing.T) {
-	if _, err := New(nil, make(chan zk.Event), WithSessionTimeout(time.Second)); !errors.Is(err, lock.ErrInvalidConfig) {
-		t.Errorf("New(nil conn) = %v; want an error wrapping %v", err, lock.ErrInvalidConfig)
-	}
-	conn := &zk.Conn{} // never used: New must reject the configuration first
-	if _, err := New(conn, nil, WithSessionTimeout(time.Second)); !errors.Is(err, lock.ErrInvalidConfig) {
-		t.Errorf("New(nil events) = %v; want an error wrapping %v", err, lock.ErrInvalidConfig)
-	}
-	if _, err := New(conn, make(chan zk.Event)); !errors.Is(err, lock.ErrInvalidConfig) {
-		t.Errorf("New() without WithSessionTimeout = %v; want an error wrapping %v", err, lock.ErrInvalidConfig)
 	}
 }
 

@@ -119,10 +119,6 @@ func (fu *future[T]) await(ctx context.Context, g *group, s *session) (result[T]
 		return r, nil
 	default:
 	}
-	closing := g.closing
-	if ctx.Value(finalKey{}) != nil {
-		closing = nil // Close's own last cleanup
-	}
 	select {
 	case r := <-fu.ch:
 		return r, nil
@@ -130,14 +126,10 @@ func (fu *future[T]) await(ctx context.Context, g *group, s *session) (result[T]
 		return result[T]{}, context.Cause(ctx)
 	case <-sDone:
 		return result[T]{}, s.err
-	case <-closing:
+	case <-g.closing:
 		return result[T]{}, lock.ErrClosed
 	}
 }
-
-// finalKey marks the context of the cleanup Close runs after the Locker
-// has closed, whose requests must not stop at the Locker's closing.
-type finalKey struct{}
 
 // call sends one request, f, and waits for it as wait does. The callers
 // apply the retry policy: a request whose error is retryable may be sent
@@ -177,37 +169,20 @@ func isConnErr(err error) bool {
 // create may have been applied, and its caller looks for it first.
 func retryable(err error) bool { return !isStop(err) && isConnErr(err) }
 
-// exists is the result of an ExistsW call.
+// exists is the result of a read of a znode's stat, and the channel of
+// the watch the read set, if any.
 type exists struct {
 	ok    bool
 	stat  *zk.Stat
 	watch <-chan zk.Event
 }
 
-func existsW(conn *zk.Conn, path string) func() (exists, error) {
-	return func() (exists, error) {
-		ok, st, w, err := conn.ExistsW(path)
-		return exists{ok, st, w}, err
-	}
-}
-
-// deletionW reads a lock znode and sets a watch that fires on its deletion
-// only: a child watch, which a touch does not spend, since a lock znode
-// has no children. A missing znode is ok == false.
+// deletionW reads a lock znode and sets a watch that fires on its
+// deletion only: a child watch, which a touch does not spend, since a
+// lock znode has no children. The watch flag is set by trackedConn on the
+// way out (see isDeletionWatch), so go-zookeeper keeps no channel for it.
+// A missing znode is ok == false.
 func deletionW(conn *zk.Conn, path string) func() (exists, error) {
-	return func() (exists, error) {
-		_, st, w, err := conn.ChildrenW(path)
-		if errors.Is(err, zk.ErrNoNode) {
-			return exists{}, nil
-		}
-		return exists{err == nil, st, w}, err
-	}
-}
-
-// deletionWatchDial is deletionW for a Locker from Dial: the same watch,
-// set by trackedConn without go-zookeeper's channel (see
-// isDeletionWatch), so the result has no watch channel.
-func deletionWatchDial(conn *zk.Conn, path string) func() (exists, error) {
 	return func() (exists, error) {
 		_, st, err := conn.Children(path)
 		if errors.Is(err, zk.ErrNoNode) {

@@ -157,8 +157,7 @@ func isRefusal(err error) bool {
 // the host of the address it dials (an IP address is checked against the
 // certificate's IP SANs). Give cfg.Certificates for servers with
 // ssl.clientAuth=need. With [WithDialer], TLS runs over the connections
-// that dialer opens. [New] cannot use it: give zk.Connect a dialer of
-// your own. cfg must not be nil.
+// that dialer opens. cfg must not be nil.
 //
 // A handshake the server refuses (an untrusted, expired or missing client
 // certificate) or the client refuses (a server certificate it cannot

@@ -120,13 +120,6 @@ func TestSecurityOptionsInvalid(t *testing.T) {
 			}
 		})
 	}
-	conn := &zk.Conn{} // never used
-	for _, opt := range []Option{WithDigest("app", secret), WithTLS(&tls.Config{})} {
-		_, err := New(conn, make(chan zk.Event), WithSessionTimeout(time.Second), opt)
-		if !errors.Is(err, lock.ErrInvalidConfig) || strings.Contains(err.Error(), secret) {
-			t.Errorf("New() with a Dial-only option = %v; want an error wrapping %v without the secret", err, lock.ErrInvalidConfig)
-		}
-	}
 }
 
 func TestOpenSecurityInvalid(t *testing.T) {

@@ -60,12 +60,11 @@ type sessions struct {
 	hooks   hooks
 	journal journal
 
-	mu       sync.Mutex
-	closed   bool
-	connGone bool          // New: the caller closed the connection
-	cur      *session      // the usable session; nil while there is none
-	changed  chan struct{} // closed and replaced whenever the state is reevaluated
-	seenExp  int64         // expired events (sig.expired) already acted on
+	mu      sync.Mutex
+	closed  bool
+	cur     *session      // the usable session; nil while there is none
+	changed chan struct{} // closed and replaced whenever the state is reevaluated
+	seenExp int64         // expired events (sig.expired) already acted on
 }
 
 // lossDeadline is when the Locker stops trusting a session: when the
@@ -112,8 +111,8 @@ func newSessions(clk clock.Clock, ka *keepalive, o *options, closing <-chan stru
 	}
 }
 
-// timeout returns the session timeout to work with: the one the server
-// negotiated (Dial) or the one given (New).
+// timeout returns the session timeout the server negotiated (before the
+// first handshake, the one asked for).
 func (ss *sessions) timeout() time.Duration { return ss.loss.timeout() }
 
 func (d *lossDeadline) timeout() time.Duration {
@@ -203,9 +202,8 @@ func (ss *sessions) id() int64 {
 }
 
 // run follows the connection until the Locker closes: it reacts to
-// session events (evs: New only; route takes its watch events) and to the
-// loss deadline.
-func (ss *sessions) run(evs <-chan zk.Event, route func(zk.Event)) {
+// session events (event) and to the loss deadline.
+func (ss *sessions) run() {
 	timer := ss.loss.clk.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -214,17 +212,6 @@ func (ss *sessions) run(evs <-chan zk.Event, route func(zk.Event)) {
 			return
 		case <-ss.sig.kick:
 		case <-timer.C():
-		case ev, ok := <-evs:
-			if !ok {
-				evs = nil
-				ss.mu.Lock()
-				ss.connGone = true
-				ss.mu.Unlock()
-			} else if ev.Type == zk.EventSession && ev.State == zk.StateExpired {
-				ss.sig.expired.Add(1)
-			} else if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeDataChanged {
-				route(ev)
-			}
 		}
 		next := ss.reconcile(ss.loss.clk.Now())
 		if !timer.Stop() {
@@ -250,9 +237,6 @@ func (ss *sessions) reconcile(now time.Time) time.Time {
 	defer ss.broadcastLocked()
 	if ss.closed {
 		return time.Time{}
-	}
-	if ss.connGone {
-		healthy = false
 	}
 	timeout := ss.timeout()
 	deadline := ss.deadlineLocked(now, timeout)
@@ -302,8 +286,6 @@ func (ss *sessions) checkLocked(now time.Time, healthy bool, id int64, deadline 
 		return
 	}
 	switch {
-	case ss.connGone:
-		ss.endLocked(telemetry.WithReason(telemetry.Disconnected, fmt.Errorf("%w: the zk connection was closed", lock.ErrLost)))
 	case healthy && id != ss.cur.id:
 		ss.endLocked(telemetry.WithReason(telemetry.Expired, fmt.Errorf("%w: session 0x%x replaced by 0x%x", lock.ErrLost, ss.cur.id, id)))
 	case !now.Before(deadline):
@@ -314,8 +296,8 @@ func (ss *sessions) checkLocked(now time.Time, healthy bool, id int64, deadline 
 
 // getPoll is how often get asks run to look at the connection again while
 // there is no session: the state changes that can bring one are events,
-// which wake run themselves, but a Locker from New may miss one (see
-// New), and every look wakes every waiter.
+// which wake run themselves, so this only bounds a missed wake-up; every
+// look wakes every waiter.
 const getPoll = 50 * time.Millisecond
 
 // get returns the session to work in, waiting for one while there is
@@ -332,10 +314,6 @@ func (ss *sessions) get(ctx context.Context) (*session, error) {
 		if ss.closed {
 			ss.mu.Unlock()
 			return nil, lock.ErrClosed
-		}
-		if ss.connGone {
-			ss.mu.Unlock()
-			return nil, fmt.Errorf("%w: the zk connection was closed", lock.ErrLost)
 		}
 		if s := ss.cur; s != nil {
 			ss.mu.Unlock()

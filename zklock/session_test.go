@@ -52,9 +52,7 @@ var epoch0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // newTestSessions returns sessions on a fake link and a fake clock, with
 // the session timeout given and the loss margin given (0: the default).
-// For Dial (dial true) the tests record handshakes, which also bring the
-// negotiated timeout; for New only answered syncs.
-func newTestSessions(dial bool, given, margin time.Duration) (*sessions, *fakeLink, *clock.Fake, *keepalive) {
+func newTestSessions(given, margin time.Duration) (*sessions, *fakeLink, *clock.Fake, *keepalive) {
 	clk := clock.NewFake(epoch0)
 	o := &options{sessionTimeout: given, clock: clk}
 	o.LossMargin = margin
@@ -79,11 +77,10 @@ type look struct {
 	at        time.Duration // since epoch0
 	state     zk.State
 	id        int64
-	handshake time.Duration // Dial: a handshake sent at this time (with timeout), before the look; 0: none
+	handshake time.Duration // a handshake sent at this time (with timeout), before the look; 0: none
 	timeout   time.Duration
 	heard     time.Duration // a sync sent at this time was answered; 0: none
 	expired   bool          // a StateExpired event before the look
-	gone      bool          // New: the event channel was closed
 	close     bool          // Close before the look
 
 	want     int64         // the trusted session's id after the look; 0: none
@@ -97,11 +94,10 @@ func TestReconcile(t *testing.T) {
 	has, conn := zk.StateHasSession, zk.StateConnecting
 	tests := []struct {
 		name   string
-		dial   bool
 		margin time.Duration
 		looks  []look
 	}{
-		{"Dial: connected, cut off, deadline passes", true, 0, []look{
+		{"connected, cut off, deadline passes", 0, []look{
 			{at: 0, state: conn},
 			{at: 10 * time.Millisecond, handshake: 5 * time.Millisecond, timeout: T, state: has, id: 1, want: 1, fresh: true, deadline: 1505 * time.Millisecond},
 			{at: time.Second, state: conn, id: 1, want: 1, deadline: 1505 * time.Millisecond},
@@ -109,80 +105,75 @@ func TestReconcile(t *testing.T) {
 			{at: 1505 * time.Millisecond, state: conn, id: 1, lost: "no reply from the server within the session timeout 3s (margin 1.5s)"},
 			{at: 1505*time.Millisecond + 1, state: conn, id: 1},
 		}},
-		{"Dial: 1ns after the deadline", true, 0, []look{
+		{"1ns after the deadline", 0, []look{
 			{at: 0, handshake: 1, timeout: T, state: has, id: 1, want: 1, fresh: true, deadline: 1500*time.Millisecond + 1},
 			{at: 1500*time.Millisecond + 2, state: conn, id: 1, lost: "no reply"},
 		}},
-		{"Dial: answers move the deadline, late answers do not move it back", true, 0, []look{
+		{"answers move the deadline, late answers do not move it back", 0, []look{
 			{at: 0, handshake: 1, timeout: T, state: has, id: 1, want: 1, fresh: true, deadline: 1500*time.Millisecond + 1},
 			{at: time.Second, heard: 900 * time.Millisecond, state: has, id: 1, want: 1, deadline: 2400 * time.Millisecond},
 			{at: 1100 * time.Millisecond, heard: 800 * time.Millisecond, state: has, id: 1, want: 1, deadline: 2400 * time.Millisecond},
 			{at: 2400 * time.Millisecond, state: has, id: 1, lost: "no reply"},
 		}},
-		{"Dial: reconnect with the same session before the deadline", true, 0, []look{
+		{"reconnect with the same session before the deadline", 0, []look{
 			{at: 0, handshake: 1, timeout: T, state: has, id: 1, want: 1, fresh: true, deadline: 1500*time.Millisecond + 1},
 			{at: 500 * time.Millisecond, state: conn, id: 1, want: 1, deadline: 1500*time.Millisecond + 1},
 			{at: time.Second, handshake: 900 * time.Millisecond, timeout: T, state: has, id: 1, want: 1, deadline: 2400 * time.Millisecond},
 		}},
-		{"Dial: the same session after the deadline is a new one, once heard from", true, 0, []look{
+		{"the same session after the deadline is a new one, once heard from", 0, []look{
 			{at: 0, handshake: 1, timeout: T, state: has, id: 1, want: 1, fresh: true, deadline: 1500*time.Millisecond + 1},
 			{at: 2 * time.Second, state: has, id: 1, lost: "no reply"},
 			{at: 2100 * time.Millisecond, state: has, id: 1},
 			{at: 2200 * time.Millisecond, heard: 2150 * time.Millisecond, state: has, id: 1, want: 1, fresh: true, deadline: 3650 * time.Millisecond},
 		}},
-		{"Dial: expiry", true, 0, []look{
+		{"expiry", 0, []look{
 			{at: 0, handshake: 1, timeout: T, state: has, id: 1, want: 1, fresh: true, deadline: 1500*time.Millisecond + 1},
 			{at: 100 * time.Millisecond, expired: true, state: conn, lost: "session 0x1 expired"},
 		}},
-		{"Dial: new session after an expiry; a late expiry event leaves it", true, 0, []look{
+		{"new session after an expiry; a late expiry event leaves it", 0, []look{
 			{at: 0, handshake: 1, timeout: T, state: has, id: 1, want: 1, fresh: true, deadline: 1500*time.Millisecond + 1},
 			{at: 100 * time.Millisecond, handshake: 90 * time.Millisecond, timeout: T, expired: true, state: has, id: 2, lost: "session 0x1 expired", want: 2, fresh: true, deadline: 1590 * time.Millisecond},
 			{at: 200 * time.Millisecond, expired: true, state: has, id: 2, want: 2, deadline: 1590 * time.Millisecond},
 		}},
-		{"Dial: a new session replaces the old one", true, 0, []look{
+		{"a new session replaces the old one", 0, []look{
 			{at: 0, handshake: 1, timeout: T, state: has, id: 1, want: 1, fresh: true, deadline: 1500*time.Millisecond + 1},
 			{at: 100 * time.Millisecond, handshake: 90 * time.Millisecond, timeout: T, state: has, id: 2, lost: "session 0x1 replaced by 0x2", want: 2, fresh: true, deadline: 1590 * time.Millisecond},
 		}},
-		{"Dial: a handshake renegotiates a longer timeout", true, 0, []look{
+		{"a handshake renegotiates a longer timeout", 0, []look{
 			{at: 0, handshake: 1, timeout: T, state: has, id: 1, want: 1, fresh: true, deadline: 1500*time.Millisecond + 1},
 			{at: time.Second, handshake: time.Second, timeout: 2 * T, state: has, id: 1, want: 1, deadline: 4 * time.Second},
 			{at: 4*time.Second - 1, state: conn, id: 1, want: 1, deadline: 4 * time.Second},
 			{at: 4 * time.Second, state: conn, id: 1, lost: "session timeout 6s (margin 3s)"},
 		}},
-		{"Dial: a small margin is raised to a third", true, 100 * time.Millisecond, []look{
+		{"a small margin is raised to a third", 100 * time.Millisecond, []look{
 			{at: 0, handshake: 1, timeout: T, state: has, id: 1, want: 1, fresh: true, deadline: 2*time.Second + 1},
 			{at: 2 * time.Second, state: conn, id: 1, want: 1, deadline: 2*time.Second + 1},
 			{at: 2*time.Second + 1, state: conn, id: 1, lost: "(margin 1s)"},
 		}},
-		{"Dial: a shorter timeout lowers the margin to five sixths", true, 2500 * time.Millisecond, []look{
+		{"a shorter timeout lowers the margin to five sixths", 2500 * time.Millisecond, []look{
 			{at: 0, handshake: 1, timeout: T, state: has, id: 1, want: 1, fresh: true, deadline: 500*time.Millisecond + 1},
 			{at: 100 * time.Millisecond, handshake: 100 * time.Millisecond, timeout: 1200 * time.Millisecond, state: has, id: 1, want: 1, deadline: 300 * time.Millisecond},
 			{at: 300 * time.Millisecond, state: has, id: 1, lost: "session timeout 1.2s (margin 1s)"},
 		}},
-		{"Dial: closed", true, 0, []look{
+		{"closed", 0, []look{
 			{at: 0, handshake: 1, timeout: T, state: has, id: 1, want: 1, fresh: true, deadline: 1500*time.Millisecond + 1},
 			{at: 10 * time.Millisecond, close: true, state: has, id: 1},
 		}},
-		{"New: trusted once a sync is answered, lost when none is for T minus the margin", false, 0, []look{
+		{"no handshake seen: trusted once a sync is answered, lost when none is for T minus the margin", 0, []look{
 			{at: 0, state: has, id: 7},
 			{at: time.Second, heard: 900 * time.Millisecond, state: has, id: 7, want: 7, fresh: true, deadline: 2400 * time.Millisecond},
 			{at: 2 * time.Second, state: has, id: 7, want: 7, deadline: 2400 * time.Millisecond},
 			{at: 2400 * time.Millisecond, state: has, id: 7, lost: "no reply from the server within the session timeout 3s (margin 1.5s)"},
 			{at: 3 * time.Second, heard: 2900 * time.Millisecond, state: has, id: 7, want: 7, fresh: true, deadline: 4400 * time.Millisecond},
 		}},
-		{"New: expiry and a new session", false, 0, []look{
+		{"no handshake seen: expiry and a new session", 0, []look{
 			{at: 0, heard: 1, state: has, id: 7, want: 7, fresh: true, deadline: 1500*time.Millisecond + 1},
 			{at: time.Second, expired: true, state: has, id: 8, lost: "session 0x7 expired", want: 8, fresh: true, deadline: 1500*time.Millisecond + 1},
-		}},
-		{"New: the caller closed the connection", false, 0, []look{
-			{at: 0, heard: 1, state: has, id: 7, want: 7, fresh: true, deadline: 1500*time.Millisecond + 1},
-			{at: time.Second, gone: true, state: has, id: 7, lost: "the zk connection was closed"},
-			{at: 2 * time.Second, state: has, id: 7},
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ss, link, clk, ka := newTestSessions(tt.dial, T, tt.margin)
+			ss, link, clk, ka := newTestSessions(T, tt.margin)
 			var prev *session
 			for i, lk := range tt.looks {
 				clk.Advance(epoch0.Add(lk.at).Sub(clk.Now()))
@@ -194,11 +185,6 @@ func TestReconcile(t *testing.T) {
 				}
 				if lk.expired {
 					ss.event(zk.Event{Type: zk.EventSession, State: zk.StateExpired})
-				}
-				if lk.gone {
-					ss.mu.Lock()
-					ss.connGone = true
-					ss.mu.Unlock()
 				}
 				if lk.close {
 					ss.close()
@@ -248,7 +234,7 @@ func TestReconcile(t *testing.T) {
 // TestSessionsRun follows the loss deadline on the fake clock through the
 // state goroutine: not a nanosecond early, and promptly at it.
 func TestSessionsRun(t *testing.T) {
-	ss, link, clk, ka := newTestSessions(true, 3*time.Second, 0)
+	ss, link, clk, ka := newTestSessions(3*time.Second, 0)
 	closing := make(chan struct{})
 	ss.closing = closing
 	handshake(ka, epoch0, 3*time.Second, 1)
@@ -256,7 +242,7 @@ func TestSessionsRun(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		ss.run(nil, func(zk.Event) {})
+		ss.run()
 	}()
 	defer func() {
 		ss.mu.Lock()
@@ -294,17 +280,17 @@ func TestSessionsRun(t *testing.T) {
 
 // TestSessionsGetWaitsQuietly checks that waiting for a session does not
 // make get and run wake each other in a loop (each look of run wakes the
-// waiters), and that a session that arrives without an event (a Locker
-// from New may miss one) is still found.
+// waiters), and that a session that arrives without an event is still
+// found.
 func TestSessionsGetWaitsQuietly(t *testing.T) {
-	ss, link, clk, ka := newTestSessions(false, time.Second, 0)
+	ss, link, clk, ka := newTestSessions(time.Second, 0)
 	link.set(zk.StateConnecting, 0)
 	closing := make(chan struct{})
 	ss.closing = closing
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		ss.run(nil, func(zk.Event) {})
+		ss.run()
 	}()
 	defer func() {
 		ss.close()
@@ -346,15 +332,9 @@ func TestSessionsGetWaitsQuietly(t *testing.T) {
 }
 
 // TestSessionsGet checks what waiting for a session returns once the
-// connection is closed or the Locker is.
+// Locker is closed.
 func TestSessionsGet(t *testing.T) {
-	ss, _, _, _ := newTestSessions(false, time.Second, 0)
-	ss.mu.Lock()
-	ss.connGone = true
-	ss.mu.Unlock()
-	if _, err := ss.get(t.Context()); !errors.Is(err, lock.ErrLost) {
-		t.Errorf("get() after the connection closed = %v; want lock.ErrLost", err)
-	}
+	ss, _, _, _ := newTestSessions(time.Second, 0)
 	ss.close()
 	if _, err := ss.get(t.Context()); !errors.Is(err, lock.ErrClosed) {
 		t.Errorf("get() after close = %v; want lock.ErrClosed", err)

@@ -27,13 +27,8 @@ import (
 // its own release; setting the watch reads the znode.
 const ownWatchDelay = 50 * time.Millisecond
 
-// ownPollInterval is how often a Locker from New looks at the watch
-// channels of its held leases for an event the global stream dropped.
-const ownPollInterval = 500 * time.Millisecond
-
 // route handles one event of the connection's global stream. It runs on
-// go-zookeeper's reading goroutine (Dial) or sessions.run (New), so it
-// only records and wakes.
+// go-zookeeper's reading goroutine, so it only records and wakes.
 func (t *leaseTable) route(ev zk.Event) {
 	switch ev.Type {
 	case zk.EventNodeDeleted, zk.EventNodeChildrenChanged, zk.EventNodeDataChanged, zk.EventNodeCreated:
@@ -73,20 +68,12 @@ func (t *leaseTable) route(ev zk.Event) {
 // held leases, until Close; before it returns it ends every lease left
 // (Close has ended the session by then).
 func (t *leaseTable) run() {
-	var tick <-chan time.Time
-	if t.poll {
-		tk := time.NewTicker(ownPollInterval)
-		defer tk.Stop()
-		tick = tk.C
-	}
 	for {
 		closing := false
 		select {
 		case <-t.g.closing:
 			closing = true
 		case <-t.sig.kick:
-		case <-tick:
-			t.pollOwn()
 		}
 		if t.sig.sessionEnded.Swap(false) || closing {
 			t.endSessionLeases()
@@ -211,26 +198,6 @@ func (t *leaseTable) handleEvents() {
 	}
 }
 
-// pollOwn queues the events waiting in the watch channels of held leases
-// (a Locker from New: the global stream may have dropped them).
-func (t *leaseTable) pollOwn() {
-	t.mu.Lock()
-	for path, e := range t.watched {
-		if e.lease == nil || e.own == nil {
-			continue
-		}
-		select {
-		case ev, ok := <-e.own:
-			e.own = nil // one event per watch
-			if ok {
-				t.pending = append(t.pending, nodeEvent{path, ev.Type})
-			}
-		default:
-		}
-	}
-	t.mu.Unlock()
-}
-
 // rearm sets a new deletion watch on a held lease's znode, and ends the
 // lease if the znode is gone. It also runs when a data change event for
 // the znode arrives from another watch on the same connection.
@@ -240,12 +207,8 @@ func (t *leaseTable) rearm(le *Lease) {
 
 // arm is rearm on the caller's goroutine.
 func (t *leaseTable) arm(le *Lease) {
-	watch := deletionW
-	if !t.poll {
-		watch = deletionWatchDial
-	}
 	for {
-		r, err := call(t.g.bg, t.g, le.s, watch(t.conn, le.path))
+		r, err := call(t.g.bg, t.g, le.s, deletionW(t.conn, le.path))
 		if le.stopped() || le.endErr() != nil {
 			return
 		}
@@ -253,13 +216,6 @@ func (t *leaseTable) arm(le *Lease) {
 		case err == nil && !r.ok:
 			le.lose(znodeDeleted(le.path))
 		case err == nil:
-			if r.watch != nil {
-				t.mu.Lock()
-				if e := t.watched[le.path]; e != nil {
-					e.own = r.watch
-				}
-				t.mu.Unlock()
-			}
 		case isStop(err):
 			// The session ended or the Locker closed: run ends the
 			// lease.
@@ -277,8 +233,8 @@ func (t *leaseTable) arm(le *Lease) {
 // rearmParallel is how many watches rearmAll sets at a time.
 const rearmParallel = 32
 
-// rearmAll sets again the watches of the held leases of a Locker from
-// Dial after a new connection, which go-zookeeper does not do for them; a
+// rearmAll sets again the watches of the held leases after a new
+// connection, which go-zookeeper does not do for them; a
 // znode deleted meanwhile is found missing, and its lease ends.
 func (t *leaseTable) rearmAll() {
 	les := t.held()
@@ -356,7 +312,7 @@ func (a *acquisition) wait(ctx context.Context, d decision) (decision, error) {
 func (a *acquisition) watch(ctx context.Context, d decision) (zk.EventType, error) {
 	futures := make([]*future[exists], len(d.watched))
 	for n, j := range d.watched {
-		read, stop := a.l.watcher.watch(a.parent+"/"+d.q[j], d.touchWakes)
+		read, stop := a.l.tab.watch(a.parent+"/"+d.q[j], d.touchWakes)
 		defer stop()
 		futures[n] = start(a.l.g, read, nil)
 	}
@@ -399,27 +355,15 @@ func (a *acquisition) touchMissed(pred string, v int32) bool {
 	return true
 }
 
-// watcher sets the watches an acquisition waits on: a read of the record
-// at path that sets a watch firing on its deletion or, with change, on any
-// change of it (a touch waiter's: see queue.WaitsForTouch). The read's
-// result carries the watch's channel; stop forgets the watch. A Locker
-// from Dial watches without go-zookeeper's bookkeeping (dialWatcher),
-// one from New through it (zkWatcher).
-type watcher interface {
-	watch(path string, change bool) (read func() (exists, error), stop func())
-}
-
-// dialWatcher is the watcher of a Locker from Dial: the lease table hands
-// it the event (see leaseTable.waitDeletion and waitChange).
-type dialWatcher struct {
-	conn *zk.Conn
-	tab  *leaseTable
-}
-
-func (w dialWatcher) watch(path string, change bool) (func() (exists, error), func()) {
-	read, wait := deletionWatchDial(w.conn, path), w.tab.waitDeletion
+// watch returns a read of the record at path that sets a watch firing
+// on its deletion or, with change, on any change of it (a touch waiter's:
+// see queue.WaitsForTouch). The read's result carries the channel the
+// table hands the event to (see waitDeletion and waitChange); stop
+// forgets the wait.
+func (t *leaseTable) watch(path string, change bool) (read func() (exists, error), stop func()) {
+	read, wait := deletionW(t.conn, path), t.waitDeletion
 	if change {
-		read, wait = statOf(w.conn, path), w.tab.waitChange
+		read, wait = statOf(t.conn, path), t.waitChange
 	}
 	ch, stop := wait(path)
 	return func() (exists, error) {
@@ -429,22 +373,12 @@ func (w dialWatcher) watch(path string, change bool) (func() (exists, error), fu
 	}, stop
 }
 
-// zkWatcher is the watcher of a Locker from New: go-zookeeper's watches.
-type zkWatcher struct{ conn *zk.Conn }
-
-func (w zkWatcher) watch(path string, change bool) (func() (exists, error), func()) {
-	if change {
-		return existsW(w.conn, path), func() {}
-	}
-	return deletionW(w.conn, path), func() {}
-}
-
 // byMark reports whether the waiting request of d may wait for the release
-// mark of the one record it watches (see waitFor): the Locker is from Dial
-// without a lock-delay, and that record is an exclusive request whose
-// release as a holder admits this one.
+// mark of the one record it watches (see waitFor): the Locker has no
+// lock-delay, and that record is an exclusive request whose release as a
+// holder admits this one.
 func (a *acquisition) byMark(d decision) bool {
-	if a.fast.noMark || a.l.tab.ka == nil || a.l.o.LockDelay > 0 || len(d.watched) != 1 {
+	if a.fast.noMark || a.l.o.LockDelay > 0 || len(d.watched) != 1 {
 		return false
 	}
 	j := d.watched[0]
@@ -464,7 +398,7 @@ func (a *acquisition) byMark(d decision) bool {
 func (a *acquisition) waitFor(ctx context.Context, pred string, head bool) (decision, error) {
 	// The exists goes with the watch flag because the wait is registered
 	// (keepalive.wantsChange).
-	read, stop := a.l.watcher.watch(a.parent+"/"+pred, true)
+	read, stop := a.l.tab.watch(a.parent+"/"+pred, true)
 	defer stop()
 	p, err := call(ctx, a.l.g, a.s, read)
 	if err != nil {

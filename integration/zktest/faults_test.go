@@ -33,7 +33,7 @@ func TestZK(t *testing.T) {
 		{"ParentRecreated", testParentRecreated},
 		{"CheckOpAfterLoss", testCheckOpAfterLoss},
 		{"CloseLeavesNoZnodes", testCloseLeavesNoZnodes},
-		{"BorrowedConnection", testBorrowedConnection},
+		{"HostProvider", testHostProvider},
 		{"ObserveThroughExpiry", testObserveThroughExpiry},
 		{"OpenURL", testOpenURL},
 	}
@@ -423,24 +423,20 @@ func testCloseLeavesNoZnodes(t *testing.T, c *cluster.Cluster, h *harness) {
 	}
 }
 
-// testBorrowedConnection uses New on a caller's connection: Close deletes
-// the Locker's znodes and leaves the connection open.
-func testBorrowedConnection(t *testing.T, c *cluster.Cluster, h *harness) {
+// testHostProvider dials through a host provider of the caller's
+// (WithHostProvider): the connection asks it for every server it tries,
+// and the Locker works as any other.
+func testHostProvider(t *testing.T, c *cluster.Cluster, h *harness) {
 	ctx := testutil.Context(t, 30*time.Second)
 	name := lockName(t)
-	conn, events, err := zk.Connect(h.servers, sessionTimeout, zk.WithLogger(testutil.QuietLogger{}), zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatalf("zk.Connect() = %v", err)
-	}
-	t.Cleanup(conn.Close)
-	l, err := zklock.New(conn, events, zklock.WithRoot(h.root), zklock.WithSessionTimeout(sessionTimeout), zklock.WithIdentity("borrowed"))
-	if err != nil {
-		t.Fatalf("zklock.New() = %v", err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
+	hp := &countingHosts{HostProvider: zk.NewDNSHostProvider()}
+	l := h.dial(t, zklock.WithHostProvider(hp), zklock.WithIdentity("provided"))
 	le := mustAcquire(t, ctx, l, name)
-	if got, err := l.Holder(ctx, name); err != nil || got.Identity != "borrowed" || got.Token != le.Token() {
-		t.Errorf("Holder() = %+v, %v; want borrowed with token %d", got, err, le.Token())
+	if got, err := l.Holder(ctx, name); err != nil || got.Identity != "provided" || got.Token != le.Token() {
+		t.Errorf("Holder() = %+v, %v; want provided with token %d", got, err, le.Token())
+	}
+	if n := hp.nexts.Load(); n == 0 {
+		t.Errorf("the host provider was asked for %d servers; want at least one", n)
 	}
 	if err := l.Close(); err != nil {
 		t.Fatalf("Close() = %v", err)
@@ -448,12 +444,20 @@ func testBorrowedConnection(t *testing.T, c *cluster.Cluster, h *harness) {
 	if got := h.Records(t, name); len(got) != 0 {
 		t.Errorf("records after Close = %v; want none", got)
 	}
-	if conn.State() != zk.StateHasSession {
-		t.Errorf("borrowed connection state after Close = %v; want %v", conn.State(), zk.StateHasSession)
-	}
 	if _, err := l.Acquire(ctx, name); !errors.Is(err, lock.ErrClosed) {
 		t.Errorf("Acquire() after Close = %v; want an error wrapping %v", err, lock.ErrClosed)
 	}
+}
+
+// countingHosts is a zk.HostProvider that counts the servers asked of it.
+type countingHosts struct {
+	zk.HostProvider
+	nexts atomic.Int64
+}
+
+func (c *countingHosts) Next() (string, bool) {
+	c.nexts.Add(1)
+	return c.HostProvider.Next()
 }
 
 // testObserveThroughExpiry observes a lock whose holder's session expires

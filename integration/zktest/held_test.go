@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zookeeper/zk"
-
 	"github.com/fencelock/fencelock/integration/cluster"
 	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock"
@@ -28,87 +26,72 @@ func TestZKHeldLeasesGoroutines(t *testing.T) {
 	)
 	c := startEnsemble(t)
 	h := newHarness(t, c.Endpoints())
-	tests := []struct {
-		name   string
-		locker func(t *testing.T) *zklock.Locker
-	}{
-		{"Dial", func(t *testing.T) *zklock.Locker { return h.dial(t) }},
-		{"New", func(t *testing.T) *zklock.Locker { return borrowed(t, h, false) }},
-		// go-zookeeper drops events from the channel of zk.Connect when it
-		// is full; here it loses every watch event, and the Locker must
-		// still notice the deletions (through the watches' own channels).
-		{"NewWatchEventsDropped", func(t *testing.T) *zklock.Locker { return borrowed(t, h, true) }},
+	ctx := testutil.Context(t, 2*time.Minute)
+	l := h.dial(t)
+	base := lockName(t)
+	leases := make([]*zklock.Lease, many)
+	acquireRange(t, ctx, l, base, leases, 0, few)
+	atFew := settledGoroutines()
+	acquireRange(t, ctx, l, base, leases, few, many)
+	atMany, deadline := runtime.NumGoroutine(), time.Now().Add(10*time.Second)
+	for atMany-atFew >= maxGrowth && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond) // polling with a deadline
+		atMany = runtime.NumGoroutine()
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ctx := testutil.Context(t, 2*time.Minute)
-			l := tt.locker(t)
-			base := lockName(t)
-			leases := make([]*zklock.Lease, many)
-			acquireRange(t, ctx, l, base, leases, 0, few)
-			atFew := settledGoroutines()
-			acquireRange(t, ctx, l, base, leases, few, many)
-			atMany, deadline := runtime.NumGoroutine(), time.Now().Add(10*time.Second)
-			for atMany-atFew >= maxGrowth && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond) // polling with a deadline
-				atMany = runtime.NumGoroutine()
-			}
-			if atMany-atFew >= maxGrowth {
-				t.Fatalf("runtime.NumGoroutine() = %d with %d leases held, %d with %d; want fewer than %d more", atMany, many, atFew, few, maxGrowth)
-			}
-			t.Logf("goroutines: %d with %d leases held, %d with %d", atFew, few, atMany, many)
+	if atMany-atFew >= maxGrowth {
+		t.Fatalf("runtime.NumGoroutine() = %d with %d leases held, %d with %d; want fewer than %d more", atMany, many, atFew, few, maxGrowth)
+	}
+	t.Logf("goroutines: %d with %d leases held, %d with %d", atFew, few, atMany, many)
 
-			// Someone else deletes one lease's znode; and sets the data of
-			// another (which spends its watch) before deleting it.
-			plain, changed := leases[many/2], leases[many/2+1]
-			if _, err := h.admin.conn.Set(changed.Path(), []byte("meddled"), -1); err != nil {
-				t.Fatalf("Set(%s) = %v", changed.Path(), err)
-			}
-			for _, le := range []*zklock.Lease{plain, changed} {
-				start := time.Now()
-				if err := h.admin.conn.Delete(le.Path(), -1); err != nil {
-					t.Fatalf("Delete(%s) = %v", le.Path(), err)
-				}
-				testutil.Recv(t, le.Done(), 2*time.Second, "Done of the lease whose znode was deleted")
-				if err := le.Err(); !errors.Is(err, lock.ErrLost) {
-					t.Errorf("Err() after its znode was deleted = %v; want an error wrapping %v", err, lock.ErrLost)
-				}
-				t.Logf("lease %s ended %v after its znode was deleted", le.Name(), time.Since(start))
-			}
-			for i, le := range leases {
+	// Someone else deletes one lease's znode; and sets the data of
+	// another (which spends its watch) before deleting it.
+	plain, changed := leases[many/2], leases[many/2+1]
+	if _, err := h.admin.conn.Set(changed.Path(), []byte("meddled"), -1); err != nil {
+		t.Fatalf("Set(%s) = %v", changed.Path(), err)
+	}
+	for _, le := range []*zklock.Lease{plain, changed} {
+		start := time.Now()
+		if err := h.admin.conn.Delete(le.Path(), -1); err != nil {
+			t.Fatalf("Delete(%s) = %v", le.Path(), err)
+		}
+		testutil.Recv(t, le.Done(), 2*time.Second, "Done of the lease whose znode was deleted")
+		if err := le.Err(); !errors.Is(err, lock.ErrLost) {
+			t.Errorf("Err() after its znode was deleted = %v; want an error wrapping %v", err, lock.ErrLost)
+		}
+		t.Logf("lease %s ended %v after its znode was deleted", le.Name(), time.Since(start))
+	}
+	for i, le := range leases {
+		if le == plain || le == changed {
+			continue
+		}
+		if err := le.Err(); err != nil {
+			t.Fatalf("lease %d: Err() = %v; want nil (only other leases' znodes were deleted)", i, err)
+		}
+	}
+
+	// Release the rest: each release's own deletion must not end
+	// anything else.
+	var wg sync.WaitGroup
+	errs := make(chan error, many)
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < many; i += 16 {
+				le := leases[i]
 				if le == plain || le == changed {
 					continue
 				}
-				if err := le.Err(); err != nil {
-					t.Fatalf("lease %d: Err() = %v; want nil (only other leases' znodes were deleted)", i, err)
+				if err := le.Release(ctx); err != nil {
+					errs <- fmt.Errorf("Release(%s) = %v; want nil", le.Name(), err)
 				}
 			}
-
-			// Release the rest: each release's own deletion must not end
-			// anything else.
-			var wg sync.WaitGroup
-			errs := make(chan error, many)
-			for w := range 16 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := w; i < many; i += 16 {
-						le := leases[i]
-						if le == plain || le == changed {
-							continue
-						}
-						if err := le.Release(ctx); err != nil {
-							errs <- fmt.Errorf("Release(%s) = %v; want nil", le.Name(), err)
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Error(err)
-			}
-		})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
 
@@ -223,34 +206,4 @@ func settledGoroutines() int {
 		n, same = m, 0
 	}
 	return n
-}
-
-// borrowed returns a Locker from zklock.New on a connection of its own.
-// With dropWatchEvents, the Locker gets only the session events of the
-// connection's event channel.
-func borrowed(t *testing.T, h *harness, dropWatchEvents bool) *zklock.Locker {
-	t.Helper()
-	conn, events, err := zk.Connect(h.servers, sessionTimeout, zk.WithLogger(testutil.QuietLogger{}), zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatalf("zk.Connect() = %v", err)
-	}
-	t.Cleanup(conn.Close)
-	if dropWatchEvents {
-		sessionOnly := make(chan zk.Event, 6)
-		go func(all <-chan zk.Event) {
-			defer close(sessionOnly)
-			for ev := range all {
-				if ev.Type == zk.EventSession {
-					sessionOnly <- ev
-				}
-			}
-		}(events)
-		events = sessionOnly
-	}
-	l, err := zklock.New(conn, events, zklock.WithRoot(h.root), zklock.WithSessionTimeout(sessionTimeout))
-	if err != nil {
-		t.Fatalf("zklock.New() = %v", err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	return l
 }

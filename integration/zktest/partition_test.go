@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zookeeper/zk"
-
 	"github.com/fencelock/fencelock/integration/cluster"
 	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock"
@@ -28,9 +26,7 @@ const (
 // TestZKPartition runs the partition cases of testutil.RunPartition on a
 // ZooKeeper ensemble: a holder whose server is cut off from its peers
 // (follower or leader, both ways or only what it sends) while it still
-// reaches the holder. The odd pairs' holders are Lockers from New on
-// connections of the test's own, the others are from Dial. For the first
-// pair of each cut it also logs the servers' side: the holder's last
+// reaches the holder. For the first pair of each cut it also logs the servers' side: the holder's last
 // answered request, the leader's expiry of its session and the cut
 // member's loss of its peers, against the cut.
 func TestZKPartition(t *testing.T) {
@@ -38,15 +34,9 @@ func TestZKPartition(t *testing.T) {
 	root, sess := uniqueRoot(t), newSessions()
 	var mu sync.Mutex
 	wires := map[lock.Locker]*wireLog{}
-	opened := 0
 	testutil.RunPartition(t, testutil.PartitionBackend{
 		Cluster: c,
 		Open: func(t *testing.T, servers []string) lock.Locker {
-			k := opened % (testutil.PartitionPairs + 1) // the pair; PartitionPairs: the waiters
-			opened++
-			if k%2 == 1 && k < testutil.PartitionPairs {
-				return borrowedLocker(t, servers, root)
-			}
 			wire := newWireLog()
 			l := (&harness{servers: servers, root: root, sess: sess}).dial(t,
 				zklock.WithSessionTimeout(partitionTimeout), zklock.WithDialer(wire.dialer()))
@@ -63,9 +53,6 @@ func TestZKPartition(t *testing.T) {
 			mu.Lock()
 			wire := wires[l]
 			mu.Unlock()
-			if wire == nil {
-				return "(a Locker from New: no wire log)"
-			}
 			lastAck := wire.lastAcked()
 			expiry, expiredAt, _, ok := expiryEvidence(c, sessionID(le), lastAck, partitionTimeout)
 			if ok {
@@ -97,21 +84,4 @@ func peersLost(logs string, cutAt time.Time) string {
 		return fmt.Sprintf("at %+dms (%q)", at.Sub(cutAt).Milliseconds(), sm[2])
 	}
 	return "(no such line found)"
-}
-
-// borrowedLocker returns a Locker from New on a connection of the test's own to
-// servers, both closed at the end of t.
-func borrowedLocker(t *testing.T, servers []string, root string) lock.Locker {
-	t.Helper()
-	conn, events, err := zk.Connect(servers, partitionTimeout, zk.WithLogger(testutil.QuietLogger{}), zk.WithLogInfo(false))
-	if err != nil {
-		t.Fatalf("zk.Connect() = %v", err)
-	}
-	t.Cleanup(conn.Close)
-	l, err := zklock.New(conn, events, zklock.WithRoot(root), zklock.WithSessionTimeout(partitionTimeout))
-	if err != nil {
-		t.Fatalf("zklock.New() = %v", err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	return l
 }
