@@ -18,38 +18,9 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// Acquire blocks until it holds the lock called name, ctx ends, the Locker
-// is closed, or the session is lost. It returns a *Lease. See
-// [lock.Locker.Acquire].
-func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
-	if err := l.usable(ctx); err != nil {
-		return nil, fmt.Errorf("zklock: acquire %q: %w", name, err)
-	}
-	le, err := l.acquire(ctx, "acquire", name, queue.ExclusiveRequest, false)
-	if err != nil {
-		return nil, err
-	}
-	return le, nil
-}
-
-// TryAcquire is Acquire without waiting: it returns an error wrapping
-// [lock.ErrLocked] at once if another lease holds name, after deleting the
-// znode it queued.
-func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
-	if err := l.usable(ctx); err != nil {
-		return nil, fmt.Errorf("zklock: try acquire %q: %w", name, err)
-	}
-	le, err := l.acquire(ctx, "try acquire", name, queue.ExclusiveRequest, true)
-	if err != nil {
-		return nil, err
-	}
-	return le, nil
-}
-
-// acquisition is one acquisition of any kind: its request, the session it
-// works in, its znode, and what it has learnt of the queue so far. Its
-// loop (queueUp) decides from a listing whether the request is admitted
-// or which records it waits for, waits for one of them, and grants.
+// acquisition is one request's state: the session it works in, its
+// znode, and what it has learnt of the queue. Its loop (queueUp) is
+// decide, wait, grant.
 type acquisition struct {
 	l       *Locker
 	name    string
@@ -65,61 +36,39 @@ type acquisition struct {
 
 // znode is what an acquisition knows of its own znode.
 type znode struct {
-	prefix string // the protection prefix, fresh for each create
-	// marker is the znode's lock-delay marker, created with it (see
-	// delay) when the Locker has a lock-delay: a discarded acquisition
-	// deletes it with its znode.
-	marker  string
+	prefix  string // the protection prefix, fresh for each create
+	marker  string // its lock-delay marker (see delay), or ""
 	path    string // the znode, once created
 	own     string // its child name
 	czxid   int64  // once read (the token); 0: read it with the next listing
 	version int32
 }
 
-// listing is what the acquisition keeps of the latest listing of the
-// queue.
+// listing is what the acquisition keeps of the latest listing.
 type listing struct {
-	checked bool // the queue's oldest request was found compatible
-	// kids are the parent's children in the latest listing, answered at
-	// at: what delay reads at the grant.
-	kids []string
-	at   time.Time
+	checked bool      // the queue's oldest request was found compatible
+	kids    []string  // the parent's children, for delay
+	at      time.Time // when they were answered
 }
 
 // touches is what a permit's waiter keeps of the touches (see
 // queue.Touches) that wake it and that it makes.
 type touches struct {
-	// seen is the predecessor and data version that made the last
-	// listing be read again (see touchMissed), so that a data version
-	// set by someone else costs one listing, not a loop.
-	seen string
-	// speculate says that the next listing goes with a touch: the last
-	// wait ended with the touch of the predecessor (see look).
-	speculate bool
-	// unsure says that a touch failed in a way that leaves the znode's
-	// data version unknown, so that a touch (which reads it again when
-	// it has to) must come before a grant.
-	unsure bool
+	seen      string // predecessor@version that made a listing be read again (touchMissed)
+	speculate bool   // the next listing goes with a touch (look)
+	unsure    bool   // the znode's data version is unknown: touch before the grant
 }
 
 // shortcuts is what the hand-over's shortcuts to a grant without a
 // listing have learnt.
 type shortcuts struct {
-	// alone says that the create's answer showed the znode as the
-	// parent's only child: the head of an otherwise empty queue, admitted
-	// without a listing (see created).
-	alone bool
-	// noMark says that this acquisition does not wait for release marks
-	// (see waitFor): a record ahead had data set by someone else.
-	noMark bool
-	// marked says that the acquisition was admitted with no listing
-	// after its predecessor went: on a release mark, or on the holder's
-	// going (see waitFor).
-	marked bool
+	alone  bool // the create showed the znode the parent's only child (decide)
+	noMark bool // a record ahead had data set by someone else: no waitFor
+	marked bool // admitted with no listing after its predecessor went (waitFor)
 }
 
-// acquire implements every Acquire and TryAcquire method: req says which
-// kind of grant, try whether to wait, op how errors name the call.
+// acquire implements every Acquire method: req says which kind of grant,
+// try whether to wait, op how errors name the call.
 func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request, try bool) (*Lease, error) {
 	if err := lock.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("zklock: %s: %w", op, err)
@@ -146,8 +95,8 @@ func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request
 }
 
 // countEnd records the end of le, which ended with err. A deletion may be
-// an expiry whose news has not arrived yet: its reason is counted in the
-// background once a request shows whether the session lives.
+// an expiry not reported yet: its reason is counted once a request shows
+// whether the session lives.
 func (l *Locker) countEnd(le *Lease, hold telemetry.Hold, err error) {
 	reason := config.EndReason(err)
 	if reason != telemetry.Deleted || !l.tel.Metrics() {
@@ -166,9 +115,7 @@ func (l *Locker) countEnd(le *Lease, hold telemetry.Hold, err error) {
 		switch {
 		case errors.Is(err, zk.ErrSessionExpired), err == nil && l.conn.SessionID() != le.s.id:
 			reason = telemetry.Expired
-		case err != nil:
-			// The connection dropped: give the Locker the time it
-			// takes to decide about the session.
+		case err != nil: // give the Locker the time to decide about the session
 			t := time.NewTimer(l.ss.timeout())
 			defer t.Stop()
 			select {
@@ -207,8 +154,7 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 		if err == nil {
 			break
 		}
-		// A session found lost before this acquisition had a znode costs it
-		// no place in the queue: start again on the next session.
+		// No znode yet, so no place lost: try the next session.
 		if ended(a.s) && errors.Is(err, lock.ErrLost) && attempt < 3 {
 			continue
 		}
@@ -225,10 +171,8 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 	return le, nil
 }
 
-// queueUp waits until the acquisition is admitted, and grants it: decide
-// from a listing whether the request is admitted, or which records it
-// waits for; wait for one of them; again until admitted. On error the
-// caller deletes the znode.
+// queueUp decides, waits, and again until admitted, then grants. On
+// error the caller deletes the znode.
 func (a *acquisition) queueUp(ctx context.Context) (*Lease, error) {
 	for {
 		d, err := a.decide(ctx)
@@ -251,15 +195,12 @@ func (a *acquisition) queueUp(ctx context.Context) (*Lease, error) {
 // touch must come first, see queue.Touches), the records to wait for, or
 // neither: look again.
 type decision struct {
-	granted bool
-	touch   bool
-	q       []string        // the lock znodes of the listing, in grant order
-	reqs    []queue.Request // their requests, up to this acquisition's
-	// watched are the indexes in q of the records to wait for (see
-	// queue.Watched); touchWakes says that the touch of the first wakes
-	// the waiter too (queue.WaitsForTouch).
-	watched    []int
-	touchWakes bool
+	granted    bool
+	touch      bool
+	q          []string        // the lock znodes of the listing, in grant order
+	reqs       []queue.Request // their requests, up to this acquisition's
+	watched    []int           // indexes in q of the records to wait for (queue.Watched)
+	touchWakes bool            // the touch of the first wakes the waiter too (queue.WaitsForTouch)
 }
 
 func (d decision) waiting() bool { return !d.granted && len(d.watched) > 0 }
@@ -269,10 +210,8 @@ func (d decision) waiting() bool { return !d.granted && len(d.watched) > 0 }
 // records it waits for.
 func (a *acquisition) decide(ctx context.Context) (decision, error) {
 	if a.fast.alone {
-		// The only child at its create: admitted then, so no listing can
-		// have shown it waiting (no touch is due), and no earlier record
-		// can have come since. With a lock-delay, the grant needs the
-		// listing, which shows the markers of holders gone.
+		// Admitted at its create, so no touch is due; a lock-delay still
+		// needs the listing, for the markers.
 		a.fast.alone = false
 		if a.l.o.LockDelay == 0 {
 			a.last.checked = true
@@ -308,10 +247,9 @@ func (a *acquisition) decide(ctx context.Context) (decision, error) {
 	return decision{q: q, reqs: reqs, watched: queue.Watched(reqs, i), touchWakes: queue.WaitsForTouch(reqs, i)}, nil
 }
 
-// look lists the queue (see list), and says whether the znode was touched
-// with the listing: a permit waiter woken by a touch touches on a guess
-// (docs/design/queue.md, "Herd-free waits"). A nil q without an error
-// says: look again.
+// look lists the queue, with a touch on a guess for a permit waiter
+// woken by a touch (docs/design/queue.md, "Herd-free waits"), and says
+// whether it touched. A nil q without an error says: look again.
 func (a *acquisition) look(ctx context.Context) (q []string, all []queue.Request, cversion int32, touched bool, err error) {
 	var spec *future[*zk.Stat]
 	if a.touches.speculate {
@@ -347,7 +285,6 @@ func (a *acquisition) grant(ctx context.Context, touch bool) (*Lease, error) {
 	if err := a.delay(ctx); err != nil {
 		return nil, err
 	}
-	// The lease keeps no name of its own: Name reads it from the path.
 	le := &Lease{
 		l:       a.l,
 		s:       a.s,
@@ -367,8 +304,7 @@ func (a *acquisition) grant(ctx context.Context, touch bool) (*Lease, error) {
 // a.z.czxid when the create's reply carries the token. Lost replies and
 // cancelled creates: docs/design/zookeeper.md, "Acquisition".
 func (a *acquisition) create(ctx context.Context) (string, error) {
-	// The request and the clean-up of an abandoned one may outlive this
-	// attempt (the next one takes another prefix): they read copies.
+	// The request and its clean-up may outlive this attempt: copies.
 	l, parent, prefix := a.l, a.parent, a.z.prefix
 	a.z.marker = ""
 	if l.o.LockDelay > 0 {
@@ -409,27 +345,21 @@ func (a *acquisition) answered(ctx context.Context, r result[created], stamp boo
 	l, c := a.l, r.v
 	switch err := r.err; {
 	case err == nil:
-		// Session IDs are never reused: a znode created in a later session
-		// is found (and given up) by the first listing.
+		// A znode of a later session is given up by the first listing.
 		if c.czxid != 0 && l.conn.SessionID() == a.s.id {
 			a.z.czxid, a.fast.alone = c.czxid, c.alone
 		}
 		return c.path, true, nil
 	case stamp && errors.Is(err, errStampDenied):
-		// No write permission on the parent: this Locker reads the token
-		// with the first listing from now on.
+		// From now on the token comes with the first listing.
 		l.denied.stamp.Store(true)
 		l.o.Logger.Debug("zklock: no write permission on a lock's parent; the token is read after the create", "parent", a.parent)
-	case errors.Is(err, zk.ErrNoNode):
-		// The parent is missing, or the server removed the empty container
-		// between our check and the create.
+	case errors.Is(err, zk.ErrNoNode): // no parent (or an empty container removed)
 		if err := a.ensure(ctx, a.parent); err != nil {
 			return "", true, err
 		}
 	case isConnErr(err), a.z.marker != "" && errors.Is(err, zk.ErrNodeExists):
-		// The server may have applied the create: look for it. (Our
-		// marker exists only if a multi of ours was applied: one whose
-		// reply was lost.)
+		// The create may have been applied (our marker exists only if so).
 		found, err := a.findOwn(ctx)
 		if err != nil {
 			l.jan.add(cleanup{parent: a.parent, prefix: a.z.prefix, marker: a.z.marker})
@@ -444,9 +374,8 @@ func (a *acquisition) answered(ctx context.Context, r result[created], stamp boo
 	return "", false, nil
 }
 
-// created is the answer to a lock znode's create: its path and, when the
-// create went with a stamp of the parent, its czxid and whether it was
-// then the parent's only child (so admitted for good).
+// created is the answer to a create: the path and, with a stamp of the
+// parent, the czxid and whether it was the parent's only child.
 type created struct {
 	path  string
 	czxid int64
@@ -457,11 +386,10 @@ type created struct {
 // of the parent alone (zk.ErrNoAuth on the SetData).
 var errStampDenied = errors.New("no write permission on the lock's parent")
 
-// createZnode sends the create of a lock znode parent/prefix and, when
-// marker is not empty, of its lock-delay marker, in one request. With
-// stamp, the multi also sets the parent's data, so that its answer carries
-// the token (docs/design/zookeeper.md, "Tokens"); a parent this Locker may
-// not write makes it fail with errStampDenied, applying nothing.
+// createZnode creates the lock znode parent/prefix and its lock-delay
+// marker (unless ""), in one request. With stamp it also sets the
+// parent's data, so that the answer carries the token
+// (docs/design/zookeeper.md, "Tokens"), or fails with errStampDenied.
 func (l *Locker) createZnode(parent, prefix, marker string, stamp bool) (created, error) {
 	id := []byte(l.o.Identity)
 	if !stamp && marker == "" {
@@ -478,7 +406,6 @@ func (l *Locker) createZnode(parent, prefix, marker string, stamp bool) (created
 	}
 	res, err := l.conn.Multi(ops...)
 	if stamp && len(res) > 1 && errors.Is(res[1].Error, zk.ErrNoAuth) {
-		// Refused for the stamp: the create before it passed its checks.
 		return created{}, errStampDenied
 	}
 	if err := multiErr(res, err); err != nil {
@@ -491,10 +418,9 @@ func (l *Locker) createZnode(parent, prefix, marker string, stamp bool) (created
 	return c, nil
 }
 
-// settle finishes a create that was in flight when the caller's context
-// ended: it waits for the answer (bounded as discard is) and deletes the
-// znode, so that a failed call leaves nothing heading the queue. Without
-// an answer in time, the janitor takes over when it comes.
+// settle finishes a create in flight when the caller's context ended: it
+// waits for the answer (bounded as discard is) and deletes the znode; the
+// janitor takes over an answer that comes later.
 func (a *acquisition) settle(f *future[created]) {
 	ctx, cancel := context.WithTimeout(a.l.g.bg, a.l.cleanupWait())
 	defer cancel()
@@ -505,7 +431,6 @@ func (a *acquisition) settle(f *future[created]) {
 	case r.err == nil:
 		a.l.discard(r.v.path, a.z.marker)
 	case isConnErr(r.err), a.z.marker != "" && errors.Is(r.err, zk.ErrNodeExists):
-		// Applied perhaps, or an earlier attempt of this prefix was.
 		a.l.jan.add(cleanup{parent: a.parent, prefix: a.z.prefix, marker: a.z.marker})
 	}
 }
@@ -543,22 +468,15 @@ func (a *acquisition) findOwn(ctx context.Context) (string, error) {
 }
 
 // ensure creates path and its missing ancestors: persistent znodes down to
-// the root, containers below it (so that the server removes a lock's
-// parent, and the intermediate znodes of a multi-segment name, once they
-// are empty).
+// the root, containers below it, which the server removes once empty.
 func (a *acquisition) ensure(ctx context.Context, path string) error {
 	l := a.l
-	for attempt := 0; attempt < 8; attempt++ {
-		var err error
-		if len(path) > len(l.o.root) {
-			_, err = call(ctx, l.g, a.s, func() (string, error) {
-				return l.conn.CreateContainer(path, nil, zk.FlagContainer, l.o.acl)
-			})
-		} else {
-			_, err = call(ctx, l.g, a.s, func() (string, error) {
-				return l.conn.Create(path, nil, zk.FlagPersistent, l.o.acl)
-			})
-		}
+	create, flags := l.conn.Create, int32(zk.FlagPersistent)
+	if len(path) > len(l.o.root) {
+		create, flags = l.conn.CreateContainer, zk.FlagContainer
+	}
+	for range 8 {
+		_, err := call(ctx, l.g, a.s, func() (string, error) { return create(path, nil, flags, l.o.acl) })
 		switch {
 		case err == nil, errors.Is(err, zk.ErrNodeExists):
 			return nil
@@ -596,19 +514,15 @@ func (a *acquisition) neverWaited(q []string, cversion int32) bool {
 }
 
 // touch rewrites the acquisition's znode unchanged (queue.Touches) and
-// takes its new data version for the lease. A resent touch whose first
-// reply was lost finds the version raised, and reads the znode to confirm
-// it is still ours.
+// takes its new data version. A resent touch finds the version raised,
+// and reads the znode to confirm it is still ours.
 func (a *acquisition) touch(ctx context.Context) error {
 	l := a.l
 	for {
 		st, err := call(ctx, l.g, a.s, setData(l.conn, a.z.path, []byte(l.o.Identity), a.z.version))
 		if errors.Is(err, zk.ErrBadVersion) {
 			var e exists
-			e, err = call(ctx, l.g, a.s, func() (exists, error) {
-				ok, st, err := l.conn.Exists(a.z.path)
-				return exists{ok: ok, stat: st}, err
-			})
+			e, err = call(ctx, l.g, a.s, statOf(l.conn, a.z.path))
 			switch {
 			case err == nil && (!e.ok || e.stat.Czxid != a.z.czxid):
 				return a.deleted()
@@ -629,11 +543,9 @@ func (a *acquisition) touch(ctx context.Context) error {
 	}
 }
 
-// list returns the lock znodes of the parent, in grant order, and the
-// parent's child version at that listing. When the create's answer did
-// not carry the token, the first listing also reads the own znode's stat,
-// pipelined in the same round trip. A waiter sets no watch on its own
-// znode (docs/design/zookeeper.md, "Watches").
+// list returns the lock znodes of the parent in grant order, their
+// requests, and the parent's child version. Without the token yet, it
+// also reads the own znode's stat, in the same round trip.
 func (a *acquisition) list(ctx context.Context) ([]string, []queue.Request, int32, error) {
 	l := a.l
 	if a.z.czxid != 0 {
@@ -672,9 +584,9 @@ func (a *acquisition) deleted() error {
 	return fmt.Errorf("%w: the queued znode %s was deleted", lock.ErrLost, a.z.path)
 }
 
-// retry decides what a failed request of the wait means: nil when the
-// request may be sent again (retryable) and the connection is back in the
-// same session; otherwise the error that ends the wait.
+// retry returns nil when a failed request may be sent again (retryable)
+// and the connection is back in the same session, else the error that
+// ends the acquisition.
 func (a *acquisition) retry(ctx context.Context, err error) error {
 	if isStop(err) {
 		return err

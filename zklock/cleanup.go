@@ -79,8 +79,8 @@ func (j *janitor) run() {
 	}
 }
 
-// sweep tries every pending cleanup once and returns how many are left.
-func (j *janitor) sweep(ctx context.Context) int {
+// sweep tries every pending cleanup once.
+func (j *janitor) sweep(ctx context.Context) {
 	j.mu.Lock()
 	todo := j.pending
 	j.pending = nil
@@ -102,9 +102,7 @@ func (j *janitor) sweep(ctx context.Context) int {
 	}
 	j.mu.Lock()
 	j.pending = append(keep, j.pending...)
-	n := len(j.pending)
 	j.mu.Unlock()
-	return n
 }
 
 func (j *janitor) clean(ctx context.Context, c cleanup) error {
@@ -156,14 +154,14 @@ func (j *janitor) deleteMarker(ctx context.Context, marker string) error {
 func (j *janitor) deleteIfOurs(ctx context.Context, path string) error {
 	for range 3 {
 		sid := j.conn.SessionID()
-		ok, st, err := stat(ctx, j.g, j.conn, path)
-		if err != nil || !ok {
+		e, err := call(ctx, j.g, nil, statOf(j.conn, path))
+		if err != nil || !e.ok {
 			return err
 		}
-		if st.EphemeralOwner != sid {
+		if e.stat.EphemeralOwner != sid {
 			return nil
 		}
-		_, err = call(ctx, j.g, nil, func() (struct{}, error) { return struct{}{}, j.conn.Delete(path, st.Version) })
+		_, err = call(ctx, j.g, nil, func() (struct{}, error) { return struct{}{}, j.conn.Delete(path, e.stat.Version) })
 		if err == nil || errors.Is(err, zk.ErrNoNode) {
 			return nil
 		}
@@ -172,15 +170,6 @@ func (j *janitor) deleteIfOurs(ctx context.Context, path string) error {
 		}
 	}
 	return errors.New("the znode keeps changing")
-}
-
-// stat reads path's stat, if path exists.
-func stat(ctx context.Context, g *group, conn *zk.Conn, path string) (bool, *zk.Stat, error) {
-	r, err := call(ctx, g, nil, func() (exists, error) {
-		ok, st, err := conn.Exists(path)
-		return exists{ok: ok, stat: st}, err
-	})
-	return r.ok, r.stat, err
 }
 
 // discard deletes the znode of a failed or cancelled acquisition, and its

@@ -26,8 +26,8 @@ func TestLockChildPattern(t *testing.T) {
 		{"-0123456789abcdef0123456789abcdef~0000000042", false},
 	}
 	for _, tt := range tests {
-		if got := isLockChild(tt.name); got != tt.ok {
-			t.Errorf("isLockChild(%q) = %v; want %v", tt.name, got, tt.ok)
+		if _, got := parseChild(tt.name); got != tt.ok {
+			t.Errorf("parseChild(%q) ok = %v; want %v", tt.name, got, tt.ok)
 		}
 	}
 	for _, req := range []queue.Request{queue.ExclusiveRequest, queue.SharedRequest, queue.PermitRequest(1), queue.PermitRequest(queue.MaxLimit)} {

@@ -366,5 +366,6 @@ func isLockPath(path []byte) bool {
 	if i < 0 || i+1 >= len(path) || path[i+1] != marker {
 		return false
 	}
-	return isLockChild(string(path[i+1:]))
+	_, ok := parseChild(string(path[i+1:]))
+	return ok
 }

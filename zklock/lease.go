@@ -266,14 +266,14 @@ func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxi
 		}
 		// Someone changed the znode's data; it is still ours if its czxid
 		// is.
-		ok, st, err := stat(ctx, l.g, l.conn, path)
+		e, err := call(ctx, l.g, nil, statOf(l.conn, path))
 		if err != nil {
 			return err
 		}
-		if !ok || st.Czxid != czxid {
+		if !e.ok || e.stat.Czxid != czxid {
 			return zk.ErrNoNode
 		}
-		version = st.Version
+		version = e.stat.Version
 	}
 	return fmt.Errorf("znode %s keeps changing", path)
 }

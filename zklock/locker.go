@@ -12,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/internal/config"
+	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
@@ -182,6 +183,43 @@ func (l *Locker) start(conn *zk.Conn) {
 	l.g.spawn(l.tab.run)
 }
 
+// Acquire blocks until it holds the lock called name, ctx ends, the Locker
+// is closed, or the session is lost. It returns a *Lease. See
+// [lock.Locker.Acquire].
+func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
+	return l.acquireKind(ctx, "acquire", name, queue.ExclusiveRequest, false)
+}
+
+// TryAcquire is Acquire without waiting: it returns an error wrapping
+// [lock.ErrLocked] at once if another lease holds name, after deleting the
+// znode it queued.
+func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
+	return l.acquireKind(ctx, "try acquire", name, queue.ExclusiveRequest, true)
+}
+
+// Holder reports the identity and token of the lowest znode of name, or an
+// error wrapping [lock.ErrNotHeld] when there is none. The server the
+// connection is on first catches up with the leader (a sync), so the
+// answer shows every grant and release made before the call.
+func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
+	if err := l.enterName(ctx, "holder", name); err != nil {
+		return lock.Holder{}, err
+	}
+	defer l.leave()
+	var es []lock.QueueEntry
+	err := l.reread(ctx, func() (err error) {
+		es, err = l.queue(ctx, l.parent(name), func(_ []queue.Request, i int) bool { return i == 0 })
+		return err
+	})
+	switch {
+	case err != nil:
+		return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, secure.Refusal(err, isRefusal))
+	case len(es) == 0:
+		return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, lock.ErrNotHeld)
+	}
+	return es[0].Holder, nil
+}
+
 // Identity returns the identity stored in the Locker's lock znodes.
 func (l *Locker) Identity() string {
 	if l.usable(context.Background()) != nil {
@@ -241,6 +279,21 @@ func (l *Locker) Close() error {
 
 // enter registers a public call; it fails once the Locker is closed.
 func (l *Locker) enter() error { return l.ss.admit(&l.life.calls) }
+
+// enterName checks the arguments of a public call op on name and enters
+// it; on success the caller must leave.
+func (l *Locker) enterName(ctx context.Context, op, name string) error {
+	if err := l.usable(ctx); err != nil {
+		return fmt.Errorf("zklock: %s %q: %w", op, name, err)
+	}
+	if err := lock.ValidateName(name); err != nil {
+		return fmt.Errorf("zklock: %s: %w", op, err)
+	}
+	if err := l.enter(); err != nil {
+		return fmt.Errorf("zklock: %s %q: %w", op, name, err)
+	}
+	return nil
+}
 
 func (l *Locker) leave() { l.life.calls.Done() }
 

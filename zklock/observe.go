@@ -31,14 +31,8 @@ import (
 // moment no listing shows and the parent's child version cannot prove.
 // Why: "What Observe reports" in docs/design/zookeeper.md.
 func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
-	if err := l.usable(ctx); err != nil {
-		return nil, nil, fmt.Errorf("zklock: observe %q: %w", name, err)
-	}
-	if err := lock.ValidateName(name); err != nil {
-		return nil, nil, fmt.Errorf("zklock: observe: %w", err)
-	}
-	if err := l.enter(); err != nil {
-		return nil, nil, fmt.Errorf("zklock: observe %q: %w", name, err)
+	if err := l.enterName(ctx, "observe", name); err != nil {
+		return nil, nil, err
 	}
 	defer l.leave()
 	o := &observation{l: l, name: name, parent: l.parent(name), out: make(chan lock.Holder)}
@@ -324,14 +318,7 @@ func (o *observation) take(ctx context.Context, names []string, st *zk.Stat) (ag
 		if o.last.holder != "" && o.freeBetween(q, st, next) {
 			o.report("", lock.Holder{})
 		}
-		type gd struct {
-			data []byte
-			stat *zk.Stat
-		}
-		g, err := call(ctx, o.l.g, nil, func() (gd, error) {
-			d, st, err := o.l.conn.Get(o.parent + "/" + next)
-			return gd{d, st}, err
-		})
+		g, err := call(ctx, o.l.g, nil, getOf(o.l.conn, o.parent+"/"+next))
 		if errors.Is(err, zk.ErrNoNode) {
 			return true, nil // already released: list again
 		}

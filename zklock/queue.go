@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
@@ -80,19 +81,6 @@ func isExclusivePath(path string) bool {
 	return ok && r.Kind == queue.Exclusive
 }
 
-// isLockChild reports whether a child name is a lock znode.
-func isLockChild(s string) bool {
-	_, ok := parseChild(s)
-	return ok
-}
-
-// requestOf returns the request of a lock znode's child name (one that
-// queue returned).
-func requestOf(child string) queue.Request {
-	r, _ := parseChild(child)
-	return r
-}
-
 // seqOf returns a lock znode's sequence number.
 func seqOf(child string) string { return child[len(child)-seqLen:] }
 
@@ -130,44 +118,28 @@ func (l *Locker) parent(name string) string { return l.o.root + "/" + name }
 var _ lock.QueueLister = (*Locker)(nil)
 
 // Queue returns every request of name in queue order, holders first (see
-// [lock.QueueLister]). It lists name's znodes and reads them all, in one
-// pipelined round trip after the listing, as [Locker.Holders] reads the
-// admitted ones; if one of them goes meanwhile, it reads again. Each
-// entry's Since is its znode's ctime, the clock of the server that was
-// leader when the request was made, to the millisecond. The server the
-// connection is on first catches up with the leader (a sync), so the
-// answer shows every change made before the call, as on etcd.
+// [lock.QueueLister]), read as [Locker.Holders] reads. Each entry's Since
+// is its znode's ctime, on the clock of the leader of the time, to the
+// millisecond.
 func (l *Locker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, error) {
-	if err := l.usable(ctx); err != nil {
-		return nil, fmt.Errorf("zklock: queue %q: %w", name, err)
-	}
-	if err := lock.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("zklock: queue: %w", err)
-	}
-	if err := l.enter(); err != nil {
-		return nil, fmt.Errorf("zklock: queue %q: %w", name, err)
+	if err := l.enterName(ctx, "queue", name); err != nil {
+		return nil, err
 	}
 	defer l.leave()
-	for {
-		es, err := l.queue(ctx, l.parent(name), false)
-		if err == nil && es != nil {
-			return es, nil
-		}
-		if err != nil && !isConnErr(err) {
-			return nil, fmt.Errorf("zklock: queue %q: %w", name, secure.Refusal(err, isRefusal))
-		}
-		if err != nil {
-			if err := l.ss.awaitConnected(ctx, nil); err != nil {
-				return nil, fmt.Errorf("zklock: queue %q: %w", name, secure.Refusal(err, isRefusal))
-			}
-		}
+	var es []lock.QueueEntry
+	err := l.reread(ctx, func() (err error) {
+		es, err = l.queue(ctx, l.parent(name), func([]queue.Request, int) bool { return true })
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("zklock: queue %q: %w", name, secure.Refusal(err, isRefusal))
 	}
+	return es, nil
 }
 
 // syncWith makes the server the connection is on catch up with the
 // leader for parent, so that the reads that follow see every change
-// committed before it: a Holder, Holders or Queue call right after
-// another client's Release or grant shows it. It costs one round trip.
+// committed before it.
 func (l *Locker) syncWith(ctx context.Context, parent string) error {
 	_, err := call(ctx, l.g, nil, func() (string, error) { return l.conn.Sync(parent) })
 	if errors.Is(err, zk.ErrNoNode) {
@@ -176,10 +148,10 @@ func (l *Locker) syncWith(ctx context.Context, parent string) error {
 	return err
 }
 
-// queue reads every lock znode under parent, or with heldOnly the
-// admitted ones only (what Holders reads). A nil list and a nil error
-// mean that one of them went meanwhile: read again.
-func (l *Locker) queue(ctx context.Context, parent string, heldOnly bool) ([]lock.QueueEntry, error) {
+// queue syncs, lists the lock znodes under parent and reads those of the
+// prefix of the queue that read selects, in one pipelined round trip. It
+// returns errGone if one of them went meanwhile.
+func (l *Locker) queue(ctx context.Context, parent string, read func(reqs []queue.Request, i int) bool) ([]lock.QueueEntry, error) {
 	if err := l.syncWith(ctx, parent); err != nil {
 		return nil, err
 	}
@@ -191,28 +163,20 @@ func (l *Locker) queue(ctx context.Context, parent string, heldOnly bool) ([]loc
 		return nil, err
 	}
 	q, reqs := lockQueue(kids.names)
-	type gd struct {
-		data []byte
-		stat *zk.Stat
-	}
-	futures := make([]*future[gd], 0, len(q))
+	futures := make([]*future[got], 0, len(q))
 	for i, k := range q {
-		if heldOnly && !queue.Admitted(reqs, i) {
-			break // the admitted requests are a prefix of the queue
+		if !read(reqs, i) {
+			break
 		}
-		futures = append(futures, start(l.g, func() (gd, error) {
-			d, st, err := l.conn.Get(parent + "/" + k)
-			return gd{d, st}, err
-		}, nil))
+		futures = append(futures, start(l.g, getOf(l.conn, parent+"/"+k), nil))
 	}
 	es := make([]lock.QueueEntry, 0, len(futures))
 	var errs []error
-	gone := false
 	for i, f := range futures {
 		r, err := f.wait(ctx, l.g, nil)
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
-			gone = true
+			errs = append(errs, errGone)
 		case err != nil:
 			errs = append(errs, err)
 		default:
@@ -224,11 +188,12 @@ func (l *Locker) queue(ctx context.Context, parent string, heldOnly bool) ([]loc
 			})
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	if gone {
-		return nil, nil
-	}
-	return es, nil
+	return es, errors.Join(errs...)
+}
+
+// holderOf returns the holder a lock znode stands for, from its child
+// name, data and stat.
+func holderOf(child string, data []byte, st *zk.Stat) lock.Holder {
+	r, _ := parseChild(child)
+	return lock.Holder{Identity: string(data), Token: fencing.Token(st.Czxid), Shared: r.Shared(), Limit: r.Limit}
 }

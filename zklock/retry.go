@@ -138,6 +138,29 @@ func call[T any](ctx context.Context, g *group, s *session, f func() (T, error))
 	return start(g, f, nil).wait(ctx, g, s)
 }
 
+// reread runs read, a read of a public call, until it answers: again
+// while the connection fails under it (once it is back), and again when
+// it returns errGone.
+func (l *Locker) reread(ctx context.Context, read func() error) error {
+	for {
+		err := read()
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, errGone):
+		case isStop(err) || !isConnErr(err):
+			return err
+		default:
+			if err := l.ss.awaitConnected(ctx, nil); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// errGone says that a record went while it was read: read again.
+var errGone = errors.New("a record went while it was read")
+
 // stopError says why a caller stopped waiting: ctx's error, the session's
 // loss (wrapping lock.ErrLost) or lock.ErrClosed.
 type stopError struct{ cause error }
@@ -205,6 +228,19 @@ func statOf(conn *zk.Conn, path string) func() (exists, error) {
 func setData(conn *zk.Conn, path string, data []byte, version int32) func() (*zk.Stat, error) {
 	return func() (*zk.Stat, error) {
 		return conn.Set(path, data, version)
+	}
+}
+
+// got is the result of a read of a znode's data.
+type got struct {
+	data []byte
+	stat *zk.Stat
+}
+
+func getOf(conn *zk.Conn, path string) func() (got, error) {
+	return func() (got, error) {
+		d, st, err := conn.Get(path)
+		return got{d, st}, err
 	}
 }
 

@@ -31,29 +31,14 @@ var _ lock.Revoker = (*Locker)(nil)
 // so a grant made a moment ago may not be found yet (ErrNotHeld). A grant
 // that has ended is never deleted in place of another.
 func (l *Locker) Revoke(ctx context.Context, name string, token fencing.Token) error {
-	if err := l.usable(ctx); err != nil {
-		return fmt.Errorf("zklock: revoke %q token %d: %w", name, token, err)
-	}
-	if err := lock.ValidateName(name); err != nil {
-		return fmt.Errorf("zklock: revoke: %w", err)
-	}
-	if err := l.enter(); err != nil {
-		return fmt.Errorf("zklock: revoke %q token %d: %w", name, token, err)
+	if err := l.enterName(ctx, "revoke", name); err != nil {
+		return err
 	}
 	defer l.leave()
-	for {
-		err := l.revoke(ctx, l.parent(name), token)
-		if err == nil {
-			return nil
-		}
-		if isConnErr(err) && !isStop(err) {
-			if err := l.ss.awaitConnected(ctx, nil); err != nil {
-				return fmt.Errorf("zklock: revoke %q token %d: %w", name, token, secure.Refusal(err, isRefusal))
-			}
-			continue
-		}
+	if err := l.reread(ctx, func() error { return l.revoke(ctx, l.parent(name), token) }); err != nil {
 		return fmt.Errorf("zklock: revoke %q token %d: %w", name, token, secure.Refusal(err, isRefusal))
 	}
+	return nil
 }
 
 // revoke is one attempt of Revoke.

@@ -66,39 +66,17 @@ func (l *Locker) acquireKind(ctx context.Context, op, name string, req queue.Req
 // admitted ones, in one pipelined round trip after the listing, once the
 // server the connection is on has caught up with the leader (a sync).
 func (l *Locker) Holders(ctx context.Context, name string) ([]lock.Holder, error) {
-	if err := l.usable(ctx); err != nil {
-		return nil, fmt.Errorf("zklock: holders %q: %w", name, err)
-	}
-	if err := lock.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("zklock: holders: %w", err)
-	}
-	if err := l.enter(); err != nil {
-		return nil, fmt.Errorf("zklock: holders %q: %w", name, err)
+	if err := l.enterName(ctx, "holders", name); err != nil {
+		return nil, err
 	}
 	defer l.leave()
-	for {
-		hs, err := l.holders(ctx, l.parent(name))
-		if err == nil && hs != nil {
-			return hs, nil
-		}
-		if err != nil && !isConnErr(err) {
-			return nil, fmt.Errorf("zklock: holders %q: %w", name, secure.Refusal(err, isRefusal))
-		}
-		if err != nil {
-			if err := l.ss.awaitConnected(ctx, nil); err != nil {
-				return nil, fmt.Errorf("zklock: holders %q: %w", name, secure.Refusal(err, isRefusal))
-			}
-		}
-	}
-}
-
-// holders reads the admitted znodes under parent, with the read of
-// Queue. A nil list and a nil error mean that one of them went meanwhile:
-// read again.
-func (l *Locker) holders(ctx context.Context, parent string) ([]lock.Holder, error) {
-	es, err := l.queue(ctx, parent, true)
-	if es == nil || err != nil {
-		return nil, err
+	var es []lock.QueueEntry
+	err := l.reread(ctx, func() (err error) {
+		es, err = l.queue(ctx, l.parent(name), queue.Admitted)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("zklock: holders %q: %w", name, secure.Refusal(err, isRefusal))
 	}
 	hs := make([]lock.Holder, len(es))
 	for i, e := range es {
