@@ -17,37 +17,22 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// Fencing data kept in ZooKeeper itself: GuardedMulti (while a lease
-// holds) and SetFenced (by token). go-zookeeper has no contexts: ctx is
-// checked before every request, but a request already sent is waited for.
+// go-zookeeper has no contexts: ctx is checked before every request, but
+// a request already sent is waited for.
 
-// GuardedMulti runs ops as one ZooKeeper multi that applies them only
-// while lease holds its lock: the lease's [Lease.CheckOp] goes first, and
-// ZooKeeper applies all operations of a multi or none. The lease's znode is
-// deleted when the lease is released or its session ends and is never
-// created again, so once anyone else could hold the lock, the multi writes
-// nothing, whatever the writer's clock or state says.
+// GuardedMulti runs ops (what zk.Conn.Multi accepts) as one multi, after
+// the lease's [Lease.CheckOp], so that they apply only while lease holds
+// its lock, whatever the writer's clock or state says. conn may be any
+// connection to the ensemble. It returns the responses of ops, without the
+// check's.
 //
-// lease must be a *Lease from this package, reached through a lock.Lease
-// (the value Acquire returned). ops are what zk.Conn.Multi accepts
-// (*zk.CreateRequest, *zk.SetDataRequest, *zk.DeleteRequest,
-// *zk.CheckVersionRequest). conn may be any connection to the ensemble: the
-// check is evaluated by the leader in order with every other write, so it
-// need not be the lease's own session (a Locker from Dial does not share
-// its connection). The responses returned are those of ops, in order,
-// without the check's.
-//
-// A lease that has already ended locally is refused without I/O, with an
-// error wrapping its Err (lock.ErrLost or lock.ErrReleased). When the check
-// fails on the server, nothing was written and the error wraps
-// lock.ErrReleased if the lease was released meanwhile and lock.ErrLost
-// otherwise (the znode is gone, or someone else changed its version); the
-// local lease may not have noticed yet. A failure of one of ops is returned
-// as go-zookeeper reports it (errors.Is(err, zk.ErrBadVersion), ...), and
-// nothing was written either. A nil ctx, a nil conn, a nil operation, a
-// nil lease or a lease of another backend is an error wrapping
-// lock.ErrInvalidConfig. When the
-// connection fails mid-request the multi may or may not have been applied.
+// A lease ended locally is refused without I/O, with an error wrapping
+// its Err. A failed check writes nothing and wraps lock.ErrReleased if the
+// lease was released meanwhile, else lock.ErrLost; a failed op writes
+// nothing and is returned as go-zookeeper reports it. A nil ctx, conn,
+// operation or lease, or a lease of another backend, is an error wrapping
+// lock.ErrInvalidConfig. A connection that fails mid-request leaves open
+// whether the multi was applied.
 func GuardedMulti(ctx context.Context, conn *zk.Conn, lease lock.Lease, ops ...any) ([]zk.MultiResponse, error) {
 	if conn == nil {
 		return nil, fmt.Errorf("zklock: guarded multi: nil conn: %w", lock.ErrInvalidConfig)
@@ -102,8 +87,7 @@ func GuardedMulti(ctx context.Context, conn *zk.Conn, lease lock.Lease, ops ...a
 	return res, nil
 }
 
-// guardedMultiHelper is the helper attribute of GuardedMulti's fencing
-// decisions.
+// guardedMultiHelper is the helper attribute of GuardedMulti's spans.
 const guardedMultiHelper = "zklock.GuardedMulti"
 
 // zkLease returns lease as a *Lease, or an error wrapping
@@ -121,31 +105,19 @@ func zkLease(lease lock.Lease) (*Lease, error) {
 	return le, nil
 }
 
-// SetFenced sets the data of the znode at path if token is not lower than
-// the highest token the znode has accepted, records token as the new
-// highest, and returns the znode's stat after the write (its Mzxid orders
-// the write among all writes of the ensemble). A lower token is rejected
-// with a *fencing.StaleTokenError (Resource is path) and nothing is
-// written. Equal tokens are accepted, so
-// one grant may write many times. A zero token is an error wrapping
-// fencing.ErrInvalidToken; a nil ctx, a nil conn or a malformed path (it must be
-// absolute, not the root, without a trailing slash or empty, "." or ".."
-// segments, in UTF-8 without the characters ZooKeeper refuses) one
-// wrapping lock.ErrInvalidConfig.
+// SetFenced sets the data of the znode at path, atomically, if token is
+// not lower than the highest token the znode has accepted, records token
+// as the new highest, and returns the znode's stat after the write. A
+// lower token is rejected with a *fencing.StaleTokenError (Resource is
+// path) and nothing is written; equal tokens are accepted. A zero token
+// is an error wrapping fencing.ErrInvalidToken; a nil ctx or conn, or a
+// path ZooKeeper would refuse, one wrapping lock.ErrInvalidConfig.
 //
-// The check and the write are atomic, and hold for writers whose lease
-// has long ended (docs/design/zookeeper.md, "Guarded and fenced writes").
-//
-// A missing znode is created (persistent, with zk.WorldACL(zk.PermAll)),
-// atomically with its first data; its parent must exist. To choose the ACL, create the znode yourself with
-// empty data: empty data counts as token 0.
-//
-// The stored data is the token in 20 zero-padded decimal digits, a colon,
-// then data ("00000000000000000042:hello"); read it with GetFenced. The
-// znode must be written only through SetFenced: data without the header is
-// reported with an error wrapping fencing.ErrInvalidToken.
-//
-// Every writer of the znode must use tokens of one source.
+// A missing znode is created (persistent, zk.WorldACL(zk.PermAll)) with
+// its first data; to choose the ACL, create it with empty data (token 0).
+// The stored data is the token in 20 digits, a colon, then data; write it
+// only through SetFenced, read it with GetFenced, and take every writer's
+// tokens from one source.
 func SetFenced(ctx context.Context, conn *zk.Conn, path string, data []byte, token fencing.Token) (*zk.Stat, error) {
 	if err := checkFencedArgs(ctx, conn, path); err != nil {
 		return nil, fmt.Errorf("zklock: set fenced: %w", err)
@@ -194,14 +166,11 @@ func SetFenced(ctx context.Context, conn *zk.Conn, path string, data []byte, tok
 	}
 }
 
-// GetFenced returns the data SetFenced last stored at path and the token it
-// was written with. A missing znode returns nil, 0 and no error. Like every
-// ZooKeeper read it is answered by the server conn is on, which may lag the
-// leader (call conn.Sync first for the latest write). Data that SetFenced
-// did not write returns an error wrapping fencing.ErrInvalidToken.
-//
-// Use it to read the data, never as the check before a write: SetFenced
-// makes that check itself, atomically.
+// GetFenced returns the data SetFenced last stored at path and its token;
+// a missing znode returns nil, 0 and no error. The server conn is on may
+// lag the leader (call conn.Sync first for the latest write). Data that
+// SetFenced did not write returns an error wrapping
+// fencing.ErrInvalidToken. Never use it as the check before a write.
 func GetFenced(ctx context.Context, conn *zk.Conn, path string) ([]byte, fencing.Token, error) {
 	if err := checkFencedArgs(ctx, conn, path); err != nil {
 		return nil, 0, fmt.Errorf("zklock: get fenced: %w", err)
@@ -236,12 +205,8 @@ func checkFencedArgs(ctx context.Context, conn *zk.Conn, path string) error {
 	return nil
 }
 
-// checkZnodePath accepts the paths ZooKeeper's own PathUtils.validatePath
-// accepts, except the root: absolute, no empty, "." or ".." segment, no
-// trailing slash, valid UTF-8 without the characters the server refuses
-// (U+0000–U+001F, U+007F–U+009F, U+D800–U+F8FF, U+FFF0–U+FFFF). Checking
-// here turns what would be a server error, or a request go-zookeeper
-// cannot encode, into an error wrapping lock.ErrInvalidConfig.
+// checkZnodePath accepts the paths ZooKeeper's PathUtils.validatePath
+// accepts, except the root.
 func checkZnodePath(path string) error {
 	if !strings.HasPrefix(path, "/") {
 		return errors.New("not absolute")

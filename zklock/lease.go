@@ -42,10 +42,8 @@ func (le *Lease) Name() string {
 	return names.Between(le.path, len(le.l.o.root)+1, "/")
 }
 
-// Token returns the lease's fencing token: the czxid of its znode. Every
-// znode of the ensemble gets a larger zxid than the ones created before it,
-// so tokens rise with every grant, also across a deletion and re-creation of
-// the lock's parent (where sequence numbers start again).
+// Token returns the lease's fencing token: the czxid of its znode, which
+// rises with every grant (docs/design/zookeeper.md, "Tokens").
 func (le *Lease) Token() fencing.Token {
 	if le == nil {
 		return 0
@@ -62,8 +60,7 @@ func (le *Lease) Path() string {
 }
 
 // SessionID returns the ID of the ZooKeeper session that owns the lease's
-// znode, which the server deletes when it expires that session. It is 0
-// for a nil or zero *Lease.
+// znode (0 for a nil or zero *Lease).
 func (le *Lease) SessionID() int64 {
 	if !le.valid() {
 		return 0
@@ -72,9 +69,8 @@ func (le *Lease) SessionID() int64 {
 }
 
 // Version returns the data version of the lease's znode when it was
-// granted: 0 for a lock, and 0, 1 or 2 for a semaphore permit, whose
-// touches rewrite its data unchanged (docs/design/queue.md). The Locker
-// changes the data at no other time.
+// granted: 0 but for a semaphore permit, whose touches rewrite its data
+// unchanged (docs/design/queue.md).
 func (le *Lease) Version() int32 {
 	if le == nil {
 		return 0
@@ -82,22 +78,14 @@ func (le *Lease) Version() int32 {
 	return le.version
 }
 
-// CheckOp returns an operation for zk.Conn.Multi that succeeds only while
-// the lease's znode exists with the version it had when granted. Put it
-// first in a Multi so that the other operations apply only while the lease
-// holds: once the session expired or the lease was released, the znode is
-// gone and the whole Multi fails with zk.ErrNoNode.
+// CheckOp returns an operation for zk.Conn.Multi, on any connection, that
+// succeeds only while the lease's znode exists with its granted version:
+// first in a Multi, it makes the rest apply only while the lease holds.
 //
 //	ops := []any{lease.CheckOp(), &zk.SetDataRequest{Path: "/config", Data: b, Version: -1}}
 //	if _, err := conn.Multi(ops...); err != nil { ... } // nothing was written
 //
-// A Multi on any connection to the ensemble proves that the znode
-// existed, which is all a fence needs, since a deleted lease znode is
-// never re-created.
-//
-// For a nil or zero *Lease it returns a check of a version no znode has
-// (-2), on a path under the server's reserved /zookeeper that fencelock
-// never creates, so a Multi that starts with it writes nothing.
+// For a nil or zero *Lease it returns a check that always fails.
 func (le *Lease) CheckOp() *zk.CheckVersionRequest {
 	if !le.valid() {
 		return &zk.CheckVersionRequest{Path: "/zookeeper/fencelock: no lease", Version: -2}
@@ -106,9 +94,7 @@ func (le *Lease) CheckOp() *zk.CheckVersionRequest {
 }
 
 // Done returns a channel closed when the lease ends: released, lost, or
-// ended by Close.
-//
-// For a nil or zero *Lease, which holds nothing, it is already closed.
+// ended by Close (already closed for a nil or zero *Lease).
 func (le *Lease) Done() <-chan struct{} {
 	if !le.valid() {
 		return leasestate.Closed()
@@ -155,17 +141,14 @@ func (le *Lease) lose(cause error) {
 	}
 }
 
-// Release ends the lease and deletes its znode, guarded by its version.
-// The lease ends (Done closes, Err wraps [lock.ErrReleased]) before the
-// delete is sent, so that Done is closed before any waiter can be granted
-// the lock. Releasing an ended lease returns an error wrapping
-// [lock.ErrReleased] or [lock.ErrLost]; so does a Release that finds the
-// znode already gone ([lock.ErrLost], and Err then wraps ErrLost too once
-// Release has returned). If ctx ends or the connection fails
-// before the deletion is confirmed, the lease still ends, the znode is
-// deleted once the connection is back in the same session (or vanishes with
-// the session), and Release returns an error saying so. A nil ctx, or a
-// nil or zero *Lease, is an error wrapping [lock.ErrInvalidConfig].
+// Release ends the lease (Done closes, Err wraps [lock.ErrReleased])
+// before it sends the delete of its znode, guarded by its version.
+// Releasing an ended lease returns an error wrapping [lock.ErrReleased]
+// or [lock.ErrLost]; a znode found gone, one wrapping ErrLost (and Err
+// then does too). If ctx ends or the connection fails first, the znode
+// is deleted once the connection is back in the session (or goes with
+// it), and Release says so. A nil ctx, or a nil or zero *Lease, is an
+// error wrapping [lock.ErrInvalidConfig].
 func (le *Lease) Release(ctx context.Context) (err error) {
 	if !le.valid() {
 		return fmt.Errorf("zklock: release: %w", errNotLease())
@@ -188,9 +171,7 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 		return fmt.Errorf("zklock: release %q: %w", le.Name(), lock.ErrReleased)
 	}
 
-	// The lease ends before the delete is sent: the server may grant the
-	// lock to a waiter as soon as it applies the delete, before its answer
-	// comes back, and Done must be closed by then.
+	// Before the delete: the server may grant the lock before it answers.
 	le.end(fmt.Errorf("lease %q: %w", le.Name(), lock.ErrReleased))
 	if err := le.l.enter(); err != nil {
 		return nil // Close deletes the znode
@@ -206,8 +187,6 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 	case err == nil:
 		return nil
 	case errors.Is(err, zk.ErrNoNode):
-		// Lost before the Release: Err says so too from now on (Done was
-		// closed, with ErrReleased, before the delete was sent).
 		lost := fmt.Errorf("lease %q (token %d): %w: its znode was gone at release", le.Name(), le.czxid, lock.ErrLost)
 		le.st.LostAtRelease(lost)
 		return fmt.Errorf("zklock: release: %w", lost)
@@ -233,15 +212,11 @@ func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxi
 	mark := marker == "" && !l.denied.mark.Load() && isExclusivePath(path)
 	for range 3 {
 		_, err := call(ctx, l.g, nil, func() (struct{}, error) {
-			if mark {
-				// The release mark (see acquisition.waitFor): the data
-				// change tells the waiter behind that a holder went.
+			if mark { // the data change tells the waiter behind that a holder went
 				res, err := l.conn.Multi(&zk.SetDataRequest{Path: path, Data: []byte(l.o.Identity), Version: version},
 					&zk.DeleteRequest{Path: path, Version: version + 1})
 				if len(res) > 0 && errors.Is(res[0].Error, zk.ErrNoAuth) {
-					// The lock znodes' ACL does not let this Locker set
-					// their data: it deletes them plainly from now on,
-					// and the waiters behind list the queue again.
+					// May not set their data: delete plainly from now on.
 					mark = false
 					l.denied.mark.Store(true)
 					return struct{}{}, errMarkDenied
@@ -264,8 +239,7 @@ func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxi
 		if !errors.Is(err, zk.ErrBadVersion) {
 			return err
 		}
-		// Someone changed the znode's data; it is still ours if its czxid
-		// is.
+		// Someone changed the znode's data: still ours if its czxid is.
 		e, err := call(ctx, l.g, nil, statOf(l.conn, path))
 		if err != nil {
 			return err
@@ -286,11 +260,9 @@ var (
 // stopped reports whether Release has taken over.
 func (le *Lease) stopped() bool { return le.st.Releasing() }
 
-// checkMark lists the lock's queue once for a lease granted with no
-// listing (acquisition.waitFor) that is still held ownWatchDelay after its
-// grant, and ends it with lock.ErrLost unless the listing shows its znode
-// admitted: someone else could have set a lock znode's data by hand. A
-// listing that fails is left alone.
+// checkMark lists the queue once for a lease granted with no listing
+// (acquisition.waitFor) still held ownWatchDelay after its grant, and
+// ends it with lock.ErrLost unless the listing shows it admitted.
 func (le *Lease) checkMark() {
 	l := le.l
 	i := strings.LastIndexByte(le.path, '/')

@@ -23,9 +23,7 @@ const (
 	DefaultRoot = "/fencelock"
 
 	// DefaultSessionTimeout is the session timeout [Dial] asks the server
-	// for unless [WithSessionTimeout] says otherwise. The server may
-	// negotiate it into its [2, 20] × tickTime range; the Locker uses the
-	// negotiated value.
+	// for unless [WithSessionTimeout] says otherwise.
 	DefaultSessionTimeout = 10 * time.Second
 
 	// DefaultLossMarginFraction is the default loss margin as a fraction of
@@ -34,15 +32,11 @@ const (
 	DefaultLossMarginFraction = 2
 )
 
-// minLossMarginFraction says how small a loss margin can be and still
-// keep the promise on a default-configured ensemble: a third of the
-// negotiated session timeout, the most the leader's view of the session
-// can lag behind the client's last answered sync (see [WithLossMargin]).
-// A smaller margin is raised to it.
+// minLossMarginFraction: a margin below T/3, the most the leader's view
+// of the session can lag behind the client's, is raised to it.
 const minLossMarginFraction = 3
 
-// keepaliveFraction sets how often a Locker sends a sync of its own: every
-// twelfth of the session timeout.
+// keepaliveFraction: a Locker sends a sync every T/12.
 const keepaliveFraction = 12
 
 // backend is the value of the backend attribute of metrics and log lines.
@@ -53,9 +47,8 @@ const backend = "zookeeper"
 // wrapping [lock.ErrInvalidConfig].
 type Option func(*options)
 
-// options holds what the options set. The identity, logger and loss
-// margin, and their validation, are the ones every backend shares
-// (config.Common).
+// options holds what the options set; config.Common holds what every
+// backend shares.
 type options struct {
 	config.Common
 	root           string
@@ -70,13 +63,10 @@ type options struct {
 }
 
 // WithRoot sets the znode under which locks live (default [DefaultRoot]).
-// It accepts the same paths as etcdlock.WithPrefix, checked by the same
-// rule (see [lock.URLPath]): a valid lock name, with or without a leading
-// and a trailing slash, whose first segment is not "zookeeper" (reserved
-// by the server). ZooKeeper paths are always absolute, so "/myapp/locks",
-// "myapp/locks" and "myapp/locks/" all name the root /myapp/locks. A
-// missing root and its missing ancestors are created as persistent znodes
-// with the Locker's ACL on first use.
+// It accepts the paths etcdlock.WithPrefix accepts (see [lock.URLPath]),
+// but not a first segment "zookeeper"; "/myapp/locks", "myapp/locks" and
+// "myapp/locks/" all name /myapp/locks. A missing root is created, with
+// its ancestors, as persistent znodes on first use.
 func WithRoot(root string) Option {
 	return func(o *options) {
 		if ns, ok := o.SetNamespace("root", root); ok {
@@ -103,34 +93,27 @@ func WithSessionTimeout(d time.Duration) Option {
 }
 
 // WithIdentity sets the identity stored in each lock znode and reported by
-// [Locker.Holder] (default [lock.DefaultIdentity], "hostname/pid/random").
-// It must follow the rule of [lock.ValidateIdentity], the same on every
-// backend: 1 to 1024 bytes of UTF-8 without control characters.
+// [Locker.Holder] (default [lock.DefaultIdentity]). It must pass
+// [lock.ValidateIdentity].
 func WithIdentity(id string) Option {
 	return func(o *options) {
 		o.SetIdentity(id)
 	}
 }
 
-// WithACL sets the ACL of every znode the Locker creates: the root and
-// its missing ancestors, each lock's parent (and the intermediate znodes
-// of a multi-segment name), and each lease's znode. It must be non-empty.
-// Without it the ACL depends on the credentials:
+// WithACL sets the ACL of every znode the Locker creates (root, lock
+// parents, records). It must be non-empty. Without it the ACL depends on
+// the credentials:
 //
-//   - none: zk.WorldACL(zk.PermAll), anyone may do anything;
+//   - none: zk.WorldACL(zk.PermAll);
 //   - [WithDigest]: zk.DigestACL(zk.PermAll, user, password) plus
 //     zk.WorldACL(zk.PermRead);
 //   - [WithAuth] only: zk.AuthACL(zk.PermAll) plus zk.WorldACL(zk.PermRead).
 //
-// With credentials, then, only the Locker's own identity can queue for a
-// lock, delete a record or change one, and anyone can read, so Holder,
-// Holders and Observe work for other readers; another client's write is
-// refused with an error wrapping [lock.ErrPermission]. ACLs are not
-// inherited: a root created beforehand keeps its own. An ACL given here
-// must grant the Locker's identity READ, CREATE and DELETE on the root and
+// An ACL must grant the Locker READ, CREATE and DELETE on the root and
 // the lock parents and READ on its records, or its calls fail with
 // [lock.ErrPermission]; to let several identities share locks, give each
-// all permissions.
+// all permissions. A root created beforehand keeps its own ACL.
 func WithACL(acl []zk.ACL) Option {
 	return func(o *options) {
 		if len(acl) == 0 {
@@ -141,21 +124,16 @@ func WithACL(acl []zk.ACL) Option {
 	}
 }
 
-// WithLogger sets where the Locker and its go-zookeeper connection log
-// (default: slog.Default(), as in etcdlock). Connection chatter
-// is logged at debug level, session state changes and lost leases at info
-// and warn. Every line carries backend=zookeeper, and where they apply the
-// keys lock, token and session (the session ID, in hex). It must not be
-// nil or a zero slog.Logger (which has no handler).
+// WithLogger sets where the Locker and its connection log (default
+// slog.Default()): connection chatter at debug level, sessions and lost
+// leases at info and warn. It must not be nil or a zero slog.Logger.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) { o.SetLogger(l) }
 }
 
-// WithLockDelay sets the lock-delay d (default 0: none): when a lease of
-// this Locker ends without a clean Release, or its acquisition's session
-// ends while it waits, the next grant of its name waits d after the
-// grantee saw the record gone, so that the old holder's writes in flight
-// drain first. d must be positive. See "Lock-delay" in docs/design/zookeeper.md.
+// WithLockDelay sets the lock-delay d (default none): after a lease ends
+// without a clean Release, the next grant of its name waits d. d must be
+// positive. See "Lock-delay" in docs/design/zookeeper.md.
 func WithLockDelay(d time.Duration) Option {
 	return func(o *options) {
 		o.SetLockDelay(d)
@@ -185,15 +163,11 @@ func WithNameAttribute(f func(name string) string) Option {
 }
 
 // WithLossMargin sets how much earlier than the server could expire the
-// session a cut-off Locker declares its leases lost (default: half the
-// negotiated session timeout T, see [DefaultLossMarginFraction]): a lease
-// ends at the send time of the latest sync the servers answered plus T
-// minus the margin. It must be positive and at most five sixths of the
-// timeout given to [WithSessionTimeout]. A margin below T/3 cannot be
-// proved safe and is raised to T/3, with a warning; a negotiated timeout
-// too short for the margin is an error wrapping [lock.ErrInvalidConfig] at
-// Dial, and lowers the margin to 5T/6, with a warning, in a later session.
-// Why these bounds: docs/design/zookeeper-loss.md.
+// session a cut-off Locker declares its leases lost (default T/2, T the
+// negotiated session timeout). It must be positive and at most 5T/6; one
+// below T/3 is raised to T/3, with a warning. A negotiated timeout too
+// short for it fails Dial, and lowers it in a later session. Why:
+// docs/design/zookeeper-loss.md.
 func WithLossMargin(d time.Duration) Option {
 	return func(o *options) {
 		o.SetLossMargin(d)
@@ -228,8 +202,7 @@ func WithHostProvider(hp zk.HostProvider) Option {
 	}
 }
 
-// buildOptions applies opts over the defaults. Its errors carry no
-// package prefix: Dial and the URL driver add it.
+// buildOptions applies opts over the defaults (errors without prefix).
 func buildOptions(opts []Option) (*options, error) {
 	o := &options{
 		root:           DefaultRoot,
@@ -256,7 +229,7 @@ func (o *options) margin(timeout time.Duration) time.Duration {
 }
 
 // clampMargin returns the loss margin for a negotiated session timeout
-// and, when it is not the one asked for with WithLossMargin, why.
+// and, when it is not the one asked for, why.
 func (o *options) clampMargin(timeout time.Duration) (time.Duration, string) {
 	if o.LossMargin == 0 {
 		return timeout / DefaultLossMarginFraction, ""
@@ -270,8 +243,7 @@ func (o *options) clampMargin(timeout time.Duration) (time.Duration, string) {
 	return o.LossMargin, ""
 }
 
-// checkNegotiated says whether a margin given to WithLossMargin fits the
-// session timeout the server negotiated.
+// checkNegotiated says whether the margin fits the negotiated timeout.
 func (o *options) checkNegotiated(timeout time.Duration) error {
 	if o.LossMargin != 0 && o.LossMargin > maxMargin(timeout) {
 		return fmt.Errorf("%w: negotiated session timeout %v is too short for the loss margin %v: the margin must be at most five sixths of it (%v), so that the Locker can hear from the server before it stops trusting the session",
@@ -280,8 +252,7 @@ func (o *options) checkNegotiated(timeout time.Duration) error {
 	return nil
 }
 
-// maxMargin is the largest loss margin a session timeout allows: it
-// leaves two keepalive intervals.
+// maxMargin is the largest margin: it leaves two keepalive intervals.
 func maxMargin(timeout time.Duration) time.Duration {
 	return timeout - 2*(timeout/keepaliveFraction)
 }

@@ -18,10 +18,8 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// Authentication and ACLs. go-zookeeper sends the credentials of a
-// successful AddAuth again after each reconnect, before any other request,
-// so Dial sends them once. A wrong digest password is not refused at
-// AddAuth: its requests fail with zk.ErrNoAuth.
+// go-zookeeper sends the credentials of a successful AddAuth again after
+// each reconnect, so Dial sends them once.
 
 // authCred is one credential sent with AddAuth.
 type authCred struct {
@@ -34,15 +32,11 @@ type digest struct {
 	user, password string
 }
 
-// WithDigest authenticates every connection of the Locker with
-// ZooKeeper's digest scheme as user with password (AddAuth("digest",
-// "user:password"), re-sent after every reconnect), and, unless [WithACL]
-// says otherwise, makes everything the Locker creates owned by that user:
-// see [WithACL] for the default ACL. The user must be non-empty without
-// ':'; the password non-empty. A later WithDigest replaces an earlier one.
-//
-// Neither the password nor its digest appears in an error or log line of
-// the Locker.
+// WithDigest authenticates every connection of the Locker with the digest
+// scheme as user with password, and makes what the Locker creates that
+// user's (see [WithACL]). The user must be non-empty without ':'; the
+// password non-empty. A later WithDigest replaces an earlier one. The
+// password appears in no error or log line.
 func WithDigest(user, password string) Option {
 	return func(o *options) {
 		switch {
@@ -60,13 +54,9 @@ func WithDigest(user, password string) Option {
 	}
 }
 
-// WithAuth adds a credential of another scheme, sent with AddAuth on
-// every connection as WithDigest's is (for digest itself prefer
-// WithDigest, which also sets the default ACL). Unless WithDigest or
-// [WithACL] is given, the default ACL becomes zk.AuthACL(zk.PermAll),
-// which the server turns into every identity the creating connection has
-// authenticated, plus zk.PermRead for anyone. The scheme must be
-// non-empty and the secret non-empty; WithAuth may be given several
+// WithAuth adds a credential of another scheme, sent on every connection
+// as WithDigest's is; it changes the default ACL (see [WithACL]). The
+// scheme and the secret must be non-empty; WithAuth may be given several
 // times.
 func WithAuth(scheme string, secret []byte) Option {
 	return func(o *options) {
@@ -112,9 +102,8 @@ func (o *options) defaultACL() []zk.ACL {
 	}
 }
 
-// addAuth sends the Locker's credentials on its connection, again while
-// the connection fails under the request, until the server has them, ctx
-// ends or the server refuses the connection.
+// addAuth sends the Locker's credentials, again while the connection
+// fails under the request.
 func (l *Locker) addAuth(ctx context.Context) error {
 	for _, c := range l.o.creds() {
 		for {
@@ -130,8 +119,7 @@ func (l *Locker) addAuth(ctx context.Context) error {
 			if err := l.ss.awaitConnected(ctx, nil); err != nil {
 				return fmt.Errorf("add %s credentials: %w", c.scheme, err)
 			}
-			// awaitConnected sees the state; wait a little for a
-			// connection that flaps between connected and refused.
+			// Do not spin on a connection that flaps.
 			select {
 			case <-time.After(10 * time.Millisecond):
 			case <-ctx.Done():
@@ -143,27 +131,16 @@ func (l *Locker) addAuth(ctx context.Context) error {
 }
 
 // isRefusal reports whether err is the server refusing the client (see
-// secure.Refusal): zk.ErrNoAuth (an ACL does not let this identity do
-// it), zk.ErrAuthFailed (the server refused the credentials), or a TLS
-// handshake the server or the client refused.
+// secure.Refusal): an ACL, the credentials or a TLS handshake.
 func isRefusal(err error) bool {
-	return errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrAuthFailed) || isTLSRefusal(err)
+	return errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrAuthFailed) || isCertRefusal(err)
 }
 
-// WithTLS makes [Dial] speak TLS to the servers, which must be their
-// secure client ports (secureClientPort, with
-// serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory).
-// cfg is copied; when its ServerName is empty, each connection verifies
-// the host of the address it dials (an IP address is checked against the
-// certificate's IP SANs). Give cfg.Certificates for servers with
-// ssl.clientAuth=need. With [WithDialer], TLS runs over the connections
-// that dialer opens. cfg must not be nil.
-//
-// A handshake the server refuses (an untrusted, expired or missing client
-// certificate) or the client refuses (a server certificate it cannot
-// verify) makes Dial and the calls waiting for a connection return an
-// error wrapping [lock.ErrPermission] at once, instead of trying again
-// until their context ends.
+// WithTLS makes [Dial] speak TLS to the servers' secure client ports.
+// cfg, not nil, is copied; with an empty ServerName each connection
+// verifies the host it dials. A handshake refused on either side makes
+// Dial and the calls waiting for a connection return an error wrapping
+// [lock.ErrPermission] at once.
 func WithTLS(cfg *tls.Config) Option {
 	return func(o *options) {
 		if cfg == nil {
@@ -174,10 +151,8 @@ func WithTLS(cfg *tls.Config) Option {
 	}
 }
 
-// refusals records why the servers last refused the Locker's connection
-// (a TLS handshake refused, on either side), until a connection gets
-// through. Calls that wait for a connection give up with that error
-// instead of waiting for the next attempt, which would be refused too.
+// refusals records why the servers last refused the Locker's connection,
+// until a connection gets through, for the calls that wait for one.
 type refusals struct {
 	mu     sync.Mutex
 	err    error // wraps lock.ErrPermission; nil once a connection got through
@@ -212,8 +187,8 @@ func (r *refusals) last() error {
 	return r.err
 }
 
-// tlsDialer returns a dialer that opens a connection with base and runs
-// a TLS handshake on it, within the dial's timeout.
+// tlsDialer returns a dialer that runs a TLS handshake over base's
+// connections, within the dial's timeout.
 func tlsDialer(base zk.Dialer, cfg *tls.Config, r *refusals) zk.Dialer {
 	return func(network, addr string, timeout time.Duration) (net.Conn, error) {
 		deadline := time.Now().Add(timeout)
@@ -231,7 +206,7 @@ func tlsDialer(base zk.Dialer, cfg *tls.Config, r *refusals) zk.Dialer {
 		_ = tc.SetDeadline(deadline)
 		if err := tc.Handshake(); err != nil {
 			raw.Close()
-			if isTLSRefusal(err) {
+			if isCertRefusal(err) {
 				r.refuse(err)
 			}
 			return nil, err
@@ -241,9 +216,8 @@ func tlsDialer(base zk.Dialer, cfg *tls.Config, r *refusals) zk.Dialer {
 	}
 }
 
-// watchedConn reports what the first read says: under TLS 1.3 the server
-// checks the client's certificate after the client has finished its half
-// of the handshake, so its refusal arrives as an alert on the first read.
+// watchedConn reports what the first read says: under TLS 1.3 a refusal
+// of the client's certificate arrives as an alert on the first read.
 type watchedConn struct {
 	net.Conn
 	r    *refusals
@@ -255,17 +229,15 @@ func (c *watchedConn) Read(b []byte) (int, error) {
 	if n > 0 && !c.seen.Swap(true) {
 		c.r.accept()
 	}
-	if err != nil && isTLSRefusal(err) {
+	if err != nil && isCertRefusal(err) {
 		c.r.refuse(err)
 	}
 	return n, err
 }
 
-// isTLSRefusal reports whether err is a TLS handshake refused for want of
-// trust: the client could not verify the server's certificate, or the
-// server sent an alert that refuses the client's (or its missing)
-// certificate.
-func isTLSRefusal(err error) bool {
+// isCertRefusal reports whether err is a TLS handshake refused over a
+// certificate, by either side.
+func isCertRefusal(err error) bool {
 	if secure.Unverified(err) {
 		return true
 	}
@@ -289,10 +261,8 @@ func isTLSRefusal(err error) bool {
 	return false
 }
 
-// refusingAlert reports whether a TLS alert code refuses trust (RFC 8446
-// section 6.2): handshake_failure, bad_certificate,
-// unsupported_certificate, certificate_revoked, certificate_expired,
-// certificate_unknown, unknown_ca, access_denied, certificate_required.
+// refusingAlert reports whether a TLS alert code (RFC 8446 section 6.2)
+// refuses trust.
 func refusingAlert(code uint8) bool {
 	switch code {
 	case 40, 42, 43, 44, 45, 46, 48, 49, 116:

@@ -360,7 +360,7 @@ func (a *acquisition) touchMissed(pred string, v int32) bool {
 // see queue.WaitsForTouch). The read's result carries the channel the
 // table hands the event to (see waitDeletion and waitChange); stop
 // forgets the wait.
-func (t *leaseTable) watch(path string, change bool) (read func() (exists, error), stop func()) {
+func (t *leaseTable) watch(path string, change bool) (func() (exists, error), func()) {
 	read, wait := deletionW(t.conn, path), t.waitDeletion
 	if change {
 		read, wait = statOf(t.conn, path), t.waitChange
