@@ -161,10 +161,10 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 		return nil, err
 	}
 	a.z.own = a.z.path[len(a.parent)+1:]
-	a.l.tab.track(a.z.path)
+	a.l.watch.track(a.z.path)
 	le, err := a.queueUp(ctx)
 	if err != nil {
-		a.l.tab.untrack(a.z.path)
+		a.l.watch.untrack(a.z.path)
 		a.l.discard(a.z.path, a.z.marker)
 		return nil, err
 	}
@@ -293,10 +293,10 @@ func (a *acquisition) grant(ctx context.Context, touch bool) (*Lease, error) {
 		version: a.z.version,
 		byMark:  a.fast.marked,
 	}
-	if err := a.l.tab.hold(le); err != nil {
+	if err := a.l.watch.hold(le); err != nil {
 		return nil, err
 	}
-	a.l.tab.armLater(le)
+	a.l.watch.armLater(le)
 	return le, nil
 }
 
@@ -557,7 +557,7 @@ func (a *acquisition) list(ctx context.Context) ([]string, []queue.Request, int3
 		q, reqs := lockQueue(kids.names)
 		return q, reqs, kids.stat.Cversion, nil
 	}
-	l.tab.track(a.z.path)
+	l.watch.track(a.z.path)
 	fc := start(l.g, childrenOf(l.conn, a.parent), nil)
 	fe := start(l.g, statOf(l.conn, a.z.path), nil)
 	kids, errC := fc.wait(ctx, l.g, a.s)

@@ -30,17 +30,17 @@ type keepalive struct {
 	// session timeout other than the last one.
 	onTimeout func(time.Duration)
 	// onConnect, if set, is called the same way after each handshake that
-	// brings a session (a new connection: see leaseTable.rearmAll), after
+	// brings a session (a new connection: see recordWatcher.rearmAll), after
 	// connected is raised.
 	onConnect func()
 	connected atomic.Int64 // handshakes that brought a session
 
 	// wantsChange, if set, reports whether a plain exists request for
 	// path should go with the watch flag (see trackedConn.watchFlag): a waiter
-	// waits for that znode's change (leaseTable.waitChange).
+	// waits for that znode's change (recordWatcher.waitChange).
 	wantsChange func(path []byte) bool
 	// wantsChildren, if set, reports whether a plain listing of the
-	// znode at path should set a watch (see leaseTable.waitChildren).
+	// znode at path should set a watch (see recordWatcher.waitChildren).
 	wantsChildren func(path []byte) bool
 }
 

@@ -126,7 +126,7 @@ func (le *Lease) end(err error) bool {
 	if !le.st.End(err) {
 		return false
 	}
-	le.l.tab.untrack(le.path)
+	le.l.watch.untrack(le.path)
 	if errors.Is(err, lock.ErrLost) {
 		le.l.o.Logger.Warn("zklock: lease lost", config.LogLock, le.Name(), config.LogToken, le.czxid, config.LogSession, fmt.Sprintf("0x%x", le.s.id), "path", le.path, config.LogErr, err)
 	}

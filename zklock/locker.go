@@ -20,7 +20,7 @@ import (
 
 // Locker grants leases on locks stored under its root znode. It is safe for
 // concurrent use. Its parts: sessions (session.go), keepalive
-// (keepalive.go), the lease table (leases.go, watch.go) and the janitor
+// (keepalive.go), the record watcher (watch.go) and the janitor
 // (cleanup.go).
 type Locker struct {
 	conn   *zk.Conn
@@ -29,7 +29,7 @@ type Locker struct {
 	g      *group
 	ss     *sessions
 	jan    *janitor
-	tab    *leaseTable
+	watch  *recordWatcher
 	life   lifetime
 	denied denials
 }
@@ -109,9 +109,9 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 // packet through the dialer's wrapper.
 func (l *Locker) connect(servers []string) (*zk.Conn, error) {
 	o, ka := l.o, l.ss.loss.ka
-	ka.onHeard, ka.onTimeout, ka.onConnect = l.ss.heard, l.negotiatedTimeout, l.tab.connect
-	ka.wantsChange = l.tab.wantsChange
-	ka.wantsChildren = l.tab.wantsChildren
+	ka.onHeard, ka.onTimeout, ka.onConnect = l.ss.heard, l.negotiatedTimeout, l.watch.connect
+	ka.wantsChange = l.watch.wantsChange
+	ka.wantsChildren = l.watch.wantsChildren
 	dialer := o.dialer
 	if dialer == nil {
 		dialer = net.DialTimeout
@@ -133,7 +133,7 @@ func (l *Locker) connect(servers []string) (*zk.Conn, error) {
 		// wakes.
 		zk.WithEventCallback(func(ev zk.Event) {
 			if ev.Type != zk.EventSession {
-				l.tab.route(ev)
+				l.watch.route(ev)
 				return
 			}
 			l.ss.event(ev)
@@ -170,17 +170,17 @@ func newLocker(o *options) *Locker {
 	l.ss = newSessions(o.clock, ka, o, g.closing)
 	l.ss.journal.tel = tel
 	l.jan = newJanitor(g, o.Logger)
-	l.tab = newLeaseTable(g, l.ss, l.jan)
-	l.ss.hooks.onEnd, l.ss.hooks.onHealthy = l.tab.sessionEnd, l.jan.wakeIfPending
+	l.watch = newRecordWatcher(g, l.ss, l.jan)
+	l.ss.hooks.onEnd, l.ss.hooks.onHealthy = l.watch.sessionEnd, l.jan.wakeIfPending
 	return l
 }
 
 // start gives the parts the connection and starts their goroutines.
 func (l *Locker) start(conn *zk.Conn) {
-	l.conn, l.ss.conn, l.jan.conn, l.tab.conn = conn, conn, conn, conn
+	l.conn, l.ss.conn, l.jan.conn, l.watch.conn = conn, conn, conn, conn
 	l.g.spawn(l.ss.run)
 	l.g.spawn(l.jan.run)
-	l.g.spawn(l.tab.run)
+	l.g.spawn(l.watch.run)
 }
 
 // Acquire blocks until it holds the lock called name, ctx ends, the Locker

@@ -272,7 +272,7 @@ type childrenWatch struct {
 // children lists the parent's children and sets a child watch; stop
 // forgets the watch.
 func (o *observation) children(ctx context.Context) (r childrenWatch, stop func(), err error) {
-	mine, stop := o.l.tab.waitChildren(o.parent)
+	mine, stop := o.l.watch.waitChildren(o.parent)
 	r, err = call(ctx, o.l.g, nil, func() (childrenWatch, error) {
 		n, st, err := o.l.conn.Children(o.parent) // the wrapper sets the watch flag
 		return childrenWatch{n, st, mine}, err
@@ -288,7 +288,7 @@ func (o *observation) children(ctx context.Context) (r childrenWatch, stop func(
 // its creation, and the function that forgets it; again says that it
 // exists by now: list again.
 func (o *observation) absent(ctx context.Context) (w <-chan zk.Event, stop func(), again bool, err error) {
-	read, stop := o.l.tab.watch(o.parent, true)
+	read, stop := o.l.watch.watch(o.parent, true)
 	e, err := call(ctx, o.l.g, nil, read)
 	if err != nil || e.ok {
 		stop()

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -16,25 +17,244 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// One goroutine of the Locker, the lease table's run, ends the leases of
-// ended sessions and acts on the watch events that route takes from the
-// connection's global event stream, by path; a deletion reported before
-// a grant is kept in the table's entry and acted on at the grant. See
-// docs/design/zookeeper.md, "Watches".
+// recordWatcher keeps the table of the Locker's own lock znodes (those of
+// acquisitions and of held leases) and hands out the watch events of the
+// connection's global stream, by path (docs/design/zookeeper.md,
+// "Watches"). Its goroutine, run, ends the leases of ended sessions and
+// acts on the events of held leases; everyone else records and wakes.
+type recordWatcher struct {
+	conn *zk.Conn
+	g    *group
+	ss   *sessions
+	jan  *janitor
+	sig  tableSignals
 
-// ownWatchDelay is how long after a grant the watch on the lease's own
-// znode is set, so that a short critical section costs no watch event for
-// its own release; setting the watch reads the znode.
+	mu      sync.Mutex
+	watched map[string]*watchEntry // the znodes of acquisitions and held leases, by path
+	waits   waits                  // the waits of acquisitions and observations
+	pending []nodeEvent            // events for held leases, for run
+	arming  arming                 // held leases whose watch is not set yet
+}
+
+// tableSignals tell run, without its lock, that it has work.
+type tableSignals struct {
+	kick         chan struct{} // wakes run
+	sessionEnded atomic.Bool   // a session ended; run has not ended its leases yet
+	reconnected  atomic.Bool   // a new connection; run has not set the leases' watches again
+}
+
+// waits are the waits for watch events, by path (waitChildren,
+// waitChange).
+type waits struct {
+	children map[string][]chan zk.Event
+	change   map[string][]chan zk.Event
+}
+
+// arming is the held leases whose watch is not set yet, oldest first
+// (armLater), and the timer for the oldest.
+type arming struct {
+	due   []pendingArm
+	timer *time.Timer
+}
+
+func newRecordWatcher(g *group, ss *sessions, jan *janitor) *recordWatcher {
+	return &recordWatcher{
+		g:       g,
+		ss:      ss,
+		jan:     jan,
+		sig:     tableSignals{kick: make(chan struct{}, 1)},
+		watched: make(map[string]*watchEntry),
+		waits:   waits{children: make(map[string][]chan zk.Event), change: make(map[string][]chan zk.Event)},
+	}
+}
+
+// waitChildren returns a channel that gets the next change of the
+// children of the znode at path, or its deletion (a lock znode has no
+// children: its deletion): the waiter sets the watch with a plain
+// listing, which trackedConn sends with the watch flag (isDeletionWatch,
+// wantsChildren). Every handshake ends each wait with an
+// EventNotWatching, so that the waiter watches anew. stop forgets the
+// wait.
+func (t *recordWatcher) waitChildren(path string) (<-chan zk.Event, func()) {
+	return t.wait(t.waits.children, path)
+}
+
+// waitChange is waitChildren for the next change of the znode at path
+// (data, deletion, or creation), watched with a plain exists
+// (wantsChange).
+func (t *recordWatcher) waitChange(path string) (<-chan zk.Event, func()) {
+	return t.wait(t.waits.change, path)
+}
+
+// wantsChildren reports whether a wait for the children of the znode at
+// path is registered (keepalive.wantsChildren).
+func (t *recordWatcher) wantsChildren(path []byte) bool { return t.wants(t.waits.children, path) }
+
+// wantsChange reports whether a wait for the change of the znode at path
+// is registered (keepalive.wantsChange).
+func (t *recordWatcher) wantsChange(path []byte) bool { return t.wants(t.waits.change, path) }
+
+// wants reports whether a wait in m for the znode at path is registered.
+func (t *recordWatcher) wants(m map[string][]chan zk.Event, path []byte) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(m[string(path)]) > 0
+}
+
+func (t *recordWatcher) wait(m map[string][]chan zk.Event, path string) (<-chan zk.Event, func()) {
+	ch := make(chan zk.Event, 1)
+	t.mu.Lock()
+	m[path] = append(m[path], ch)
+	t.mu.Unlock()
+	return ch, func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		ws := m[path]
+		for i, w := range ws {
+			if w == ch {
+				ws = append(ws[:i:i], ws[i+1:]...)
+				break
+			}
+		}
+		if len(ws) == 0 {
+			delete(m, path)
+		} else {
+			m[path] = ws
+		}
+	}
+}
+
+// notifyWaitersLocked hands ev to every wait in m for path, and forgets
+// them.
+func notifyWaitersLocked(m map[string][]chan zk.Event, path string, ev zk.Event) {
+	for _, ch := range m[path] {
+		ch <- ev // buffered, and each wait gets one event at most
+	}
+	delete(m, path)
+}
+
+// watchEntry is the Locker's view of one of its own lock znodes.
+type watchEntry struct {
+	lease   *Lease // nil until granted
+	deleted bool   // a deletion event arrived before the grant
+}
+
+// nodeEvent is a watch event on a held lease's znode, for run.
+type nodeEvent struct {
+	path string
+	typ  zk.EventType
+}
+
+// track starts routing events on path, the znode of an acquisition, before
+// its first watch is set. It also forgets what earlier events said, for a
+// new watch.
+func (t *recordWatcher) track(path string) {
+	t.mu.Lock()
+	if e := t.watched[path]; e != nil && e.lease == nil {
+		e.deleted = false
+	} else if e == nil {
+		t.watched[path] = &watchEntry{}
+	}
+	t.mu.Unlock()
+}
+
+// untrack stops routing events on path.
+func (t *recordWatcher) untrack(path string) {
+	t.mu.Lock()
+	delete(t.watched, path)
+	t.mu.Unlock()
+}
+
+// deletedBeforeGrant reports whether a deletion of the tracked znode at
+// path was routed before its grant.
+func (t *recordWatcher) deletedBeforeGrant(path string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.watched[path]
+	return e != nil && e.deleted
+}
+
+// connect tells run that a new connection has a session (keepalive's
+// onConnect).
+func (t *recordWatcher) connect() {
+	t.mu.Lock()
+	for _, m := range []map[string][]chan zk.Event{t.waits.children, t.waits.change} {
+		for path := range m {
+			notifyWaitersLocked(m, path, zk.Event{Type: zk.EventNotWatching, State: zk.StateHasSession, Path: path})
+		}
+	}
+	t.mu.Unlock()
+	t.sig.reconnected.Store(true)
+	t.wake()
+}
+
+// sessionEnd tells run that a session ended (sessions' onEnd).
+func (t *recordWatcher) sessionEnd() {
+	t.sig.sessionEnded.Store(true)
+	t.wake()
+}
+
+func (t *recordWatcher) wake() {
+	select {
+	case t.sig.kick <- struct{}{}:
+	default:
+	}
+}
+
+// hold makes le a held lease, unless its session ended or the Locker
+// closed: it starts following le's session and le's znode. The watch on
+// the znode is the caller's to arrange (armLater); a deletion routed
+// before that, since the acquisition's last listing, ends the lease now.
+func (t *recordWatcher) hold(le *Lease) error {
+	t.mu.Lock()
+	if ended(le.s) {
+		t.mu.Unlock()
+		return le.s.err
+	}
+	if t.ss.isClosed() {
+		t.mu.Unlock()
+		return lock.ErrClosed
+	}
+	e := t.watched[le.path]
+	if e == nil { // not tracked: cannot happen, but armLater still watches it
+		e = &watchEntry{}
+		t.watched[le.path] = e
+	}
+	e.lease = le
+	deleted := e.deleted
+	e.deleted = false
+	t.mu.Unlock()
+	if deleted {
+		le.lose(znodeDeleted(le.path))
+	}
+	return nil
+}
+
+// held returns the held leases.
+func (t *recordWatcher) held() []*Lease {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var les []*Lease
+	for _, e := range t.watched {
+		if e.lease != nil {
+			les = append(les, e.lease)
+		}
+	}
+	return les
+}
+
+// ownWatchDelay is how long after a grant the watch on the lease's znode
+// is set, so that a short critical section costs no watch event.
 const ownWatchDelay = 50 * time.Millisecond
 
 // route handles one event of the connection's global stream. It runs on
 // go-zookeeper's reading goroutine, so it only records and wakes.
-func (t *leaseTable) route(ev zk.Event) {
+func (t *recordWatcher) route(ev zk.Event) {
 	switch ev.Type {
 	case zk.EventNodeDeleted, zk.EventNodeChildrenChanged, zk.EventNodeDataChanged, zk.EventNodeCreated:
 		t.mu.Lock()
 		if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeChildrenChanged {
-			notifyWaitersLocked(t.waits.deletion, ev.Path, ev)
+			notifyWaitersLocked(t.waits.children, ev.Path, ev)
 		}
 		if ev.Type != zk.EventNodeChildrenChanged {
 			notifyWaitersLocked(t.waits.change, ev.Path, ev)
@@ -67,7 +287,7 @@ func (t *leaseTable) route(ev zk.Event) {
 // run ends the leases of ended sessions and acts on the events routed to
 // held leases, until Close; before it returns it ends every lease left
 // (Close has ended the session by then).
-func (t *leaseTable) run() {
+func (t *recordWatcher) run() {
 	for {
 		closing := false
 		select {
@@ -101,7 +321,7 @@ func (t *leaseTable) run() {
 // leases waiting for their watch are due in grant order, and the timer is
 // set for the oldest. A grant therefore costs no timer and no wake-up of
 // run of its own; run arms whatever is due when the timer fires.
-func (t *leaseTable) armLater(le *Lease) {
+func (t *recordWatcher) armLater(le *Lease) {
 	due := time.Now().Add(ownWatchDelay)
 	t.mu.Lock()
 	t.arming.due = append(t.arming.due, pendingArm{le, due})
@@ -123,7 +343,7 @@ type pendingArm struct {
 
 // armDue sets the watches that armLater made due, on the leases still held,
 // and sets the timer for the next one.
-func (t *leaseTable) armDue() {
+func (t *recordWatcher) armDue() {
 	now := time.Now()
 	t.mu.Lock()
 	n := 0
@@ -153,7 +373,7 @@ func (t *leaseTable) armDue() {
 }
 
 // endSessionLeases ends every lease whose session has ended.
-func (t *leaseTable) endSessionLeases() {
+func (t *recordWatcher) endSessionLeases() {
 	for _, le := range t.held() {
 		if !ended(le.s) || le.stopped() {
 			continue // still held, or Release ends it
@@ -169,7 +389,7 @@ func (t *leaseTable) endSessionLeases() {
 }
 
 // handleEvents acts on the events routed to held leases.
-func (t *leaseTable) handleEvents() {
+func (t *recordWatcher) handleEvents() {
 	t.mu.Lock()
 	evs := t.pending
 	t.pending = nil
@@ -201,12 +421,12 @@ func (t *leaseTable) handleEvents() {
 // rearm sets a new deletion watch on a held lease's znode, and ends the
 // lease if the znode is gone. It also runs when a data change event for
 // the znode arrives from another watch on the same connection.
-func (t *leaseTable) rearm(le *Lease) {
+func (t *recordWatcher) rearm(le *Lease) {
 	t.g.spawn(func() { t.arm(le) })
 }
 
 // arm is rearm on the caller's goroutine.
-func (t *leaseTable) arm(le *Lease) {
+func (t *recordWatcher) arm(le *Lease) {
 	for {
 		r, err := call(t.g.bg, t.g, le.s, deletionW(t.conn, le.path))
 		if le.stopped() || le.endErr() != nil {
@@ -236,7 +456,7 @@ const rearmParallel = 32
 // rearmAll sets again the watches of the held leases after a new
 // connection, which go-zookeeper does not do for them; a
 // znode deleted meanwhile is found missing, and its lease ends.
-func (t *leaseTable) rearmAll() {
+func (t *recordWatcher) rearmAll() {
 	les := t.held()
 	t.mu.Lock()
 	due := make(map[*Lease]bool, len(t.arming.due))
@@ -312,7 +532,7 @@ func (a *acquisition) wait(ctx context.Context, d decision) (decision, error) {
 func (a *acquisition) watch(ctx context.Context, d decision) (zk.EventType, error) {
 	futures := make([]*future[exists], len(d.watched))
 	for n, j := range d.watched {
-		read, stop := a.l.tab.watch(a.parent+"/"+d.q[j], d.touchWakes)
+		read, stop := a.l.watch.watch(a.parent+"/"+d.q[j], d.touchWakes)
 		defer stop()
 		futures[n] = start(a.l.g, read, nil)
 	}
@@ -358,10 +578,10 @@ func (a *acquisition) touchMissed(pred string, v int32) bool {
 // watch returns a read of the record at path that sets a watch firing
 // on its deletion or, with change, on any change of it (a touch waiter's:
 // see queue.WaitsForTouch). The read's result carries the channel the
-// table hands the event to (see waitDeletion and waitChange); stop
+// table hands the event to (see waitChildren and waitChange); stop
 // forgets the wait.
-func (t *leaseTable) watch(path string, change bool) (func() (exists, error), func()) {
-	read, wait := deletionW(t.conn, path), t.waitDeletion
+func (t *recordWatcher) watch(path string, change bool) (func() (exists, error), func()) {
+	read, wait := deletionW(t.conn, path), t.waitChildren
 	if change {
 		read, wait = statOf(t.conn, path), t.waitChange
 	}
@@ -398,7 +618,7 @@ func (a *acquisition) byMark(d decision) bool {
 func (a *acquisition) waitFor(ctx context.Context, pred string, head bool) (decision, error) {
 	// The exists goes with the watch flag because the wait is registered
 	// (keepalive.wantsChange).
-	read, stop := a.l.tab.watch(a.parent+"/"+pred, true)
+	read, stop := a.l.watch.watch(a.parent+"/"+pred, true)
 	defer stop()
 	p, err := call(ctx, a.l.g, a.s, read)
 	if err != nil {
@@ -432,7 +652,7 @@ func (a *acquisition) waitFor(ctx context.Context, pred string, head bool) (deci
 // without a listing (see waitFor); the lease is checked once if it is
 // still held ownWatchDelay after the grant.
 func (a *acquisition) unlisted() (decision, error) {
-	if a.l.tab.deletedBeforeGrant(a.z.path) {
+	if a.l.watch.deletedBeforeGrant(a.z.path) {
 		return decision{}, a.deleted()
 	}
 	a.fast.marked = true

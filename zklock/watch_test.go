@@ -15,16 +15,16 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// TestLeaseTable drives the lease table by hand (no connection, its
+// TestRecordWatcher drives the record watcher by hand (no connection, its
 // goroutine not started): events before the grant are kept for it, events
 // for held leases are routed, and leases end with their session.
-func TestLeaseTable(t *testing.T) {
+func TestRecordWatcher(t *testing.T) {
 	o, err := buildOptions([]Option{WithSessionTimeout(time.Second), WithLogger(slog.New(slog.DiscardHandler))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := newLocker(o)
-	tab := l.tab
+	tab := l.watch
 	s := &session{id: 1, done: make(chan struct{})}
 	n := 0
 	newLease := func() *Lease {
@@ -135,15 +135,15 @@ func containsLease(les []*Lease, le *Lease) bool {
 	return false
 }
 
-// dialTable returns the lease table of a Locker from Dial, without its
+// dialTable returns the record watcher of a Locker, without its
 // connection and goroutines.
-func dialTable(t *testing.T) *leaseTable {
+func dialTable(t *testing.T) *recordWatcher {
 	t.Helper()
 	o, err := buildOptions([]Option{WithSessionTimeout(time.Second), WithLogger(slog.New(slog.DiscardHandler))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newLocker(o).tab
+	return newLocker(o).watch
 }
 
 // pending returns the event waiting in ch, if there is one.
@@ -164,10 +164,10 @@ func TestWaitDeletion(t *testing.T) {
 	tab := dialTable(t)
 	got := pending
 
-	a1, stopA1 := tab.waitDeletion("/l/x/~a")
-	a2, _ := tab.waitDeletion("/l/x/~a")
-	b, stopB := tab.waitDeletion("/l/x/~b")
-	stopped, stop := tab.waitDeletion("/l/x/~a")
+	a1, stopA1 := tab.waitChildren("/l/x/~a")
+	a2, _ := tab.waitChildren("/l/x/~a")
+	b, stopB := tab.waitChildren("/l/x/~b")
+	stopped, stop := tab.waitChildren("/l/x/~a")
 	stop()
 	tab.route(zk.Event{Type: zk.EventNodeDataChanged, Path: "/l/x/~a"}) // not a deletion: not for the waits
 	if _, ok := got(a1); ok {
@@ -197,7 +197,7 @@ func TestWaitDeletion(t *testing.T) {
 	}
 	stopB()
 	tab.mu.Lock()
-	left := len(tab.waits.deletion)
+	left := len(tab.waits.children)
 	tab.mu.Unlock()
 	if left != 0 {
 		t.Errorf("%d paths still have waits; want none", left)
@@ -216,7 +216,7 @@ func TestWaitChange(t *testing.T) {
 	if tab.wantsChange([]byte(p)) {
 		t.Fatal("wantsChange before any wait = true")
 	}
-	del, stopDel := tab.waitDeletion(p)
+	del, stopDel := tab.waitChildren(p)
 	defer stopDel()
 	ch, stop := tab.waitChange(p)
 	if !tab.wantsChange([]byte(p)) || tab.wantsChange([]byte("/l/x/~b")) {
