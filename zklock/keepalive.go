@@ -23,25 +23,17 @@ type keepalive struct {
 	timeout   atomic.Int64 // negotiated session timeout, nanoseconds
 	sessionID atomic.Int64 // 0 until a handshake, and after an expiry
 
-	// onHeard, if set, is called (from go-zookeeper's reading goroutine,
-	// so it must not block) each time heard advances.
-	onHeard func()
-	// onTimeout, if set, is called the same way when a handshake brings a
-	// session timeout other than the last one.
-	onTimeout func(time.Duration)
-	// onConnect, if set, is called the same way after each handshake that
-	// brings a session (a new connection: see recordWatcher.rearmAll), after
-	// connected is raised.
-	onConnect func()
 	connected atomic.Int64 // handshakes that brought a session
 
-	// wantsChange, if set, reports whether a plain exists request for
-	// path should go with the watch flag (see trackedConn.watchFlag): a waiter
-	// waits for that znode's change (recordWatcher.waitChange).
-	wantsChange func(path []byte) bool
-	// wantsChildren, if set, reports whether a plain listing of the
-	// znode at path should set a watch (see recordWatcher.waitChildren).
-	wantsChildren func(path []byte) bool
+	// The hooks, if set, are called from go-zookeeper's reading goroutine,
+	// so they must not block: when heard advances, when a handshake brings
+	// another session timeout, after a handshake that brings a session,
+	// and to ask whether a plain exists or listing of path goes with the
+	// watch flag (trackedConn.watchFlag).
+	onHeard                    func()
+	onTimeout                  func(time.Duration)
+	onConnect                  func()
+	wantsChange, wantsChildren func(path []byte) bool
 }
 
 // deadline returns the moment the leader may expire the session, of
@@ -57,9 +49,8 @@ func (ka *keepalive) deadline(timeout time.Duration, margin func(time.Duration) 
 // negotiated returns the session timeout of the latest handshake, or 0.
 func (ka *keepalive) negotiated() time.Duration { return time.Duration(ka.timeout.Load()) }
 
-// markHeard records that the leader answered a request sent at sent. An
-// answer to an older request than the latest one answered (connections
-// overlap while go-zookeeper reconnects) does not move the mark back.
+// markHeard records that the leader answered a request sent at sent; it
+// never moves the mark back.
 func (ka *keepalive) markHeard(sent time.Time) {
 	ns := sent.UnixNano()
 	for {
@@ -87,9 +78,8 @@ func (ka *keepalive) wrap(next zk.Dialer) zk.Dialer {
 	}
 }
 
-// trackedConn frames both directions of one connection. go-zookeeper
-// writes from one goroutine at a time and reads from one goroutine at a
-// time, but the two run concurrently.
+// trackedConn frames both directions of one connection. go-zookeeper has
+// one writer and one reader at a time, concurrent with each other.
 type trackedConn struct {
 	net.Conn
 	ka *keepalive
@@ -108,9 +98,8 @@ type trackedConn struct {
 	rb readBuf // reader side
 }
 
-// readBuf is what the last read from the connection brought and
-// go-zookeeper has not taken yet (buf[pos:end]), and the error that read
-// returned with it, for the read after.
+// readBuf is what the last read brought that go-zookeeper has not taken
+// yet (buf[pos:end]), and the error that read returned.
 type readBuf struct {
 	buf      []byte
 	pos, end int
@@ -121,10 +110,8 @@ type readBuf struct {
 // reader.
 func (c *trackedConn) buffered() int { return c.rb.end - c.rb.pos }
 
-// readBufSize is how much one read from the connection asks for. go-zookeeper
-// reads every packet in two (its length, then the rest), and a reply or
-// event is usually far smaller: with the buffer, both come from one
-// system call, and so do packets that arrived together.
+// readBufSize is how much one read asks for: go-zookeeper reads every
+// packet in two, which the buffer serves from one system call.
 const readBufSize = 4096
 
 // request is what trackedConn remembers of a request until its reply.
@@ -154,11 +141,8 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 		c.mu.Unlock()
 	})
 	if err != nil {
-		// go-zookeeper v1.0.4 must never see a write fail: it would answer
-		// the request twice, the second time with a blocking send that can
-		// hang its loop for good (go-zookeeper/zk#163). Closed here, the
-		// connection fails on the reading side, and each pending request
-		// is answered once.
+		// go-zookeeper v1.0.4 must never see a write fail: it could hang
+		// (go-zookeeper/zk#163). Closed, the connection fails on reading.
 		_ = c.Conn.Close()
 		return len(p), nil
 	}
@@ -193,8 +177,7 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 }
 
 // watchFlag reports whether the request p, one whole packet, goes with
-// the watch flag set: isDeletionWatch, or a plain listing or exists of a
-// znode some waiter waits on (wantsChildren, wantsChange).
+// the watch flag set: isDeletionWatch, or a waiter waits on its path.
 func (c *trackedConn) watchFlag(p []byte) bool {
 	if isDeletionWatch(p) {
 		return true
@@ -206,8 +189,7 @@ func (c *trackedConn) watchFlag(p []byte) bool {
 	return ok && c.ka.wantsChange != nil && c.ka.wantsChange(path)
 }
 
-// received handles one whole packet from the server; body holds up to its
-// first frameKeep bytes.
+// received handles one packet from the server (up to frameKeep bytes).
 func (c *trackedConn) received(body []byte) {
 	if !c.handshakeDone {
 		c.handshakeDone = true
@@ -253,8 +235,7 @@ func (c *trackedConn) pop() (request, bool) {
 	return t, true
 }
 
-// frameKeep is how much of each packet body frames keeps: enough for a
-// connect response with its password.
+// frameKeep is how much of each packet frames keeps: a connect response.
 const frameKeep = 64
 
 // frames splits a byte stream into ZooKeeper's length-prefixed packets.
@@ -294,10 +275,8 @@ func (f *frames) feed(p []byte, done func(body []byte)) {
 	}
 }
 
-// run calls sync every interval() (the session timeout /
-// keepaliveFraction) while the connection has a session. The syncs go out
-// on schedule whether or not the earlier ones were answered, so that a
-// slow server does not stretch the gap between requests; at most
+// run calls sync every interval() while the connection has a session, on
+// schedule whether or not the earlier ones were answered; at most
 // keepaliveFraction are outstanding.
 func (ka *keepalive) run(g *group, conn link, sync func(), interval func() time.Duration) {
 	slots := make(chan struct{}, keepaliveFraction)
@@ -325,10 +304,6 @@ func (ka *keepalive) run(g *group, conn link, sync func(), interval func() time.
 	}
 }
 
-// A Locker from Dial watches a lease's znode with a plain child listing,
-// whose watch flag trackedConn sets on the way out, so that go-zookeeper
-// keeps nothing for the watch (docs/design/zookeeper.md, "Watches").
-
 // Request codes of go-zookeeper's requests that trackedConn recognizes.
 const (
 	opSync         = 9  // Sync
@@ -337,16 +312,15 @@ const (
 )
 
 // isDeletionWatch reports whether p is one whole getChildren2 request,
-// without the watch flag, for a lock znode (whose last path segment is a
-// lock znode's name).
+// without the watch flag, for a lock znode: the Locker's deletion watch
+// (docs/design/zookeeper.md, "Watches").
 func isDeletionWatch(p []byte) bool {
 	path, ok := watchRequestPath(p, opGetChildren2)
 	return ok && isLockPath(path)
 }
 
 // watchRequestPath returns the path of p if p is one whole request of
-// type op that is a path and a watch flag, with the flag clear: length,
-// xid, type, then the path (length and bytes) and the flag, one byte.
+// type op, a path and a clear watch flag.
 func watchRequestPath(p []byte, op int32) ([]byte, bool) {
 	const head = 4 + 4 + 4 + 4 // packet length, xid, type, path length
 	if len(p) < head+2 || int(binary.BigEndian.Uint32(p[0:4])) != len(p)-4 ||

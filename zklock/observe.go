@@ -288,7 +288,7 @@ func (o *observation) children(ctx context.Context) (r childrenWatch, stop func(
 // its creation, and the function that forgets it; again says that it
 // exists by now: list again.
 func (o *observation) absent(ctx context.Context) (w <-chan zk.Event, stop func(), again bool, err error) {
-	read, stop := o.l.watch.watch(o.parent, true)
+	read, stop := o.l.watch.reader(o.parent, true)
 	e, err := call(ctx, o.l.g, nil, read)
 	if err != nil || e.ok {
 		stop()

@@ -17,12 +17,9 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// session is one ZooKeeper session, for the stretch during which the
-// Locker trusts it. It ends when the session expires or is replaced, when
-// the Locker has been cut off long enough that the server may have
-// expired it, or at Close. A session that survives a long disconnection
-// gets a new *session afterwards, so leases and waits of the old one stay
-// lost.
+// session is one ZooKeeper session while the Locker trusts it: until it
+// expires or is replaced, the server may have expired it, or Close. A
+// session trusted again later is a new *session.
 type session struct {
 	id   int64
 	done chan struct{}
@@ -42,16 +39,15 @@ func ended(s *session) bool {
 	}
 }
 
-// link is the state of the connection that sessions reads: *zk.Conn's
-// State and SessionID (a fake one in unit tests).
+// link is the connection's state (a fake one in unit tests).
 type link interface {
 	State() zk.State
 	SessionID() int64
 }
 
-// sessions follows the connection and is the only place sessions begin
-// and (apart from Close) end. Its goroutine, run, owns the loss deadline;
-// everyone else reads the current session under mu, or waits on changed.
+// sessions follows the connection; sessions begin and end only here. Its
+// goroutine, run, owns the loss deadline; everyone else reads the current
+// session under mu, or waits on changed.
 type sessions struct {
 	conn    link
 	closing <-chan struct{}
@@ -67,8 +63,7 @@ type sessions struct {
 	seenExp int64         // expired events (sig.expired) already acted on
 }
 
-// lossDeadline is when the Locker stops trusting a session: when the
-// leader may expire it, less the loss margin.
+// lossDeadline is when the Locker stops trusting a session.
 type lossDeadline struct {
 	clk    clock.Clock
 	ka     *keepalive // when the leader last certainly heard of the session
@@ -76,22 +71,19 @@ type lossDeadline struct {
 	margin func(timeout time.Duration) time.Duration
 }
 
-// signals are how go-zookeeper's goroutines and the keepalive tell run,
-// without a lock, that it has to look at the connection.
+// signals tell run, without a lock, to look at the connection.
 type signals struct {
 	kick      chan struct{} // wakes run
 	expired   atomic.Int64  // StateExpired events seen
 	needHeard atomic.Bool   // a reply from the server may make a session usable again
 }
 
-// hooks are what sessions tells and asks the Locker's other parts.
+// hooks are what sessions tells and asks the Locker's other parts: onEnd
+// and onHealthy run with mu held, and only wake someone; refused (may be
+// nil) says why the servers refused the latest connection, or nil.
 type hooks struct {
-	// onEnd (a session ended) and onHealthy (the connection has a session)
-	// are called with mu held: they must only wake someone.
 	onEnd, onHealthy func()
-	// refused returns why the servers refused the latest connection
-	// attempt (wrapping lock.ErrPermission), or nil; nil for none.
-	refused func() error
+	refused          func() error
 }
 
 // journal logs and counts the beginnings and ends of sessions.
@@ -129,8 +121,7 @@ func (ss *sessions) kickState() {
 	}
 }
 
-// event takes a session event of the connection (from go-zookeeper's
-// callback: it only counts and wakes).
+// event takes a session event (from go-zookeeper's callback).
 func (ss *sessions) event(ev zk.Event) {
 	if ev.State == zk.StateExpired {
 		ss.sig.expired.Add(1)
@@ -167,8 +158,7 @@ func (ss *sessions) endLocked(err error) {
 	}
 }
 
-// admit registers a public call in calls unless the Locker is closed;
-// close sets closed under the same mutex, so that Close can wait for calls.
+// admit registers a public call in calls unless the Locker is closed.
 func (ss *sessions) admit(calls *sync.WaitGroup) error {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -226,8 +216,8 @@ func (ss *sessions) run() {
 	}
 }
 
-// reconcile brings the view of the session in line with the connection,
-// and returns when it must next look (the loss deadline), or zero.
+// reconcile brings the session in line with the connection, and returns
+// when to look next (the loss deadline), or zero.
 func (ss *sessions) reconcile(now time.Time) time.Time {
 	state, id := ss.conn.State(), ss.conn.SessionID()
 	healthy := state == zk.StateHasSession && id != 0
@@ -260,9 +250,8 @@ func (ss *sessions) reconcile(now time.Time) time.Time {
 	return deadline
 }
 
-// deadlineLocked returns when the leader may expire the session, less
-// the margin; before the leader was heard from at all, now: there is
-// nothing to trust yet.
+// deadlineLocked returns the loss deadline; now before the leader was
+// heard from at all.
 func (ss *sessions) deadlineLocked(now time.Time, timeout time.Duration) time.Time {
 	deadline, ok := ss.loss.ka.deadline(timeout, ss.loss.margin)
 	if !ok {
@@ -276,8 +265,7 @@ func (ss *sessions) deadlineLocked(now time.Time, timeout time.Duration) time.Ti
 func (ss *sessions) checkLocked(now time.Time, healthy bool, id int64, deadline time.Time, timeout time.Duration) {
 	if exp := ss.sig.expired.Load(); exp != ss.seenExp {
 		ss.seenExp = exp
-		// An expiry ends the trusted session unless that session began
-		// after the expired one (the events may lag behind the state).
+		// Unless the trusted session began after the expired one.
 		if ss.cur != nil && !(healthy && id == ss.cur.id) {
 			ss.endLocked(telemetry.WithReason(telemetry.Expired, fmt.Errorf("%w: session 0x%x expired", lock.ErrLost, ss.cur.id)))
 		}
@@ -294,10 +282,8 @@ func (ss *sessions) checkLocked(now time.Time, healthy bool, id int64, deadline 
 	}
 }
 
-// getPoll is how often get asks run to look at the connection again while
-// there is no session: the state changes that can bring one are events,
-// which wake run themselves, so this only bounds a missed wake-up; every
-// look wakes every waiter.
+// getPoll is how often get asks run to look again while there is no
+// session, in case a wake-up was missed.
 const getPoll = 50 * time.Millisecond
 
 // get returns the session to work in, waiting for one while there is
@@ -324,9 +310,7 @@ func (ss *sessions) get(ctx context.Context) (*session, error) {
 		if err := ss.refusal(); err != nil {
 			return nil, err
 		}
-		// Ask run for a look now and then every getPoll, not at every
-		// wake-up: each look wakes this loop again, which would make
-		// the two spin for as long as the connection has no session.
+		// Not at every wake-up: each look wakes this loop again.
 		if poll == nil {
 			ss.kickState()
 			poll = time.NewTimer(getPoll)

@@ -69,29 +69,23 @@ func newRecordWatcher(g *group, ss *sessions, jan *janitor) *recordWatcher {
 }
 
 // waitChildren returns a channel that gets the next change of the
-// children of the znode at path, or its deletion (a lock znode has no
-// children: its deletion): the waiter sets the watch with a plain
-// listing, which trackedConn sends with the watch flag (isDeletionWatch,
-// wantsChildren). Every handshake ends each wait with an
-// EventNotWatching, so that the waiter watches anew. stop forgets the
-// wait.
+// children of the znode at path, or its deletion, for a waiter that sets
+// the watch with a plain listing (trackedConn sets the flag). A handshake
+// ends each wait with an EventNotWatching. stop forgets the wait.
 func (t *recordWatcher) waitChildren(path string) (<-chan zk.Event, func()) {
 	return t.wait(t.waits.children, path)
 }
 
-// waitChange is waitChildren for the next change of the znode at path
-// (data, deletion, or creation), watched with a plain exists
-// (wantsChange).
+// waitChange is waitChildren for any change of the znode at path,
+// watched with a plain exists.
 func (t *recordWatcher) waitChange(path string) (<-chan zk.Event, func()) {
 	return t.wait(t.waits.change, path)
 }
 
-// wantsChildren reports whether a wait for the children of the znode at
-// path is registered (keepalive.wantsChildren).
+// wantsChildren and wantsChange report whether a wait is registered, for
+// trackedConn.watchFlag.
 func (t *recordWatcher) wantsChildren(path []byte) bool { return t.wants(t.waits.children, path) }
 
-// wantsChange reports whether a wait for the change of the znode at path
-// is registered (keepalive.wantsChange).
 func (t *recordWatcher) wantsChange(path []byte) bool { return t.wants(t.waits.change, path) }
 
 // wants reports whether a wait in m for the znode at path is registered.
@@ -124,7 +118,7 @@ func (t *recordWatcher) wait(m map[string][]chan zk.Event, path string) (<-chan 
 	}
 }
 
-// notifyWaitersLocked hands ev to every wait in m for path, and forgets
+// notifyWaitersLocked hands ev to the waits in m for path, and forgets
 // them.
 func notifyWaitersLocked(m map[string][]chan zk.Event, path string, ev zk.Event) {
 	for _, ch := range m[path] {
@@ -145,9 +139,8 @@ type nodeEvent struct {
 	typ  zk.EventType
 }
 
-// track starts routing events on path, the znode of an acquisition, before
-// its first watch is set. It also forgets what earlier events said, for a
-// new watch.
+// track starts routing events on path, the znode of an acquisition, and
+// forgets what earlier events said.
 func (t *recordWatcher) track(path string) {
 	t.mu.Lock()
 	if e := t.watched[path]; e != nil && e.lease == nil {
@@ -174,8 +167,8 @@ func (t *recordWatcher) deletedBeforeGrant(path string) bool {
 	return e != nil && e.deleted
 }
 
-// connect tells run that a new connection has a session (keepalive's
-// onConnect).
+// connect ends every wait and tells run that a new connection has a
+// session (keepalive's onConnect).
 func (t *recordWatcher) connect() {
 	t.mu.Lock()
 	for _, m := range []map[string][]chan zk.Event{t.waits.children, t.waits.change} {
@@ -202,9 +195,8 @@ func (t *recordWatcher) wake() {
 }
 
 // hold makes le a held lease, unless its session ended or the Locker
-// closed: it starts following le's session and le's znode. The watch on
-// the znode is the caller's to arrange (armLater); a deletion routed
-// before that, since the acquisition's last listing, ends the lease now.
+// closed; a deletion routed before the grant ends it now. The caller
+// arranges the watch (armLater).
 func (t *recordWatcher) hold(le *Lease) error {
 	t.mu.Lock()
 	if ended(le.s) {
@@ -216,7 +208,7 @@ func (t *recordWatcher) hold(le *Lease) error {
 		return lock.ErrClosed
 	}
 	e := t.watched[le.path]
-	if e == nil { // not tracked: cannot happen, but armLater still watches it
+	if e == nil {
 		e = &watchEntry{}
 		t.watched[le.path] = e
 	}
@@ -285,8 +277,7 @@ func (t *recordWatcher) route(ev zk.Event) {
 }
 
 // run ends the leases of ended sessions and acts on the events routed to
-// held leases, until Close; before it returns it ends every lease left
-// (Close has ended the session by then).
+// held leases; at Close it ends every lease left.
 func (t *recordWatcher) run() {
 	for {
 		closing := false
@@ -317,10 +308,8 @@ func (t *recordWatcher) run() {
 }
 
 // armLater has run set the watch on le's znode ownWatchDelay from now.
-// One timer serves every lease: the delay is the same for all, so the
-// leases waiting for their watch are due in grant order, and the timer is
-// set for the oldest. A grant therefore costs no timer and no wake-up of
-// run of its own; run arms whatever is due when the timer fires.
+// The leases are due in grant order, so one timer, set for the oldest,
+// serves them all.
 func (t *recordWatcher) armLater(le *Lease) {
 	due := time.Now().Add(ownWatchDelay)
 	t.mu.Lock()
@@ -341,8 +330,8 @@ type pendingArm struct {
 	due time.Time
 }
 
-// armDue sets the watches that armLater made due, on the leases still held,
-// and sets the timer for the next one.
+// armDue sets the watches due on the leases still held, and sets the
+// timer for the next one.
 func (t *recordWatcher) armDue() {
 	now := time.Now()
 	t.mu.Lock()
@@ -419,8 +408,7 @@ func (t *recordWatcher) handleEvents() {
 }
 
 // rearm sets a new deletion watch on a held lease's znode, and ends the
-// lease if the znode is gone. It also runs when a data change event for
-// the znode arrives from another watch on the same connection.
+// lease if the znode is gone.
 func (t *recordWatcher) rearm(le *Lease) {
 	t.g.spawn(func() { t.arm(le) })
 }
@@ -437,8 +425,6 @@ func (t *recordWatcher) arm(le *Lease) {
 			le.lose(znodeDeleted(le.path))
 		case err == nil:
 		case isStop(err):
-			// The session ended or the Locker closed: run ends the
-			// lease.
 		case isConnErr(err):
 			if t.ss.awaitConnected(t.g.bg, le.s) == nil {
 				continue
@@ -453,9 +439,8 @@ func (t *recordWatcher) arm(le *Lease) {
 // rearmParallel is how many watches rearmAll sets at a time.
 const rearmParallel = 32
 
-// rearmAll sets again the watches of the held leases after a new
-// connection, which go-zookeeper does not do for them; a
-// znode deleted meanwhile is found missing, and its lease ends.
+// rearmAll sets the watches of the held leases again after a new
+// connection (go-zookeeper does not).
 func (t *recordWatcher) rearmAll() {
 	les := t.held()
 	t.mu.Lock()
@@ -487,9 +472,8 @@ func (t *recordWatcher) rearmAll() {
 	})
 }
 
-// wait waits for a change of the records d says the acquisition waits
-// for, and returns what it shows: granted (a shortcut: admitted with no
-// listing), or not (look again).
+// wait waits for a change of the records d watches, and returns granted
+// (admitted with no listing) or not (look again).
 func (a *acquisition) wait(ctx context.Context, d decision) (decision, error) {
 	if !d.touchWakes && a.byMark(d) {
 		return a.waitFor(ctx, d.q[d.watched[0]], d.watched[0] == 0)
@@ -500,39 +484,27 @@ func (a *acquisition) wait(ctx context.Context, d decision) (decision, error) {
 	}
 	i := len(d.reqs) - 1
 	switch {
-	case fired == zk.EventNodeDataChanged && d.touchWakes:
-		// The predecessor's touch: the next listing goes with a touch of
-		// this acquisition's own (see look).
+	case fired == zk.EventNodeDataChanged && d.touchWakes: // the predecessor's touch (see look)
 		a.touches.speculate = true
 		return decision{}, nil
-	case fired != zk.EventNodeDeleted || a.l.o.LockDelay > 0:
-		// Look again. With a lock-delay the grant needs a listing made
-		// after the holder went, which shows whether it left a marker
-		// (see delay).
+	case fired != zk.EventNodeDeleted || a.l.o.LockDelay > 0: // a lock-delay needs the listing
 		return decision{}, nil
 	case len(d.watched) == 1 && a.req.Kind != queue.Permit && queue.AdmittedWithout(d.reqs, i, d.watched[0]):
-		// The one record ahead that kept this request waiting went, and
-		// none can have joined ahead of it: admitted if its own znode is
-		// still there, which a read of the znode alone confirms (a lock's
-		// or reader's waiter touches nothing).
+		// The last record ahead went: admitted if its znode is still there.
 		return a.confirm(ctx)
 	case queue.AdmittedByDeletion(d.reqs, i):
-		// A holder went: admitted. The touch confirms the znode as the
-		// listing would, and wakes the waiter behind it sooner; with
-		// nobody behind it, it wakes nobody.
+		// A holder went: admitted; the touch confirms the znode.
 		return decision{granted: true, touch: true}, nil
 	}
 	return decision{}, nil
 }
 
-// watch sets a watch on each record d says the acquisition waits for, and
-// waits for one of them to fire. It returns the type of the event, or 0:
-// look again (a record went before its watch was set, or may have been
-// touched unseen).
+// watch sets a watch on each record d watches and waits for one to fire.
+// It returns the type of the event, or 0: look again.
 func (a *acquisition) watch(ctx context.Context, d decision) (zk.EventType, error) {
 	futures := make([]*future[exists], len(d.watched))
 	for n, j := range d.watched {
-		read, stop := a.l.watch.watch(a.parent+"/"+d.q[j], d.touchWakes)
+		read, stop := a.l.watch.reader(a.parent+"/"+d.q[j], d.touchWakes)
 		defer stop()
 		futures[n] = start(a.l.g, read, nil)
 	}
@@ -562,10 +534,8 @@ func (a *acquisition) watch(ctx context.Context, d decision) (zk.EventType, erro
 }
 
 // touchMissed reports whether the predecessor pred, at data version v
-// when its watch was set, may have been admitted and touched between the
-// listing and the watch, which then missed the touch. Lock znodes keep
-// data version 0 unless touched: a version not yet looked at says look
-// again.
+// when its watch was set, may have been touched before the watch: a
+// version not yet looked at says look again.
 func (a *acquisition) touchMissed(pred string, v int32) bool {
 	seen := fmt.Sprintf("%s@%d", pred, v)
 	if v == 0 || seen == a.touches.seen {
@@ -575,12 +545,10 @@ func (a *acquisition) touchMissed(pred string, v int32) bool {
 	return true
 }
 
-// watch returns a read of the record at path that sets a watch firing
-// on its deletion or, with change, on any change of it (a touch waiter's:
-// see queue.WaitsForTouch). The read's result carries the channel the
-// table hands the event to (see waitChildren and waitChange); stop
-// forgets the wait.
-func (t *recordWatcher) watch(path string, change bool) (func() (exists, error), func()) {
+// reader returns a read of the record at path that sets a watch firing on
+// its deletion or, with change, on any change; the result carries the
+// watch's channel. stop forgets the wait.
+func (t *recordWatcher) reader(path string, change bool) (func() (exists, error), func()) {
 	read, wait := deletionW(t.conn, path), t.waitChildren
 	if change {
 		read, wait = statOf(t.conn, path), t.waitChange
@@ -593,10 +561,9 @@ func (t *recordWatcher) watch(path string, change bool) (func() (exists, error),
 	}, stop
 }
 
-// byMark reports whether the waiting request of d may wait for the release
-// mark of the one record it watches (see waitFor): the Locker has no
-// lock-delay, and that record is an exclusive request whose release as a
-// holder admits this one.
+// byMark reports whether d's waiter may wait for the release mark of the
+// one record it watches (waitFor): an exclusive request whose release as
+// a holder admits it, and no lock-delay.
 func (a *acquisition) byMark(d decision) bool {
 	if a.fast.noMark || a.l.o.LockDelay > 0 || len(d.watched) != 1 {
 		return false
@@ -609,16 +576,11 @@ func (a *acquisition) byMark(d decision) bool {
 	return queue.Admitted(rest, len(rest)-1)
 }
 
-// waitFor waits for the release of the exclusive record pred, which admits
-// this request (byMark), and grants it without another request: on the
-// release mark (a data change), or on any going of pred when it headed the
-// listing (head). A lease so granted is checked by a listing if still held
-// ownWatchDelay later (Lease.checkMark). See docs/design/zookeeper.md,
-// "Acquisition".
+// waitFor grants the acquisition without another request on the release
+// mark of pred (byMark), or on any going of pred when it headed the
+// listing (head). See docs/design/zookeeper.md, "Acquisition".
 func (a *acquisition) waitFor(ctx context.Context, pred string, head bool) (decision, error) {
-	// The exists goes with the watch flag because the wait is registered
-	// (keepalive.wantsChange).
-	read, stop := a.l.watch.watch(a.parent+"/"+pred, true)
+	read, stop := a.l.watch.reader(a.parent+"/"+pred, true)
 	defer stop()
 	p, err := call(ctx, a.l.g, a.s, read)
 	if err != nil {
@@ -629,9 +591,7 @@ func (a *acquisition) waitFor(ctx context.Context, pred string, head bool) (deci
 		return a.unlisted()
 	case !p.ok:
 		return decision{}, nil // gone already: look again
-	case p.stat.Version != 0:
-		// Someone set its data, which no lock of this package does but
-		// its release: a mark could not be told from that.
+	case p.stat.Version != 0: // someone set its data: a mark would not show
 		a.fast.noMark = true
 		return decision{}, nil
 	}
@@ -643,14 +603,12 @@ func (a *acquisition) waitFor(ctx context.Context, pred string, head bool) (deci
 	case fired == zk.EventNodeDataChanged, fired == zk.EventNodeDeleted && head:
 		return a.unlisted()
 	default:
-		// Deleted otherwise, or the connection changed: look again.
-		return decision{}, nil
+		return decision{}, nil // look again
 	}
 }
 
 // unlisted admits the acquisition on its predecessor's going, seen
-// without a listing (see waitFor); the lease is checked once if it is
-// still held ownWatchDelay after the grant.
+// without a listing (waitFor); Lease.checkMark lists once later.
 func (a *acquisition) unlisted() (decision, error) {
 	if a.l.watch.deletedBeforeGrant(a.z.path) {
 		return decision{}, a.deleted()
@@ -660,9 +618,7 @@ func (a *acquisition) unlisted() (decision, error) {
 }
 
 // confirm admits the acquisition if its znode is still the one it
-// created. The read is served by the server that reported the admitting
-// deletion, so it sees that state or a later one. A failed read that can
-// be sent again leaves the decision to the next listing.
+// created, read from the server that reported the admitting deletion.
 func (a *acquisition) confirm(ctx context.Context) (decision, error) {
 	e, err := call(ctx, a.l.g, a.s, statOf(a.l.conn, a.z.path))
 	switch {
@@ -674,9 +630,8 @@ func (a *acquisition) confirm(ctx context.Context) (decision, error) {
 	return decision{granted: true}, nil
 }
 
-// await waits for one of watched, the watches on the records this
-// acquisition waits for, to fire, and returns the type of its event (0 if
-// something else ended the wait).
+// await waits for one of watched to fire and returns the type of its
+// event.
 func (a *acquisition) await(ctx context.Context, watched []<-chan zk.Event) (fired zk.EventType, err error) {
 	if len(watched) == 1 {
 		// A lock's or read-write lock's waiter, and most permit waiters:
