@@ -35,7 +35,7 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, 
 		return nil, nil, err
 	}
 	defer l.leave()
-	o := &observation{l: l, name: name, parent: l.parent(name), out: make(chan lock.Holder)}
+	o := &observation{l: l, name: name, parent: l.parent(name), out: make(chan lock.Holder), wake: make(chan struct{}, 1)}
 	l.g.spawn(func() { o.run(ctx) })
 	return o.out, o.error, nil
 }
@@ -45,14 +45,13 @@ type observation struct {
 	name   string
 	parent string
 	out    chan lock.Holder
+	wake   chan struct{} // a change was queued
 
 	mu    sync.Mutex
 	err   error
 	queue []lock.Holder // changes not yet sent
 
-	// What the last listing showed, and what it reported: touched only by
-	// the one listing that runs at a time.
-	last observed
+	last observed // follow's alone
 }
 
 // observed is what an observation's last listing showed and reported.
@@ -71,149 +70,47 @@ func (o *observation) error() error {
 	return o.err
 }
 
-// end records why the observation ended.
-func (o *observation) end(err error) {
-	o.mu.Lock()
-	o.err = fmt.Errorf("zklock: observe %q: %w", o.name, err)
-	o.mu.Unlock()
-}
-
-// next returns the reader's channel and the change to send on it, or a
-// nil channel when none is queued.
-func (o *observation) next() (chan lock.Holder, lock.Holder) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if len(o.queue) == 0 {
-		return nil, lock.Holder{}
-	}
-	return o.out, o.queue[0]
-}
-
-// sent drops the change next returned, which the reader took.
-func (o *observation) sent() {
-	o.mu.Lock()
-	o.queue = o.queue[1:]
-	o.mu.Unlock()
-}
-
-// run feeds the reader from the queue and keeps one listing or one watch
-// going at all times (see listings).
+// run feeds the reader from the queue that follow, on a goroutine of its
+// own, fills: a listing waiting for the connection never holds back what
+// is queued.
 func (o *observation) run(ctx context.Context) {
 	defer close(o.out)
-	ls := &listings{o: o, results: make(chan listed, 1), stopWatch: func() {}}
-	defer ls.end()
-	ls.start(ctx)
+	fctx, cancel := context.WithCancel(ctx)
+	followed := make(chan struct{})
+	o.l.g.spawn(func() {
+		defer close(followed)
+		o.follow(fctx)
+	})
+	defer func() {
+		cancel()
+		<-followed
+	}()
 	for {
-		send, head := o.next()
+		var send chan lock.Holder
+		var head lock.Holder
+		o.mu.Lock()
+		if len(o.queue) > 0 {
+			send, head = o.out, o.queue[0]
+		}
+		o.mu.Unlock()
+		var err error
 		select {
 		case send <- head:
-			o.sent()
-		case r := <-ls.results:
-			ls.took(ctx, r)
-		case <-ls.watch:
-			ls.watch = nil
-			if ls.retry == nil {
-				ls.start(ctx)
-			}
-		case <-ls.retry:
-			ls.retry = nil
-			ls.start(ctx)
+			o.mu.Lock()
+			o.queue = o.queue[1:]
+			o.mu.Unlock()
+		case <-o.wake:
 		case <-ctx.Done():
-			o.end(context.Cause(ctx))
-			return
+			err = context.Cause(ctx)
 		case <-o.l.g.closing:
-			o.end(lock.ErrClosed)
+			err = lock.ErrClosed
+		}
+		if err != nil {
+			o.mu.Lock()
+			o.err = fmt.Errorf("zklock: observe %q: %w", o.name, err)
+			o.mu.Unlock()
 			return
 		}
-	}
-}
-
-// listed is the result of one listing of an observation: the watch for
-// the next change and the function that forgets it, or an error.
-type listed struct {
-	watch <-chan zk.Event
-	stop  func()
-	err   error
-}
-
-// listings runs an observation's listings, one at a time, each on its own
-// goroutine, so that a listing waiting for the connection never holds
-// back what is queued; and it keeps the watch of the latest one. Its
-// fields but mu and ended belong to run's goroutine.
-type listings struct {
-	o       *observation
-	results chan listed // at most one listing runs
-	running bool        // a listing runs
-
-	watch     <-chan zk.Event
-	stopWatch func()
-	retry     <-chan time.Time
-	backoff   time.Duration
-
-	mu    sync.Mutex
-	ended bool // run has returned
-}
-
-// start starts a listing unless one runs.
-func (ls *listings) start(ctx context.Context) {
-	if ls.running {
-		return
-	}
-	ls.running = true
-	o := ls.o
-	o.l.g.spawn(func() {
-		w, stop, err := o.list(ctx)
-		if err != nil && !isStop(err) && isConnErr(err) {
-			// Requests queue in go-zookeeper while it reconnects;
-			// waiting here keeps a connection that fails at once from
-			// spinning.
-			_ = o.l.ss.awaitConnected(ctx, nil)
-		}
-		ls.mu.Lock()
-		defer ls.mu.Unlock()
-		if ls.ended {
-			if stop != nil {
-				stop()
-			}
-			return
-		}
-		ls.results <- listed{w, stop, err}
-	})
-}
-
-// took acts on the result of a listing.
-func (ls *listings) took(ctx context.Context, r listed) {
-	o := ls.o
-	ls.running = false
-	switch {
-	case r.err == nil:
-		ls.stopWatch()
-		ls.watch, ls.stopWatch, ls.backoff = r.watch, r.stop, 0
-	case ctx.Err() != nil || o.l.ss.isClosed():
-		// run's select ends it.
-	case isConnErr(r.err):
-		o.l.o.Logger.Debug("zklock: observe: listing failed with the connection; listing again", "lock", o.name, "err", r.err)
-		ls.start(ctx)
-	default:
-		ls.backoff = min(max(2*ls.backoff, observeRetryMin), observeRetryMax)
-		o.l.o.Logger.Warn("zklock: observe: listing failed; retrying", "lock", o.name, "in", ls.backoff, "err", secure.Refusal(r.err, isRefusal))
-		ls.retry = time.After(ls.backoff)
-	}
-}
-
-// end forgets the watch, and makes a listing that ends after run forget
-// its own.
-func (ls *listings) end() {
-	ls.stopWatch()
-	ls.mu.Lock()
-	ls.ended = true
-	ls.mu.Unlock()
-	select {
-	case r := <-ls.results:
-		if r.stop != nil {
-			r.stop()
-		}
-	default:
 	}
 }
 
@@ -224,11 +121,52 @@ const (
 	observeRetryMax = 2 * time.Second
 )
 
+// follow keeps one listing or one watch going until ctx ends or the
+// Locker closes.
+func (o *observation) follow(ctx context.Context) {
+	var backoff time.Duration
+	for {
+		w, stop, err := o.list(ctx)
+		var again <-chan time.Time
+		switch {
+		case err == nil:
+			backoff = 0
+		case isStop(err):
+			return
+		case isConnErr(err):
+			// Requests queue in go-zookeeper while it reconnects: wait.
+			o.l.o.Logger.Debug("zklock: observe: listing failed with the connection; listing again", "lock", o.name, "err", err)
+			_ = o.l.ss.awaitConnected(ctx, nil)
+		default:
+			backoff = min(max(2*backoff, observeRetryMin), observeRetryMax)
+			o.l.o.Logger.Warn("zklock: observe: listing failed; retrying", "lock", o.name, "in", backoff, "err", secure.Refusal(err, isRefusal))
+			again = time.After(backoff)
+		}
+		if err == nil || again != nil {
+			select {
+			case <-w:
+			case <-again:
+			case <-ctx.Done():
+			case <-o.l.g.closing:
+			}
+		}
+		if stop != nil {
+			stop()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-o.l.g.closing:
+			return
+		default:
+		}
+	}
+}
+
 // list takes one listing, queues the changes it reveals, and returns the
-// watch for the next change, and the function that forgets it (called by
-// run when it no longer waits for it). The watch is set as waiters set
-// theirs (docs/design/zookeeper.md, "Watches"), so every handshake ends
-// the wait and the observation lists again.
+// watch for the next change and the function that forgets it. Every
+// handshake ends the wait (recordWatcher.connect): the observation lists
+// again.
 func (o *observation) list(ctx context.Context) (<-chan zk.Event, func(), error) {
 	if !o.last.listed {
 		// The first holder reported is the current one, as Holder's is:
@@ -349,6 +287,10 @@ func (o *observation) report(child string, h lock.Holder) {
 	o.mu.Lock()
 	o.queue = append(o.queue, h)
 	o.mu.Unlock()
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
 }
 
 // freeBetween reports whether, according to the parent's child version,
