@@ -12,14 +12,9 @@ import (
 )
 
 // cleanup is a znode the Locker created, or may have created, and must
-// delete: the record of a lost lease or of a failed, cancelled or
-// interrupted wait. path names it; or, for a create whose reply never came,
-// parent and prefix find it.
-//
-// A znode is deleted only while the connection has the session that owns
-// it; the server removes an expired session's znodes by itself. marker is
-// the lock-delay marker of a discarded acquisition, deleted after its
-// znode, with which one multi created it.
+// delete while its session lives: path names it, or parent and prefix
+// find it (a create without a reply). marker is the lock-delay marker of
+// a discarded acquisition, deleted after it.
 type cleanup struct {
 	path   string
 	parent string
@@ -172,9 +167,8 @@ func (j *janitor) deleteIfOurs(ctx context.Context, path string) error {
 	return errors.New("the znode keeps changing")
 }
 
-// discard deletes the znode of a failed or cancelled acquisition, and its
-// lock-delay marker unless empty: at once if the connection is up (with a
-// fresh, bounded context), otherwise through the janitor.
+// discard deletes the znode of a failed or cancelled acquisition and its
+// marker: at once if the connection is up, else through the janitor.
 func (l *Locker) discard(path, marker string) {
 	if l.conn.State() == zk.StateHasSession {
 		ctx, cancel := context.WithTimeout(l.g.bg, l.cleanupWait())

@@ -12,9 +12,8 @@ import (
 	"github.com/fencelock/fencelock/internal/clock"
 )
 
-// delayMark, followed by a lock znode's protection prefix, names its
-// lock-delay marker: a persistent child of the lock's parent, which fails
-// parseChild's pattern, so every listing of the queue ignores it.
+// delayMark and a lock znode's protection prefix name its lock-delay
+// marker, a child of the lock's parent that listings of the queue ignore.
 const delayMark = "~delay~"
 
 // markerOf returns the path of the marker of the lock znodes of parent
@@ -24,11 +23,9 @@ func markerOf(parent, prefix string) string { return parent + "/" + delayMark + 
 // prefixOf returns the protection prefix of a lock znode's child name.
 func prefixOf(child string) string { return child[:len(child)-seqLen] }
 
-// delay runs, when the Locker has a lock-delay, between the admission of
-// an acquisition and its grant: for markers whose znode is gone in the
-// admitting listing, it waits the lock-delay from that listing's answer,
-// then deletes them in one multi checked against its own znode. With no
-// such marker it sends nothing. See docs/design/zookeeper.md, "Lock-delay".
+// delay waits, between admission and grant, the lock-delay from the
+// admitting listing for the markers whose znode is gone, then deletes
+// them. See docs/design/zookeeper.md, "Lock-delay".
 func (a *acquisition) delay(ctx context.Context) error {
 	d := a.l.o.LockDelay
 	if d <= 0 {
@@ -42,10 +39,7 @@ func (a *acquisition) delay(ctx context.Context) error {
 		if err != nil || len(stale) == 0 {
 			return err
 		}
-		// A marker found stale only by a later listing (a shared holder
-		// that ended while this one waited) is waited for from that
-		// listing: deleting it sooner would spare the next grant its
-		// delay.
+		// A marker found stale by a later listing is waited for from it.
 		if slices.ContainsFunc(stale, func(p string) bool { return !waited[p] }) {
 			l.o.Logger.Info("zklock: lock-delay: an earlier acquisition did not end with a clean release; waiting", "name", a.name, "delay", d)
 			if err := clock.Sleep(ctx, time.Until(seen.Add(d)), l.g.closing, a.s.done, a.s.endErr); err != nil {
@@ -69,9 +63,8 @@ func (a *acquisition) delay(ctx context.Context) error {
 	}
 }
 
-// staleMarkers returns the paths of the markers among the parent's
-// children kids whose lock znodes are gone, or an error if the
-// acquisition's own znode is.
+// staleMarkers returns the markers among kids whose lock znodes are gone,
+// or an error if the acquisition's own znode is.
 func (a *acquisition) staleMarkers(kids []string) ([]string, error) {
 	live := make(map[string]bool) // the prefixes of the lock znodes
 	own := false
@@ -92,9 +85,7 @@ func (a *acquisition) staleMarkers(kids []string) ([]string, error) {
 }
 
 // dropMarkers deletes the stale markers in one multi checked against the
-// acquisition's znode. done says that they are gone; not done without an
-// error says: list again (another grantee removed one first, or the
-// request may be sent again).
+// acquisition's znode; not done without an error says: list again.
 func (a *acquisition) dropMarkers(ctx context.Context, stale []string) (done bool, err error) {
 	l := a.l
 	ops := []any{&zk.CheckVersionRequest{Path: a.z.path, Version: a.z.version}}
@@ -115,10 +106,8 @@ func (a *acquisition) dropMarkers(ctx context.Context, stale []string) (done boo
 	return false, a.retry(ctx, err)
 }
 
-// multiErr returns the error of a Multi: that of the operation that
-// failed, or err. The operations after a failed one report the server's
-// runtime-inconsistency code, which go-zookeeper has no sentinel for (it
-// reads "unknown error: -2").
+// multiErr returns the error of the operation of a Multi that failed, or
+// err; the operations after it report "unknown error: -2".
 func multiErr(res []zk.MultiResponse, err error) error {
 	for _, r := range res {
 		if r.Error != nil && !strings.HasPrefix(r.Error.Error(), "unknown error") {

@@ -18,10 +18,8 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// Locker grants leases on locks stored under its root znode. It is safe for
-// concurrent use. Its parts: sessions (session.go), keepalive
-// (keepalive.go), the record watcher (watch.go) and the janitor
-// (cleanup.go).
+// Locker grants leases on locks stored under its root znode. It is safe
+// for concurrent use.
 type Locker struct {
 	conn   *zk.Conn
 	o      *options
@@ -43,24 +41,16 @@ type lifetime struct {
 }
 
 // denials are the writes a Locker found it may not make, and so no longer
-// tries.
+// tries: the stamp of the parent (createZnode), the release mark
+// (deleteOwn).
 type denials struct {
-	// stamp: creates go without the stamp of the parent (see
-	// createZnode), since this Locker may not write a lock's parent.
-	stamp atomic.Bool
-	// mark: releases go without the release mark (see deleteOwn), since
-	// this Locker may not set the data of its lock znodes.
-	mark atomic.Bool
+	stamp, mark atomic.Bool
 }
 
 // Dial connects to the ZooKeeper servers ("host:port", at least one) and
-// returns a Locker that owns the connection: Close closes it, which ends
-// the session and so removes every znode the Locker created. Dial returns
-// once the first session is established, or with ctx's error. ctx bounds
-// the connection attempt only.
-//
-// Bad options, an empty server list or an empty address return errors
-// wrapping [lock.ErrInvalidConfig].
+// returns a Locker that owns the connection, once the first session is
+// established; ctx bounds that wait only. Bad options or servers return
+// errors wrapping [lock.ErrInvalidConfig].
 func Dial(ctx context.Context, servers []string, opts ...Option) (*Locker, error) {
 	l, err := dial(ctx, servers, opts)
 	if err != nil {
@@ -86,7 +76,6 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 		return nil, fmt.Errorf("%w: %w", lock.ErrInvalidConfig, err)
 	}
 	l.start(conn)
-	// The connection wrapper sees the syncs' answers.
 	l.g.spawn(func() { l.ss.loss.ka.run(l.g, l.conn, func() { _, _ = l.conn.Sync("/") }, l.keepaliveInterval) })
 	if _, err := l.ss.get(ctx); err != nil {
 		l.Close()
@@ -96,8 +85,6 @@ func dial(ctx context.Context, servers []string, opts []Option) (*Locker, error)
 		l.Close()
 		return nil, err
 	}
-	// Before any request of the Locker's own: the ones that need the
-	// credentials come after Dial returns.
 	if err := l.addAuth(ctx); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("%v: %w", servers, err)
@@ -128,9 +115,7 @@ func (l *Locker) connect(servers []string) (*zk.Conn, error) {
 	conn, _, err := zk.Connect(servers, o.sessionTimeout,
 		zk.WithDialer(ka.wrap(dialer)),
 		zk.WithHostProvider(hosts),
-		// The callback, unlike the event channel, never drops an event. It
-		// runs on go-zookeeper's goroutines, so it only counts, routes and
-		// wakes.
+		// Unlike the event channel, the callback drops no event.
 		zk.WithEventCallback(func(ev zk.Event) {
 			if ev.Type != zk.EventSession {
 				l.watch.route(ev)
@@ -198,9 +183,8 @@ func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error
 }
 
 // Holder reports the identity and token of the lowest znode of name, or an
-// error wrapping [lock.ErrNotHeld] when there is none. The server the
-// connection is on first catches up with the leader (a sync), so the
-// answer shows every grant and release made before the call.
+// error wrapping [lock.ErrNotHeld], after a sync: the answer shows every
+// grant and release made before the call.
 func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
 	if err := l.enterName(ctx, "holder", name); err != nil {
 		return lock.Holder{}, err
@@ -237,9 +221,8 @@ func (l *Locker) SessionTimeout() time.Duration {
 	return l.ss.timeout()
 }
 
-// SessionID returns the ID of the ZooKeeper session the Locker trusts now
-// (its log lines and the server's name sessions by it, in hex), or 0
-// while it trusts none.
+// SessionID returns the ID of the ZooKeeper session the Locker trusts
+// now, or 0.
 func (l *Locker) SessionID() int64 {
 	if l.usable(context.Background()) != nil {
 		return 0
@@ -248,12 +231,10 @@ func (l *Locker) SessionID() int64 {
 }
 
 // Close ends every lease granted through the Locker (their Err wraps
-// [lock.ErrReleased]), makes waiting Acquire calls return errors wrapping
-// [lock.ErrClosed], and waits for the Locker's goroutines. It then closes
-// the connection, which ends the session and so removes the Locker's
-// znodes at once. Later calls return nil; one made
-// while another is in progress waits for that one to finish, so that
-// whichever Close returns, the Locker is torn down.
+// [lock.ErrReleased]), makes waiting calls return errors wrapping
+// [lock.ErrClosed], and closes the connection, which ends the session and
+// so removes the Locker's znodes. Later calls wait for the first and
+// return nil.
 func (l *Locker) Close() error {
 	if err := l.usable(context.Background()); err != nil {
 		return fmt.Errorf("zklock: close: %w", err)
@@ -302,9 +283,7 @@ func (l *Locker) keepaliveInterval() time.Duration {
 	return max(l.SessionTimeout()/keepaliveFraction, time.Millisecond)
 }
 
-// negotiatedTimeout reacts to a session timeout from a handshake: a loss
-// margin given to WithLossMargin that does not fit it is clamped, and the
-// Locker says so.
+// negotiatedTimeout logs a loss margin clamped to a new session timeout.
 func (l *Locker) negotiatedTimeout(timeout time.Duration) {
 	if m, why := l.o.clampMargin(timeout); why != "" {
 		l.o.Logger.Warn("zklock: loss margin clamped", "margin", l.o.LossMargin, "using", m, "reason", why)

@@ -18,13 +18,9 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// A lock's znodes are children of root/name named "~<32 hex digits>~" (the
-// protection prefix, random per acquisition), then, for a shared or
-// semaphore request, its kind's tag and a '~' (see queue.Request.Tag),
-// followed by the 10-digit sequence number the server appends. '~' cannot
-// occur in a lock name, so a lock znode of name "a" and the parent of name
-// "a/b" can never be taken for one another, and children that do not match
-// the pattern exactly are ignored.
+// A lock's znodes are named "~<32 hex digits>~" (the protection prefix),
+// then a kind's tag and '~' (queue.Request.Tag), then the sequence number;
+// other children are ignored (docs/design/zookeeper.md, "Layout").
 const (
 	marker    = '~'
 	randLen   = 1 + 32 + 1
@@ -137,9 +133,7 @@ func (l *Locker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, err
 	return es, nil
 }
 
-// syncWith makes the server the connection is on catch up with the
-// leader for parent, so that the reads that follow see every change
-// committed before it.
+// syncWith makes the connection's server catch up with the leader.
 func (l *Locker) syncWith(ctx context.Context, parent string) error {
 	_, err := call(ctx, l.g, nil, func() (string, error) { return l.conn.Sync(parent) })
 	if errors.Is(err, zk.ErrNoNode) {

@@ -17,19 +17,13 @@ import (
 var _ lock.Revoker = (*Locker)(nil)
 
 // Revoke ends the lease of name's current holder whose token is token (see
-// [lock.Revoker]): it deletes the znode whose czxid is token, guarded by
-// the version it read, so it removes that grant or nothing. A token that
-// is not a current holder's returns an error wrapping [lock.ErrNotHeld].
-//
-// The holder's Locker ends the lease with [lock.ErrLost] when its watch
-// reports the deletion: at once, when it reconnects within its session,
-// or, for a grant less than 50ms old, when the lease sets its watch. Its
-// Release then returns an error wrapping ErrLost. Two non-guarantees: a
-// delete sent again after a failed connection finds the znode gone and
-// reports ErrNotHeld although the first attempt revoked it; and the
-// listing comes from the connection's server, which may lag the leader,
-// so a grant made a moment ago may not be found yet (ErrNotHeld). A grant
-// that has ended is never deleted in place of another.
+// [lock.Revoker]) by a delete of its znode guarded by the version it read:
+// that grant or nothing. A token that is not a current holder's returns
+// an error wrapping [lock.ErrNotHeld]; so may a grant made a moment ago
+// (the listing's server may lag), and a delete sent again that finds its
+// first attempt applied. The holder's lease ends with [lock.ErrLost] when
+// its watch reports the deletion (for a grant under 50ms old, when the
+// watch is set).
 func (l *Locker) Revoke(ctx context.Context, name string, token fencing.Token) error {
 	if err := l.enterName(ctx, "revoke", name); err != nil {
 		return err
@@ -57,9 +51,7 @@ func (l *Locker) revoke(ctx context.Context, parent string, token fencing.Token)
 	case errors.Is(err, zk.ErrNoNode):
 		return fmt.Errorf("%w: the grant ended meanwhile", lock.ErrNotHeld)
 	case errors.Is(err, zk.ErrBadVersion):
-		// Someone changed the znode's data since it was read: it is
-		// still the same grant (its path is unique), but a guarded delete
-		// must not guess. Read again.
+		// The same grant, changed since it was read: the caller may try again.
 		return fmt.Errorf("%w: znode %s changed while it was revoked; try again", lock.ErrNotHeld, path)
 	case err != nil:
 		return err
@@ -108,10 +100,8 @@ func (l *Locker) findHolder(ctx context.Context, parent string, token fencing.To
 	return path, version, nil
 }
 
-// znodeDeleted is the cause of the loss of a held lease whose znode was
-// deleted by anyone but its own Release. The event reached the lease's
-// live session, so the session did not end: another client deleted the
-// znode, by [Locker.Revoke] or by hand.
+// znodeDeleted is the cause of the loss of a held lease whose znode
+// another client deleted, by [Locker.Revoke] or by hand.
 func znodeDeleted(path string) error {
 	return telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: its znode %s was deleted by another client (revoked, or removed by hand)", lock.ErrLost, path))
 }

@@ -15,25 +15,13 @@ func init() { lock.Register("zk", driver{}) }
 
 // driver opens Lockers for URLs such as
 // "zk://h1:2181,h2:2181/myapp/locks?session_timeout=10s&identity=worker-1".
-// The path is the root (default [DefaultRoot]), given to [WithRoot]:
-// "zk://h:2181/app/locks" and "zk://h:2181//app/locks" both name the root
-// /app/locks. The query keys are
-// session_timeout, loss_margin and lock_delay (durations, see
-// [WithSessionTimeout], [WithLossMargin] and [WithLockDelay]) and identity
-// (see [WithIdentity]).
-//
-// Security: user information ("zk://app:secret@h:2181/root", or
-// "zk://app@h:2181/root?password_env=APP_ZK_PASSWORD" to read the password
-// from that environment variable) is given to [WithDigest]; the keys tls,
-// ca_file, cert_file, key_file and server_name (package-neutral, the same
-// as etcdlock's) configure [WithTLS], and the servers must then be
-// secure client ports. Unreadable files, a certificate without its key, a
-// user without a password and the like are errors wrapping
-// [lock.ErrInvalidConfig] that never show the password or a key.
-//
-// The options of lock.Open (cfg) map to [WithLogger],
-// [WithMeterProvider], [WithTracerProvider], [WithNameAttribute] and
-// [WithIdentity]; an identity given both there and in the URL is an
+// The path is the root ([WithRoot]). The query keys are session_timeout,
+// loss_margin, lock_delay and identity (the options of those names), and
+// the keys of package secure: user information or password_env go to
+// [WithDigest], tls, ca_file, cert_file, key_file and server_name to
+// [WithTLS]. Bad values are errors wrapping [lock.ErrInvalidConfig] that
+// never show a secret. The options of lock.Open map to the options of
+// the same names; an identity given both there and in the URL is an
 // error.
 type driver struct{}
 
