@@ -186,22 +186,14 @@ func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error
 // error wrapping [lock.ErrNotHeld], after a sync: the answer shows every
 // grant and release made before the call.
 func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
-	if err := l.enterName(ctx, "holder", name); err != nil {
+	zs, err := l.read(ctx, "holder", name, func(_ []queue.Request, i int) bool { return i == 0 })
+	if err != nil {
 		return lock.Holder{}, err
 	}
-	defer l.leave()
-	var es []lock.QueueEntry
-	err := l.reread(ctx, func() (err error) {
-		es, err = l.queue(ctx, l.parent(name), func(_ []queue.Request, i int) bool { return i == 0 })
-		return err
-	})
-	switch {
-	case err != nil:
-		return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, secure.Refusal(err, isRefusal))
-	case len(es) == 0:
+	if len(zs) == 0 {
 		return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, lock.ErrNotHeld)
 	}
-	return es[0].Holder, nil
+	return zs[0].holder(), nil
 }
 
 // Identity returns the identity stored in the Locker's lock znodes.

@@ -226,7 +226,8 @@ func (o *observation) children(ctx context.Context) (r childrenWatch, stop func(
 // its creation, and the function that forgets it; again says that it
 // exists by now: list again.
 func (o *observation) absent(ctx context.Context) (w <-chan zk.Event, stop func(), again bool, err error) {
-	read, stop := o.l.watch.reader(o.parent, true)
+	created := make(chan zk.Event, 1)
+	read, stop := o.l.watch.reader(o.parent, true, created)
 	e, err := call(ctx, o.l.g, nil, read)
 	if err != nil || e.ok {
 		stop()
@@ -234,7 +235,7 @@ func (o *observation) absent(ctx context.Context) (w <-chan zk.Event, stop func(
 	}
 	o.report("", lock.Holder{})
 	o.last.listed = false
-	return e.watch, stop, false, nil
+	return created, stop, false, nil
 }
 
 // take queues the changes a listing of the parent (its children's names

@@ -118,19 +118,33 @@ var _ lock.QueueLister = (*Locker)(nil)
 // is its znode's ctime, on the clock of the leader of the time, to the
 // millisecond.
 func (l *Locker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, error) {
-	if err := l.enterName(ctx, "queue", name); err != nil {
+	zs, err := l.read(ctx, "queue", name, func([]queue.Request, int) bool { return true })
+	if err != nil {
+		return nil, err
+	}
+	es := make([]lock.QueueEntry, len(zs))
+	for i, z := range zs {
+		es[i] = lock.QueueEntry{Holder: z.holder(), Held: z.held, Position: i, Since: time.UnixMilli(z.stat.Ctime)}
+	}
+	return es, nil
+}
+
+// read is the read of a public call op: the znodes of name that queue
+// reads with pick.
+func (l *Locker) read(ctx context.Context, op, name string, pick func([]queue.Request, int) bool) ([]readZnode, error) {
+	if err := l.enterName(ctx, op, name); err != nil {
 		return nil, err
 	}
 	defer l.leave()
-	var es []lock.QueueEntry
+	var zs []readZnode
 	err := l.reread(ctx, func() (err error) {
-		es, err = l.queue(ctx, l.parent(name), func([]queue.Request, int) bool { return true })
+		zs, err = l.queue(ctx, l.parent(name), pick)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("zklock: queue %q: %w", name, secure.Refusal(err, isRefusal))
+		return nil, fmt.Errorf("zklock: %s %q: %w", op, name, secure.Refusal(err, isRefusal))
 	}
-	return es, nil
+	return zs, nil
 }
 
 // syncWith makes the connection's server catch up with the leader.
@@ -142,16 +156,25 @@ func (l *Locker) syncWith(ctx context.Context, parent string) error {
 	return err
 }
 
+// readZnode is a lock znode as queue read it.
+type readZnode struct {
+	child string
+	held  bool
+	got
+}
+
+func (z readZnode) holder() lock.Holder { return holderOf(z.child, z.data, z.stat) }
+
 // queue syncs, lists the lock znodes under parent and reads those of the
-// prefix of the queue that read selects, in one pipelined round trip. It
+// prefix of the queue that pick selects, in one pipelined round trip. It
 // returns errGone if one of them went meanwhile.
-func (l *Locker) queue(ctx context.Context, parent string, read func(reqs []queue.Request, i int) bool) ([]lock.QueueEntry, error) {
+func (l *Locker) queue(ctx context.Context, parent string, pick func(reqs []queue.Request, i int) bool) ([]readZnode, error) {
 	if err := l.syncWith(ctx, parent); err != nil {
 		return nil, err
 	}
 	kids, err := call(ctx, l.g, nil, childrenOf(l.conn, parent))
 	if errors.Is(err, zk.ErrNoNode) {
-		return []lock.QueueEntry{}, nil
+		return nil, nil
 	}
 	if err != nil {
 		return nil, err
@@ -159,30 +182,22 @@ func (l *Locker) queue(ctx context.Context, parent string, read func(reqs []queu
 	q, reqs := lockQueue(kids.names)
 	futures := make([]*future[got], 0, len(q))
 	for i, k := range q {
-		if !read(reqs, i) {
+		if !pick(reqs, i) {
 			break
 		}
 		futures = append(futures, start(l.g, getOf(l.conn, parent+"/"+k), nil))
 	}
-	es := make([]lock.QueueEntry, 0, len(futures))
+	zs := make([]readZnode, len(futures))
 	var errs []error
 	for i, f := range futures {
 		r, err := f.wait(ctx, l.g, nil)
-		switch {
-		case errors.Is(err, zk.ErrNoNode):
-			errs = append(errs, errGone)
-		case err != nil:
-			errs = append(errs, err)
-		default:
-			es = append(es, lock.QueueEntry{
-				Holder:   holderOf(q[i], r.data, r.stat),
-				Held:     queue.Admitted(reqs, i),
-				Position: i,
-				Since:    time.UnixMilli(r.stat.Ctime),
-			})
+		if errors.Is(err, zk.ErrNoNode) {
+			err = errGone
 		}
+		errs = append(errs, err)
+		zs[i] = readZnode{q[i], queue.Admitted(reqs, i), r}
 	}
-	return es, errors.Join(errs...)
+	return zs, errors.Join(errs...)
 }
 
 // holderOf returns the holder a lock znode stands for, from its child

@@ -192,12 +192,10 @@ func isConnErr(err error) bool {
 // create may have been applied, and its caller looks for it first.
 func retryable(err error) bool { return !isStop(err) && isConnErr(err) }
 
-// exists is the result of a read of a znode's stat, and the channel of
-// the watch the read set, if any.
+// exists is the result of a read of a znode's stat.
 type exists struct {
-	ok    bool
-	stat  *zk.Stat
-	watch <-chan zk.Event
+	ok   bool
+	stat *zk.Stat
 }
 
 // deletionW reads a lock znode and sets a watch that fires on its

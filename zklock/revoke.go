@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/go-zookeeper/zk"
 
@@ -18,10 +19,9 @@ var _ lock.Revoker = (*Locker)(nil)
 
 // Revoke ends the lease of name's current holder whose token is token (see
 // [lock.Revoker]) by a delete of its znode guarded by the version it read:
-// that grant or nothing. A token that is not a current holder's returns
-// an error wrapping [lock.ErrNotHeld]; so may a grant made a moment ago
-// (the listing's server may lag), and a delete sent again that finds its
-// first attempt applied. The holder's lease ends with [lock.ErrLost] when
+// that grant or nothing, after a sync. A token that is not a current
+// holder's returns an error wrapping [lock.ErrNotHeld]; so may a delete
+// sent again that finds its first attempt applied. The holder's lease ends with [lock.ErrLost] when
 // its watch reports the deletion (for a grant under 50ms old, when the
 // watch is set).
 func (l *Locker) Revoke(ctx context.Context, name string, token fencing.Token) error {
@@ -40,10 +40,15 @@ func (l *Locker) revoke(ctx context.Context, parent string, token fencing.Token)
 	if token == 0 {
 		return fmt.Errorf("%w: no znode has czxid 0", lock.ErrNotHeld)
 	}
-	path, version, err := l.findHolder(ctx, parent, token)
+	zs, err := l.queue(ctx, parent, queue.Admitted)
 	if err != nil {
 		return err
 	}
+	i := slices.IndexFunc(zs, func(z readZnode) bool { return z.stat.Czxid == int64(token) })
+	if i < 0 {
+		return fmt.Errorf("%w: no holder of the name has that token", lock.ErrNotHeld)
+	}
+	path, version := parent+"/"+zs[i].child, zs[i].stat.Version
 	_, err = call(ctx, l.g, nil, func() (struct{}, error) {
 		return struct{}{}, l.conn.Delete(path, version)
 	})
@@ -57,47 +62,6 @@ func (l *Locker) revoke(ctx context.Context, parent string, token fencing.Token)
 		return err
 	}
 	return nil
-}
-
-// findHolder returns the path and data version of the admitted znode of
-// parent whose czxid is token, or an error wrapping lock.ErrNotHeld.
-func (l *Locker) findHolder(ctx context.Context, parent string, token fencing.Token) (string, int32, error) {
-	kids, err := call(ctx, l.g, nil, childrenOf(l.conn, parent))
-	if errors.Is(err, zk.ErrNoNode) {
-		return "", 0, fmt.Errorf("%w: the name has no requests", lock.ErrNotHeld)
-	}
-	if err != nil {
-		return "", 0, err
-	}
-	q, reqs := lockQueue(kids.names)
-	var futures []*future[*zk.Stat]
-	for i, k := range q {
-		if !queue.Admitted(reqs, i) {
-			break
-		}
-		futures = append(futures, start(l.g, func() (*zk.Stat, error) {
-			_, st, err := l.conn.Exists(parent + "/" + k)
-			return st, err
-		}, nil))
-	}
-	var errs []error
-	path, version := "", int32(0)
-	for i, f := range futures {
-		st, err := f.wait(ctx, l.g, nil)
-		switch {
-		case err != nil:
-			errs = append(errs, err)
-		case st != nil && st.Czxid == int64(token):
-			path, version = parent+"/"+q[i], st.Version
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return "", 0, err
-	}
-	if path == "" {
-		return "", 0, fmt.Errorf("%w: no holder of the name has that token", lock.ErrNotHeld)
-	}
-	return path, version, nil
 }
 
 // znodeDeleted is the cause of the loss of a held lease whose znode

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/fencelock/fencelock/internal/queue"
-	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -57,21 +56,13 @@ func (l *Locker) acquireKind(ctx context.Context, op, name string, req queue.Req
 // Holders returns every current holder of name in grant order, or an
 // empty list, after a sync (see [lock.HolderLister]).
 func (l *Locker) Holders(ctx context.Context, name string) ([]lock.Holder, error) {
-	if err := l.enterName(ctx, "holders", name); err != nil {
+	zs, err := l.read(ctx, "holders", name, queue.Admitted)
+	if err != nil {
 		return nil, err
 	}
-	defer l.leave()
-	var es []lock.QueueEntry
-	err := l.reread(ctx, func() (err error) {
-		es, err = l.queue(ctx, l.parent(name), queue.Admitted)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("zklock: holders %q: %w", name, secure.Refusal(err, isRefusal))
-	}
-	hs := make([]lock.Holder, len(es))
-	for i, e := range es {
-		hs[i] = e.Holder
+	hs := make([]lock.Holder, len(zs))
+	for i, z := range zs {
+		hs[i] = z.holder()
 	}
 	return hs, nil
 }

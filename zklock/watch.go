@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -73,13 +72,15 @@ func newRecordWatcher(g *group, ss *sessions, jan *janitor) *recordWatcher {
 // the watch with a plain listing (trackedConn sets the flag). A handshake
 // ends each wait with an EventNotWatching. stop forgets the wait.
 func (t *recordWatcher) waitChildren(path string) (<-chan zk.Event, func()) {
-	return t.wait(t.waits.children, path)
+	ch := make(chan zk.Event, 1)
+	return ch, t.wait(t.waits.children, path, ch)
 }
 
 // waitChange is waitChildren for any change of the znode at path,
 // watched with a plain exists.
 func (t *recordWatcher) waitChange(path string) (<-chan zk.Event, func()) {
-	return t.wait(t.waits.change, path)
+	ch := make(chan zk.Event, 1)
+	return ch, t.wait(t.waits.change, path, ch)
 }
 
 // wantsChildren and wantsChange report whether a wait is registered, for
@@ -95,12 +96,13 @@ func (t *recordWatcher) wants(m map[string][]chan zk.Event, path []byte) bool {
 	return len(m[string(path)]) > 0
 }
 
-func (t *recordWatcher) wait(m map[string][]chan zk.Event, path string) (<-chan zk.Event, func()) {
-	ch := make(chan zk.Event, 1)
+// wait registers a wait in m that hands the next event on path to ch,
+// whose buffer must hold one event per wait; it returns the stop.
+func (t *recordWatcher) wait(m map[string][]chan zk.Event, path string, ch chan zk.Event) func() {
 	t.mu.Lock()
 	m[path] = append(m[path], ch)
 	t.mu.Unlock()
-	return ch, func() {
+	return func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		ws := m[path]
@@ -502,13 +504,13 @@ func (a *acquisition) wait(ctx context.Context, d decision) (decision, error) {
 // watch sets a watch on each record d watches and waits for one to fire.
 // It returns the type of the event, or 0: look again.
 func (a *acquisition) watch(ctx context.Context, d decision) (zk.EventType, error) {
+	fired := make(chan zk.Event, len(d.watched))
 	futures := make([]*future[exists], len(d.watched))
 	for n, j := range d.watched {
-		read, stop := a.l.watch.reader(a.parent+"/"+d.q[j], d.touchWakes)
+		read, stop := a.l.watch.reader(a.parent+"/"+d.q[j], d.touchWakes, fired)
 		defer stop()
 		futures[n] = start(a.l.g, read, nil)
 	}
-	chans := make([]<-chan zk.Event, 0, len(futures))
 	for n, f := range futures {
 		e, err := f.wait(ctx, a.l.g, a.s)
 		if err != nil {
@@ -517,20 +519,11 @@ func (a *acquisition) watch(ctx context.Context, d decision) (zk.EventType, erro
 			}
 			return 0, a.retry(ctx, err)
 		}
-		if !e.ok {
-			// Gone already: look again (the watches set meanwhile fire
-			// later, unread, and cost nothing).
-			continue
+		if !e.ok || d.touchWakes && a.touchMissed(d.q[d.watched[0]], e.stat.Version) {
+			return 0, nil // gone already, or touched unseen
 		}
-		if d.touchWakes && a.touchMissed(d.q[d.watched[0]], e.stat.Version) {
-			return 0, nil
-		}
-		chans = append(chans, e.watch)
 	}
-	if len(chans) < len(d.watched) {
-		return 0, nil
-	}
-	return a.await(ctx, chans)
+	return a.await(ctx, fired)
 }
 
 // touchMissed reports whether the predecessor pred, at data version v
@@ -546,19 +539,14 @@ func (a *acquisition) touchMissed(pred string, v int32) bool {
 }
 
 // reader returns a read of the record at path that sets a watch firing on
-// its deletion or, with change, on any change; the result carries the
-// watch's channel. stop forgets the wait.
-func (t *recordWatcher) reader(path string, change bool) (func() (exists, error), func()) {
-	read, wait := deletionW(t.conn, path), t.waitChildren
+// its deletion or, with change, on any change; the event goes to ch. stop
+// forgets the wait.
+func (t *recordWatcher) reader(path string, change bool, ch chan zk.Event) (func() (exists, error), func()) {
+	read, m := deletionW(t.conn, path), t.waits.children
 	if change {
-		read, wait = statOf(t.conn, path), t.waitChange
+		read, m = statOf(t.conn, path), t.waits.change
 	}
-	ch, stop := wait(path)
-	return func() (exists, error) {
-		e, err := read()
-		e.watch = ch
-		return e, err
-	}, stop
+	return read, t.wait(m, path, ch)
 }
 
 // byMark reports whether d's waiter may wait for the release mark of the
@@ -580,7 +568,8 @@ func (a *acquisition) byMark(d decision) bool {
 // mark of pred (byMark), or on any going of pred when it headed the
 // listing (head). See docs/design/zookeeper.md, "Acquisition".
 func (a *acquisition) waitFor(ctx context.Context, pred string, head bool) (decision, error) {
-	read, stop := a.l.watch.reader(a.parent+"/"+pred, true)
+	fired := make(chan zk.Event, 1)
+	read, stop := a.l.watch.reader(a.parent+"/"+pred, true, fired)
 	defer stop()
 	p, err := call(ctx, a.l.g, a.s, read)
 	if err != nil {
@@ -595,12 +584,12 @@ func (a *acquisition) waitFor(ctx context.Context, pred string, head bool) (deci
 		a.fast.noMark = true
 		return decision{}, nil
 	}
-	fired, err := a.await(ctx, []<-chan zk.Event{p.watch})
+	ev, err := a.await(ctx, fired)
 	if err != nil {
 		return decision{}, err
 	}
 	switch {
-	case fired == zk.EventNodeDataChanged, fired == zk.EventNodeDeleted && head:
+	case ev == zk.EventNodeDataChanged, ev == zk.EventNodeDeleted && head:
 		return a.unlisted()
 	default:
 		return decision{}, nil // look again
@@ -630,41 +619,16 @@ func (a *acquisition) confirm(ctx context.Context) (decision, error) {
 	return decision{granted: true}, nil
 }
 
-// await waits for one of watched to fire and returns the type of its
-// event.
-func (a *acquisition) await(ctx context.Context, watched []<-chan zk.Event) (fired zk.EventType, err error) {
-	if len(watched) == 1 {
-		// A lock's or read-write lock's waiter, and most permit waiters:
-		// no reflection.
-		select {
-		case <-ctx.Done():
-			return 0, context.Cause(ctx)
-		case <-a.s.done:
-			return 0, a.s.err
-		case <-a.l.g.closing:
-			return 0, lock.ErrClosed
-		case ev := <-watched[0]:
-			return ev.Type, nil
-		}
-	}
-	const doneCase, sessionCase, closingCase = 0, 1, 2
-	cases := []reflect.SelectCase{
-		doneCase:    {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
-		sessionCase: {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.s.done)},
-		closingCase: {Dir: reflect.SelectRecv, Chan: reflect.ValueOf(a.l.g.closing)},
-	}
-	for _, w := range watched {
-		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(w)})
-	}
-	chosen, v, _ := reflect.Select(cases)
-	switch chosen {
-	case doneCase:
+// await waits for a watch to fire and returns the type of its event.
+func (a *acquisition) await(ctx context.Context, fired <-chan zk.Event) (zk.EventType, error) {
+	select {
+	case <-ctx.Done():
 		return 0, context.Cause(ctx)
-	case sessionCase:
+	case <-a.s.done:
 		return 0, a.s.err
-	case closingCase:
+	case <-a.l.g.closing:
 		return 0, lock.ErrClosed
+	case ev := <-fired:
+		return ev.Type, nil
 	}
-	ev, _ := v.Interface().(zk.Event)
-	return ev.Type, nil
 }
