@@ -13,19 +13,15 @@
 //     release wakes only the waiters it may admit.
 //   - [Lease.Done] closes with [lock.ErrLost] before the leader could
 //     expire the session, whether the holder's server is frozen, killed or
-//     cut off from its peers: the Locker sends a sync every T/12 (T the
-//     negotiated session timeout) and ends its leases, and fails its
-//     waiting Acquire calls with [lock.ErrLost], once no sync has been
-//     answered for T minus the loss margin. A session expiry ends them at
-//     once; a shorter disconnection keeps the session, its znodes and its
-//     waiters' places in the queue.
+//     cut off from its peers: once no sync of the Locker (one every T/12,
+//     T the negotiated session timeout) has been answered for T minus the
+//     loss margin. Waiting calls then fail with [lock.ErrLost]; a shorter
+//     disconnection keeps the session and the waiters' places.
 //   - A release deletes only its own znode, and the Locker never deletes a
 //     znode another session owns. A cancelled, failed or interrupted
-//     acquisition, a lost lease and Close leave no znode behind: a create
-//     cut off before its reply is found again by its protected name, and a
-//     call cancelled while its create is in flight waits for the reply (at
-//     most the session timeout or 5s) and deletes the znode before it
-//     returns.
+//     acquisition, a lost lease and Close leave no znode behind; a call
+//     cancelled while its create is in flight deletes the znode before it
+//     returns (waiting at most the session timeout or 5s).
 //   - Tokens rise with every grant (also across a leader change or a
 //     re-created parent) and are never zero.
 //   - [Locker.Observe] reports what the lock ends up in, in grant order
@@ -48,27 +44,20 @@
 // # Tuning
 //
 // [WithSessionTimeout] (default [DefaultSessionTimeout]) bounds how long a
-// crashed holder blocks its lock. [WithLossMargin] (default half of T) is
-// raised to T/3 with a warning if set lower, and must leave two keepalive
-// intervals (at most 5T/6). [WithLockDelay] (default none) makes the next
-// grant after a lease that ended without a clean Release wait, at most one
-// listing more per grant; give every Locker of a name the same delay, and
-// delete a lock's "~delay~" children to cancel a pending one. [WithRoot]
-// (default [DefaultRoot]) is where locks live; [WithIdentity],
-// [WithLogger], [WithMeterProvider], [WithTracerProvider] and
-// [WithNameAttribute] as usual. [lock.Open] takes "zk://" URLs (this
-// package registers the scheme); see the driver's Open for every key.
+// crashed holder blocks its lock; [WithLossMargin] (default T/2, at least
+// T/3, at most 5T/6) how early a cut-off holder gives up. [WithLockDelay]
+// (default none) delays the grant after a lease that ended without a
+// clean Release; give every Locker of a name the same delay. [lock.Open]
+// takes "zk://" URLs; see the driver's Open for every key.
 //
 // # Security
 //
-// [WithTLS] (URL keys tls, ca_file, cert_file, key_file, server_name)
-// speaks TLS to the servers' secure client ports. [WithDigest] (the URL's
-// user information, or password_env) authenticates every connection and
-// every reconnection. With credentials, what the Locker creates is
-// writable by its user only and readable by anyone ([WithACL] replaces
-// that). A refusal by the server (no or wrong credentials, a TLS handshake
-// refused either way) is an error wrapping [lock.ErrPermission], at once.
-// Errors and log lines never contain a password or key material.
+// [WithTLS] speaks TLS to the servers' secure client ports; [WithDigest]
+// authenticates every connection. With credentials, what the Locker
+// creates is writable by its user only and readable by anyone ([WithACL]
+// replaces that). A refusal by the server is an error wrapping
+// [lock.ErrPermission], at once. Errors and log lines never contain a
+// password or key material.
 //
 // # Read more
 //

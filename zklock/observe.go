@@ -24,12 +24,10 @@ import (
 // survives lost connections and expired sessions.
 //
 // What is reported is in grant order, tokens rising, with at most one zero
-// Holder between two holders, and the state the lock ends up in is always
-// reported. A holder whose grant lasts longer than about one round trip
-// plus the client's own delays is reported; one created and deleted within
-// that window, or while the Locker is disconnected, is not, nor is a free
-// moment no listing shows and the parent's child version cannot prove.
-// Why: "What Observe reports" in docs/design/zookeeper.md.
+// Holder between two holders, ending with the state the lock ends up in.
+// A holder that comes and goes within about a round trip, or while the
+// Locker is disconnected, is missed: "What Observe reports" in
+// docs/design/zookeeper.md.
 func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
 	if err := l.enterName(ctx, "observe", name); err != nil {
 		return nil, nil, err

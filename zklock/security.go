@@ -8,7 +8,6 @@ import (
 	"net"
 	"reflect"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -154,37 +153,25 @@ func WithTLS(cfg *tls.Config) Option {
 // refusals records why the servers last refused the Locker's connection,
 // until a connection gets through, for the calls that wait for one.
 type refusals struct {
-	mu     sync.Mutex
-	err    error // wraps lock.ErrPermission; nil once a connection got through
+	err    atomic.Pointer[error] // wraps lock.ErrPermission; nil once a connection got through
 	notify func()
 }
 
 // refuse records a refusal.
 func (r *refusals) refuse(err error) {
-	r.mu.Lock()
-	r.err = fmt.Errorf("%w: %w", lock.ErrPermission, err)
-	f := r.notify
-	r.mu.Unlock()
-	if f != nil {
-		f()
+	err = fmt.Errorf("%w: %w", lock.ErrPermission, err)
+	r.err.Store(&err)
+	if r.notify != nil {
+		r.notify()
 	}
-}
-
-// accept records that a connection got through.
-func (r *refusals) accept() {
-	r.mu.Lock()
-	r.err = nil
-	r.mu.Unlock()
 }
 
 // last returns the latest refusal, or nil.
 func (r *refusals) last() error {
-	if r == nil {
-		return nil
+	if p := r.err.Load(); p != nil {
+		return *p
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.err
+	return nil
 }
 
 // tlsDialer returns a dialer that runs a TLS handshake over base's
@@ -227,7 +214,7 @@ type watchedConn struct {
 func (c *watchedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 && !c.seen.Swap(true) {
-		c.r.accept()
+		c.r.err.Store(nil)
 	}
 	if err != nil && isCertRefusal(err) {
 		c.r.refuse(err)
