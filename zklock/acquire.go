@@ -438,30 +438,17 @@ func (a *acquisition) settle(f *future[created]) {
 // findOwn returns the path of the znode with this acquisition's prefix,
 // or "" if there is none, once the connection is back in its session.
 func (a *acquisition) findOwn(ctx context.Context) (string, error) {
-	l := a.l
 	for {
-		if err := l.ss.awaitConnected(ctx, a.s); err != nil {
+		if err := a.l.ss.awaitConnected(ctx, a.s); err != nil {
 			return "", err
 		}
-		_, err := call(ctx, l.g, a.s, func() (string, error) { return l.conn.Sync(a.parent) })
-		if err == nil {
-			var kids children
-			kids, err = call(ctx, l.g, a.s, childrenOf(l.conn, a.parent))
-			if err == nil {
-				for _, k := range queueOf(kids.names) {
-					if strings.HasPrefix(k, a.z.prefix) {
-						return a.parent + "/" + k, nil
-					}
-				}
-				return "", nil
-			}
-		}
+		found, err := withPrefix(ctx, a.l.g, a.s, a.l.conn, a.parent, a.z.prefix)
 		switch {
-		case errors.Is(err, zk.ErrNoNode):
+		case err == nil && len(found) > 0:
+			return found[0], nil
+		case err == nil:
 			return "", nil
-		case isConnErr(err):
-			continue
-		default:
+		case !isConnErr(err):
 			return "", err
 		}
 	}

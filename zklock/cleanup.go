@@ -107,29 +107,37 @@ func (j *janitor) clean(ctx context.Context, c cleanup) error {
 		}
 		return j.deleteMarker(ctx, c.marker)
 	}
-	// A create sent to a server the connection then lost may still be on
-	// its way to the leader: sync first, so that the listing sees it.
-	if _, err := call(ctx, j.g, nil, func() (string, error) { return j.conn.Sync(c.parent) }); err != nil {
-		if errors.Is(err, zk.ErrNoNode) {
-			return nil
-		}
-		return err
-	}
-	kids, err := call(ctx, j.g, nil, childrenOf(j.conn, c.parent))
-	if errors.Is(err, zk.ErrNoNode) {
-		return nil
-	}
+	found, err := withPrefix(ctx, j.g, nil, j.conn, c.parent, c.prefix)
 	if err != nil {
 		return err
 	}
-	for _, k := range kids.names {
-		if strings.HasPrefix(k, c.prefix) {
-			if err := j.deleteIfOurs(ctx, c.parent+"/"+k); err != nil {
-				return err
-			}
+	for _, p := range found {
+		if err := j.deleteIfOurs(ctx, p); err != nil {
+			return err
 		}
 	}
 	return j.deleteMarker(ctx, c.marker)
+}
+
+// withPrefix returns the children of parent whose names begin with
+// prefix, after a sync: a create sent before a lost connection may still
+// be on its way to the leader. A missing parent has none.
+func withPrefix(ctx context.Context, g *group, s *session, conn *zk.Conn, parent, prefix string) ([]string, error) {
+	_, err := call(ctx, g, s, func() (string, error) { return conn.Sync(parent) })
+	var kids children
+	if err == nil {
+		kids, err = call(ctx, g, s, childrenOf(conn, parent))
+	}
+	if errors.Is(err, zk.ErrNoNode) {
+		return nil, nil
+	}
+	var found []string
+	for _, k := range kids.names {
+		if strings.HasPrefix(k, prefix) {
+			found = append(found, parent+"/"+k)
+		}
+	}
+	return found, err
 }
 
 // deleteMarker deletes a discarded acquisition's lock-delay marker, if

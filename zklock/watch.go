@@ -105,17 +105,10 @@ func (t *recordWatcher) wait(m map[string][]chan zk.Event, path string, ch chan 
 	return func() {
 		t.mu.Lock()
 		defer t.mu.Unlock()
-		ws := m[path]
-		for i, w := range ws {
-			if w == ch {
-				ws = append(ws[:i:i], ws[i+1:]...)
-				break
-			}
-		}
-		if len(ws) == 0 {
-			delete(m, path)
-		} else {
+		if ws := slices.DeleteFunc(m[path], func(w chan zk.Event) bool { return w == ch }); len(ws) > 0 {
 			m[path] = ws
+		} else {
+			delete(m, path)
 		}
 	}
 }
