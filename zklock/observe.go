@@ -174,50 +174,29 @@ func (o *observation) list(ctx context.Context) (<-chan zk.Event, func(), error)
 		}
 	}
 	for {
-		r, stop, err := o.children(ctx)
-		if errors.Is(err, zk.ErrNoNode) {
+		w, stop := o.l.watch.waitChildren(o.parent) // the wrapper sets the watch flag
+		kids, err := call(ctx, o.l.g, nil, childrenOf(o.l.conn, o.parent))
+		again := false
+		if err == nil {
+			again, err = o.take(ctx, kids.names, kids.stat)
+		}
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			stop()
 			w, stop, again, err := o.absent(ctx)
 			if again {
 				continue // created meanwhile
 			}
 			return w, stop, err
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		again, err := o.take(ctx, r.names, r.stat)
-		if err != nil || again {
+		case err != nil || again:
 			stop()
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		if !again {
-			return r.watch, stop, nil
+			if err != nil {
+				return nil, nil, err
+			}
+		default:
+			return w, stop, nil
 		}
 	}
-}
-
-// childrenWatch is a listing of children with the watch it set.
-type childrenWatch struct {
-	names []string
-	stat  *zk.Stat
-	watch <-chan zk.Event
-}
-
-// children lists the parent's children and sets a child watch; stop
-// forgets the watch.
-func (o *observation) children(ctx context.Context) (r childrenWatch, stop func(), err error) {
-	mine, stop := o.l.watch.waitChildren(o.parent)
-	r, err = call(ctx, o.l.g, nil, func() (childrenWatch, error) {
-		n, st, err := o.l.conn.Children(o.parent) // the wrapper sets the watch flag
-		return childrenWatch{n, st, mine}, err
-	})
-	if err != nil {
-		stop()
-		return childrenWatch{}, nil, err
-	}
-	return r, stop, nil
 }
 
 // absent reports a missing parent as a free lock and returns the watch for
