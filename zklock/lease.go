@@ -194,7 +194,7 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 		// Trying again cannot help; the znode goes with the session.
 		return fmt.Errorf("zklock: release %q: znode not deleted (it goes with the session): %w", le.Name(), secure.Refusal(err, isRefusal))
 	default:
-		if rerr := le.l.ss.refusal(); rerr != nil && isConnErr(err) {
+		if rerr := le.l.ss.hooks.refused(); rerr != nil && isConnErr(err) {
 			err = fmt.Errorf("%w: %w", rerr, err)
 		}
 		le.l.jan.add(cleanup{path: le.path})

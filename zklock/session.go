@@ -79,8 +79,8 @@ type signals struct {
 }
 
 // hooks are what sessions tells and asks the Locker's other parts: onEnd
-// and onHealthy run with mu held, and only wake someone; refused (may be
-// nil) says why the servers refused the latest connection, or nil.
+// and onHealthy run with mu held, and only wake someone; refused says why
+// the servers refused the latest connection, or nil.
 type hooks struct {
 	onEnd, onHealthy func()
 	refused          func() error
@@ -97,7 +97,7 @@ func newSessions(clk clock.Clock, ka *keepalive, o *options, closing <-chan stru
 		loss:    lossDeadline{clk: clk, ka: ka, given: o.sessionTimeout, margin: o.margin},
 		journal: journal{logger: o.Logger},
 		closing: closing,
-		hooks:   hooks{onEnd: func() {}, onHealthy: func() {}},
+		hooks:   hooks{onEnd: func() {}, onHealthy: func() {}, refused: func() error { return nil }},
 		sig:     signals{kick: make(chan struct{}, 1)},
 		changed: make(chan struct{}),
 	}
@@ -307,7 +307,7 @@ func (ss *sessions) get(ctx context.Context) (*session, error) {
 		}
 		ch := ss.changed
 		ss.mu.Unlock()
-		if err := ss.refusal(); err != nil {
+		if err := ss.hooks.refused(); err != nil {
 			return nil, err
 		}
 		// Not at every wake-up: each look wakes this loop again.
@@ -341,7 +341,7 @@ func (ss *sessions) awaitConnected(ctx context.Context, s *session) error {
 		if ss.conn.State() == zk.StateHasSession {
 			return nil
 		}
-		if err := ss.refusal(); err != nil {
+		if err := ss.hooks.refused(); err != nil {
 			return &stopError{err}
 		}
 		select {
@@ -361,13 +361,4 @@ func (ss *sessions) isClosed() bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return ss.closed
-}
-
-// refusal returns why the servers refused the latest connection attempt,
-// or nil.
-func (ss *sessions) refusal() error {
-	if ss.hooks.refused == nil {
-		return nil
-	}
-	return ss.hooks.refused()
 }
