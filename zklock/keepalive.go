@@ -18,12 +18,9 @@ import (
 // answered, matching replies to requests first-in first-out, and the
 // negotiated session timeout. See docs/design/zookeeper-loss.md.
 type keepalive struct {
-	clk       clock.Clock
-	heard     atomic.Int64 // unix nanoseconds; 0 until a handshake
-	timeout   atomic.Int64 // negotiated session timeout, nanoseconds
-	sessionID atomic.Int64 // 0 until a handshake, and after an expiry
-
-	connected atomic.Int64 // handshakes that brought a session
+	clk     clock.Clock
+	heard   atomic.Int64 // unix nanoseconds; 0 until a handshake
+	timeout atomic.Int64 // negotiated session timeout, nanoseconds
 
 	// The hooks, if set, are called from go-zookeeper's reading goroutine,
 	// so they must not block: when heard advances, when a handshake brings
@@ -201,7 +198,6 @@ func (c *trackedConn) received(body []byte) {
 		}
 		timeout := time.Duration(int32(binary.BigEndian.Uint32(body[4:8]))) * time.Millisecond
 		sid := int64(binary.BigEndian.Uint64(body[8:16]))
-		c.ka.sessionID.Store(sid)
 		if sid == 0 { // the session expired; no new one yet
 			return
 		}
@@ -209,7 +205,6 @@ func (c *trackedConn) received(body []byte) {
 			c.ka.onTimeout(timeout)
 		}
 		c.ka.markHeard(sent.sent)
-		c.ka.connected.Add(1)
 		if c.ka.onConnect != nil {
 			c.ka.onConnect()
 		}

@@ -67,7 +67,6 @@ func newTestSessions(given, margin time.Duration) (*sessions, *fakeLink, *clock.
 // handshake makes ka record a handshake sent at sent that negotiated
 // timeout, as trackedConn does.
 func handshake(ka *keepalive, sent time.Time, timeout time.Duration, id int64) {
-	ka.sessionID.Store(id)
 	ka.timeout.Store(int64(timeout))
 	ka.markHeard(sent)
 }
