@@ -122,8 +122,8 @@ func TestGuardFencedDoneContext(t *testing.T) {
 	}
 }
 
-// A guarded write through a connection of the caller's own: a Locker from
-// Dial keeps its connection to itself, and the check needs none in
+// A guarded write through a connection of the caller's own: a Locker
+// keeps its connection to itself, and the check needs none in
 // particular. (It needs a ZooKeeper ensemble, so it has no Output and is
 // compiled but not run.)
 func ExampleGuardedMulti() {

@@ -156,11 +156,11 @@ func pending(ch <-chan zk.Event) (zk.Event, bool) {
 	}
 }
 
-// TestWaitDeletion checks the waits of a Locker from Dial for a znode's
+// TestWaitLockZnode checks the waits of a Locker for a lock znode's
 // deletion: the event reaches every wait for its path and no other, a
 // wait gets one event, a stopped wait gets none, and a handshake ends
 // every wait (the server dropped their watches with the connection).
-func TestWaitDeletion(t *testing.T) {
+func TestWaitLockZnode(t *testing.T) {
 	tab := dialTable(t)
 	got := pending
 
@@ -204,7 +204,7 @@ func TestWaitDeletion(t *testing.T) {
 	}
 }
 
-// TestWaitChange checks the waits of a Locker from Dial for a znode's
+// TestWaitChange checks the waits of a Locker for a znode's
 // change (a release mark's data change, or its deletion): both reach the
 // waits for the path, a child change does not, and a handshake ends every
 // wait; while a wait is registered, the exists requests for its path go
@@ -270,10 +270,10 @@ func TestWaitChange(t *testing.T) {
 	}
 }
 
-// TestWaitChildren checks the waits of an observation of a lock's parent
-// (Dial): a child change or the parent's deletion reaches them, a data
-// change does not; a plain listing of the parent gets the watch flag only
-// while such a wait is registered; and a creation reaches the waits for a
+// TestWaitChildren checks the waits of an observation of a lock's parent:
+// a child change or the parent's deletion reaches them, a data change
+// does not; a plain listing of the parent gets the watch flag only while
+// such a wait is registered; and a creation reaches the waits for a
 // change (an exists of a parent that did not exist).
 func TestWaitChildren(t *testing.T) {
 	tab := dialTable(t)

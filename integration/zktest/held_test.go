@@ -95,7 +95,7 @@ func TestZKHeldLeasesGoroutines(t *testing.T) {
 	}
 }
 
-// TestZKHeldLeaseWatchAfterReconnect checks that a Locker from Dial keeps
+// TestZKHeldLeaseWatchAfterReconnect checks that a Locker keeps
 // watching its held leases' znodes across a new connection in the same
 // session. The server drops a connection's watches with it, and
 // go-zookeeper sets again only the watches it keeps itself, which the
