@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -487,13 +486,9 @@ func (a *acquisition) ensure(ctx context.Context, path string) error {
 // acquisition's was created, so that nobody watches it for a touch
 // (docs/design/zookeeper.md, "Touches and the child version").
 func (a *acquisition) neverWaited(q []string, cversion int32) bool {
-	seq, err := strconv.ParseInt(seqOf(a.z.own), 10, 64)
-	if err != nil {
-		return false
-	}
-	later := 0
+	seq, later := seqNum(a.z.own), 0
 	for _, k := range q {
-		if seqOf(k) > seqOf(a.z.own) {
+		if seqNum(k) > seq {
 			later++
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -299,10 +298,4 @@ func (o *observation) freeBetween(q []string, st *zk.Stat, next string) bool {
 		}
 	}
 	return false
-}
-
-// seqNum returns a lock znode's sequence number as a number.
-func seqNum(child string) int64 {
-	n, _ := strconv.ParseInt(seqOf(child), 10, 64)
-	return n
 }

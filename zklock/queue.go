@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -79,6 +80,12 @@ func isExclusivePath(path string) bool {
 
 // seqOf returns a lock znode's sequence number.
 func seqOf(child string) string { return child[len(child)-seqLen:] }
+
+// seqNum returns a lock znode's sequence number as a number.
+func seqNum(child string) int64 {
+	n, _ := strconv.ParseInt(seqOf(child), 10, 64)
+	return n
+}
 
 // queueOf returns the lock znodes among names, in grant order (by sequence
 // number).
