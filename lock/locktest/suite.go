@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,8 +25,7 @@ type suite struct {
 	has     map[string]bool
 }
 
-// The optional interfaces, as a subtest's needs and the log line that lists
-// the checks that did not apply name them.
+// The optional interfaces, as subtests need them and the log names them.
 const (
 	needsExpirer  = "SessionExpirer (Harness)"
 	needsStaller  = "SessionStaller (Harness)"
@@ -39,8 +39,7 @@ const (
 	needsHealth   = "lock.HealthChecker (Locker)"
 )
 
-// A subtest is one check. It runs only when every optional interface it
-// needs is present.
+// A subtest is one check, run only when every interface it needs is present.
 type subtest struct {
 	name  string
 	fn    func(t *testing.T)
@@ -101,8 +100,7 @@ func (s *suite) subtests() []subtest {
 	}
 }
 
-// missing returns needs, joined by " and ", if one of them is absent, or
-// else "".
+// missing returns needs joined by " and " if one is absent, else "".
 func (s *suite) missing(needs []string) string {
 	for _, n := range needs {
 		if !s.has[n] {
@@ -191,8 +189,7 @@ var (
 func permit(limit int) kind { return kind{sem: true, limit: limit} }
 
 // errNotShared is what kind.call reports for a Locker that lacks the
-// interface the request needs; the suite runs a check only when the
-// harness's Lockers have it, so this means a harness mixes Locker types.
+// interface the request needs: a harness that mixes Locker types.
 var errNotShared = errors.New("locktest: Locker lacks the optional interface the check needs")
 
 // call makes the request for k on l: Acquire, AcquireShared or
@@ -245,15 +242,13 @@ func mustTry(t *testing.T, ctx context.Context, l lock.Locker, name string, k ki
 
 // result is what a background Acquire returned.
 type result struct {
-	lease    lock.Lease
-	err      error
-	prevDone bool // with goAcquireAfter: the previous lease had ended by then
+	lease lock.Lease
+	err   error
 }
 
 // goCall runs acquire in a goroutine and delivers its result. The goroutine
-// ends when acquire returns: at the latest when its context ends or when
-// the Locker is closed by t's cleanup. A lease nobody collects is released
-// by that Close.
+// ends at the latest when the Locker is closed by t's cleanup, which also
+// releases a lease nobody collects.
 func goCall(acquire func() (lock.Lease, error)) <-chan result {
 	ch := make(chan result, 1)
 	go func() {
@@ -266,19 +261,6 @@ func goCall(acquire func() (lock.Lease, error)) <-chan result {
 // goAcquire runs the call that asks l for k in a goroutine.
 func goAcquire(ctx context.Context, l lock.Locker, name string, k kind) <-chan result {
 	return goCall(func() (lock.Lease, error) { return k.call(ctx, l, name, false) })
-}
-
-// goAcquireAfter is goAcquire of an exclusive lock that also reports
-// whether prev's Done was already closed when Acquire returned. The check
-// runs in the waiter's goroutine right after the grant, so it observes the
-// order of the two events, not a time.
-func goAcquireAfter(ctx context.Context, l lock.Locker, name string, prev lock.Lease) <-chan result {
-	ch := make(chan result, 1)
-	go func() {
-		le, err := l.Acquire(ctx, name)
-		ch <- result{le, err, isClosed(prev.Done())}
-	}()
-	return ch
 }
 
 // enqueue is goAcquire followed by a wait until name has n records, the
@@ -305,8 +287,8 @@ func await[T any](t *testing.T, s *suite, ch <-chan T, what string) T {
 	}
 }
 
-// awaitGrant waits for a background Acquire to return a lease.
-func (s *suite) awaitGrant(t *testing.T, ch <-chan result, what string) result {
+// awaitLease waits for a background Acquire to return a lease.
+func (s *suite) awaitLease(t *testing.T, ch <-chan result, what string) lock.Lease {
 	t.Helper()
 	r := await(t, s, ch, what)
 	if r.err != nil {
@@ -315,12 +297,7 @@ func (s *suite) awaitGrant(t *testing.T, ch <-chan result, what string) result {
 	if r.lease == nil {
 		t.Fatalf("%s = nil lease, nil error", what)
 	}
-	return r
-}
-
-func (s *suite) awaitLease(t *testing.T, ch <-chan result, what string) lock.Lease {
-	t.Helper()
-	return s.awaitGrant(t, ch, what).lease
+	return r.lease
 }
 
 // awaitRefused waits for a background Acquire to return no lease and an
@@ -332,13 +309,48 @@ func (s *suite) awaitRefused(t *testing.T, ch <-chan result, what string, want e
 }
 
 // refused checks that a call returned no lease and an error wrapping want.
-func refused(t *testing.T, call string, le lock.Lease, err error, want error) {
+func refused(t *testing.T, call string, le lock.Lease, err, want error) {
 	t.Helper()
 	if !errors.Is(err, want) || le != nil {
 		t.Errorf("%s = %v, %v; want nil, an error wrapping %v", call, le, err, want)
 	}
 	if le != nil {
 		_ = le.Release(context.Background())
+	}
+}
+
+// outcome checks a call that may grant or fail: it returns the lease, or
+// nil once it has checked that the call failed with an error wrapping one
+// of allowed.
+func outcome(t *testing.T, what string, r result, allowed ...error) lock.Lease {
+	t.Helper()
+	switch {
+	case r.err == nil && r.lease == nil:
+		t.Errorf("%s = nil lease, nil error", what)
+	case r.err == nil:
+		return r.lease
+	case r.lease != nil:
+		t.Errorf("%s = %v, %v; want no lease with an error", what, r.lease, r.err)
+	default:
+		wantErr(t, what, r.err, allowed...)
+	}
+	return nil
+}
+
+// refusesAll fails t unless Acquire, TryAcquire, Holder and (on an
+// Observer) Observe of name on l return errors wrapping want; when, if not
+// empty, starts with a space.
+func refusesAll(t *testing.T, ctx context.Context, l lock.Locker, name, when string, want error) {
+	t.Helper()
+	for _, try := range []bool{false, true} {
+		le, err := excl.call(ctx, l, name, try)
+		refused(t, fmt.Sprintf("%s(%q)%s", excl.op(try), name, when), le, err, want)
+	}
+	_, err := l.Holder(ctx, name)
+	wantErr(t, fmt.Sprintf("Holder(%q)%s", name, when), err, want)
+	if o, ok := l.(lock.Observer); ok {
+		_, _, err := o.Observe(ctx, name)
+		wantErr(t, fmt.Sprintf("Observe(%q)%s", name, when), err, want)
 	}
 }
 
@@ -370,8 +382,7 @@ func (s *suite) pollRecords(t *testing.T, name string, n int) ([]string, bool) {
 }
 
 // waitRecords waits until name has n records: with a RecordLister by
-// polling it, without one by waiting Options.Settle, the only place where
-// the suite relies on time to order steps.
+// polling it, without one by waiting Options.Settle.
 func (s *suite) waitRecords(t *testing.T, name string, n int, why string) {
 	t.Helper()
 	if s.lister == nil {
@@ -381,8 +392,8 @@ func (s *suite) waitRecords(t *testing.T, name string, n int, why string) {
 	}
 }
 
-// noOrphans checks, with a RecordLister, that name has no record left, or
-// gets none within Options.Timeout (a backend may delete asynchronously).
+// noOrphans checks, with a RecordLister, that name has no record left
+// within Options.Timeout (a backend may delete asynchronously).
 func (s *suite) noOrphans(t *testing.T, name string, after string) {
 	t.Helper()
 	if s.lister == nil {
@@ -429,9 +440,7 @@ func (s *suite) waitDone(t *testing.T, le lock.Lease, what string) {
 func (s *suite) checkLost(t *testing.T, le lock.Lease, wait, what string) {
 	t.Helper()
 	s.waitDone(t, le, wait)
-	if err := le.Err(); !errors.Is(err, lock.ErrLost) {
-		t.Errorf("%s = %v; want an error wrapping %v", what, err, lock.ErrLost)
-	}
+	wantErr(t, what, le.Err(), lock.ErrLost)
 }
 
 // mustAcquire acquires name on l or stops the test.
@@ -447,7 +456,7 @@ func (s *suite) mustAcquire(t *testing.T, ctx context.Context, l lock.Locker, na
 	return le
 }
 
-// mustRelease releases le or fails the test.
+// mustRelease releases les or fails the test.
 func mustRelease(t *testing.T, ctx context.Context, les ...lock.Lease) {
 	t.Helper()
 	for _, le := range les {
@@ -482,9 +491,7 @@ func checkReleased(t *testing.T, le lock.Lease) {
 	if !isClosed(le.Done()) {
 		t.Errorf("Done() open after Release returned; want closed")
 	}
-	if err := le.Err(); !errors.Is(err, lock.ErrReleased) {
-		t.Errorf("Err() = %v after Release; want an error wrapping %v", err, lock.ErrReleased)
-	}
+	wantErr(t, "Err() after Release", le.Err(), lock.ErrReleased)
 }
 
 // checkAfter checks that le, granted after prev, has a higher token; what
@@ -506,17 +513,25 @@ func (s *suite) holderIs(t *testing.T, ctx context.Context, l lock.Locker, name 
 
 func (s *suite) notHeld(t *testing.T, ctx context.Context, l lock.Locker, name string) {
 	t.Helper()
-	if got, err := l.Holder(ctx, name); !errors.Is(err, lock.ErrNotHeld) {
-		t.Errorf("Holder(%q) = %+v, %v; want an error wrapping %v", name, got, err, lock.ErrNotHeld)
+	_, err := l.Holder(ctx, name)
+	wantErr(t, fmt.Sprintf("Holder(%q)", name), err, lock.ErrNotHeld)
+}
+
+// wantErr fails t unless err wraps one of want; call names what returned
+// err.
+func wantErr(t *testing.T, call string, err error, want ...error) {
+	t.Helper()
+	if errorsIsAny(err, want...) {
+		return
 	}
+	names := make([]string, len(want))
+	for i, w := range want {
+		names[i] = w.Error()
+	}
+	t.Errorf("%s = %v; want an error wrapping %s", call, err, strings.Join(names, " or "))
 }
 
 // errorsIsAny reports whether err matches one of targets.
 func errorsIsAny(err error, targets ...error) bool {
-	for _, t := range targets {
-		if errors.Is(err, t) {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(targets, func(t error) bool { return errors.Is(err, t) })
 }

@@ -354,22 +354,9 @@ var invalidNames = []string{
 }
 
 func (s *suite) testInvalidName(t *testing.T) {
-	ctx := s.ctx(t)
-	l := s.newLocker(t, identity("a"))
-	o, _ := l.(lock.Observer)
+	ctx, l := s.ctx(t), s.newLocker(t, identity("a"))
 	for _, name := range invalidNames {
-		for _, try := range []bool{false, true} {
-			le, err := excl.call(ctx, l, name, try)
-			refused(t, fmt.Sprintf("%s(%q)", excl.op(try), name), le, err, lock.ErrInvalidName)
-		}
-		if h, err := l.Holder(ctx, name); !errors.Is(err, lock.ErrInvalidName) {
-			t.Errorf("Holder(%q) = %+v, %v; want an error wrapping %v", name, h, err, lock.ErrInvalidName)
-		}
-		if o != nil {
-			if _, _, err := o.Observe(ctx, name); !errors.Is(err, lock.ErrInvalidName) {
-				t.Errorf("Observe(%q) = %v; want an error wrapping %v", name, err, lock.ErrInvalidName)
-			}
-		}
+		refusesAll(t, ctx, l, name, "", lock.ErrInvalidName)
 	}
 }
 

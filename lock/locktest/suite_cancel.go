@@ -2,7 +2,7 @@ package locktest
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -23,8 +23,7 @@ func (s *suite) testCancelWait(t *testing.T) {
 	s.waitRecords(t, name, 2, "cancelled waiter's record deleted")
 	notReturned(t, next, "second waiter")
 
-	// The cancelled waiter was the second waiter's predecessor: the
-	// release must still reach the second waiter.
+	// The release must still reach the waiter behind the cancelled one.
 	mustRelease(t, ctx, holder)
 	le := s.awaitLease(t, next, "second waiter's Acquire after the holder released")
 	checkAfter(t, le, holder, "second waiter")
@@ -55,12 +54,7 @@ func (s *suite) testCancelledContext(t *testing.T) {
 		for _, try := range []bool{false, true} {
 			what := excl.op(try) + "(" + name + ") with a cancelled context on a " + state + " lock"
 			r := await(t, s, goCall(func() (lock.Lease, error) { return excl.call(done, ls[1], name, try) }), what)
-			if !errors.Is(r.err, context.Canceled) {
-				t.Errorf("%s = %v, %v; want an error wrapping %v", what, r.lease, r.err, context.Canceled)
-			}
-			if r.lease != nil {
-				_ = r.lease.Release(ctx)
-			}
+			refused(t, what, r.lease, r.err, context.Canceled)
 		}
 	}
 	check("free")
@@ -75,17 +69,14 @@ func (s *suite) testCancelledContext(t *testing.T) {
 }
 
 // testCancelInFlight cancels Acquire and TryAcquire calls right after they
-// start, at varied points of their create request, on a free and on a held
-// lock: a call that fails with the cancellation returns no lease, one that
-// returns a lease holds it, and no record is left behind.
+// start, on a free and on a held lock: a call that fails with the
+// cancellation returns no lease, one that returns a lease holds it, and no
+// record is left behind.
 func (s *suite) testCancelInFlight(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 2)
 	s.cancelInFlight(t, ctx, ls[1], name, "free")
 	s.noOrphans(t, name, "Acquire calls cancelled in flight on a free lock")
-	le, err := ls[0].TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatalf("TryAcquire(%q) after cancelled calls = %v; want a lease (no record may be left)", name, err)
-	}
+	le := mustTry(t, ctx, ls[0], name, excl, "after cancelled calls (no record may be left)")
 	s.cancelInFlight(t, ctx, ls[1], name, "held")
 	s.waitRecords(t, name, 1, "records of calls cancelled in flight on a held lock deleted")
 	mustRelease(t, ctx, le)
@@ -110,53 +101,38 @@ func (s *suite) cancelInFlight(t *testing.T, ctx context.Context, b lock.Locker,
 			time.Sleep(time.Duration(i*i) * 5 * time.Microsecond)
 		}
 		cancel()
-		r := await(t, s, ch, "Acquire cancelled in flight")
-		switch {
-		case r.err == nil && r.lease == nil:
-			t.Fatalf("iteration %d on a %s lock: Acquire = nil lease, nil error", i, state)
-		case r.err == nil:
+		what := fmt.Sprintf("iteration %d on a %s lock: cancelled Acquire", i, state)
+		if le := outcome(t, what, await(t, s, ch, what), context.Canceled, lock.ErrLocked); le != nil {
 			granted++
 			if state == "held" {
-				t.Errorf("iteration %d: Acquire on a held lock returned a lease (token %d)", i, r.lease.Token())
+				t.Errorf("%s returned a lease (token %d)", what, le.Token())
 			}
-			checkHeld(t, name, r.lease)
-			mustRelease(t, ctx, r.lease)
-		case r.lease != nil:
-			t.Errorf("iteration %d on a %s lock: Acquire = %v, %v; want no lease with an error", i, state, r.lease, r.err)
-		case !errorsIsAny(r.err, context.Canceled, lock.ErrLocked):
-			t.Errorf("iteration %d on a %s lock: cancelled Acquire = %v; want an error wrapping %v", i, state, r.err, context.Canceled)
+			checkHeld(t, name, le)
+			mustRelease(t, ctx, le)
 		}
 	}
 	t.Logf("on a %s lock: %d of %d cancelled calls were granted first", state, granted, iterations)
 }
 
-// testReleaseCancelledContext releases a lease with a context that is
-// already cancelled. Either outcome is allowed: Release still deletes the
-// record (bounded by a timeout of its own) and returns nil, or it returns
-// ctx's error. Either way the lease has ended when Release returns (Err
-// wraps ErrReleased), and the record goes, at once or in the background,
-// so that another Locker gets the lock.
+// testReleaseCancelledContext releases a lease with a context already
+// cancelled. Release may still delete the record and return nil, or
+// return ctx's error; either way the lease has ended when it returns and
+// the record goes, so that another Locker gets the lock.
 func (s *suite) testReleaseCancelledContext(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 2)
 	done, cancel := context.WithCancel(ctx)
 	cancel()
 	for round := range 3 {
 		le := s.mustAcquire(t, ctx, ls[0], name)
-		seen := goAcquireAfter(ctx, ls[1], name, le)
-		s.waitRecords(t, name, 2, "waiter queued")
-		err := le.Release(done)
-		if err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("round %d: Release() with a cancelled context = %v; want nil or an error wrapping %v", round, err, context.Canceled)
+		release := func() {
+			if err := le.Release(done); err != nil {
+				wantErr(t, fmt.Sprintf("round %d: Release() with a cancelled context", round), err, context.Canceled)
+			}
+			checkReleased(t, le)
 		}
-		checkReleased(t, le)
-		g := s.awaitGrant(t, seen, "waiter's Acquire after a Release with a cancelled context")
-		if !g.prevDone {
-			t.Errorf("round %d: waiter granted while the released lease's Done() was still open", round)
-		}
-		if err := le.Release(ctx); !errors.Is(err, lock.ErrReleased) {
-			t.Errorf("round %d: second Release() = %v; want an error wrapping %v", round, err, lock.ErrReleased)
-		}
-		mustRelease(t, ctx, g.lease)
+		next := s.passOn(t, ctx, ls[1], le, release, "waiter's Acquire after a Release with a cancelled context")
+		wantErr(t, fmt.Sprintf("round %d: second Release()", round), le.Release(ctx), lock.ErrReleased)
+		mustRelease(t, ctx, next)
 	}
 	s.noOrphans(t, name, "Release with a cancelled context")
 }

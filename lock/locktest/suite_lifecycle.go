@@ -2,7 +2,6 @@ package locktest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -13,42 +12,21 @@ import (
 
 func (s *suite) testReleaseTwice(t *testing.T) {
 	ctx, name, ls, ids := s.setup(t, 1)
-	l := ls[0]
-	le := s.mustAcquire(t, ctx, l, name)
+	le := s.mustAcquire(t, ctx, ls[0], name)
 	mustRelease(t, ctx, le)
 	checkReleased(t, le)
 	for i := 2; i <= 3; i++ {
-		if err := le.Release(ctx); !errors.Is(err, lock.ErrReleased) {
-			t.Errorf("Release() #%d = %v; want an error wrapping %v", i, err, lock.ErrReleased)
-		}
+		wantErr(t, fmt.Sprintf("Release() #%d", i), le.Release(ctx), lock.ErrReleased)
 	}
 	checkReleased(t, le)
 
 	// A stale Release must not end a later grant.
-	le2 := s.mustAcquire(t, ctx, l, name)
+	le2 := s.mustAcquire(t, ctx, ls[0], name)
 	_ = le.Release(ctx)
 	checkHeld(t, name, le2)
-	s.holderIs(t, ctx, l, name, lock.Holder{Identity: ids[0], Token: le2.Token()})
+	s.holderIs(t, ctx, ls[0], name, lock.Holder{Identity: ids[0], Token: le2.Token()})
 	mustRelease(t, ctx, le2)
 	s.noOrphans(t, name, "Release")
-}
-
-// checkClosedLocker fails t unless every call on the closed Locker a
-// (name is a lock it waited for) returns an error wrapping ErrClosed.
-func checkClosedLocker(t *testing.T, ctx context.Context, a lock.Locker, name string) {
-	t.Helper()
-	for _, try := range []bool{false, true} {
-		le, err := excl.call(ctx, a, lockName(t), try)
-		refused(t, excl.op(try)+" on a closed Locker", le, err, lock.ErrClosed)
-	}
-	if h, err := a.Holder(ctx, name); !errors.Is(err, lock.ErrClosed) {
-		t.Errorf("Holder on a closed Locker = %+v, %v; want an error wrapping %v", h, err, lock.ErrClosed)
-	}
-	if o, ok := a.(lock.Observer); ok {
-		if _, _, err := o.Observe(ctx, name); !errors.Is(err, lock.ErrClosed) {
-			t.Errorf("Observe on a closed Locker = %v; want an error wrapping %v", err, lock.ErrClosed)
-		}
-	}
 }
 
 // closing is where the Close subtests start: a holds names[0] and
@@ -93,14 +71,12 @@ func (s *suite) testClose(t *testing.T) {
 		t.Errorf("%s after Close returned; want it ended", g)
 	}
 	for _, le := range c.held {
-		if err := le.Release(c.ctx); !errorsIsAny(err, lock.ErrReleased, lock.ErrLost) {
-			t.Errorf("lease %q: Release() after Close = %v; want an error wrapping %v or %v", le.Name(), err, lock.ErrReleased, lock.ErrLost)
-		}
+		wantErr(t, fmt.Sprintf("lease %q: Release() after Close", le.Name()), le.Release(c.ctx), lock.ErrReleased, lock.ErrLost)
 	}
 	if err := c.a.Close(); err != nil {
 		t.Errorf("second Close() = %v; want nil", err)
 	}
-	checkClosedLocker(t, c.ctx, c.a, c.names[2])
+	refusesAll(t, c.ctx, c.a, c.names[2], " on a closed Locker", lock.ErrClosed)
 	c.finish(t, s, "Close")
 
 	// Close freed the locks at once.
@@ -123,9 +99,7 @@ func (s *suite) testSessionExpiry(t *testing.T) {
 
 	s.expirer.ExpireSession(t, a)
 	s.checkLost(t, lost, "lease of an expired session", "Err() after session expiry")
-	if err := lost.Release(ctx); !errors.Is(err, lock.ErrLost) {
-		t.Errorf("Release() of a lost lease = %v; want an error wrapping %v", err, lock.ErrLost)
-	}
+	wantErr(t, "Release() of a lost lease", lost.Release(ctx), lock.ErrLost)
 
 	// Another Locker wins, with a higher token.
 	le := s.awaitLease(t, waiting, "waiter's Acquire after the holder's session expired")
@@ -138,66 +112,71 @@ func (s *suite) testSessionExpiry(t *testing.T) {
 	checkAfter(t, again, le, "grant on a new session")
 	checkHeld(t, name, again)
 	s.holderIs(t, ctx, b, name, lock.Holder{Identity: ids[0], Token: again.Token()})
-	if err := lost.Err(); !errors.Is(err, lock.ErrLost) {
-		t.Errorf("lost lease Err() after a new grant = %v; want an error wrapping %v", err, lock.ErrLost)
-	}
+	wantErr(t, "lost lease Err() after a new grant", lost.Err(), lock.ErrLost)
 	mustRelease(t, ctx, again)
 	s.noOrphans(t, name, "session expiry and Release")
 }
 
 func (s *suite) testSessionExpiryWaiter(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 2)
-	a, b := ls[0], ls[1]
-	holder := s.mustAcquire(t, ctx, b, name)
-	waiting := s.enqueue(t, ctx, a, name, excl, 2, "waiter queued")
+	holder := s.mustAcquire(t, ctx, ls[1], name)
+	waiting := s.enqueue(t, ctx, ls[0], name, excl, 2, "waiter queued")
 
-	s.expirer.ExpireSession(t, a)
+	s.expirer.ExpireSession(t, ls[0])
 	s.awaitRefused(t, waiting, "Acquire waiting on an expired session", lock.ErrLost)
 	s.waitRecords(t, name, 1, "expired waiter's record deleted")
 	checkHeld(t, name, holder)
 	mustRelease(t, ctx, holder)
 
-	le := s.mustAcquire(t, ctx, a, name)
+	le := s.mustAcquire(t, ctx, ls[0], name)
 	checkAfter(t, le, holder, "grant on a new session")
 	mustRelease(t, ctx, le)
 	s.noOrphans(t, name, "a waiter's session expiry")
 }
 
 // testDoneBeforeNextGrant checks that a released lease's Done is closed
-// before a waiter on another Locker is granted the lock: a holder that
-// watches Done must never overlap with the next holder.
+// before a waiter on another Locker is granted the lock.
 func (s *suite) testDoneBeforeNextGrant(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 2)
-	for round := range 3 {
+	for range 3 {
 		holder := s.mustAcquire(t, ctx, ls[0], name)
-		seen := goAcquireAfter(ctx, ls[1], name, holder)
-		s.waitRecords(t, name, 2, "waiter queued")
-		mustRelease(t, ctx, holder)
-		g := s.awaitGrant(t, seen, "waiter's Acquire after Release")
-		if !g.prevDone {
-			t.Errorf("round %d: waiter granted token %d while the released lease's Done() was still open; want Done closed before the next grant", round, g.lease.Token())
-		}
-		mustRelease(t, ctx, g.lease)
+		next := s.passOn(t, ctx, ls[1], holder, func() { mustRelease(t, ctx, holder) }, "waiter's Acquire after Release")
+		mustRelease(t, ctx, next)
 	}
 	s.noOrphans(t, name, "Release")
 }
 
 // testLossDoneBeforeNextGrant checks, with a SessionStaller, that a lease
-// whose session is lost has ended (Done closed, Err wrapping ErrLost)
-// before a waiter on another Locker is granted the lock.
+// whose session is lost has ended before a waiter on another Locker is
+// granted the lock.
 func (s *suite) testLossDoneBeforeNextGrant(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 2)
 	lost := s.mustAcquire(t, ctx, ls[0], name)
-	seen := goAcquireAfter(ctx, ls[1], name, lost)
-	s.waitRecords(t, name, 2, "waiter queued")
-	s.staller.StallSession(t, ls[0])
-	g := s.awaitGrant(t, seen, "waiter's Acquire after the holder's session was lost")
-	if !g.prevDone {
-		t.Errorf("waiter granted token %d while the lost lease's Done() was still open; want Done closed before the next grant", g.lease.Token())
-	}
+	stall := func() { s.staller.StallSession(t, ls[0]) }
+	next := s.passOn(t, ctx, ls[1], lost, stall, "waiter's Acquire after the holder's session was lost")
 	s.checkLost(t, lost, "lease of a lost session", "Err() after the session was lost")
-	mustRelease(t, ctx, g.lease)
+	mustRelease(t, ctx, next)
 	s.noOrphans(t, name, "session loss and Release")
+}
+
+// passOn queues an Acquire through l behind the holder prev, runs end,
+// which must end prev, and returns the waiter's lease. It fails t unless
+// prev's Done was closed when the waiter's Acquire returned.
+func (s *suite) passOn(t *testing.T, ctx context.Context, l lock.Locker, prev lock.Lease, end func(), what string) lock.Lease {
+	t.Helper()
+	prevDone := make(chan bool, 1)
+	ch := goCall(func() (lock.Lease, error) {
+		le, err := l.Acquire(ctx, prev.Name())
+		prevDone <- isClosed(prev.Done())
+		return le, err
+	})
+	s.waitRecords(t, prev.Name(), 2, "waiter queued")
+	end()
+	le := s.awaitLease(t, ch, what)
+	if !<-prevDone {
+		t.Errorf("%s: waiter granted token %d while the previous lease's Done() was still open; want Done closed before the next grant", what, le.Token())
+	}
+	return le
 }
 
 // testReleaseLostLease checks that releasing a lease lost with its session
@@ -212,13 +191,9 @@ func (s *suite) testReleaseLostLease(t *testing.T) {
 	again := s.mustAcquire(t, ctx, a, name)
 
 	for i := 1; i <= 2; i++ {
-		if err := lost.Release(ctx); !errors.Is(err, lock.ErrLost) {
-			t.Errorf("Release() #%d of a lost lease = %v; want an error wrapping %v", i, err, lock.ErrLost)
-		}
+		wantErr(t, fmt.Sprintf("Release() #%d of a lost lease", i), lost.Release(ctx), lock.ErrLost)
 	}
-	if err := lost.Err(); !errors.Is(err, lock.ErrLost) {
-		t.Errorf("lost lease Err() after Release = %v; want an error wrapping %v", err, lock.ErrLost)
-	}
+	wantErr(t, "lost lease Err() after Release", lost.Err(), lock.ErrLost)
 	checkHeld(t, name, again)
 	s.holderIs(t, ctx, b, name, lock.Holder{Identity: ids[0], Token: again.Token()})
 	s.checkRecords(t, name, 1, "after Release of a lost lease")
@@ -228,9 +203,9 @@ func (s *suite) testReleaseLostLease(t *testing.T) {
 	s.noOrphans(t, name, "Release of a lost lease and of the new grant")
 }
 
-// testReleaseConcurrent checks that many concurrent Releases of one lease
-// end it once: exactly one returns nil, the others errors wrapping
-// ErrReleased, and the lock is freed.
+// testReleaseConcurrent checks that of many concurrent Releases of one
+// lease exactly one returns nil, the others errors wrapping ErrReleased,
+// and that the lock is freed.
 func (s *suite) testReleaseConcurrent(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 2)
 	const n = 8
@@ -238,11 +213,10 @@ func (s *suite) testReleaseConcurrent(t *testing.T) {
 		le := s.mustAcquire(t, ctx, ls[0], name)
 		nils := 0
 		for _, err := range atOnce(n, func(int) error { return le.Release(ctx) }, nil) {
-			switch {
-			case err == nil:
+			if err == nil {
 				nils++
-			case !errors.Is(err, lock.ErrReleased):
-				t.Errorf("round %d: concurrent Release() = %v; want nil or an error wrapping %v", round, err, lock.ErrReleased)
+			} else {
+				wantErr(t, fmt.Sprintf("round %d: concurrent Release()", round), err, lock.ErrReleased)
 			}
 		}
 		if nils != 1 {
@@ -250,11 +224,7 @@ func (s *suite) testReleaseConcurrent(t *testing.T) {
 		}
 		checkReleased(t, le)
 		s.noOrphans(t, name, "concurrent Release")
-		other, err := ls[1].TryAcquire(ctx, name)
-		if err != nil {
-			t.Fatalf("round %d: TryAcquire(%q) after concurrent Release = %v; want a lease", round, name, err)
-		}
-		mustRelease(t, ctx, other)
+		mustRelease(t, ctx, mustTry(t, ctx, ls[1], name, excl, "after concurrent Release"))
 	}
 }
 
@@ -265,12 +235,10 @@ func atOnce[T any](n int, f func(i int) T, during func()) []T {
 	out := make([]T, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			<-start
 			out[i] = f(i)
-		}()
+		})
 	}
 	close(start)
 	if during != nil {
@@ -281,9 +249,8 @@ func atOnce[T any](n int, f func(i int) T, during func()) []T {
 }
 
 // testCloseConcurrent checks that concurrent Close calls each return only
-// once the Locker is torn down (its leases ended, its observations ended),
-// that later calls return nil, and that a waiting Acquire returns
-// ErrClosed.
+// once the Locker is torn down (its leases and observations ended), that
+// later calls return nil, and that a waiting Acquire returns ErrClosed.
 func (s *suite) testCloseConcurrent(t *testing.T) {
 	c := s.newClosing(t)
 	var obs <-chan lock.Holder
@@ -341,16 +308,31 @@ func observationEnded(ch <-chan lock.Holder) bool {
 	}
 }
 
-// testCloseRace runs Close while Acquire, TryAcquire and Release calls are
-// in flight on the same Locker: nothing may panic, every Acquire returns
-// either an error wrapping ErrClosed or a lease that has ended by the time
-// Close returns, every Release returns nil or an error wrapping
-// ErrReleased, and no record is left.
+// testCloseRace closes a Locker while Acquire, TryAcquire and Release
+// calls are in flight on it, Close landing at a different point in each
+// round: every Acquire returns an error wrapping ErrClosed or a lease that
+// has ended by the time Close returns, every Release nil or an error that
+// says the lease ended, and no record is left.
 func (s *suite) testCloseRace(t *testing.T) {
-	ctx := s.ctx(t)
-	b := s.newLocker(t, identity("b"))
 	for round := range 4 {
-		s.closeRaceRound(t, ctx, b, round)
+		c := s.newClosing(t)
+		const acquires = 12
+		out := atOnce(acquires+len(c.held), func(i int) raced {
+			if i >= acquires {
+				return raced{"Release", result{err: c.held[i-acquires].Release(c.ctx)}}
+			}
+			le, err := excl.call(c.ctx, c.a, c.names[i%len(c.names)], i%2 == 1)
+			return raced{excl.op(i%2 == 1), result{lease: le, err: err}}
+		}, func() {
+			for range round * 50 {
+				runtime.Gosched()
+			}
+			if err := c.a.Close(); err != nil {
+				t.Errorf("round %d: Close() = %v; want nil", round, err)
+			}
+		})
+		checkRaced(t, c.ctx, round, out, c.held)
+		c.finish(t, s, "Close racing Acquire and Release")
 	}
 }
 
@@ -360,37 +342,6 @@ type raced struct {
 	result
 }
 
-// closeRaceRound is one round of testCloseRace: a new Locker holding two
-// locks and waiting for one that b holds is closed while calls on it are
-// in flight; round varies where Close lands among them.
-func (s *suite) closeRaceRound(t *testing.T, ctx context.Context, b lock.Locker, round int) {
-	a := s.newLocker(t, identity("a"))
-	names := []string{lockName(t), lockName(t), lockName(t)}
-	held := []lock.Lease{s.mustAcquire(t, ctx, a, names[0]), s.mustAcquire(t, ctx, a, names[1])}
-	other := s.mustAcquire(t, ctx, b, names[2])
-	const acquires = 12
-	out := atOnce(acquires+len(held), func(i int) raced {
-		if i >= acquires {
-			return raced{"Release", result{err: held[i-acquires].Release(ctx)}}
-		}
-		le, err := excl.call(ctx, a, names[i%len(names)], i%2 == 1)
-		return raced{excl.op(i%2 == 1), result{lease: le, err: err}}
-	}, func() {
-		for range round * 50 {
-			runtime.Gosched()
-		}
-		if err := a.Close(); err != nil {
-			t.Errorf("round %d: Close() = %v; want nil", round, err)
-		}
-	})
-	checkRaced(t, ctx, round, out, held)
-	s.noOrphans(t, names[0], "Close racing Acquire and Release")
-	s.noOrphans(t, names[1], "Close racing Acquire and Release")
-	s.checkRecords(t, names[2], 1, "Close racing waiters")
-	mustRelease(t, ctx, other)
-	s.noOrphans(t, names[2], "Release")
-}
-
 // checkRaced fails t unless every acquisition that raced Close returned
 // an error wrapping ErrClosed (or ErrLocked for a try) or a lease that
 // Close ended, and every Release of the held leases returned nil or an
@@ -398,25 +349,19 @@ func (s *suite) closeRaceRound(t *testing.T, ctx context.Context, b lock.Locker,
 func checkRaced(t *testing.T, ctx context.Context, round int, out []raced, held []lock.Lease) {
 	t.Helper()
 	for _, r := range out {
-		switch {
-		case r.op == "Release":
-			if r.err != nil && !errorsIsAny(r.err, lock.ErrReleased, lock.ErrLost, lock.ErrClosed) {
-				t.Errorf("round %d: Release() racing Close = %v; want nil or an error wrapping %v or %v", round, r.err, lock.ErrReleased, lock.ErrClosed)
+		what := fmt.Sprintf("round %d: %s racing Close", round, r.op)
+		if r.op == "Release" {
+			if r.err != nil {
+				wantErr(t, what, r.err, lock.ErrReleased, lock.ErrLost, lock.ErrClosed)
 			}
-		case r.err == nil && r.lease == nil:
-			t.Errorf("round %d: %s racing Close = nil lease, nil error", round, r.op)
-		case r.err == nil:
+			continue
+		}
+		if le := outcome(t, what, r.result, lock.ErrClosed, lock.ErrLocked); le != nil {
 			// Granted before Close: Close ended it.
-			if !isClosed(r.lease.Done()) {
-				t.Errorf("round %d: %s racing Close returned lease %q token %d, still held after Close returned; want it ended", round, r.op, r.lease.Name(), r.lease.Token())
+			if !isClosed(le.Done()) {
+				t.Errorf("%s returned lease %q token %d, still held after Close returned; want it ended", what, le.Name(), le.Token())
 			}
-			if err := r.lease.Release(ctx); !errorsIsAny(err, lock.ErrReleased, lock.ErrLost) {
-				t.Errorf("round %d: Release() of a lease ended by Close = %v; want an error wrapping %v or %v", round, err, lock.ErrReleased, lock.ErrLost)
-			}
-		case r.lease != nil:
-			t.Errorf("round %d: %s racing Close = %v, %v; want no lease with an error", round, r.op, r.lease, r.err)
-		case !errorsIsAny(r.err, lock.ErrClosed, lock.ErrLocked):
-			t.Errorf("round %d: %s racing Close = %v; want a lease or an error wrapping %v (or %v from TryAcquire)", round, r.op, r.err, lock.ErrClosed, lock.ErrLocked)
+			wantErr(t, fmt.Sprintf("round %d: Release() of a lease ended by Close", round), le.Release(ctx), lock.ErrReleased, lock.ErrLost)
 		}
 	}
 	for _, le := range held {

@@ -2,7 +2,6 @@ package locktest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -93,9 +92,7 @@ func (ob *feed) reach(want lock.Holder, between []lock.Holder, what string) []lo
 func (ob *feed) checkCancelled(what string) {
 	ob.t.Helper()
 	ob.s.drainClosed(ob.t, ob.ch, what+" after cancel")
-	if err := ob.errf(); !errors.Is(err, context.Canceled) {
-		ob.t.Errorf("%s: error after cancel = %v; want an error wrapping %v", what, err, context.Canceled)
-	}
+	wantErr(ob.t, what+": error after cancel", ob.errf(), context.Canceled)
 }
 
 // drainClosed reads ch until it is closed.
@@ -203,9 +200,7 @@ func (s *suite) testObserveEndsOnClose(t *testing.T) {
 			t.Errorf("observation %d: channel open after Close returned; want it closed", i+1)
 			s.drainClosed(t, ob.ch, fmt.Sprintf("observation %d after Close", i+1))
 		}
-		if err := ob.errf(); !errors.Is(err, lock.ErrClosed) {
-			t.Errorf("observation %d: error after Close = %v; want an error wrapping %v", i+1, err, lock.ErrClosed)
-		}
+		wantErr(t, fmt.Sprintf("observation %d: error after Close", i+1), ob.errf(), lock.ErrClosed)
 	}
 	mustRelease(t, ctx, le)
 	s.noOrphans(t, name, "Release")

@@ -2,7 +2,7 @@ package locktest
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -15,24 +15,12 @@ import (
 // token is among them.
 const revokeSpan = 16
 
-// revoker returns l as a lock.Revoker or stops the test.
-func revoker(t *testing.T, l lock.Locker) lock.Revoker {
-	t.Helper()
-	rv, ok := l.(lock.Revoker)
-	if !ok {
-		t.Fatalf("%T does not implement lock.Revoker", l)
-	}
-	return rv
-}
-
 // checkRevoked checks a lease that Revoke ended: Done closed, Err and
 // Release wrapping ErrLost.
 func (s *suite) checkRevoked(t *testing.T, ctx context.Context, le lock.Lease, what string) {
 	t.Helper()
 	s.checkLost(t, le, what, what+": Err()")
-	if err := le.Release(ctx); !errors.Is(err, lock.ErrLost) {
-		t.Errorf("%s: Release() = %v; want an error wrapping %v", what, err, lock.ErrLost)
-	}
+	wantErr(t, what+": Release()", le.Release(ctx), lock.ErrLost)
 }
 
 // testRevoke checks that Revoke of any token but the holder's ends nothing
@@ -43,14 +31,12 @@ func (s *suite) checkRevoked(t *testing.T, ctx context.Context, le lock.Lease, w
 func (s *suite) testRevoke(t *testing.T) {
 	ctx, name, ls, ids := s.setup(t, 3)
 	a, b, c := ls[0], ls[1], ls[2]
-	rv := revoker(t, c)
+	rv := c.(lock.Revoker)
 
 	old := s.mustAcquire(t, ctx, a, name)
 	oldTok := old.Token()
 	mustRelease(t, ctx, old)
-	if err := rv.Revoke(ctx, name, oldTok); !errors.Is(err, lock.ErrNotHeld) {
-		t.Errorf("Revoke(%q, %d) of a free lock = %v; want an error wrapping %v", name, oldTok, err, lock.ErrNotHeld)
-	}
+	wantErr(t, fmt.Sprintf("Revoke(%q, %d) of a free lock", name, oldTok), rv.Revoke(ctx, name, oldTok), lock.ErrNotHeld)
 
 	held := s.mustAcquire(t, ctx, a, name)
 	tok := held.Token()
@@ -60,17 +46,11 @@ func (s *suite) testRevoke(t *testing.T) {
 		wrong = append(wrong, tok+d)
 	}
 	for _, w := range wrong {
-		if err := rv.Revoke(ctx, name, w); !errors.Is(err, lock.ErrNotHeld) {
-			t.Errorf("Revoke(%q, %d) while token %d holds = %v; want an error wrapping %v", name, w, tok, err, lock.ErrNotHeld)
-		}
+		wantErr(t, fmt.Sprintf("Revoke(%q, %d) while token %d holds", name, w, tok), rv.Revoke(ctx, name, w), lock.ErrNotHeld)
 	}
 	other := name + "/other"
-	if err := rv.Revoke(ctx, other, tok); !errors.Is(err, lock.ErrNotHeld) {
-		t.Errorf("Revoke(%q, %d) of another name's holder = %v; want an error wrapping %v", other, tok, err, lock.ErrNotHeld)
-	}
-	if err := rv.Revoke(ctx, "bad//name", tok); !errors.Is(err, lock.ErrInvalidName) {
-		t.Errorf("Revoke of an invalid name = %v; want an error wrapping %v", err, lock.ErrInvalidName)
-	}
+	wantErr(t, fmt.Sprintf("Revoke(%q, %d) of another name's holder", other, tok), rv.Revoke(ctx, other, tok), lock.ErrNotHeld)
+	wantErr(t, "Revoke of an invalid name", rv.Revoke(ctx, "bad//name", tok), lock.ErrInvalidName)
 	checkHeld(t, name, held)
 	notReturned(t, ch, "Acquire behind a holder after Revoke of other tokens")
 	s.checkRecords(t, name, 2, "after Revoke of tokens that are not the holder's")
@@ -82,9 +62,7 @@ func (s *suite) testRevoke(t *testing.T) {
 	next := s.awaitLease(t, ch, "waiter's Acquire after the holder was revoked")
 	checkAfter(t, next, held, "grant after a revoked one")
 	s.checkRevoked(t, ctx, held, "revoked lease")
-	if err := rv.Revoke(ctx, name, tok); !errors.Is(err, lock.ErrNotHeld) {
-		t.Errorf("second Revoke(%q, %d) = %v; want an error wrapping %v", name, tok, err, lock.ErrNotHeld)
-	}
+	wantErr(t, fmt.Sprintf("second Revoke(%q, %d)", name, tok), rv.Revoke(ctx, name, tok), lock.ErrNotHeld)
 	checkHeld(t, name, next)
 	s.holderIs(t, ctx, a, name, lock.Holder{Identity: ids[1], Token: next.Token()})
 	mustRelease(t, ctx, next)
@@ -99,7 +77,7 @@ func (s *suite) testRevoke(t *testing.T) {
 // is admitted.
 func (s *suite) testRevokeSemaphore(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 4)
-	rv := revoker(t, ls[3])
+	rv := ls[3].(lock.Revoker)
 	p1 := mustTry(t, ctx, ls[0], name, permit(2), "of a free semaphore")
 	p2 := mustTry(t, ctx, ls[1], name, permit(2), "with one permit taken")
 	ch := s.enqueue(t, ctx, ls[2], name, permit(2), 3, "semaphore waiter queued")
@@ -109,9 +87,7 @@ func (s *suite) testRevokeSemaphore(t *testing.T) {
 	p3 := s.awaitLease(t, ch, "AcquireSemaphore after a permit was revoked")
 	s.checkRevoked(t, ctx, p2, "revoked permit")
 	checkHeld(t, name, p1)
-	if err := rv.Revoke(ctx, name, p2.Token()); !errors.Is(err, lock.ErrNotHeld) {
-		t.Errorf("second Revoke(%q, %d) of a permit = %v; want an error wrapping %v", name, p2.Token(), err, lock.ErrNotHeld)
-	}
+	wantErr(t, fmt.Sprintf("second Revoke(%q, %d) of a permit", name, p2.Token()), rv.Revoke(ctx, name, p2.Token()), lock.ErrNotHeld)
 	mustRelease(t, ctx, p1, p3)
 	s.noOrphans(t, name, "Revoke of a permit and Release")
 }
@@ -122,12 +98,10 @@ func (s *suite) testRevokeSemaphore(t *testing.T) {
 // again, its lease has ended with ErrLost.
 func (s *suite) testRevokeFrozen(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 3)
-	rv := revoker(t, ls[2])
+	rv := ls[2].(lock.Revoker)
 	held := s.mustAcquire(t, ctx, ls[0], name)
 	ch := s.enqueue(t, ctx, ls[1], name, excl, 2, "waiter queued")
-	var once sync.Once
-	thawFn := s.freezer.FreezeSession(t, ls[0])
-	thaw := func() { once.Do(thawFn) }
+	thaw := sync.OnceFunc(s.freezer.FreezeSession(t, ls[0]))
 	t.Cleanup(thaw)
 	if err := rv.Revoke(ctx, name, held.Token()); err != nil {
 		t.Fatalf("Revoke(%q, %d) of a frozen holder = %v; want nil", name, held.Token(), err)
