@@ -4,38 +4,19 @@
 // # The conformance suite
 //
 // [TestLocker] runs one subtest per rule of the contract against a backend
-// reached through a [Harness]:
+// reached through a [Harness]: acquire and release, tokens, mutual
+// exclusion, FIFO order, cancelled waits, Release, Holder, Close and name
+// validation; with the optional interfaces of package lock, observation,
+// read-write locks and semaphores, holder and queue listings, revocation
+// and health. Each check also requires that no record is left behind.
 //
-//   - the Locker: acquire and release, TryAcquire, rising tokens, mutual
-//     exclusion between Lockers and within one, FIFO order, cancelled waits
-//     (before, during and after the create request), Release with a
-//     cancelled context, Holder, a released lease's Done closed before the
-//     next grant, ending a lease twice and concurrently, Close (repeated,
-//     concurrent, racing Acquire and Release), and name validation;
-//   - [lock.Observer]: observation in order, its end at Close, and, with a
-//     [SessionStaller], an observation that outlives the loss of its
-//     connection and session;
-//   - [lock.SharedLocker] and [lock.Semaphore]: readers share and exclude
-//     writers, one FIFO queue without starvation, TryAcquireShared refused
-//     while a writer holds or waits, tokens in request order, at most limit
-//     holders, incompatible requests refused with [lock.ErrIncompatible],
-//     a limit below 1 refused, and hand-over after a cancelled waiter, a
-//     closed holder and an expired session;
-//   - [lock.HolderLister], [lock.QueueLister] and [lock.Revoker]: every
-//     holder in grant order; holders and waiters in arrival order; Revoke
-//     ending only the holder with that token (else [lock.ErrNotHeld]), and,
-//     with a [SessionFreezer], a holder cut off from the server.
-//
-// Each check also requires that no record is left behind. Like
-// testing/fstest.TestFS it runs a check only when the optional interface
-// it needs is present, on the Locker or on the Harness: a [RecordLister]
-// lets the suite see records and know exactly when a waiter has queued; a
-// [SessionExpirer] enables the session-loss checks (a lost lease's Err and
-// Release, waiters of a lost session, a new session afterwards); a
-// [SessionStaller] the check that a lease lost with its session has ended
-// before anyone else is granted its lock. Checks that did not apply are
-// listed with t.Log; [Options.RequireOptional] makes them failures. A
-// backend's test calls
+// Like testing/fstest.TestFS it runs a check only when the optional
+// interface it needs is present, on the Locker or on the Harness: a
+// [RecordLister] lets the suite see records and know exactly when a waiter
+// has queued; a [SessionExpirer], a [SessionStaller] and a [SessionFreezer]
+// enable the checks of a session ended by the server, lost by the Locker,
+// and frozen for a moment. Checks that did not apply are listed with t.Log;
+// [Options.RequireOptional] makes them failures. A backend's test calls
 //
 //	func TestConformance(t *testing.T) {
 //		locktest.TestLocker(t, myHarness{...})
@@ -44,28 +25,23 @@
 // Every subtest uses its own Lockers and a lock name no other run uses, so
 // the suite can run against a shared, long-lived cluster. It orders its
 // steps with channels and, with a RecordLister, by polling the records;
-// only without one does it fall back to a grace period ([Options.Settle]).
-// Release with a context already cancelled may still release and return
-// nil, or return ctx's error; either way the lease must have ended and its
-// record must go.
+// only without one does it wait a grace period ([Options.Settle]).
 //
 // The suite does not check the loss deadline under partial failures (a
 // frozen server, a slow network, a drifting clock), that a release wakes
-// one waiter rather than all, or performance: those need fault injection,
-// and each backend's integration tests cover them.
+// one waiter rather than all, or performance: each backend's integration
+// tests cover them with fault injection.
 //
 // # The in-memory Locker
 //
 // [Memory] is a fake lock server: many [MemLocker]s share one Memory the way
 // many clients share one etcd cluster. It follows the semantics both real
 // backends share (tokens from one counter, one record per acquisition,
-// FIFO waiters that each wait for one record, no records left by a failed
-// or cancelled Acquire, observation) and implements every optional
-// interface of package lock, by the queue rules on lock.SharedLocker. A
-// test expires a session with [Memory.ExpireSession]. Memory has no
-// network, no clock and no partition, so a lease is lost only when a test
-// expires its session; it is for unit tests and examples, not production
-// (it does not even span processes).
+// FIFO waiters that each wait for one record, the queue rules of
+// lock.SharedLocker) and implements every optional interface of package
+// lock. It has no network and no clock, so a lease is lost only when a test
+// calls [Memory.ExpireSession]; it is for tests and examples, not
+// production.
 package locktest
 
 import (
@@ -87,44 +63,36 @@ type Harness interface {
 }
 
 // SessionExpirer is implemented by a [Harness] that can end a Locker's
-// session the way the server does when it expires it (etcd: revoke the
-// lease; ZooKeeper: expire the session). Afterwards the Locker's leases must
-// end with [lock.ErrLost], its waiting Acquire calls must return errors
-// wrapping [lock.ErrLost], and its next Acquire must open a new session.
+// session from the server side (etcd: revoke the lease; ZooKeeper: expire
+// the session). Afterwards the Locker's leases and waiting Acquire calls
+// must end with [lock.ErrLost], and its next Acquire must open a new
+// session.
 type SessionExpirer interface {
-	// ExpireSession ends l's current session from the server side. l was
-	// returned by the same Harness's NewLocker. If l has no session, it
-	// does nothing.
+	// ExpireSession ends the current session, if any, of l, a Locker of
+	// this Harness.
 	ExpireSession(t *testing.T, l lock.Locker)
 }
 
-// SessionStaller is implemented by a [Harness] that can make a Locker's
-// session expire the way it does when the Locker is cut off: the Locker
-// stops hearing from the server, and the server expires the session once
-// its timeout has run out. Unlike [SessionExpirer], whose server-side end
-// of a session is one a Locker cannot see coming, this is the loss a Locker
-// must detect by itself, and report (Done closed, Err wrapping
-// [lock.ErrLost]) before the server can grant its locks to anyone else.
-// The suite checks exactly that ordering.
+// SessionStaller is implemented by a [Harness] that can cut a Locker off
+// until the server expires its session. Unlike [SessionExpirer], this is a
+// loss the Locker must detect by itself and report (Done closed, Err
+// wrapping [lock.ErrLost]) before the server grants its locks to anyone
+// else; the suite checks that ordering.
 type SessionStaller interface {
-	// StallSession cuts l off from the server until the server has
-	// expired l's current session, then lets l reach the server again,
-	// and returns. l was returned by the same Harness's NewLocker and
-	// holds at least one lease.
+	// StallSession cuts l, a Locker of this Harness holding at least one
+	// lease, off from the server until the server has expired its
+	// session, then lets it reach the server again.
 	StallSession(t *testing.T, l lock.Locker)
 }
 
 // SessionFreezer is implemented by a [Harness] that can cut a Locker off
-// from the server for a moment, as a frozen (SIGSTOPped) or partitioned
-// process is: the Locker neither hears from the server nor reaches it,
-// and its session stays alive on the server until its timeout runs out.
-// The suite uses it to check that [lock.Revoker.Revoke] needs no help from
-// the revoked holder's process.
+// from the server for a moment, as a frozen or partitioned process is,
+// while its session stays alive. The suite uses it to check that
+// [lock.Revoker.Revoke] needs no help from the revoked holder's process.
 type SessionFreezer interface {
-	// FreezeSession cuts l off from the server and returns a function
-	// that lets it reach the server again. The suite calls the function
-	// well within the session's timeout, and once. l was returned by the
-	// same Harness's NewLocker.
+	// FreezeSession cuts l, a Locker of this Harness, off from the server
+	// and returns a function that reconnects it, which the suite calls
+	// once, well within the session's timeout.
 	FreezeSession(t *testing.T, l lock.Locker) (thaw func())
 }
 
@@ -149,33 +117,25 @@ type Options struct {
 	// Lockers, each used by that many goroutines at once. Default 4 and 4.
 	Lockers, Goroutines int
 
-	// Timeout bounds every wait for the backend to make progress (a grant,
-	// a return from a cancelled or interrupted Acquire, a record to
-	// vanish). It is only reached when something is wrong. Default 10s.
+	// Timeout bounds every wait for the backend to make progress; it is
+	// only reached when something is wrong. Default 10s.
 	Timeout time.Duration
 
 	// Settle is how long the suite waits for a blocked Acquire to queue
-	// its record when the Harness is not a [RecordLister] and so cannot
-	// tell. Default 200ms. Unused with a RecordLister.
+	// its record when the Harness is not a [RecordLister]. Default 200ms.
 	Settle time.Duration
 
 	// ObserveMaySkip relaxes the Observe subtest for a backend whose
 	// [lock.Observer] can miss a grant that begins and ends between two of
-	// its reads (a ZooKeeper child watch, which fires once and is then
-	// re-armed by a listing). Changes made one at a time, each observed
-	// before the next, must still all be reported; of a burst of quick
-	// grants the suite then only requires that what is reported is a
-	// subsequence of what happened, in order, up to the current holder.
-	// By default every change must be reported.
+	// its reads (a ZooKeeper child watch): of a burst of quick grants,
+	// what is reported need only be a subsequence of what happened, in
+	// order. Changes made one at a time must still all be reported.
 	ObserveMaySkip bool
 
-	// RequireOptional makes a missing optional interface ([SessionExpirer],
-	// [SessionStaller], [SessionFreezer], [lock.Observer],
-	// [lock.SharedLocker], [lock.Semaphore], [lock.HolderLister],
-	// [lock.Revoker], [lock.QueueLister], [lock.HealthChecker]) a test
-	// failure. By default the checks that need it are left out and listed
-	// with t.Log. A backend's own conformance test sets it, so that a
-	// harness that loses an interface cannot quietly drop checks.
+	// RequireOptional makes a missing optional interface (of the Harness
+	// or of package lock) a test failure rather than a t.Log line. A
+	// backend's own conformance test sets it, so that a harness that
+	// loses an interface cannot quietly drop checks.
 	RequireOptional bool
 }
 
@@ -214,8 +174,7 @@ func TestLockerWith(t *testing.T, h Harness, opts Options) {
 	s.staller, _ = h.(SessionStaller)
 	s.freezer, _ = h.(SessionFreezer)
 	s.lister, _ = h.(RecordLister)
-	// Which optional interfaces a Locker has is a property of the Locker
-	// type: ask one.
+	// Which optional interfaces a Locker has depends on its type: ask one.
 	probe := h.NewLocker(t, identity("probe"))
 	if probe == nil {
 		t.Fatalf("NewLocker() = nil")

@@ -145,7 +145,7 @@ func TestSuiteCatchesFaults(t *testing.T) {
 		{"close-noop", "SharedHandover", true, "reader lease after Close of its Locker"},
 		{"retry-on-lost", "SharedSessionExpiry", true, "AcquireShared waiting on an expired session did not return"},
 		{"expiry-reports-released", "SharedSessionExpiry", true, "reader Err() after session expiry"},
-		{"semaphore-off-by-one", "SemaphoreLimit", true, "holders of a semaphore of limit 3"},
+		{"semaphore-off-by-one", "SemaphoreLimit", true, "holders at once; want at most 3"},
 		{"semaphore-off-by-one", "SemaphoreFIFO", true, "with every permit taken = "},
 		{"semaphore-lifo", "SemaphoreFIFO", true, "first waiter after the later holder released did not return"},
 		// The waiter behind an admitted permit is never told to watch the

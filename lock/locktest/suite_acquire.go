@@ -131,42 +131,77 @@ type grant struct {
 	who        string
 }
 
-// crowd is what the goroutines of a contention subtest share: how many are
-// in the critical section, trying to get in, or not done with their
-// rounds, and the grants they had.
+// crowd is what the goroutines of a contention subtest share: the request
+// they make, how many are in the critical section (and the most at once),
+// trying to get in, or not done with their rounds, and the grants they had.
 type crowd struct {
-	inside, attempting, active atomic.Int32
-	clock                      atomic.Int64
-	mu                         sync.Mutex
-	grants                     []grant
+	s                                *suite
+	name                             string
+	k                                kind
+	inside, most, attempting, active atomic.Int32
+	clock                            atomic.Int64
+	mu                               sync.Mutex
+	grants                           []grant
 }
 
-// run starts n goroutines spread over lockers, each doing rounds rounds
-// of round unless round returns false, and waits for them.
-func (c *crowd) run(lockers []lock.Locker, n, rounds int, round func(l lock.Locker, who string, r int) bool) {
-	var wg sync.WaitGroup
+// runCrowd has n goroutines spread over lockers each take k on name for
+// rounds rounds, and checks the number of grants once all are done.
+func (s *suite) runCrowd(t *testing.T, lockers []lock.Locker, name string, k kind, n, rounds int) *crowd {
+	c := &crowd{s: s, name: name, k: k}
 	c.active.Store(int32(n))
+	var wg sync.WaitGroup
 	for g := range n {
 		l, who := lockers[g%len(lockers)], fmt.Sprintf("goroutine %d (Locker %d)", g, g%len(lockers))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			defer c.active.Add(-1)
 			for r := range rounds {
-				if !round(l, who, r) {
+				if !c.round(t, l, fmt.Sprintf("%s round %d", who, r), r%2 == 1) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
+	if len(c.grants) != n*rounds && !t.Failed() {
+		t.Errorf("%d grants; want %d", len(c.grants), n*rounds)
+	}
+	return c
 }
 
-// attempt runs acquire, counted as trying to get in.
-func (c *crowd) attempt(acquire func() (lock.Lease, error)) (lock.Lease, error) {
+// round takes k through l (a permit by Try, repeated, if try), stays in
+// the critical section, and releases. It returns false if it got no lease.
+func (c *crowd) round(t *testing.T, l lock.Locker, who string, try bool) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), c.s.o.Timeout)
+	defer cancel()
 	c.attempting.Add(1)
-	defer c.attempting.Add(-1)
-	return acquire()
+	le, err := acquireRetry(ctx, l, c.name, c.k, try && c.k.sem)
+	c.attempting.Add(-1)
+	if err != nil {
+		t.Errorf("%s: %s = %v; want a lease", who, c.k.op(false), err)
+		return false
+	}
+	start, limit := c.clock.Add(1), int32(max(1, c.k.limit))
+	n := c.inside.Add(1)
+	if n > limit {
+		t.Errorf("%s: %d holders at once; want at most %d", who, n, limit)
+	}
+	for m := c.most.Load(); n > m && !c.most.CompareAndSwap(m, n); m = c.most.Load() {
+	}
+	c.hold()
+	// The backend must agree that this lease holds the lock; the round
+	// trip also widens the window in which a second holder would be
+	// caught.
+	if h, err := l.Holder(ctx, c.name); c.k == excl && (err != nil || h.Token != le.Token()) {
+		t.Errorf("%s: Holder() inside the critical section = %+v, %v; want token %d", who, h, err, le.Token())
+	}
+	c.inside.Add(-1)
+	c.mu.Lock()
+	c.grants = append(c.grants, grant{start, c.clock.Add(1), le.Token(), who})
+	c.mu.Unlock()
+	if err := le.Release(ctx); err != nil {
+		t.Errorf("%s: Release = %v; want nil", who, err)
+	}
+	return true
 }
 
 // hold keeps a holder in the critical section until every other goroutine
@@ -183,60 +218,27 @@ func (c *crowd) hold() {
 	}
 }
 
-func (c *crowd) add(g grant) {
-	c.mu.Lock()
-	c.grants = append(c.grants, g)
-	c.mu.Unlock()
-}
-
-// checkCount fails t, unless it failed already, if the crowd did not have
-// want grants.
-func (c *crowd) checkCount(t *testing.T, want int) {
-	t.Helper()
-	if len(c.grants) != want && !t.Failed() {
-		t.Errorf("%d grants; want %d", len(c.grants), want)
+// acquireRetry makes the request for k, or with try its Try form,
+// repeated until it grants.
+func acquireRetry(ctx context.Context, l lock.Locker, name string, k kind, try bool) (lock.Lease, error) {
+	for {
+		le, err := k.call(ctx, l, name, try)
+		if !try || !errors.Is(err, lock.ErrLocked) {
+			return le, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
 	}
 }
 
 func (s *suite) testMutualExclusion(t *testing.T) {
 	_, name, ls, _ := s.setup(t, s.o.Lockers)
-	perG := max(1, s.o.Rounds/s.o.Goroutines)
-	var c crowd
-	c.run(ls, s.o.Lockers*s.o.Goroutines, perG, func(l lock.Locker, who string, r int) bool {
-		return s.exclusiveRound(t, &c, l, name, who, r)
-	})
+	c := s.runCrowd(t, ls, name, excl, s.o.Lockers*s.o.Goroutines, max(1, s.o.Rounds/s.o.Goroutines))
 	c.check(t)
-	c.checkCount(t, s.o.Lockers*s.o.Goroutines*perG)
 	s.noOrphans(t, name, "the last Release")
-}
-
-// exclusiveRound is round r of goroutine who: acquire, stay in the
-// critical section, release. It returns false if Acquire failed.
-func (s *suite) exclusiveRound(t *testing.T, c *crowd, l lock.Locker, name, who string, r int) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
-	defer cancel()
-	le, err := c.attempt(func() (lock.Lease, error) { return l.Acquire(ctx, name) })
-	if err != nil {
-		t.Errorf("%s round %d: Acquire = %v; want a lease", who, r, err)
-		return false
-	}
-	start := c.clock.Add(1)
-	if n := c.inside.Add(1); n != 1 {
-		t.Errorf("%s round %d: %d holders in the critical section at once", who, r, n)
-	}
-	c.hold()
-	// The backend must agree that this lease holds the lock; the round
-	// trip also widens the window in which a second holder would be
-	// caught.
-	if h, err := l.Holder(ctx, name); err != nil || h.Token != le.Token() {
-		t.Errorf("%s round %d: Holder() inside the critical section = %+v, %v; want token %d", who, r, h, err, le.Token())
-	}
-	c.inside.Add(-1)
-	c.add(grant{start, c.clock.Add(1), le.Token(), who})
-	if err := le.Release(ctx); err != nil {
-		t.Errorf("%s round %d: Release = %v; want nil", who, r, err)
-	}
-	return true
 }
 
 // check fails t if two critical sections overlapped or tokens did not

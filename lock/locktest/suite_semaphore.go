@@ -2,12 +2,9 @@ package locktest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/fencelock/fencelock/lock"
 )
@@ -18,50 +15,9 @@ import (
 func (s *suite) testSemaphoreLimit(t *testing.T) {
 	_, name, ls, _ := s.setup(t, 3)
 	const limit, goroutines = 3, 8
-	rounds := max(3, s.o.Rounds/goroutines)
-	var c crowd
-	var most atomic.Int32
-	c.run(ls, goroutines, rounds, func(l lock.Locker, who string, r int) bool {
-		ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
-		defer cancel()
-		le, err := c.attempt(func() (lock.Lease, error) { return acquirePermit(ctx, l, name, limit, r%2 == 1) })
-		if err != nil {
-			t.Errorf("%s round %d: AcquireSemaphore = %v; want a lease", who, r, err)
-			return false
-		}
-		n := c.inside.Add(1)
-		if n > limit {
-			t.Errorf("%s round %d: %d holders of a semaphore of limit %d", who, r, n, limit)
-		}
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-		}
-		c.hold()
-		c.inside.Add(-1)
-		c.add(grant{token: le.Token(), who: who})
-		if err := le.Release(ctx); err != nil {
-			t.Errorf("%s round %d: Release = %v; want nil", who, r, err)
-		}
-		return true
-	})
-	c.checkCount(t, goroutines*rounds)
-	t.Logf("at most %d holders at once (limit %d)", most.Load(), limit)
+	c := s.runCrowd(t, ls, name, permit(limit), goroutines, max(3, s.o.Rounds/goroutines))
+	t.Logf("at most %d holders at once (limit %d)", c.most.Load(), limit)
 	s.noOrphans(t, name, "the last Release")
-}
-
-// acquirePermit takes a permit by AcquireSemaphore, or with try by
-// TryAcquireSemaphore repeated until it succeeds.
-func acquirePermit(ctx context.Context, l lock.Locker, name string, limit int, try bool) (lock.Lease, error) {
-	for {
-		le, err := permit(limit).call(ctx, l, name, try)
-		if !try || !errors.Is(err, lock.ErrLocked) {
-			return le, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(time.Millisecond):
-		}
-	}
 }
 
 func (s *suite) testSemaphoreFIFO(t *testing.T) {
