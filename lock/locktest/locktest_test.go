@@ -134,7 +134,7 @@ func TestSuiteCatchesFaults(t *testing.T) {
 		{"observe-outlives-close", "ObserveEndsOnClose", true, "channel open after Close returned"},
 		{"none", "ObserveSessionLoss", false, "PASS"},
 		{"observe-ends-on-loss", "ObserveSessionLoss", true, "observation ended: observe: watch lost with the connection"},
-		{"observe-deaf-after-loss", "ObserveSessionLoss", true, "no holder observed within"},
+		{"observe-deaf-after-loss", "ObserveSessionLoss", true, "the next holder observed did not return within"},
 		{"observe-repeats-after-loss", "ObserveSessionLoss", true, "twice in a row"},
 		{"shared-is-exclusive", "SharedExclusion", true, "AcquireShared while another Locker's reader holds did not return"},
 		{"shared-ignores-writer", "SharedExclusion", true, "TryAcquire while readers hold = "},

@@ -272,19 +272,25 @@ func (s *suite) enqueue(t *testing.T, ctx context.Context, l lock.Locker, name s
 	return ch
 }
 
-// await waits for a value from ch; what names it in a failure.
-func await[T any](t *testing.T, s *suite, ch <-chan T, what string) T {
+// recv waits for a value from ch or for ch to close (ok false); what
+// names the wait in a failure.
+func recv[T any](t *testing.T, s *suite, ch <-chan T, what string) (v T, ok bool) {
 	t.Helper()
 	timer := time.NewTimer(s.o.Timeout)
 	defer timer.Stop()
 	select {
-	case v := <-ch:
-		return v
+	case v, ok = <-ch:
 	case <-timer.C:
 		t.Fatalf("%s did not return within %v", what, s.o.Timeout)
-		var zero T
-		return zero
 	}
+	return v, ok
+}
+
+// await is recv of a value; a closed channel yields the zero value.
+func await[T any](t *testing.T, s *suite, ch <-chan T, what string) T {
+	t.Helper()
+	v, _ := recv(t, s, ch, what)
+	return v
 }
 
 // awaitLease waits for a background Acquire to return a lease.
@@ -424,22 +430,10 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
-// waitDone waits for a lease's Done channel.
-func (s *suite) waitDone(t *testing.T, le lock.Lease, what string) {
-	t.Helper()
-	timer := time.NewTimer(s.o.Timeout)
-	defer timer.Stop()
-	select {
-	case <-le.Done():
-	case <-timer.C:
-		t.Fatalf("%s: Done() not closed within %v", what, s.o.Timeout)
-	}
-}
-
 // checkLost waits for le to end and checks that its Err wraps ErrLost.
 func (s *suite) checkLost(t *testing.T, le lock.Lease, wait, what string) {
 	t.Helper()
-	s.waitDone(t, le, wait)
+	await(t, s, le.Done(), wait+": Done()")
 	wantErr(t, what, le.Err(), lock.ErrLost)
 }
 

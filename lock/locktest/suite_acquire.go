@@ -258,71 +258,26 @@ func (c *crowd) check(t *testing.T) {
 	}
 }
 
-// granted is the grant of waiter i in the FIFO subtest.
-type granted struct {
-	i     int
-	token fencing.Token
-	err   error
-}
-
-// checkArrivalOrder fails t unless the n waiters are granted, one by one
-// on order, in the order they queued, with tokens above prev.
-func (s *suite) checkArrivalOrder(t *testing.T, order <-chan granted, n int, prev fencing.Token) {
-	t.Helper()
-	timer := time.NewTimer(s.o.Timeout)
-	defer timer.Stop()
-	for want := range n {
-		select {
-		case g := <-order:
-			if g.err != nil {
-				t.Fatalf("waiter %d: Acquire = %v; want a lease", g.i, g.err)
-			}
-			if g.i != want {
-				t.Errorf("grant %d went to waiter %d; want waiter %d (arrival order)", want, g.i, want)
-			}
-			if g.token <= prev {
-				t.Errorf("waiter %d: Token() = %d; want > %d", g.i, g.token, prev)
-			}
-			prev = g.token
-		case <-timer.C:
-			t.Fatalf("only %d of %d waiters were granted within %v", want, n, s.o.Timeout)
-		}
-	}
-}
-
+// testFIFO queues waiters on the holder's Locker and on others, and
+// checks that each release admits the next in arrival order, and only it.
 func (s *suite) testFIFO(t *testing.T) {
-	var wg sync.WaitGroup
-	// Registered first so that it runs last, after Close of the Lockers
-	// has interrupted any waiter still blocked.
-	t.Cleanup(wg.Wait)
 	ctx, name, ls, _ := s.setup(t, 3)
-	const n = 4
-	holder := s.mustAcquire(t, ctx, ls[0], name)
-	order := make(chan granted, n)
-	for i := range n {
-		// Waiter i uses Locker (i+1)%3, so the queue mixes waiters of
-		// the holder's Locker and of others.
+	prev := s.mustAcquire(t, ctx, ls[0], name)
+	var chs []<-chan result
+	for i := range 4 {
 		l := ls[(i+1)%len(ls)]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			le, err := l.Acquire(ctx, name)
-			if err != nil {
-				order <- granted{i, 0, err}
-				return
-			}
-			// Report before releasing: the next grant cannot happen
-			// before this send, so the channel holds grant order.
-			order <- granted{i, le.Token(), nil}
-			if err := le.Release(ctx); err != nil {
-				t.Errorf("waiter %d: Release = %v; want nil", i, err)
-			}
-		}()
-		s.waitRecords(t, name, i+2, fmt.Sprintf("waiter %d queued", i))
+		chs = append(chs, s.enqueue(t, ctx, l, name, excl, i+2, fmt.Sprintf("waiter %d queued", i)))
 	}
-	mustRelease(t, ctx, holder)
-	s.checkArrivalOrder(t, order, n, holder.Token())
-	wg.Wait()
+	for i, ch := range chs {
+		mustRelease(t, ctx, prev)
+		le := s.awaitLease(t, ch, fmt.Sprintf("waiter %d, next in arrival order", i))
+		checkAfter(t, le, prev, fmt.Sprintf("waiter %d", i))
+		for j, later := range chs[i+1:] {
+			notReturned(t, later, fmt.Sprintf("waiter %d while waiter %d holds", i+1+j, i))
+		}
+		prev = le
+	}
+	mustRelease(t, ctx, prev)
 	s.noOrphans(t, name, "every waiter released")
 }
 

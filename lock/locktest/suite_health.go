@@ -36,7 +36,7 @@ func (s *suite) testHealthyAfterExpiry(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 1)
 	le := s.mustAcquire(t, ctx, ls[0], name)
 	s.expirer.ExpireSession(t, ls[0])
-	s.waitDone(t, le, "lease of an expired session")
+	await(t, s, le.Done(), "lease of an expired session: Done()")
 	hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := ls[0].(lock.HealthChecker).Healthy(hctx); err != nil {

@@ -187,7 +187,7 @@ func (s *suite) testReleaseLostLease(t *testing.T) {
 	a, b := ls[0], ls[1]
 	lost := s.mustAcquire(t, ctx, a, name)
 	s.expirer.ExpireSession(t, a)
-	s.waitDone(t, lost, "lease of an expired session")
+	await(t, s, lost.Done(), "lease of an expired session: Done()")
 	again := s.mustAcquire(t, ctx, a, name)
 
 	for i := 1; i <= 2; i++ {

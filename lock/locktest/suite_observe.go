@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/fencelock/fencelock/lock"
 )
@@ -37,17 +36,9 @@ func (s *suite) observe(t *testing.T, ctx context.Context, o lock.Observer, name
 // failure.
 func (ob *feed) next(what string) lock.Holder {
 	ob.t.Helper()
-	timer := time.NewTimer(ob.s.o.Timeout)
-	defer timer.Stop()
-	var h lock.Holder
-	select {
-	case got, ok := <-ob.ch:
-		if !ok {
-			ob.t.Fatalf("%s: observation ended: %v; want it to go on until its context ends", what, ob.errf())
-		}
-		h = got
-	case <-timer.C:
-		ob.t.Fatalf("%s: no holder observed within %v", what, ob.s.o.Timeout)
+	h, ok := recv(ob.t, ob.s, ob.ch, what+": the next holder observed")
+	if !ok {
+		ob.t.Fatalf("%s: observation ended: %v; want it to go on until its context ends", what, ob.errf())
 	}
 	if ob.noRepeat && ob.started && h == ob.last {
 		ob.t.Errorf("%s: observed %+v twice in a row; want each change reported once", what, h)
@@ -98,17 +89,8 @@ func (ob *feed) checkCancelled(what string) {
 // drainClosed reads ch until it is closed.
 func (s *suite) drainClosed(t *testing.T, ch <-chan lock.Holder, what string) {
 	t.Helper()
-	timer := time.NewTimer(s.o.Timeout)
-	defer timer.Stop()
-	for {
-		select {
-		case _, ok := <-ch:
-			if !ok {
-				return
-			}
-		case <-timer.C:
-			t.Fatalf("%s: channel not closed within %v", what, s.o.Timeout)
-		}
+	for ok := true; ok; {
+		_, ok = recv(t, s, ch, what+": the channel's close")
 	}
 }
 
@@ -269,7 +251,7 @@ func (s *suite) acquireAfterExpiry(t *testing.T, ctx context.Context, watcher lo
 	t.Helper()
 	own := s.mustAcquire(t, ctx, watcher, name+"-own")
 	s.expirer.ExpireSession(t, watcher)
-	s.waitDone(t, own, "watcher's lease after ExpireSession")
+	await(t, s, own.Done(), "watcher's lease after ExpireSession: Done()")
 	mustRelease(t, ctx, cur)
 	return s.mustAcquire(t, ctx, b, name)
 }
@@ -280,21 +262,17 @@ func (s *suite) acquireAfterExpiry(t *testing.T, ctx context.Context, watcher lo
 // through a.
 func (s *suite) acquireWhileStalled(t *testing.T, ctx context.Context, watcher lock.Locker, own, cur lock.Lease, a lock.Locker, name string) lock.Lease {
 	t.Helper()
-	during := make(chan result, 1)
-	go func() {
+	during := goCall(func() (lock.Lease, error) {
 		select {
 		case <-own.Done():
 		case <-ctx.Done():
-			during <- result{err: ctx.Err()}
-			return
+			return nil, ctx.Err()
 		}
 		if err := cur.Release(ctx); err != nil {
-			during <- result{err: fmt.Errorf("Release() of the holder = %w", err)}
-			return
+			return nil, fmt.Errorf("Release() of the holder = %w", err)
 		}
-		le, err := a.Acquire(ctx, name)
-		during <- result{lease: le, err: err}
-	}()
+		return a.Acquire(ctx, name)
+	})
 	s.staller.StallSession(t, watcher)
 	return s.awaitLease(t, during, "a's Acquire while the watcher's session expired")
 }
