@@ -314,6 +314,14 @@ func (s *suite) awaitRefused(t *testing.T, ch <-chan result, what string, want e
 	refused(t, what, r.lease, r.err, want)
 }
 
+// refuses makes the request for k (its Try form if try) on l, which must
+// return no lease and an error wrapping want; when says in what state.
+func refuses(t *testing.T, ctx context.Context, l lock.Locker, name string, k kind, try bool, when string, want error) {
+	t.Helper()
+	le, err := k.call(ctx, l, name, try)
+	refused(t, k.op(try)+when, le, err, want)
+}
+
 // refused checks that a call returned no lease and an error wrapping want.
 func refused(t *testing.T, call string, le lock.Lease, err, want error) {
 	t.Helper()
@@ -349,8 +357,7 @@ func outcome(t *testing.T, what string, r result, allowed ...error) lock.Lease {
 func refusesAll(t *testing.T, ctx context.Context, l lock.Locker, name, when string, want error) {
 	t.Helper()
 	for _, try := range []bool{false, true} {
-		le, err := excl.call(ctx, l, name, try)
-		refused(t, fmt.Sprintf("%s(%q)%s", excl.op(try), name, when), le, err, want)
+		refuses(t, ctx, l, name, excl, try, fmt.Sprintf("(%q)%s", name, when), want)
 	}
 	_, err := l.Holder(ctx, name)
 	wantErr(t, fmt.Sprintf("Holder(%q)%s", name, when), err, want)
@@ -440,13 +447,14 @@ func (s *suite) checkLost(t *testing.T, le lock.Lease, wait, what string) {
 // mustAcquire acquires name on l or stops the test.
 func (s *suite) mustAcquire(t *testing.T, ctx context.Context, l lock.Locker, name string) lock.Lease {
 	t.Helper()
-	le, err := l.Acquire(ctx, name)
-	if err != nil {
-		t.Fatalf("Acquire(%q) = %v; want a lease", name, err)
-	}
-	if le == nil {
-		t.Fatalf("Acquire(%q) = nil lease, nil error", name)
-	}
+	return s.awaitLease(t, goAcquire(ctx, l, name, excl), fmt.Sprintf("Acquire(%q)", name))
+}
+
+// mustShared acquires a shared grant of name on l or stops the test.
+func (s *suite) mustShared(t *testing.T, ctx context.Context, l lock.Locker, name, what string) lock.Lease {
+	t.Helper()
+	le := s.awaitLease(t, goAcquire(ctx, l, name, shared), what)
+	checkHeld(t, name, le)
 	return le
 }
 

@@ -35,27 +35,14 @@ func (s *suite) testAcquireRelease(t *testing.T) {
 
 func (s *suite) testTryAcquire(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 2)
-	a, b := ls[0], ls[1]
-	le, err := a.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatalf("TryAcquire(%q) of a free lock = %v; want a lease", name, err)
-	}
-	checkHeld(t, name, le)
-	for _, c := range []struct {
-		who string
-		l   lock.Locker
-	}{{"another Locker", b}, {"the holding Locker", a}} {
-		got, err := c.l.TryAcquire(ctx, name)
-		refused(t, fmt.Sprintf("TryAcquire(%q) on %s while held", name, c.who), got, err, lock.ErrLocked)
-	}
+	le := mustTry(t, ctx, ls[0], name, excl, "of a free lock")
+	refuses(t, ctx, ls[1], name, excl, true, " on another Locker while held", lock.ErrLocked)
+	refuses(t, ctx, ls[0], name, excl, true, " on the holding Locker while held", lock.ErrLocked)
 	s.checkRecords(t, name, 1, "after TryAcquire returned ErrLocked")
 	checkHeld(t, name, le)
 	mustRelease(t, ctx, le)
 
-	le2, err := b.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatalf("TryAcquire(%q) after Release = %v; want a lease", name, err)
-	}
+	le2 := mustTry(t, ctx, ls[1], name, excl, "after Release")
 	checkAfter(t, le2, le, "TryAcquire after Release")
 	mustRelease(t, ctx, le2)
 	s.noOrphans(t, name, "Release")
@@ -111,8 +98,7 @@ func (s *suite) testSameLockerExcludes(t *testing.T) {
 	first := s.mustAcquire(t, ctx, l, name)
 	ch := s.enqueue(t, ctx, l, name, excl, 2, "second Acquire on the same Locker")
 	notReturned(t, ch, "second Acquire on the same Locker")
-	le, err := l.TryAcquire(ctx, name)
-	refused(t, fmt.Sprintf("TryAcquire(%q) on the holding Locker", name), le, err, lock.ErrLocked)
+	refuses(t, ctx, l, name, excl, true, " on the holding Locker", lock.ErrLocked)
 	mustRelease(t, ctx, first)
 	second := s.awaitLease(t, ch, "second Acquire on the same Locker")
 	checkAfter(t, second, first, "second lease")

@@ -197,8 +197,7 @@ func (s *suite) testReleaseLostLease(t *testing.T) {
 	checkHeld(t, name, again)
 	s.holderIs(t, ctx, b, name, lock.Holder{Identity: ids[0], Token: again.Token()})
 	s.checkRecords(t, name, 1, "after Release of a lost lease")
-	le, err := b.TryAcquire(ctx, name)
-	refused(t, fmt.Sprintf("TryAcquire(%q) by another Locker after Release of a lost lease (the new grant holds)", name), le, err, lock.ErrLocked)
+	refuses(t, ctx, b, name, excl, true, " by another Locker after Release of a lost lease (the new grant holds)", lock.ErrLocked)
 	mustRelease(t, ctx, again)
 	s.noOrphans(t, name, "Release of a lost lease and of the new grant")
 }

@@ -25,8 +25,7 @@ func (s *suite) testSemaphoreFIFO(t *testing.T) {
 	const limit = 2
 	p1 := mustTry(t, ctx, ls[0], name, permit(limit), "of a free semaphore")
 	p2 := mustTry(t, ctx, ls[1], name, permit(limit), "with one permit taken")
-	le, err := permit(limit).call(ctx, ls[2], name, true)
-	refused(t, fmt.Sprintf("TryAcquireSemaphore(%d) with every permit taken", limit), le, err, lock.ErrLocked)
+	refuses(t, ctx, ls[2], name, permit(limit), true, " with every permit taken", lock.ErrLocked)
 	s.checkRecords(t, name, limit, "after TryAcquireSemaphore returned ErrLocked")
 	var chs []<-chan result
 	for i, l := range ls[2:] {
@@ -72,8 +71,7 @@ func (s *suite) testSemaphoreIncompatible(t *testing.T) {
 		bad = append(bad, request{shared, false}, request{shared, true})
 	}
 	for _, c := range bad {
-		le, err := c.k.call(ctx, b, sem, c.try)
-		refused(t, c.k.op(c.try)+" of a limit-2 semaphore", le, err, lock.ErrIncompatible)
+		refuses(t, ctx, b, sem, c.k, c.try, " of a limit-2 semaphore", lock.ErrIncompatible)
 	}
 	s.checkRecords(t, sem, 1, "after refused requests")
 	p2 := mustTry(t, ctx, b, sem, permit(2), "with the queue's limit")
@@ -82,15 +80,13 @@ func (s *suite) testSemaphoreIncompatible(t *testing.T) {
 	held := s.mustAcquire(t, ctx, a, lk)
 	for _, limit := range []int{1, 5} {
 		for _, try := range []bool{true, false} {
-			le, err := permit(limit).call(ctx, b, lk, try)
-			refused(t, permit(limit).op(try)+" of a held lock", le, err, lock.ErrIncompatible)
+			refuses(t, ctx, b, lk, permit(limit), try, " of a held lock", lock.ErrIncompatible)
 		}
 	}
 	s.checkRecords(t, lk, 1, "after refused semaphore requests")
 	for _, limit := range []int{0, -1} {
 		for _, try := range []bool{true, false} {
-			le, err := permit(limit).call(ctx, b, lockName(t), try)
-			refused(t, permit(limit).op(try), le, err, lock.ErrInvalidConfig)
+			refuses(t, ctx, b, lockName(t), permit(limit), try, "", lock.ErrInvalidConfig)
 		}
 	}
 	mustRelease(t, ctx, p1, p2, held)

@@ -7,14 +7,6 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// mustShared acquires a shared grant of name on l or stops the test.
-func (s *suite) mustShared(t *testing.T, ctx context.Context, l lock.Locker, name, what string) lock.Lease {
-	t.Helper()
-	le := s.awaitLease(t, goAcquire(ctx, l, name, shared), what)
-	checkHeld(t, name, le)
-	return le
-}
-
 func (s *suite) testSharedExclusion(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 3)
 	a, b, c := ls[0], ls[1], ls[2]
@@ -25,10 +17,8 @@ func (s *suite) testSharedExclusion(t *testing.T) {
 	s.checkRecords(t, name, 3, "three readers")
 
 	// Readers exclude a writer, on their own Locker and on another.
-	le, err := a.TryAcquire(ctx, name)
-	refused(t, "TryAcquire on a reader's Locker while readers hold", le, err, lock.ErrLocked)
-	le, err = c.TryAcquire(ctx, name)
-	refused(t, "TryAcquire while readers hold", le, err, lock.ErrLocked)
+	refuses(t, ctx, a, name, excl, true, " on a reader's Locker while readers hold", lock.ErrLocked)
+	refuses(t, ctx, c, name, excl, true, " while readers hold", lock.ErrLocked)
 	w := s.enqueue(t, ctx, c, name, excl, 4, "writer queued behind readers")
 	notReturned(t, w, "writer's Acquire while readers hold")
 	mustRelease(t, ctx, r1, r2)
@@ -38,8 +28,7 @@ func (s *suite) testSharedExclusion(t *testing.T) {
 	checkHeld(t, name, wl)
 
 	// A writer excludes readers, and other writers.
-	le, err = shared.call(ctx, c, name, true)
-	refused(t, "TryAcquireShared on the writer's Locker while it holds", le, err, lock.ErrLocked)
+	refuses(t, ctx, c, name, shared, true, " on the writer's Locker while it holds", lock.ErrLocked)
 	rch := s.enqueue(t, ctx, a, name, shared, 2, "reader queued behind a writer")
 	wch := s.enqueue(t, ctx, b, name, excl, 3, "writer queued behind a reader")
 	notReturned(t, rch, "AcquireShared while a writer holds")
@@ -85,19 +74,13 @@ func (s *suite) testTryAcquireShared(t *testing.T) {
 	r1 := mustTry(t, ctx, ls[0], name, shared, "of a free lock")
 	r2 := mustTry(t, ctx, ls[1], name, shared, "while a reader holds")
 	w := s.enqueue(t, ctx, ls[2], name, excl, 3, "writer queued behind readers")
-	for _, c := range []struct {
-		l    lock.Locker
-		what string
-	}{{ls[2], "TryAcquireShared while a writer waits"}, {ls[0], "TryAcquireShared on a reader's Locker while a writer waits"}} {
-		le, err := shared.call(ctx, c.l, name, true)
-		refused(t, c.what, le, err, lock.ErrLocked)
-	}
+	refuses(t, ctx, ls[2], name, shared, true, " while a writer waits", lock.ErrLocked)
+	refuses(t, ctx, ls[0], name, shared, true, " on a reader's Locker while a writer waits", lock.ErrLocked)
 	s.checkRecords(t, name, 3, "after TryAcquireShared returned ErrLocked")
 
 	mustRelease(t, ctx, r1, r2)
 	wl := s.awaitLease(t, w, "writer's Acquire after the readers released")
-	le, err := shared.call(ctx, ls[0], name, true)
-	refused(t, "TryAcquireShared while a writer holds", le, err, lock.ErrLocked)
+	refuses(t, ctx, ls[0], name, shared, true, " while a writer holds", lock.ErrLocked)
 	s.checkRecords(t, name, 1, "after TryAcquireShared returned ErrLocked")
 	mustRelease(t, ctx, wl)
 
@@ -107,10 +90,10 @@ func (s *suite) testTryAcquireShared(t *testing.T) {
 	s.noOrphans(t, name, "every grant released")
 }
 
-// testSharedTokens checks the token order of a read-write lock over
-// alternating phases: readers' tokens rise in request order, and every
-// writer's token exceeds those of the readers admitted before it, and
-// every reader's that of the writer before it.
+// testSharedTokens checks the tokens of a read-write lock over alternating
+// phases: readers' rise in request order, and each writer's exceeds those
+// of the readers admitted before it, and each reader's that of the writer
+// before it.
 func (s *suite) testSharedTokens(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 3)
 	var prev lock.Lease // the writer of the round before
@@ -121,8 +104,8 @@ func (s *suite) testSharedTokens(t *testing.T) {
 			if prev != nil && r.Token() <= prev.Token() {
 				t.Errorf("round %d: reader %d Token() = %d; want > %d (the writer's before it)", round, i, r.Token(), prev.Token())
 			}
-			if len(readers) > 0 && r.Token() <= readers[len(readers)-1].Token() {
-				t.Errorf("round %d: reader %d Token() = %d; want > %d (the reader requested before it)", round, i, r.Token(), readers[len(readers)-1].Token())
+			if i > 0 && r.Token() <= readers[i-1].Token() {
+				t.Errorf("round %d: reader %d Token() = %d; want > %d (the reader requested before it)", round, i, r.Token(), readers[i-1].Token())
 			}
 			readers = append(readers, r)
 		}
@@ -179,8 +162,7 @@ func closeHolder(t *testing.T, l lock.Locker, le lock.Lease, what string) {
 
 // testSharedSessionExpiry checks that the expiry of a reader's session
 // ends its lease with ErrLost but leaves other readers holding, and that
-// the expiry of a queued reader's session ends its wait with ErrLost and
-// takes its record away.
+// of a queued reader's ends its wait with ErrLost and takes its record.
 func (s *suite) testSharedSessionExpiry(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 4)
 	r1 := s.mustShared(t, ctx, ls[0], name, "first reader")
