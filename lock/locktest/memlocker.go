@@ -12,15 +12,11 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// MemLocker is a [lock.Locker], [lock.Observer], [lock.SharedLocker],
-// [lock.Semaphore], [lock.HolderLister], [lock.Revoker],
-// [lock.QueueLister] and [lock.HealthChecker] on a [Memory]. It is safe
-// for concurrent use. Holder and Observe report the earliest holder of a
-// name (for a shared lock or a semaphore, the one with the lowest token);
-// Holders reports all of them. Release and Close never block, and Observe
-// runs one goroutine per observation, which ends with the observation's
-// context or with Close. Close returns once every call in progress has
-// returned and every observation has ended.
+// MemLocker is a [lock.Locker] on a [Memory], with every optional
+// interface of package lock. It is safe for concurrent use. Holder and
+// Observe report the earliest holder of a name (the lowest token).
+// Release never blocks; Close returns once every call in progress has
+// returned and every observation (one goroutine each) has ended.
 type MemLocker struct {
 	m        *Memory
 	identity string
@@ -78,8 +74,6 @@ func (l *MemLocker) TryAcquireSemaphore(ctx context.Context, name string, limit 
 	return l.acquire(ctx, "try acquire semaphore", name, queue.PermitRequest(limit), false)
 }
 
-// acquire refuses what cannot be queued, queues a record, and waits for
-// its turn.
 func (l *MemLocker) acquire(ctx context.Context, op, name string, req queue.Request, wait bool) (lock.Lease, error) {
 	if err := l.enter(ctx, op, name); err != nil {
 		return nil, err
@@ -103,14 +97,12 @@ func (l *MemLocker) acquire(ctx context.Context, op, name string, req queue.Requ
 // openSessionLocked gives l a session if it has none.
 func (l *MemLocker) openSessionLocked() {
 	if l.sess == nil {
-		l.m.lastSID++
-		l.sess = &session{id: l.m.lastSID, records: map[*record]bool{}, expired: make(chan struct{})}
+		l.sess = &session{records: map[*record]bool{}, expired: make(chan struct{})}
 	}
 }
 
-// enter starts call op on name: it validates name and takes m.mu, unless
-// l is closed or ctx has ended. It returns with m.mu held if and only if
-// it returns nil.
+// enter starts call op on name: unless name is invalid, l closed or ctx
+// done, it returns nil with m.mu held.
 func (l *MemLocker) enter(ctx context.Context, op, name string) error {
 	if err := lock.ValidateName(name); err != nil {
 		return fmt.Errorf("locktest: %s: %w", op, err)
@@ -127,9 +119,9 @@ func (l *MemLocker) enter(ctx context.Context, op, name string) error {
 	return nil
 }
 
-// awaitLocked decides, with m.mu held, whether r is granted, failed, or
-// which records it waits for, and waits for them with m.mu released,
-// until r is granted or fails. It returns with m.mu released.
+// awaitLocked decides whether r is granted, failed, or which records it
+// waits for, and waits for them, until r is granted or fails. It is
+// called with m.mu held and returns with it released.
 func (l *MemLocker) awaitLocked(ctx context.Context, r *record) (lock.Lease, error) {
 	m := l.m
 	defer m.mu.Unlock()
@@ -159,11 +151,10 @@ func (l *MemLocker) awaitLocked(ctx context.Context, r *record) (lock.Lease, err
 	}
 }
 
-// waitCases are what the record at position i of q waits for: the end
-// of ctx, of its session or of the Locker, and only the records the
-// herd-free rule names, so that a deletion wakes a bounded number of
-// waiters. Expiry and Close set the record's why before closing these
-// channels, so that awaitLocked reports them.
+// waitCases are what the record at position i of q waits for: the end of
+// ctx, of its session or of the Locker, and only the records that
+// queue.Watched names, so that a deletion wakes a bounded number of
+// waiters.
 func (l *MemLocker) waitCases(ctx context.Context, s *session, q []*record, i int) []reflect.SelectCase {
 	chans := []<-chan struct{}{ctx.Done(), s.expired, l.closing}
 	for _, j := range queue.Watched(requests(q), i) {
@@ -218,11 +209,8 @@ func (l *MemLocker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, 
 	return l.m.queueLocked(name), nil
 }
 
-// Revoke implements [lock.Revoker]: it deletes the record of name's holder
-// whose token is token, checking and deleting in one step. The revoked
-// lease ends at once, with Err wrapping [lock.ErrLost] and saying who
-// revoked it. A token that is not a current holder's (a waiter's, an
-// ended grant's, 0) returns an error wrapping [lock.ErrNotHeld].
+// Revoke implements [lock.Revoker]. The revoked lease ends at once, with
+// Err wrapping [lock.ErrLost] and naming l's identity.
 func (l *MemLocker) Revoke(ctx context.Context, name string, token fencing.Token) error {
 	if err := l.enter(ctx, "revoke", name); err != nil {
 		return err
@@ -260,11 +248,9 @@ func (l *MemLocker) Healthy(ctx context.Context) error {
 	return nil
 }
 
-// Close implements [lock.Locker]: it releases l's leases (their Err wraps
-// [lock.ErrReleased]), makes waiting Acquire calls return [lock.ErrClosed]
-// and waits for them, and ends l's observations and waits for their
-// goroutines. Every call, including concurrent ones, returns once that is
-// done; later calls return nil.
+// Close implements [lock.Locker]: l's leases end with [lock.ErrReleased],
+// its waiting calls return [lock.ErrClosed], and its observations end;
+// every call, concurrent ones included, returns once all that is done.
 func (l *MemLocker) Close() error {
 	m := l.m
 	m.mu.Lock()
@@ -304,8 +290,7 @@ func (le *memLease) Err() error {
 	return fmt.Errorf("locktest: lease %q token %d: %w", le.rec.name, le.rec.token, le.err)
 }
 
-// Release ends the lease and deletes its record. It does not block, so ctx
-// is not consulted.
+// Release ends the lease and deletes its record; it never blocks.
 func (le *memLease) Release(ctx context.Context) error {
 	le.m.mu.Lock()
 	defer le.m.mu.Unlock()
@@ -325,17 +310,15 @@ func (le *memLease) endLocked(cause error) {
 	}
 }
 
-// observation is one Observe call's queue of holder changes. The queue is
-// unbounded, so a slow reader never makes the Memory drop a change.
+// observation is one Observe call's unbounded queue of holder changes: a
+// slow reader never makes the Memory drop one.
 type observation struct {
 	pending []lock.Holder // guarded by Memory.mu
 	wake    chan struct{} // capacity 1
 	err     error         // guarded by Memory.mu; set when out is closed
 }
 
-// Observe implements [lock.Observer]. The observation ends when ctx is done
-// (the error function then returns ctx's error) or when l is closed
-// ([lock.ErrClosed]).
+// Observe implements [lock.Observer].
 func (l *MemLocker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
 	if err := l.enter(ctx, "observe", name); err != nil {
 		return nil, nil, err

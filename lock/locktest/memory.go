@@ -26,7 +26,6 @@ import (
 type Memory struct {
 	mu      sync.Mutex
 	rev     fencing.Token
-	lastSID uint64
 	noTouch bool                    // tests only: admitted permits skip their touch
 	queues  map[string][]*record    // per name, in creation order; the first holds the lock
 	watches map[*observation]string // the name each observes
@@ -52,7 +51,6 @@ type record struct {
 // session groups a MemLocker's records, as an etcd lease or a ZooKeeper
 // session does.
 type session struct {
-	id      uint64
 	records map[*record]bool
 	expired chan struct{} // closed when the session ends
 }
@@ -75,15 +73,12 @@ func (m *Memory) ExpireSession(l *MemLocker) {
 	m = l.m // the state to change is l's Memory's, whatever the caller says
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s := l.sess; s != nil {
-		cause := fmt.Errorf("%w: session %d expired", lock.ErrLost, s.id)
-		m.endSessionLocked(l, cause, cause)
-	}
+	cause := fmt.Errorf("%w: session expired", lock.ErrLost)
+	m.endSessionLocked(l, cause, cause)
 }
 
 // endSessionLocked deletes the records of l's session, if any, in creation
-// order (so that holder changes are reported deterministically): granted
-// leases end with cause, and waiting Acquire calls return why.
+// order: granted leases end with cause, waiting Acquire calls return why.
 func (m *Memory) endSessionLocked(l *MemLocker, cause, why error) {
 	s := l.sess
 	if s == nil {
@@ -120,8 +115,8 @@ func (m *Memory) Records(name string) []string {
 	return keys
 }
 
-// holderLocked returns the earliest holder of name, or the zero Holder.
-// The first record of a queue is always admitted, whatever its kind.
+// holderLocked returns the earliest holder of name (the first record is
+// always admitted), or the zero Holder.
 func (m *Memory) holderLocked(name string) lock.Holder {
 	if q := m.queues[name]; len(q) > 0 {
 		return q[0].holder()
@@ -153,9 +148,7 @@ func requests(q []*record) []queue.Request {
 	return rs
 }
 
-// refuseLocked returns why req cannot be queued on name now, if it
-// cannot: a bad limit, a request incompatible with the queue, or a try
-// that would wait.
+// refuseLocked says why req cannot be queued on name now, if it cannot.
 func (m *Memory) refuseLocked(name string, req queue.Request, wait bool) error {
 	if err := queue.CheckLimit(req.Limit); req.Kind == queue.Permit && err != nil {
 		return fmt.Errorf("%w: %w", lock.ErrInvalidConfig, err)
@@ -249,9 +242,8 @@ func (h memHarness) ExpireSession(t *testing.T, l lock.Locker) {
 	h.m.ExpireSession(ml)
 }
 
-// StallSession is ExpireSession: a Memory has no network, so a Locker
-// hears of its session's expiry the moment the server expires it, before
-// the server grants the freed locks.
+// StallSession is ExpireSession: a MemLocker hears of its session's end
+// the moment it happens, before the freed locks are granted.
 func (h memHarness) StallSession(t *testing.T, l lock.Locker) {
 	t.Helper()
 	h.ExpireSession(t, l)

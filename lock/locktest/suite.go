@@ -14,14 +14,15 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// suite holds what every subtest needs.
+// suite holds what every subtest needs; an optional interface the harness
+// lacks is nil.
 type suite struct {
 	h       Harness
 	o       Options
-	expirer SessionExpirer // nil if h does not implement it
-	staller SessionStaller // nil if h does not implement it
-	freezer SessionFreezer // nil if h does not implement it
-	lister  RecordLister   // nil if h does not implement it
+	expirer SessionExpirer
+	staller SessionStaller
+	freezer SessionFreezer
+	lister  RecordLister
 	has     map[string]bool
 }
 
@@ -137,8 +138,8 @@ func (s *suite) setup(t *testing.T, n int) (context.Context, string, []lock.Lock
 	return s.ctx(t), lockName(t), ls, ids
 }
 
-// identity returns an identity unique to this run, so that a Holder check
-// cannot pass by matching a record another run left behind.
+// identity returns an identity unique to this run, so that no Holder check
+// passes by matching a record another run left behind.
 func identity(who string) string {
 	return fmt.Sprintf("locktest-%s-%s", who, randHex(3))
 }
@@ -165,17 +166,16 @@ func randHex(n int) string {
 }
 
 // ctx returns a context for the calls of one subtest, cancelled when t
-// ends. It outlasts the waits bounded by Options.Timeout, so that a call
-// that hangs is reported as hanging rather than as failing with ctx's
-// error.
+// ends. It outlasts Options.Timeout, so that a call that hangs is reported
+// as hanging rather than failing with ctx's error.
 func (s *suite) ctx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*s.o.Timeout)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-// kind is what a request asks for: an exclusive lock (the zero kind),
-// a shared one, or a permit of a semaphore of limit limit.
+// kind is what a request asks for: an exclusive lock (the zero kind), a
+// shared one, or a permit of a semaphore of limit limit.
 type kind struct {
 	shared, sem bool
 	limit       int
@@ -377,8 +377,8 @@ func notReturned(t *testing.T, ch <-chan result, what string) {
 	}
 }
 
-// pollRecords polls the RecordLister until name has n records, or until
-// Options.Timeout has passed; it returns the last listing.
+// pollRecords polls the RecordLister until name has n records or
+// Options.Timeout has passed, and returns the last listing.
 func (s *suite) pollRecords(t *testing.T, name string, n int) ([]string, bool) {
 	t.Helper()
 	deadline := time.Now().Add(s.o.Timeout)
@@ -428,6 +428,7 @@ func (s *suite) checkRecords(t *testing.T, name string, n int, when string) {
 	}
 }
 
+// isClosed reports whether ch is closed, without waiting.
 func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
@@ -505,6 +506,7 @@ func checkAfter(t *testing.T, le, prev lock.Lease, what string) {
 	}
 }
 
+// holderIs checks that l reports want as the holder of name.
 func (s *suite) holderIs(t *testing.T, ctx context.Context, l lock.Locker, name string, want lock.Holder) {
 	t.Helper()
 	got, err := l.Holder(ctx, name)
@@ -513,6 +515,7 @@ func (s *suite) holderIs(t *testing.T, ctx context.Context, l lock.Locker, name 
 	}
 }
 
+// notHeld checks that l reports name as not held.
 func (s *suite) notHeld(t *testing.T, ctx context.Context, l lock.Locker, name string) {
 	t.Helper()
 	_, err := l.Holder(ctx, name)

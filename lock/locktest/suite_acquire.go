@@ -55,20 +55,18 @@ func (s *suite) testTokensIncrease(t *testing.T) {
 	s.checkRising(t, ls, []string{name}, s.o.Rounds, true)
 }
 
-// testTokensAcrossNames checks the promise package lock makes for every
-// backend: tokens of all names come from one counter, so an acquisition
-// that starts after a grant of any name, through any Locker, gets a higher
-// token. fencing.Guard relies on it to keep its memory bounded without
-// refusing valid tokens.
+// testTokensAcrossNames checks that tokens of all names come from one
+// counter, as package lock promises (fencing.Guard relies on it): an
+// acquisition that starts after any grant gets a higher token.
 func (s *suite) testTokensAcrossNames(t *testing.T) {
 	_, name, ls, _ := s.setup(t, 2)
 	names := []string{name + "-a", name + "-b", name + "-c"}
 	s.checkRising(t, ls, names, max(s.o.Rounds, 2*len(names)), false)
 }
 
-// checkRising acquires and releases names in turn through lockers in turn,
-// by Acquire or, with try, every second round by TryAcquire, and checks
-// that every token exceeds the one granted before it.
+// checkRising acquires and releases names in turn through lockers in turn
+// (with try, every second time by TryAcquire), and checks that every token
+// exceeds the one granted before it.
 func (s *suite) checkRising(t *testing.T, lockers []lock.Locker, names []string, rounds int, try bool) {
 	var prev fencing.Token
 	var prevName string
@@ -102,9 +100,7 @@ func (s *suite) testSameLockerExcludes(t *testing.T) {
 	mustRelease(t, ctx, first)
 	second := s.awaitLease(t, ch, "second Acquire on the same Locker")
 	checkAfter(t, second, first, "second lease")
-	if err := first.Err(); !errors.Is(err, lock.ErrReleased) {
-		t.Errorf("first lease Err() = %v after its Release; want %v", err, lock.ErrReleased)
-	}
+	wantErr(t, "first lease Err() after its Release", first.Err(), lock.ErrReleased)
 	checkHeld(t, name, second)
 	mustRelease(t, ctx, second)
 	s.noOrphans(t, name, "Release")
@@ -319,13 +315,9 @@ func (s *suite) testIndependentNames(t *testing.T) {
 	ctx, base, ls, ids := s.setup(t, 1)
 	a := ls[0]
 	names := []string{base, base + "/child", base + "x", base + "/child/grandchild"}
-	leases := make([]lock.Lease, len(names))
-	for i, n := range names {
-		le, err := a.TryAcquire(ctx, n)
-		if err != nil {
-			t.Fatalf("TryAcquire(%q) while only other names are held = %v; want a lease", n, err)
-		}
-		leases[i] = le
+	var leases []lock.Lease
+	for _, n := range names {
+		leases = append(leases, mustTry(t, ctx, a, n, excl, "while only other names are held"))
 	}
 	for i, n := range names {
 		s.holderIs(t, ctx, a, n, lock.Holder{Identity: ids[0], Token: leases[i].Token()})

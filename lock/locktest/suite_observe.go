@@ -9,20 +9,18 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// feed reads one observation for a check.
+// feed reads one observation for a check. With noRepeat, a holder
+// reported twice in a row fails it.
 type feed struct {
-	s    *suite
-	t    *testing.T
-	ch   <-chan lock.Holder
-	errf func() error
-	// noRepeat fails the check when the same holder is reported twice in
-	// a row; last is the holder reported last, once started.
+	s                 *suite
+	t                 *testing.T
+	ch                <-chan lock.Holder
+	errf              func() error
 	noRepeat, started bool
-	last              lock.Holder
+	last              lock.Holder // reported last, once started
 }
 
-// observe starts an observation of name through o; op names the call in
-// a failure.
+// observe starts an observation of name through o; op names the call.
 func (s *suite) observe(t *testing.T, ctx context.Context, o lock.Observer, name, op string) *feed {
 	t.Helper()
 	ch, errf, err := o.Observe(ctx, name)
@@ -32,8 +30,7 @@ func (s *suite) observe(t *testing.T, ctx context.Context, o lock.Observer, name
 	return &feed{s: s, t: t, ch: ch, errf: errf}
 }
 
-// next returns the next holder observed; what names the step in a
-// failure.
+// next returns the next holder observed; what names the step.
 func (ob *feed) next(what string) lock.Holder {
 	ob.t.Helper()
 	h, ok := recv(ob.t, ob.s, ob.ch, what+": the next holder observed")
@@ -55,19 +52,19 @@ func (ob *feed) expect(want lock.Holder, what string) {
 	}
 }
 
-// reach reads until the observation reports want. What it reports before
-// must be, in order, some of between: a backend that lost track of some
-// events (an etcd compaction, a ZooKeeper watch that fired once) may
-// report only the state it finds afterwards, but never a state that did
-// not happen or one out of order.
-func (ob *feed) reach(want lock.Holder, between []lock.Holder, what string) []lock.Holder {
+// reach reads until the observation reports want, and logs what it saw.
+// What it reports before must be, in order, some of between: a backend
+// that lost track of events may report only the state it finds afterwards,
+// but never a state that did not happen or one out of order.
+func (ob *feed) reach(want lock.Holder, between []lock.Holder, what string) {
 	ob.t.Helper()
 	var seen []lock.Holder
 	for rest := between; ; {
 		got := ob.next(what)
 		seen = append(seen, got)
 		if got == want {
-			return seen
+			ob.t.Logf("%s: observed %+v", what, seen)
+			return
 		}
 		i := slices.Index(rest, got)
 		if i < 0 {
@@ -77,9 +74,8 @@ func (ob *feed) reach(want lock.Holder, between []lock.Holder, what string) []lo
 	}
 }
 
-// checkCancelled checks that the observation (what, in messages) ended
-// after its context was cancelled, with an error wrapping
-// context.Canceled.
+// checkCancelled checks that the observation ended, once its context was
+// cancelled, with an error wrapping context.Canceled.
 func (ob *feed) checkCancelled(what string) {
 	ob.t.Helper()
 	ob.s.drainClosed(ob.t, ob.ch, what+" after cancel")
@@ -118,8 +114,8 @@ func (s *suite) testObserve(t *testing.T) {
 }
 
 // quickGrants makes a few quick grants through ls[0], not read as they
-// happen: none may be dropped (unless Options.ObserveMaySkip). A grant to
-// ls[1], awaited, ends the burst.
+// happen, then one through ls[1]: none may be dropped unless
+// Options.ObserveMaySkip.
 func (s *suite) quickGrants(t *testing.T, ctx context.Context, ob *feed, name string, ls []lock.Locker, ids []string) {
 	const cycles = 5
 	var want []lock.Holder
@@ -142,8 +138,8 @@ func (s *suite) quickGrants(t *testing.T, ctx context.Context, ob *feed, name st
 	ob.expect(lock.Holder{}, "released after quick grants")
 }
 
-// handOver hands the lock from ls[0] to a queued ls[1]: free in between is
-// allowed.
+// handOver hands the lock from ls[0] to a queued ls[1]; the free state in
+// between may be reported.
 func (s *suite) handOver(t *testing.T, ctx context.Context, ob *feed, name string, ls []lock.Locker, ids []string) {
 	la := s.mustAcquire(t, ctx, ls[0], name)
 	ob.expect(lock.Holder{Identity: ids[0], Token: la.Token()}, "a acquired")
@@ -161,9 +157,9 @@ func (s *suite) handOver(t *testing.T, ctx context.Context, ob *feed, name strin
 	ob.expect(lock.Holder{}, "b released")
 }
 
-// testObserveEndsOnClose checks that closing a Locker ends its
-// observations: by the time Close returns, each channel is closed and the
-// error function reports ErrClosed.
+// testObserveEndsOnClose checks that by the time Close returns, each
+// observation's channel is closed and its error function reports
+// ErrClosed.
 func (s *suite) testObserveEndsOnClose(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 2)
 	watcher := ls[1]
@@ -188,14 +184,11 @@ func (s *suite) testObserveEndsOnClose(t *testing.T) {
 	s.noOrphans(t, name, "Release")
 }
 
-// testObserveSessionLoss checks that an observation outlives the loss of
-// its Locker's connection and session: frozen for a moment
-// (SessionFreezer), cut off until the server expired its session
-// (SessionStaller), and its session ended by the server (SessionExpirer).
-// After each, the observation reports the state the lock is in (having
-// reported, in order, at most the states in between), and afterwards
-// every change one at a time, vacancy included; it reports no holder
-// twice in a row and ends only with its context.
+// testObserveSessionLoss checks that an observation outlives its Locker
+// being frozen, stalled until its session expired, and expired by the
+// server: after each it reports the state the lock is in, and afterwards
+// every change; it reports no holder twice in a row and ends only with its
+// context.
 func (s *suite) testObserveSessionLoss(t *testing.T) {
 	ctx, name, ls, ids := s.setup(t, 3)
 	a, b, watcher := ls[0], ls[1], ls[2]
@@ -217,18 +210,20 @@ func (s *suite) testObserveSessionLoss(t *testing.T) {
 		mustRelease(t, ctx, cur)
 		cur = s.mustAcquire(t, ctx, b, name)
 		thaw()
-		seen := ob.reach(lock.Holder{Identity: ids[1], Token: cur.Token()}, []lock.Holder{free}, "b acquired while the watcher was frozen")
-		t.Logf("observed across a freeze: %+v", seen)
+		ob.reach(lock.Holder{Identity: ids[1], Token: cur.Token()}, []lock.Holder{free}, "b acquired while the watcher was frozen")
 	}
 
 	cur = s.acquireWhileStalled(t, ctx, watcher, own, cur, a, name)
-	seen := ob.reach(lock.Holder{Identity: ids[0], Token: cur.Token()}, []lock.Holder{free}, "a acquired while the watcher's session expired")
-	t.Logf("observed across a stalled and expired session: %+v", seen)
+	ob.reach(lock.Holder{Identity: ids[0], Token: cur.Token()}, []lock.Holder{free}, "a acquired while the watcher's session expired")
 
 	if s.expirer != nil {
-		cur = s.acquireAfterExpiry(t, ctx, watcher, cur, b, name)
-		seen := ob.reach(lock.Holder{Identity: ids[1], Token: cur.Token()}, []lock.Holder{free}, "b acquired after the watcher's session was expired")
-		t.Logf("observed across a session expired by the server: %+v", seen)
+		// The server expires the watcher's new session.
+		own := s.mustAcquire(t, ctx, watcher, name+"-own")
+		s.expirer.ExpireSession(t, watcher)
+		await(t, s, own.Done(), "watcher's lease after ExpireSession: Done()")
+		mustRelease(t, ctx, cur)
+		cur = s.mustAcquire(t, ctx, b, name)
+		ob.reach(lock.Holder{Identity: ids[1], Token: cur.Token()}, []lock.Holder{free}, "b acquired after the watcher's session was expired")
 	}
 
 	// Afterwards, every change made one at a time, vacancy included.
@@ -244,22 +239,9 @@ func (s *suite) testObserveSessionLoss(t *testing.T) {
 	s.noOrphans(t, name, "observation")
 }
 
-// acquireAfterExpiry has the server expire the (new) session of watcher
-// and, once the watcher has seen it, releases cur and acquires name
-// through b.
-func (s *suite) acquireAfterExpiry(t *testing.T, ctx context.Context, watcher lock.Locker, cur lock.Lease, b lock.Locker, name string) lock.Lease {
-	t.Helper()
-	own := s.mustAcquire(t, ctx, watcher, name+"-own")
-	s.expirer.ExpireSession(t, watcher)
-	await(t, s, own.Done(), "watcher's lease after ExpireSession: Done()")
-	mustRelease(t, ctx, cur)
-	return s.mustAcquire(t, ctx, b, name)
-}
-
 // acquireWhileStalled stalls the session of watcher until it expires and,
-// once own (the watcher's lease) has ended, which the watcher must see
-// before the server expires its session, releases cur and acquires name
-// through a.
+// once the watcher has seen its lease own end, releases cur and acquires
+// name through a.
 func (s *suite) acquireWhileStalled(t *testing.T, ctx context.Context, watcher lock.Locker, own, cur lock.Lease, a lock.Locker, name string) lock.Lease {
 	t.Helper()
 	during := goCall(func() (lock.Lease, error) {
