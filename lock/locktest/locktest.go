@@ -1,22 +1,13 @@
 // Package locktest checks that a [lock.Locker] keeps the contract of package
 // lock, and provides an in-memory Locker for users' unit tests and examples.
 //
-// # The conformance suite
-//
 // [TestLocker] runs one subtest per rule of the contract against a backend
-// reached through a [Harness]: acquire and release, tokens, mutual
-// exclusion, FIFO order, cancelled waits, Release, Holder, Close and name
-// validation; with the optional interfaces of package lock, observation,
-// read-write locks and semaphores, holder and queue listings, revocation
-// and health. Each check also requires that no record is left behind.
-//
-// Like testing/fstest.TestFS it runs a check only when the optional
-// interface it needs is present, on the Locker or on the Harness: a
-// [RecordLister] lets the suite see records and know exactly when a waiter
-// has queued; a [SessionExpirer], a [SessionStaller] and a [SessionFreezer]
-// enable the checks of a session ended by the server, lost by the Locker,
-// and frozen for a moment. Checks that did not apply are listed with t.Log;
-// [Options.RequireOptional] makes them failures. A backend's test calls
+// reached through a [Harness], and each also requires that no record is
+// left behind. Like testing/fstest.TestFS, it runs a check only when the
+// optional interface it needs is present, on the Locker (those of package
+// lock) or on the Harness ([RecordLister], [SessionExpirer],
+// [SessionStaller], [SessionFreezer]); the checks left out are listed with
+// t.Log, or failed with [Options.RequireOptional]. A backend's test calls
 //
 //	func TestConformance(t *testing.T) {
 //		locktest.TestLocker(t, myHarness{...})
@@ -25,22 +16,18 @@
 // Every subtest uses its own Lockers and a lock name no other run uses, so
 // the suite can run against a shared, long-lived cluster. It orders its
 // steps with channels and, with a RecordLister, by polling the records;
-// only without one does it wait a grace period ([Options.Settle]).
+// only without one does it wait a grace period ([Options.Settle]). It does
+// not check the loss deadline under partial failures, that a release
+// wakes one waiter rather than all, or performance: each backend's
+// integration tests cover them with fault injection.
 //
-// The suite does not check the loss deadline under partial failures (a
-// frozen server, a slow network, a drifting clock), that a release wakes
-// one waiter rather than all, or performance: each backend's integration
-// tests cover them with fault injection.
-//
-// # The in-memory Locker
-//
-// [Memory] is a fake lock server: many [MemLocker]s share one Memory the way
-// many clients share one etcd cluster. It follows the semantics both real
+// [Memory] is a fake lock server shared by many [MemLocker]s, as one etcd
+// cluster is shared by many clients. It keeps the semantics both real
 // backends share (tokens from one counter, one record per acquisition,
-// FIFO waiters that each wait for one record, the queue rules of
+// FIFO waiters that each watch a few records, the queue rules of
 // lock.SharedLocker) and implements every optional interface of package
-// lock. It has no network and no clock, so a lease is lost only when a test
-// calls [Memory.ExpireSession]; it is for tests and examples, not
+// lock. It has no network and no clock: a lease is lost only when a test
+// calls [Memory.ExpireSession]. It is for tests and examples, not
 // production.
 package locktest
 
@@ -56,17 +43,15 @@ import (
 // Harness builds Lockers on the backend under test.
 type Harness interface {
 	// NewLocker returns a new, independent Locker (with its own session)
-	// on the backend under test, whose identity is identity. It reports
-	// setup problems with t.Fatal. The suite closes every Locker it gets;
-	// the harness may also close it from its own t.Cleanup.
+	// of the given identity, or reports setup problems with t.Fatal. The
+	// suite closes every Locker it gets; the harness may close it too.
 	NewLocker(t *testing.T, identity string) lock.Locker
 }
 
 // SessionExpirer is implemented by a [Harness] that can end a Locker's
 // session from the server side (etcd: revoke the lease; ZooKeeper: expire
-// the session). Afterwards the Locker's leases and waiting Acquire calls
-// must end with [lock.ErrLost], and its next Acquire must open a new
-// session.
+// the session). The Locker's leases and waiting calls must then end with
+// [lock.ErrLost], and its next Acquire must open a new session.
 type SessionExpirer interface {
 	// ExpireSession ends the current session, if any, of l, a Locker of
 	// this Harness.
@@ -74,21 +59,19 @@ type SessionExpirer interface {
 }
 
 // SessionStaller is implemented by a [Harness] that can cut a Locker off
-// until the server expires its session. Unlike [SessionExpirer], this is a
-// loss the Locker must detect by itself and report (Done closed, Err
-// wrapping [lock.ErrLost]) before the server grants its locks to anyone
-// else; the suite checks that ordering.
+// until the server expires its session: a loss the Locker must detect by
+// itself and report (Done closed, Err wrapping [lock.ErrLost]) before the
+// server grants its locks to anyone else.
 type SessionStaller interface {
-	// StallSession cuts l, a Locker of this Harness holding at least one
-	// lease, off from the server until the server has expired its
-	// session, then lets it reach the server again.
+	// StallSession cuts l, a Locker of this Harness holding a lease, off
+	// from the server until the server has expired its session, then
+	// lets it reach the server again.
 	StallSession(t *testing.T, l lock.Locker)
 }
 
 // SessionFreezer is implemented by a [Harness] that can cut a Locker off
-// from the server for a moment, as a frozen or partitioned process is,
-// while its session stays alive. The suite uses it to check that
-// [lock.Revoker.Revoke] needs no help from the revoked holder's process.
+// from the server for a moment, as a frozen process is, while its session
+// stays alive: [lock.Revoker.Revoke] must need no help from that process.
 type SessionFreezer interface {
 	// FreezeSession cuts l, a Locker of this Harness, off from the server
 	// and returns a function that reconnects it, which the suite calls
@@ -97,12 +80,11 @@ type SessionFreezer interface {
 }
 
 // RecordLister is implemented by a [Harness] that can list the records
-// (etcd keys, ZooKeeper znodes) that exist for a lock name.
+// (etcd keys, ZooKeeper znodes) of a lock name.
 type RecordLister interface {
-	// Records returns the records of name that exist right now: one per
-	// holder and per queued waiter, in any order. A lock nobody holds or
-	// waits for has none. The suite calls it only from the test's own
-	// goroutine, so it may report failures with t.Fatal.
+	// Records returns the records of name that exist now, one per holder
+	// and per waiter, in any order. It is called only from the test's
+	// goroutine, so it may call t.Fatal.
 	Records(t *testing.T, name string) []string
 }
 
@@ -140,27 +122,24 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.Rounds <= 0 {
-		o.Rounds = 50
-	}
-	if o.Lockers <= 0 {
-		o.Lockers = 4
-	}
-	if o.Goroutines <= 0 {
-		o.Goroutines = 4
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = 10 * time.Second
-	}
-	if o.Settle <= 0 {
-		o.Settle = 200 * time.Millisecond
-	}
+	o.Rounds = orDefault(o.Rounds, 50)
+	o.Lockers = orDefault(o.Lockers, 4)
+	o.Goroutines = orDefault(o.Goroutines, 4)
+	o.Timeout = orDefault(o.Timeout, 10*time.Second)
+	o.Settle = orDefault(o.Settle, 200*time.Millisecond)
 	return o
 }
 
-// TestLocker runs the conformance suite against the backend behind h, each
-// check as a subtest (t.Run) with fresh Lockers and a unique lock name. It
-// uses the default [Options].
+// orDefault returns v, or def if v is not positive.
+func orDefault[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// TestLocker runs the conformance suite against the backend behind h,
+// with the default [Options].
 func TestLocker(t *testing.T, h Harness) {
 	t.Helper()
 	TestLockerWith(t, h, Options{})

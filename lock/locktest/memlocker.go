@@ -18,11 +18,11 @@ import (
 // Release never blocks; Close returns once every call in progress has
 // returned and every observation (one goroutine each) has ended.
 type MemLocker struct {
-	m        *Memory
-	identity string
-	closing  chan struct{} // closed by Close when it starts
-	down     chan struct{} // closed by Close when the teardown is over
-	wg       sync.WaitGroup
+	m         *Memory
+	identity  string
+	closing   chan struct{} // closed by Close when it starts
+	closeOnce sync.Once     // whose Do returns to every caller once it is done
+	wg        sync.WaitGroup
 
 	// Guarded by m.mu.
 	sess   *session // nil before the first Acquire and after expiry or Close
@@ -252,19 +252,15 @@ func (l *MemLocker) Healthy(ctx context.Context) error {
 // its waiting calls return [lock.ErrClosed], and its observations end;
 // every call, concurrent ones included, returns once all that is done.
 func (l *MemLocker) Close() error {
-	m := l.m
-	m.mu.Lock()
-	if l.closed {
+	l.closeOnce.Do(func() {
+		m := l.m
+		m.mu.Lock()
+		l.closed = true
+		m.endSessionLocked(l, fmt.Errorf("%w: locker closed", lock.ErrReleased), fmt.Errorf("%w: interrupted", lock.ErrClosed))
+		close(l.closing)
 		m.mu.Unlock()
-		<-l.down
-		return nil
-	}
-	l.closed = true
-	m.endSessionLocked(l, fmt.Errorf("%w: locker closed", lock.ErrReleased), fmt.Errorf("%w: interrupted", lock.ErrClosed))
-	close(l.closing)
-	m.mu.Unlock()
-	l.wg.Wait()
-	close(l.down)
+		l.wg.Wait()
+	})
 	return nil
 }
 

@@ -61,7 +61,7 @@ func (m *Memory) NewLocker(identity string) *MemLocker {
 	if identity == "" {
 		identity = lock.DefaultIdentity()
 	}
-	return &MemLocker{m: m, identity: identity, closing: make(chan struct{}), down: make(chan struct{})}
+	return &MemLocker{m: m, identity: identity, closing: make(chan struct{})}
 }
 
 // ExpireSession ends l's current session the way a server-side expiry does:

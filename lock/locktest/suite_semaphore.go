@@ -3,7 +3,6 @@ package locktest
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 
 	"github.com/fencelock/fencelock/lock"
@@ -140,58 +139,4 @@ func (s *suite) testSemaphoreSessionExpiry(t *testing.T) {
 	checkAfter(t, le, p, "grant after the permit holder's expiry")
 	mustRelease(t, ctx, le)
 	s.noOrphans(t, name, "session expiry and Release")
-}
-
-// testHolders checks HolderLister: every holder in grant order, with
-// Shared and Limit, and no waiter.
-func (s *suite) testHolders(t *testing.T) {
-	ctx, name, ls, ids := s.setup(t, 3)
-	hl := ls[0].(lock.HolderLister)
-	s.holdersAre(t, ctx, hl, name, nil, "a free lock")
-
-	first := s.mustAcquire(t, ctx, ls[0], name)
-	w := s.enqueue(t, ctx, ls[1], name, excl, 2, "writer queued")
-	s.holdersAre(t, ctx, hl, name, []lock.Holder{{Identity: ids[0], Token: first.Token()}}, "an exclusive holder and a waiter")
-	mustRelease(t, ctx, first)
-	wl := s.awaitLease(t, w, "waiter's Acquire")
-	s.holdersAre(t, ctx, hl, name, []lock.Holder{{Identity: ids[1], Token: wl.Token()}}, "the waiter granted")
-	mustRelease(t, ctx, wl)
-
-	if s.has[needsShared] {
-		r1 := s.mustShared(t, ctx, ls[2], name, "first reader")
-		r2 := s.mustShared(t, ctx, ls[0], name, "second reader")
-		w := s.enqueue(t, ctx, ls[1], name, excl, 3, "writer queued behind readers")
-		s.holdersAre(t, ctx, hl, name, []lock.Holder{
-			{Identity: ids[2], Token: r1.Token(), Shared: true},
-			{Identity: ids[0], Token: r2.Token(), Shared: true},
-		}, "two readers and a queued writer")
-		s.holderIs(t, ctx, ls[1], name, lock.Holder{Identity: ids[2], Token: r1.Token(), Shared: true})
-		mustRelease(t, ctx, r1, r2)
-		mustRelease(t, ctx, s.awaitLease(t, w, "writer after the readers"))
-	}
-	if s.has[needsSem] {
-		sem := lockName(t)
-		p1 := mustTry(t, ctx, ls[1], sem, permit(2), "of a free semaphore")
-		p2 := mustTry(t, ctx, ls[2], sem, permit(2), "with one permit taken")
-		waiting := s.enqueue(t, ctx, ls[0], sem, permit(2), 3, "semaphore waiter queued")
-		s.holdersAre(t, ctx, hl, sem, []lock.Holder{
-			{Identity: ids[1], Token: p1.Token(), Shared: true, Limit: 2},
-			{Identity: ids[2], Token: p2.Token(), Shared: true, Limit: 2},
-		}, "two permits taken and a waiter")
-		mustRelease(t, ctx, p1, p2)
-		mustRelease(t, ctx, s.awaitLease(t, waiting, "semaphore waiter"))
-		s.noOrphans(t, sem, "every permit released")
-	}
-	s.holdersAre(t, ctx, hl, name, nil, "every grant released")
-	s.noOrphans(t, name, "every grant released")
-}
-
-func (s *suite) holdersAre(t *testing.T, ctx context.Context, hl lock.HolderLister, name string, want []lock.Holder, when string) {
-	t.Helper()
-	got, err := hl.Holders(ctx, name)
-	if err != nil || len(got) != len(want) {
-		t.Errorf("Holders(%q) with %s = %+v, %v; want %+v, nil", name, when, got, err, want)
-	} else if !slices.Equal(got, want) {
-		t.Errorf("Holders(%q) with %s = %+v; want %+v (grant order)", name, when, got, want)
-	}
 }
