@@ -188,26 +188,19 @@ var (
 
 func permit(limit int) kind { return kind{sem: true, limit: limit} }
 
-// errNotShared is what kind.call reports for a Locker that lacks the
-// interface the request needs: a harness that mixes Locker types.
-var errNotShared = errors.New("locktest: Locker lacks the optional interface the check needs")
-
 // call makes the request for k on l: Acquire, AcquireShared or
-// AcquireSemaphore, or with try their Try variant.
+// AcquireSemaphore, or with try their Try variant. Only a shared request
+// or a permit asserts the interface it needs.
 func (k kind) call(ctx context.Context, l lock.Locker, name string, try bool) (lock.Lease, error) {
-	sl, _ := l.(lock.SharedLocker)
-	sem, _ := l.(lock.Semaphore)
 	switch {
-	case k.sem && sem != nil && try:
-		return sem.TryAcquireSemaphore(ctx, name, k.limit)
-	case k.sem && sem != nil:
-		return sem.AcquireSemaphore(ctx, name, k.limit)
-	case k.shared && sl != nil && try:
-		return sl.TryAcquireShared(ctx, name)
-	case k.shared && sl != nil:
-		return sl.AcquireShared(ctx, name)
-	case k.sem || k.shared:
-		return nil, errNotShared
+	case k.sem && try:
+		return l.(lock.Semaphore).TryAcquireSemaphore(ctx, name, k.limit)
+	case k.sem:
+		return l.(lock.Semaphore).AcquireSemaphore(ctx, name, k.limit)
+	case k.shared && try:
+		return l.(lock.SharedLocker).TryAcquireShared(ctx, name)
+	case k.shared:
+		return l.(lock.SharedLocker).AcquireShared(ctx, name)
 	case try:
 		return l.TryAcquire(ctx, name)
 	}
@@ -377,43 +370,30 @@ func notReturned(t *testing.T, ch <-chan result, what string) {
 	}
 }
 
-// pollRecords polls the RecordLister until name has n records or
-// Options.Timeout has passed, and returns the last listing.
-func (s *suite) pollRecords(t *testing.T, name string, n int) ([]string, bool) {
+// waitRecords waits until name has n records: with a RecordLister by
+// polling it for up to Options.Timeout, without one by waiting
+// Options.Settle.
+func (s *suite) waitRecords(t *testing.T, name string, n int, why string) {
 	t.Helper()
+	if s.lister == nil {
+		time.Sleep(s.o.Settle)
+		return
+	}
 	deadline := time.Now().Add(s.o.Timeout)
-	for {
-		recs := s.lister.Records(t, name)
-		if len(recs) == n {
-			return recs, true
-		}
+	for recs := s.lister.Records(t, name); len(recs) != n; recs = s.lister.Records(t, name) {
 		if time.Now().After(deadline) {
-			return recs, false
+			t.Fatalf("%s: Records(%q) = %q after %v; want %d records", why, name, recs, s.o.Timeout, n)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
 }
 
-// waitRecords waits until name has n records: with a RecordLister by
-// polling it, without one by waiting Options.Settle.
-func (s *suite) waitRecords(t *testing.T, name string, n int, why string) {
-	t.Helper()
-	if s.lister == nil {
-		time.Sleep(s.o.Settle)
-	} else if recs, ok := s.pollRecords(t, name, n); !ok {
-		t.Fatalf("%s: Records(%q) = %q after %v; want %d records", why, name, recs, s.o.Timeout, n)
-	}
-}
-
-// noOrphans checks, with a RecordLister, that name has no record left
-// within Options.Timeout (a backend may delete asynchronously).
+// noOrphans checks, with a RecordLister, that name has no record left, or
+// none within Options.Timeout (a backend may delete asynchronously).
 func (s *suite) noOrphans(t *testing.T, name string, after string) {
 	t.Helper()
-	if s.lister == nil {
-		return
-	}
-	if recs, ok := s.pollRecords(t, name, 0); !ok {
-		t.Errorf("after %s: Records(%q) = %q; want none (orphaned records)", after, name, recs)
+	if s.lister != nil {
+		s.waitRecords(t, name, 0, "orphaned records after "+after)
 	}
 }
 
