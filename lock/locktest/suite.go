@@ -408,6 +408,14 @@ func (s *suite) checkRecords(t *testing.T, name string, n int, when string) {
 	}
 }
 
+// releaseLast releases les, the last grants of name, and checks that name
+// is left with no record.
+func (s *suite) releaseLast(t *testing.T, ctx context.Context, name, after string, les ...lock.Lease) {
+	t.Helper()
+	mustRelease(t, ctx, les...)
+	s.noOrphans(t, name, after)
+}
+
 // isClosed reports whether ch is closed, without waiting.
 func isClosed(ch <-chan struct{}) bool {
 	select {

@@ -29,8 +29,7 @@ func (s *suite) testAcquireRelease(t *testing.T) {
 	le2 := s.mustAcquire(t, ctx, ls[0], name)
 	checkHeld(t, name, le2)
 	checkAfter(t, le2, le, "second grant")
-	mustRelease(t, ctx, le2)
-	s.noOrphans(t, name, "second Release")
+	s.releaseLast(t, ctx, name, "second Release", le2)
 }
 
 func (s *suite) testTryAcquire(t *testing.T) {
@@ -44,8 +43,7 @@ func (s *suite) testTryAcquire(t *testing.T) {
 
 	le2 := mustTry(t, ctx, ls[1], name, excl, "after Release")
 	checkAfter(t, le2, le, "TryAcquire after Release")
-	mustRelease(t, ctx, le2)
-	s.noOrphans(t, name, "Release")
+	s.releaseLast(t, ctx, name, "Release", le2)
 }
 
 // testTokensIncrease checks that tokens rise with every grant of a name,
@@ -102,8 +100,7 @@ func (s *suite) testSameLockerExcludes(t *testing.T) {
 	checkAfter(t, second, first, "second lease")
 	wantErr(t, "first lease Err() after its Release", first.Err(), lock.ErrReleased)
 	checkHeld(t, name, second)
-	mustRelease(t, ctx, second)
-	s.noOrphans(t, name, "Release")
+	s.releaseLast(t, ctx, name, "Release", second)
 }
 
 // grant is one critical section of a crowd, timed by a logical clock.
@@ -259,8 +256,7 @@ func (s *suite) testFIFO(t *testing.T) {
 		}
 		prev = le
 	}
-	mustRelease(t, ctx, prev)
-	s.noOrphans(t, name, "every waiter released")
+	s.releaseLast(t, ctx, name, "every waiter released", prev)
 }
 
 func (s *suite) testHolder(t *testing.T) {
@@ -305,8 +301,7 @@ func (s *suite) testLongName(t *testing.T) {
 	name := base + strings.Repeat("x", lock.MaxNameLen-len(base))
 	le := s.mustAcquire(t, ctx, ls[0], name)
 	checkHeld(t, name, le)
-	mustRelease(t, ctx, le)
-	s.noOrphans(t, name, "Release")
+	s.releaseLast(t, ctx, name, "Release", le)
 }
 
 // testIndependentNames checks that names sharing a prefix are distinct

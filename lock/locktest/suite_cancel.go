@@ -27,8 +27,7 @@ func (s *suite) testCancelWait(t *testing.T) {
 	mustRelease(t, ctx, holder)
 	le := s.awaitLease(t, next, "second waiter's Acquire after the holder released")
 	checkAfter(t, le, holder, "second waiter")
-	mustRelease(t, ctx, le)
-	s.noOrphans(t, name, "a cancelled wait and two releases")
+	s.releaseLast(t, ctx, name, "a cancelled wait and two releases", le)
 }
 
 func (s *suite) testDeadlineWait(t *testing.T) {
@@ -41,8 +40,7 @@ func (s *suite) testDeadlineWait(t *testing.T) {
 	s.waitRecords(t, name, 1, "timed-out waiter's record deleted")
 	checkHeld(t, name, holder)
 	mustRelease(t, ctx, holder)
-	mustRelease(t, ctx, s.mustAcquire(t, ctx, ls[1], name))
-	s.noOrphans(t, name, "a timed-out wait")
+	s.releaseLast(t, ctx, name, "a timed-out wait", s.mustAcquire(t, ctx, ls[1], name))
 }
 
 func (s *suite) testCancelledContext(t *testing.T) {
@@ -64,8 +62,7 @@ func (s *suite) testCancelledContext(t *testing.T) {
 	holder := s.mustAcquire(t, ctx, ls[0], name)
 	check("held")
 	s.checkRecords(t, name, 1, "after Acquire with a cancelled context on a held lock")
-	mustRelease(t, ctx, holder)
-	s.noOrphans(t, name, "Release")
+	s.releaseLast(t, ctx, name, "Release", holder)
 }
 
 // testCancelInFlight cancels Acquire and TryAcquire calls right after they
@@ -79,8 +76,7 @@ func (s *suite) testCancelInFlight(t *testing.T) {
 	le := mustTry(t, ctx, ls[0], name, excl, "after cancelled calls (no record may be left)")
 	s.cancelInFlight(t, ctx, ls[1], name, "held")
 	s.waitRecords(t, name, 1, "records of calls cancelled in flight on a held lock deleted")
-	mustRelease(t, ctx, le)
-	s.noOrphans(t, name, "Acquire calls cancelled in flight")
+	s.releaseLast(t, ctx, name, "Acquire calls cancelled in flight", le)
 }
 
 // cancelInFlight is one half of testCancelInFlight, on a lock in state

@@ -48,8 +48,7 @@ func (s *suite) testHolders(t *testing.T) {
 			{Identity: ids[2], Token: p2.Token(), Shared: true, Limit: 2},
 		}, "two permits taken and a waiter")
 		mustRelease(t, ctx, p1, p2)
-		mustRelease(t, ctx, s.awaitLease(t, waiting, "semaphore waiter"))
-		s.noOrphans(t, sem, "every permit released")
+		s.releaseLast(t, ctx, sem, "every permit released", s.awaitLease(t, waiting, "semaphore waiter"))
 	}
 	s.holdersAre(t, ctx, hl, name, nil, "every grant released")
 	s.noOrphans(t, name, "every grant released")
@@ -183,8 +182,7 @@ func (s *suite) testQueueShared(t *testing.T) {
 	queueIs(t, ctx, q, name, when, []wantEntry{
 		{ids[2], uint64(w.Token()), true, false}, {ids[3], 0, false, true}})
 	mustRelease(t, ctx, w)
-	mustRelease(t, ctx, s.awaitLease(t, chR, "reader's AcquireShared after the writer released"))
-	s.noOrphans(t, name, "Queue of a read-write lock and Release")
+	s.releaseLast(t, ctx, name, "Queue of a read-write lock and Release", s.awaitLease(t, chR, "reader's AcquireShared after the writer released"))
 }
 
 // revokeSpan is how many tokens above the holder's the Revoke check tries
@@ -245,8 +243,7 @@ func (s *suite) testRevoke(t *testing.T) {
 	mustRelease(t, ctx, next)
 	// The revoked holder's Locker is not harmed.
 	again := s.mustAcquire(t, ctx, a, name)
-	mustRelease(t, ctx, again)
-	s.noOrphans(t, name, "Revoke and Release")
+	s.releaseLast(t, ctx, name, "Revoke and Release", again)
 }
 
 // testRevokeSemaphore checks that Revoke of one permit of a full semaphore
@@ -265,8 +262,7 @@ func (s *suite) testRevokeSemaphore(t *testing.T) {
 	s.checkRevoked(t, ctx, p2, "revoked permit")
 	checkHeld(t, name, p1)
 	wantErr(t, fmt.Sprintf("second Revoke(%q, %d) of a permit", name, p2.Token()), rv.Revoke(ctx, name, p2.Token()), lock.ErrNotHeld)
-	mustRelease(t, ctx, p1, p3)
-	s.noOrphans(t, name, "Revoke of a permit and Release")
+	s.releaseLast(t, ctx, name, "Revoke of a permit and Release", p1, p3)
 }
 
 // testRevokeFrozen checks that Revoke needs nothing from the holder's
@@ -287,6 +283,5 @@ func (s *suite) testRevokeFrozen(t *testing.T) {
 	thaw()
 	checkAfter(t, next, held, "grant after a revoked one")
 	s.checkRevoked(t, ctx, held, "revoked lease of a thawed Locker")
-	mustRelease(t, ctx, next)
-	s.noOrphans(t, name, "Revoke of a frozen holder and Release")
+	s.releaseLast(t, ctx, name, "Revoke of a frozen holder and Release", next)
 }

@@ -26,8 +26,7 @@ func (s *suite) testReleaseTwice(t *testing.T) {
 	_ = le.Release(ctx)
 	checkHeld(t, name, le2)
 	s.holderIs(t, ctx, ls[0], name, lock.Holder{Identity: ids[0], Token: le2.Token()})
-	mustRelease(t, ctx, le2)
-	s.noOrphans(t, name, "Release")
+	s.releaseLast(t, ctx, name, "Release", le2)
 }
 
 // closing is where the Close subtests start: a holds names[0] and
@@ -59,8 +58,7 @@ func (c *closing) finish(t *testing.T, s *suite, what string) {
 	s.noOrphans(t, c.names[0], what)
 	s.noOrphans(t, c.names[1], what)
 	s.checkRecords(t, c.names[2], 1, "after "+what+" interrupted a waiter")
-	mustRelease(t, c.ctx, c.other)
-	s.noOrphans(t, c.names[2], "Release")
+	s.releaseLast(t, c.ctx, c.names[2], "Release", c.other)
 }
 
 func (s *suite) testClose(t *testing.T) {
@@ -82,8 +80,7 @@ func (s *suite) testClose(t *testing.T) {
 
 	// Close freed the locks at once.
 	for _, n := range c.names[:2] {
-		mustRelease(t, c.ctx, mustTry(t, c.ctx, c.b, n, excl, "after its holder's Locker closed"))
-		s.noOrphans(t, n, "Close and Release")
+		s.releaseLast(t, c.ctx, n, "Close and Release", mustTry(t, c.ctx, c.b, n, excl, "after its holder's Locker closed"))
 	}
 }
 
@@ -109,8 +106,7 @@ func (s *suite) testSessionExpiry(t *testing.T) {
 	checkHeld(t, name, again)
 	s.holderIs(t, ctx, b, name, lock.Holder{Identity: ids[0], Token: again.Token()})
 	wantErr(t, "lost lease Err() after a new grant", lost.Err(), lock.ErrLost)
-	mustRelease(t, ctx, again)
-	s.noOrphans(t, name, "session expiry and Release")
+	s.releaseLast(t, ctx, name, "session expiry and Release", again)
 }
 
 func (s *suite) testSessionExpiryWaiter(t *testing.T) {
@@ -126,8 +122,7 @@ func (s *suite) testSessionExpiryWaiter(t *testing.T) {
 
 	le := s.mustAcquire(t, ctx, ls[0], name)
 	checkAfter(t, le, holder, "grant on a new session")
-	mustRelease(t, ctx, le)
-	s.noOrphans(t, name, "a waiter's session expiry")
+	s.releaseLast(t, ctx, name, "a waiter's session expiry", le)
 }
 
 // testDoneBeforeNextGrant checks that a released lease's Done is closed
@@ -151,8 +146,7 @@ func (s *suite) testLossDoneBeforeNextGrant(t *testing.T) {
 	stall := func() { s.staller.StallSession(t, ls[0]) }
 	next := s.passOn(t, ctx, ls[1], lost, stall, "waiter's Acquire after the holder's session was lost")
 	s.checkLost(t, lost, "lease of a lost session", "Err() after the session was lost")
-	mustRelease(t, ctx, next)
-	s.noOrphans(t, name, "session loss and Release")
+	s.releaseLast(t, ctx, name, "session loss and Release", next)
 }
 
 // passOn queues an Acquire through l behind the holder prev, runs end,
@@ -193,8 +187,7 @@ func (s *suite) testReleaseLostLease(t *testing.T) {
 	s.holderIs(t, ctx, b, name, lock.Holder{Identity: ids[0], Token: again.Token()})
 	s.checkRecords(t, name, 1, "after Release of a lost lease")
 	refuses(t, ctx, b, name, excl, true, " by another Locker after Release of a lost lease (the new grant holds)", lock.ErrLocked)
-	mustRelease(t, ctx, again)
-	s.noOrphans(t, name, "Release of a lost lease and of the new grant")
+	s.releaseLast(t, ctx, name, "Release of a lost lease and of the new grant", again)
 }
 
 // testReleaseConcurrent checks that of many concurrent Releases of one

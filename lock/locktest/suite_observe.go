@@ -180,8 +180,7 @@ func (s *suite) testObserveEndsOnClose(t *testing.T) {
 		}
 		wantErr(t, fmt.Sprintf("observation %d: error after Close", i+1), ob.errf(), lock.ErrClosed)
 	}
-	mustRelease(t, ctx, le)
-	s.noOrphans(t, name, "Release")
+	s.releaseLast(t, ctx, name, "Release", le)
 }
 
 // testObserveSessionLoss checks that an observation outlives its Locker

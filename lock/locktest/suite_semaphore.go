@@ -51,8 +51,7 @@ func (s *suite) testSemaphoreFIFO(t *testing.T) {
 		checkAfter(t, le, prev, fmt.Sprintf("waiter %d (request order)", i))
 		prev = le
 	}
-	mustRelease(t, ctx, w1, w2)
-	s.noOrphans(t, name, "every permit released")
+	s.releaseLast(t, ctx, name, "every permit released", w1, w2)
 }
 
 // testSemaphoreIncompatible checks that requests disagreeing with the
@@ -88,8 +87,7 @@ func (s *suite) testSemaphoreIncompatible(t *testing.T) {
 			refuses(t, ctx, b, lockName(t), permit(limit), try, "", lock.ErrInvalidConfig)
 		}
 	}
-	mustRelease(t, ctx, p1, p2, held)
-	s.noOrphans(t, sem, "every permit released")
+	s.releaseLast(t, ctx, sem, "every permit released", p1, p2, held)
 	s.noOrphans(t, lk, "Release")
 }
 
@@ -115,8 +113,7 @@ func (s *suite) testSemaphoreHandover(t *testing.T) {
 	w := s.awaitLease(t, next, "second waiter after Close of a holder's Locker")
 	checkAfter(t, w, p2, "waiter")
 	checkHeld(t, name, p2)
-	mustRelease(t, ctx, p2, w)
-	s.noOrphans(t, name, "a cancelled wait, Close and Release")
+	s.releaseLast(t, ctx, name, "a cancelled wait, Close and Release", p2, w)
 }
 
 // testSemaphoreSessionExpiry checks that the expiry of a waiter's session
@@ -137,6 +134,5 @@ func (s *suite) testSemaphoreSessionExpiry(t *testing.T) {
 	s.checkLost(t, p, "permit of an expired session", "permit Err() after session expiry")
 	le := s.awaitLease(t, w2, "second waiter after the holder's session expired")
 	checkAfter(t, le, p, "grant after the permit holder's expiry")
-	mustRelease(t, ctx, le)
-	s.noOrphans(t, name, "session expiry and Release")
+	s.releaseLast(t, ctx, name, "session expiry and Release", le)
 }

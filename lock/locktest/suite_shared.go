@@ -38,8 +38,7 @@ func (s *suite) testSharedExclusion(t *testing.T) {
 	checkAfter(t, rl, wl, "reader after the writer")
 	notReturned(t, wch, "writer's Acquire while a reader holds")
 	mustRelease(t, ctx, rl)
-	mustRelease(t, ctx, s.awaitLease(t, wch, "second writer's Acquire"))
-	s.noOrphans(t, name, "every grant released")
+	s.releaseLast(t, ctx, name, "every grant released", s.awaitLease(t, wch, "second writer's Acquire"))
 }
 
 func (s *suite) testSharedFIFO(t *testing.T) {
@@ -65,8 +64,7 @@ func (s *suite) testSharedFIFO(t *testing.T) {
 	checkHeld(t, name, l1, l2)
 	checkAfter(t, l1, wl, "first late reader after the writer")
 	checkAfter(t, l2, l1, "second late reader (request order)")
-	mustRelease(t, ctx, l1, l2)
-	s.noOrphans(t, name, "every grant released")
+	s.releaseLast(t, ctx, name, "every grant released", l1, l2)
 }
 
 func (s *suite) testTryAcquireShared(t *testing.T) {
@@ -86,8 +84,7 @@ func (s *suite) testTryAcquireShared(t *testing.T) {
 
 	r3 := mustTry(t, ctx, ls[2], name, shared, "after the writer released")
 	checkAfter(t, r3, wl, "TryAcquireShared after the writer")
-	mustRelease(t, ctx, r3)
-	s.noOrphans(t, name, "every grant released")
+	s.releaseLast(t, ctx, name, "every grant released", r3)
 }
 
 // testSharedTokens checks the tokens of a read-write lock over alternating
@@ -144,8 +141,7 @@ func (s *suite) testSharedHandover(t *testing.T) {
 	s.waitRecords(t, name, 2, "closed reader's record deleted")
 	notReturned(t, wd, "writer's Acquire while a reader still holds")
 	mustRelease(t, ctx, r2)
-	mustRelease(t, ctx, s.awaitLease(t, wd, "writer's Acquire after Close and Release of the readers"))
-	s.noOrphans(t, name, "a cancelled wait, Close and Release")
+	s.releaseLast(t, ctx, name, "a cancelled wait, Close and Release", s.awaitLease(t, wd, "writer's Acquire after Close and Release of the readers"))
 }
 
 // closeHolder closes l and checks that its lease le (what, in messages)
@@ -185,6 +181,5 @@ func (s *suite) testSharedSessionExpiry(t *testing.T) {
 	mustRelease(t, ctx, wl)
 	again := s.awaitLease(t, rch, "AcquireShared on a new session")
 	checkAfter(t, again, wl, "reader on a new session")
-	mustRelease(t, ctx, again)
-	s.noOrphans(t, name, "session expiry and Release")
+	s.releaseLast(t, ctx, name, "session expiry and Release", again)
 }
