@@ -78,16 +78,10 @@ func (l *MemLocker) acquire(ctx context.Context, op, name string, req queue.Requ
 	if err := l.enter(ctx, op, name); err != nil {
 		return nil, err
 	}
-	m := l.m
-	if err := m.refuseLocked(name, req, wait); err != nil {
-		m.mu.Unlock()
-		return nil, fmt.Errorf("locktest: %s %q: %w", op, name, err)
-	}
 	// Close waits for the calls in progress.
 	l.wg.Add(1)
 	defer l.wg.Done()
-	l.openSessionLocked()
-	le, err := l.awaitLocked(ctx, m.createLocked(l, name, req))
+	le, err := l.grantLocked(ctx, name, req, wait)
 	if err != nil {
 		return nil, fmt.Errorf("locktest: %s %q: %w", op, name, err)
 	}
@@ -119,12 +113,18 @@ func (l *MemLocker) enter(ctx context.Context, op, name string) error {
 	return nil
 }
 
-// awaitLocked decides whether r is granted, failed, or which records it
-// waits for, and waits for them, until r is granted or fails. It is
-// called with m.mu held and returns with it released.
-func (l *MemLocker) awaitLocked(ctx context.Context, r *record) (lock.Lease, error) {
+// grantLocked queues a record for req unless it must be refused, then
+// decides whether it is granted, failed, or which records it waits for,
+// and waits for them, until it is granted or fails. It is called with m.mu
+// held and returns with it released.
+func (l *MemLocker) grantLocked(ctx context.Context, name string, req queue.Request, wait bool) (lock.Lease, error) {
 	m := l.m
 	defer m.mu.Unlock()
+	if err := m.refuseLocked(name, req, wait); err != nil {
+		return nil, err
+	}
+	l.openSessionLocked()
+	r := m.createLocked(l, name, req)
 	for waited := false; ; waited = true {
 		if r.why != nil {
 			return nil, r.why
@@ -183,8 +183,7 @@ func (l *MemLocker) Holder(ctx context.Context, name string) (lock.Holder, error
 	return h, nil
 }
 
-// Holders implements [lock.HolderLister]: the admitted records of name, in
-// token order.
+// Holders implements [lock.HolderLister].
 func (l *MemLocker) Holders(ctx context.Context, name string) ([]lock.Holder, error) {
 	if err := l.enter(ctx, "holders", name); err != nil {
 		return nil, err
@@ -199,8 +198,7 @@ func (l *MemLocker) Holders(ctx context.Context, name string) ([]lock.Holder, er
 	return hs, nil
 }
 
-// Queue implements [lock.QueueLister]: every record of name in creation
-// order, the admitted ones marked Held, each with the time it was created.
+// Queue implements [lock.QueueLister]; Since is when a record was created.
 func (l *MemLocker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, error) {
 	if err := l.enter(ctx, "queue", name); err != nil {
 		return nil, err
@@ -217,16 +215,12 @@ func (l *MemLocker) Revoke(ctx context.Context, name string, token fencing.Token
 	}
 	m := l.m
 	defer m.mu.Unlock()
-	q := m.queues[name]
-	i := slices.IndexFunc(q, func(r *record) bool { return r.token == token })
-	switch {
-	case i < 0:
-		return fmt.Errorf("locktest: revoke %q token %d: %w: no request of the name has that token", name, token, lock.ErrNotHeld)
-	case !queue.Admitted(requests(q), i):
-		return fmt.Errorf("locktest: revoke %q token %d: %w: the request is waiting, not holding", name, token, lock.ErrNotHeld)
+	i := slices.IndexFunc(m.queueLocked(name), func(e lock.QueueEntry) bool { return e.Held && e.Token == token })
+	if i < 0 {
+		return fmt.Errorf("locktest: revoke %q token %d: %w", name, token, lock.ErrNotHeld)
 	}
 	cause := fmt.Errorf("%w: revoked by %q", lock.ErrLost, l.identity)
-	m.dropLocked(q[i], cause, cause)
+	m.dropLocked(m.queues[name][i], cause, cause)
 	return nil
 }
 
