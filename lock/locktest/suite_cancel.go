@@ -65,10 +65,9 @@ func (s *suite) testCancelledContext(t *testing.T) {
 	s.releaseLast(t, ctx, name, "Release", holder)
 }
 
-// testCancelInFlight cancels Acquire and TryAcquire calls right after they
-// start, on a free and on a held lock: a call that fails with the
-// cancellation returns no lease, one that returns a lease holds it, and no
-// record is left behind.
+// testCancelInFlight cancels calls right after they start, on a free and
+// on a held lock: each returns a lease it holds or no lease, and no record
+// is left behind.
 func (s *suite) testCancelInFlight(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 2)
 	s.cancelInFlight(t, ctx, ls[1], name, "free")
@@ -79,8 +78,7 @@ func (s *suite) testCancelInFlight(t *testing.T) {
 	s.releaseLast(t, ctx, name, "Acquire calls cancelled in flight", le)
 }
 
-// cancelInFlight is one half of testCancelInFlight, on a lock in state
-// ("free" or "held").
+// cancelInFlight is testCancelInFlight on a "free" or "held" lock.
 func (s *suite) cancelInFlight(t *testing.T, ctx context.Context, b lock.Locker, name, state string) {
 	t.Helper()
 	const iterations = 40
@@ -110,10 +108,9 @@ func (s *suite) cancelInFlight(t *testing.T, ctx context.Context, b lock.Locker,
 	t.Logf("on a %s lock: %d of %d cancelled calls were granted first", state, granted, iterations)
 }
 
-// testReleaseCancelledContext releases a lease with a context already
-// cancelled. Release may still delete the record and return nil, or
-// return ctx's error; either way the lease has ended when it returns and
-// the record goes, so that another Locker gets the lock.
+// testReleaseCancelledContext checks that Release with a cancelled
+// context returns nil or ctx's error, and either way ends the lease and
+// lets its record go.
 func (s *suite) testReleaseCancelledContext(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 2)
 	done, cancel := context.WithCancel(ctx)

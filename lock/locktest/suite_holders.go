@@ -11,8 +11,8 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// testHolders checks HolderLister: every holder in grant order, with
-// Shared and Limit, and no waiter.
+// testHolders checks that Holders lists every holder in grant order, and
+// no waiter.
 func (s *suite) testHolders(t *testing.T) {
 	ctx, name, ls, ids := s.setup(t, 3)
 	hl := ls[0].(lock.HolderLister)
@@ -64,8 +64,7 @@ func (s *suite) holdersAre(t *testing.T, ctx context.Context, hl lock.HolderList
 	}
 }
 
-// wantEntry is what the suite knows of a queue entry: who, whether held, and
-// its kind; its token when known (0: any, but rising along the queue).
+// wantEntry is what the suite knows of a queue entry; token 0 means any.
 type wantEntry struct {
 	identity string
 	token    uint64
@@ -73,9 +72,8 @@ type wantEntry struct {
 	shared   bool
 }
 
-// checkPositions checks what holds in every listing: positions 0, 1, ...,
-// tokens rising, the held entries a prefix, and Since either unknown
-// everywhere or never decreasing.
+// checkPositions checks what holds in every listing: positions 0, 1, …,
+// rising tokens, the holders first, and Since unknown or not decreasing.
 func checkPositions(t *testing.T, es []lock.QueueEntry, name, when string) {
 	t.Helper()
 	zero := 0
@@ -100,8 +98,8 @@ func checkPositions(t *testing.T, es []lock.QueueEntry, name, when string) {
 	}
 }
 
-// queueIs lists name's queue through l, checks the listing against want,
-// and returns it.
+// queueIs lists name's queue through l, checks it against want, and
+// returns it.
 func queueIs(t *testing.T, ctx context.Context, l lock.Locker, name, when string, want []wantEntry) []lock.QueueEntry {
 	t.Helper()
 	es, err := l.(lock.QueueLister).Queue(ctx, name)
@@ -121,9 +119,8 @@ func queueIs(t *testing.T, ctx context.Context, l lock.Locker, name, when string
 	return es
 }
 
-// testQueue checks the listing of a lock's queue in arrival order, and
-// its updates as grants are released; with a Revoker, also that a
-// waiter's token (which Queue reveals) cannot be revoked.
+// testQueue checks the listing of a lock's queue as grants are released;
+// with a Revoker, also that a waiter's token cannot be revoked.
 func (s *suite) testQueue(t *testing.T) {
 	ctx, name, ls, ids := s.setup(t, 4)
 	q := ls[3]
@@ -153,17 +150,13 @@ func (s *suite) testQueue(t *testing.T) {
 
 	mustRelease(t, ctx, b)
 	c := s.awaitLease(t, chC, "second waiter's Acquire after Release")
-	when = "after the second holder released"
-	queueIs(t, ctx, q, name, when, []wantEntry{{ids[2], uint64(c.Token()), true, false}})
+	queueIs(t, ctx, q, name, "after the second holder released", []wantEntry{{ids[2], uint64(c.Token()), true, false}})
 	mustRelease(t, ctx, c)
-	when = "after the last Release"
-	queueIs(t, ctx, q, name, when, nil)
+	queueIs(t, ctx, q, name, "after the last Release", nil)
 	s.noOrphans(t, name, "Queue and Release")
 }
 
-// testQueueShared checks the listing of a read-write lock's queue: the
-// readers holding together, then a waiting writer and a reader behind it,
-// and the writer's turn after the readers released.
+// testQueueShared checks the listing of a read-write lock's queue.
 func (s *suite) testQueueShared(t *testing.T) {
 	ctx, name, ls, ids := s.setup(t, 5)
 	q := ls[4]
@@ -185,24 +178,20 @@ func (s *suite) testQueueShared(t *testing.T) {
 	s.releaseLast(t, ctx, name, "Queue of a read-write lock and Release", s.awaitLease(t, chR, "reader's AcquireShared after the writer released"))
 }
 
-// revokeSpan is how many tokens above the holder's the Revoke check tries
-// (and requires to be refused): on a quiet backend the queued waiter's
-// token is among them.
+// revokeSpan is how many tokens above the holder's Revoke must refuse; the
+// queued waiter's is among them on a quiet backend.
 const revokeSpan = 16
 
-// checkRevoked checks a lease that Revoke ended: Done closed, Err and
-// Release wrapping ErrLost.
+// checkRevoked checks that Revoke ended le with ErrLost.
 func (s *suite) checkRevoked(t *testing.T, ctx context.Context, le lock.Lease, what string) {
 	t.Helper()
 	s.checkLost(t, le, what, what+": Err()")
 	wantErr(t, what+": Release()", le.Release(ctx), lock.ErrLost)
 }
 
-// testRevoke checks that Revoke of any token but the holder's ends nothing
-// (an ended grant's, 0, another name's, the tokens right above the
-// holder's, among them the queued waiter's), and that Revoke of the
-// holder's token, from a third Locker, ends that lease with ErrLost and
-// admits the waiter, and a second Revoke of it is refused.
+// testRevoke checks that Revoke of any token but the holder's ends
+// nothing, and that Revoke of the holder's, from a third Locker, ends that
+// lease with ErrLost, admits the waiter, and cannot be repeated.
 func (s *suite) testRevoke(t *testing.T) {
 	ctx, name, ls, ids := s.setup(t, 3)
 	a, b, c := ls[0], ls[1], ls[2]
@@ -246,9 +235,8 @@ func (s *suite) testRevoke(t *testing.T) {
 	s.releaseLast(t, ctx, name, "Revoke and Release", again)
 }
 
-// testRevokeSemaphore checks that Revoke of one permit of a full semaphore
-// ends that permit only: the other holder keeps its own, and the waiter
-// is admitted.
+// testRevokeSemaphore checks that Revoke of one permit ends it only, and
+// admits the waiter.
 func (s *suite) testRevokeSemaphore(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 4)
 	rv := ls[3].(lock.Revoker)
@@ -266,9 +254,7 @@ func (s *suite) testRevokeSemaphore(t *testing.T) {
 }
 
 // testRevokeFrozen checks that Revoke needs nothing from the holder's
-// process: with the holder's Locker cut off from the server, Revoke ends
-// its grant and the waiter is admitted; once the Locker reaches the server
-// again, its lease has ended with ErrLost.
+// process: it works while the holder is cut off from the server.
 func (s *suite) testRevokeFrozen(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 3)
 	rv := ls[2].(lock.Revoker)

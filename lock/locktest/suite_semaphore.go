@@ -8,9 +8,7 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// testSemaphoreLimit has many goroutines on a few Lockers take permits of
-// one semaphore in rounds, each holding its permit until every other
-// goroutine is inside or trying to get in, and counts the holders at once.
+// testSemaphoreLimit counts the holders at once of a contended semaphore.
 func (s *suite) testSemaphoreLimit(t *testing.T) {
 	_, name, ls, _ := s.setup(t, 3)
 	const limit, goroutines = 3, 8
@@ -54,8 +52,8 @@ func (s *suite) testSemaphoreFIFO(t *testing.T) {
 	s.releaseLast(t, ctx, name, "every permit released", w1, w2)
 }
 
-// testSemaphoreIncompatible checks that requests disagreeing with the
-// queue of a name are refused, never admitted, and leave no record.
+// testSemaphoreIncompatible checks that requests disagreeing with a
+// name's queue are refused and leave no record.
 func (s *suite) testSemaphoreIncompatible(t *testing.T) {
 	ctx, sem, ls, _ := s.setup(t, 2)
 	a, b := ls[0], ls[1]
@@ -92,8 +90,7 @@ func (s *suite) testSemaphoreIncompatible(t *testing.T) {
 }
 
 // testSemaphoreHandover checks that a cancelled waiter gives up its place
-// and that Close of a holder's Locker passes its permit to the next
-// waiter.
+// and that a holder's Close passes its permit on.
 func (s *suite) testSemaphoreHandover(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 4)
 	const limit = 2
@@ -116,9 +113,8 @@ func (s *suite) testSemaphoreHandover(t *testing.T) {
 	s.releaseLast(t, ctx, name, "a cancelled wait, Close and Release", p2, w)
 }
 
-// testSemaphoreSessionExpiry checks that the expiry of a waiter's session
-// ends its wait with ErrLost, and that of a holder's session ends its
-// permit with ErrLost and admits the next waiter.
+// testSemaphoreSessionExpiry checks that a waiter's and a holder's session
+// expiry end their wait and permit with ErrLost, and admit the next.
 func (s *suite) testSemaphoreSessionExpiry(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 3)
 	p := mustTry(t, ctx, ls[0], name, permit(1), "of a free semaphore")

@@ -87,10 +87,8 @@ func (s *suite) testTryAcquireShared(t *testing.T) {
 	s.releaseLast(t, ctx, name, "every grant released", r3)
 }
 
-// testSharedTokens checks the tokens of a read-write lock over alternating
-// phases: readers' rise in request order, and each writer's exceeds those
-// of the readers admitted before it, and each reader's that of the writer
-// before it.
+// testSharedTokens checks that tokens rise in request order over
+// alternating phases of readers and writers.
 func (s *suite) testSharedTokens(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 3)
 	var prev lock.Lease // the writer of the round before
@@ -120,8 +118,7 @@ func (s *suite) testSharedTokens(t *testing.T) {
 }
 
 // testSharedHandover checks that a cancelled writer does not hold back the
-// readers queued behind it, and that Close of a reader's Locker lets the
-// writer behind it in once the other readers are gone.
+// readers behind it, and that a reader's Close lets the writer in.
 func (s *suite) testSharedHandover(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 4)
 	r1 := s.mustShared(t, ctx, ls[0], name, "first reader")
@@ -144,8 +141,7 @@ func (s *suite) testSharedHandover(t *testing.T) {
 	s.releaseLast(t, ctx, name, "a cancelled wait, Close and Release", s.awaitLease(t, wd, "writer's Acquire after Close and Release of the readers"))
 }
 
-// closeHolder closes l and checks that its lease le (what, in messages)
-// ended with it.
+// closeHolder closes l and checks that its lease le ended with it.
 func closeHolder(t *testing.T, l lock.Locker, le lock.Lease, what string) {
 	t.Helper()
 	if err := l.Close(); err != nil {
@@ -156,9 +152,8 @@ func closeHolder(t *testing.T, l lock.Locker, le lock.Lease, what string) {
 	}
 }
 
-// testSharedSessionExpiry checks that the expiry of a reader's session
-// ends its lease with ErrLost but leaves other readers holding, and that
-// of a queued reader's ends its wait with ErrLost and takes its record.
+// testSharedSessionExpiry checks that a holding and a queued reader's
+// session expiry end their lease and wait with ErrLost, and nothing else.
 func (s *suite) testSharedSessionExpiry(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 4)
 	r1 := s.mustShared(t, ctx, ls[0], name, "first reader")
