@@ -49,31 +49,29 @@ func (s *suite) testTryAcquire(t *testing.T) {
 // testTokensIncrease checks that tokens rise with every grant of a name,
 // whichever Locker asks and whether by Acquire or TryAcquire.
 func (s *suite) testTokensIncrease(t *testing.T) {
-	_, name, ls, _ := s.setup(t, 3)
-	s.checkRising(t, ls, []string{name}, s.o.Rounds, true)
+	ctx, name, ls, _ := s.setup(t, 3)
+	s.checkRising(t, ctx, ls, []string{name}, s.o.Rounds, true)
 }
 
 // testTokensAcrossNames checks that tokens of all names come from one
 // counter, as package lock promises (fencing.Guard relies on it): an
 // acquisition that starts after any grant gets a higher token.
 func (s *suite) testTokensAcrossNames(t *testing.T) {
-	_, name, ls, _ := s.setup(t, 2)
+	ctx, name, ls, _ := s.setup(t, 2)
 	names := []string{name + "-a", name + "-b", name + "-c"}
-	s.checkRising(t, ls, names, max(s.o.Rounds, 2*len(names)), false)
+	s.checkRising(t, ctx, ls, names, max(s.o.Rounds, 2*len(names)), false)
 }
 
 // checkRising acquires and releases names in turn through lockers in turn
 // (with try, every second time by TryAcquire), and checks that every token
 // exceeds the one granted before it.
-func (s *suite) checkRising(t *testing.T, lockers []lock.Locker, names []string, rounds int, try bool) {
+func (s *suite) checkRising(t *testing.T, ctx context.Context, lockers []lock.Locker, names []string, rounds int, try bool) {
 	var prev fencing.Token
 	var prevName string
 	for i := range rounds {
-		ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
 		name := names[i%len(names)]
 		le, err := excl.call(ctx, lockers[i%len(lockers)], name, try && i%2 == 1)
 		if err != nil {
-			cancel()
 			t.Fatalf("round %d: acquire %q = %v; want a lease", i, name, err)
 		}
 		if tok := le.Token(); tok <= prev {
@@ -81,7 +79,6 @@ func (s *suite) checkRising(t *testing.T, lockers []lock.Locker, names []string,
 		}
 		prev, prevName = le.Token(), name
 		mustRelease(t, ctx, le)
-		cancel()
 	}
 	for _, name := range names {
 		s.noOrphans(t, name, "the last Release")

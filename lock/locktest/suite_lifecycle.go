@@ -296,17 +296,19 @@ func observationEnded(ch <-chan lock.Holder) bool {
 
 // testCloseRace closes a Locker while Acquire, TryAcquire and Release
 // calls are in flight on it, Close landing at a different point in each
-// round.
+// round: every acquisition returns an error wrapping ErrClosed (ErrLocked
+// for a try) or a lease that Close ended, every Release nil or an error
+// saying the lease had ended.
 func (s *suite) testCloseRace(t *testing.T) {
 	for round := range 4 {
 		c := s.newClosing(t)
 		const acquires = 12
-		out := atOnce(acquires+len(c.held), func(i int) raced {
+		out := atOnce(acquires+len(c.held), func(i int) result {
 			if i >= acquires {
-				return raced{"Release", result{err: c.held[i-acquires].Release(c.ctx)}}
+				return result{err: c.held[i-acquires].Release(c.ctx)}
 			}
 			le, err := excl.call(c.ctx, c.a, c.names[i%len(c.names)], i%2 == 1)
-			return raced{excl.op(i%2 == 1), result{lease: le, err: err}}
+			return result{le, err}
 		}, func() {
 			for range round * 50 {
 				runtime.Gosched()
@@ -315,42 +317,25 @@ func (s *suite) testCloseRace(t *testing.T) {
 				t.Errorf("round %d: Close() = %v; want nil", round, err)
 			}
 		})
-		checkRaced(t, c.ctx, round, out, c.held)
+		for i, r := range out {
+			if i >= acquires {
+				if r.err != nil {
+					wantErr(t, fmt.Sprintf("round %d: Release() racing Close", round), r.err, lock.ErrReleased, lock.ErrLost, lock.ErrClosed)
+				}
+				continue
+			}
+			what := fmt.Sprintf("round %d: %s racing Close", round, excl.op(i%2 == 1))
+			if le := outcome(t, what, r, lock.ErrClosed, lock.ErrLocked); le != nil {
+				if !isClosed(le.Done()) {
+					t.Errorf("%s returned lease %q token %d, still held after Close returned; want it ended", what, le.Name(), le.Token())
+				}
+				wantErr(t, what+": Release() of its lease", le.Release(c.ctx), lock.ErrReleased, lock.ErrLost)
+			}
+		}
+		for _, g := range stillGoing(c.held, nil) {
+			t.Errorf("round %d: %s after Release and Close returned; want it ended", round, g)
+		}
 		c.finish(t, s, "Close racing Acquire and Release")
-	}
-}
-
-// raced is the outcome of a call (op) that raced Close.
-type raced struct {
-	op string
-	result
-}
-
-// checkRaced fails t unless every acquisition that raced Close returned
-// an error wrapping ErrClosed (ErrLocked for a try) or a lease that Close
-// ended, and every Release nil or an error saying the lease had ended.
-func checkRaced(t *testing.T, ctx context.Context, round int, out []raced, held []lock.Lease) {
-	t.Helper()
-	for _, r := range out {
-		what := fmt.Sprintf("round %d: %s racing Close", round, r.op)
-		if r.op == "Release" {
-			if r.err != nil {
-				wantErr(t, what, r.err, lock.ErrReleased, lock.ErrLost, lock.ErrClosed)
-			}
-			continue
-		}
-		if le := outcome(t, what, r.result, lock.ErrClosed, lock.ErrLocked); le != nil {
-			// Granted before Close: Close ended it.
-			if !isClosed(le.Done()) {
-				t.Errorf("%s returned lease %q token %d, still held after Close returned; want it ended", what, le.Name(), le.Token())
-			}
-			wantErr(t, fmt.Sprintf("round %d: Release() of a lease ended by Close", round), le.Release(ctx), lock.ErrReleased, lock.ErrLost)
-		}
-	}
-	for _, le := range held {
-		if !isClosed(le.Done()) {
-			t.Errorf("round %d: lease %q: Done() open after Release and Close returned; want closed", round, le.Name())
-		}
 	}
 }
 
