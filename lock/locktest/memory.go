@@ -227,25 +227,18 @@ func MemoryHarness(m *Memory) Harness { return memHarness{m} }
 type memHarness struct{ m *Memory }
 
 func (h memHarness) NewLocker(t *testing.T, identity string) lock.Locker {
-	t.Helper()
 	l := h.m.NewLocker(identity)
 	t.Cleanup(func() { _ = l.Close() })
 	return l
 }
 
 func (h memHarness) ExpireSession(t *testing.T, l lock.Locker) {
-	t.Helper()
-	ml, ok := l.(*MemLocker)
-	if !ok {
-		t.Fatalf("locktest: ExpireSession of a %T, want a *MemLocker", l)
-	}
-	h.m.ExpireSession(ml)
+	h.m.ExpireSession(l.(*MemLocker))
 }
 
 // StallSession is ExpireSession: a MemLocker hears of its session's end
 // the moment it happens, before the freed locks are granted.
 func (h memHarness) StallSession(t *testing.T, l lock.Locker) {
-	t.Helper()
 	h.ExpireSession(t, l)
 }
 

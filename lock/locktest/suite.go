@@ -119,9 +119,7 @@ func (s *suite) newLocker(t *testing.T, identity string) lock.Locker {
 		t.Fatalf("NewLocker(%q) = nil", identity)
 	}
 	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Errorf("Close() = %v; want nil", err)
-		}
+		noErr(t, "Close()", l.Close())
 	})
 	return l
 }
@@ -451,9 +449,7 @@ func (s *suite) mustShared(t *testing.T, ctx context.Context, l lock.Locker, nam
 func mustRelease(t *testing.T, ctx context.Context, les ...lock.Lease) {
 	t.Helper()
 	for _, le := range les {
-		if err := le.Release(ctx); err != nil {
-			t.Errorf("Release() of %q token %d = %v; want nil", le.Name(), le.Token(), err)
-		}
+		noErr(t, fmt.Sprintf("Release() of %q token %d", le.Name(), le.Token()), le.Release(ctx))
 	}
 }
 
@@ -467,9 +463,7 @@ func checkHeld(t *testing.T, name string, les ...lock.Lease) {
 		if le.Token() == 0 {
 			t.Errorf("Token() = 0; want a non-zero token")
 		}
-		if err := le.Err(); err != nil {
-			t.Errorf("Err() = %v while held; want nil", err)
-		}
+		noErr(t, "Err() while held", le.Err())
 		if isClosed(le.Done()) {
 			t.Errorf("Done() closed while held; want open")
 		}
@@ -522,6 +516,14 @@ func wantErr(t *testing.T, call string, err error, want ...error) {
 		names[i] = w.Error()
 	}
 	t.Errorf("%s = %v; want an error wrapping %s", call, err, strings.Join(names, " or "))
+}
+
+// noErr fails t unless err, returned by call, is nil.
+func noErr(t *testing.T, call string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Errorf("%s = %v; want nil", call, err)
+	}
 }
 
 // errorsIsAny reports whether err matches one of targets.

@@ -174,9 +174,7 @@ func (c *crowd) round(t *testing.T, l lock.Locker, who string, try bool) bool {
 	c.mu.Lock()
 	c.grants = append(c.grants, grant{start, c.clock.Add(1), le.Token(), who})
 	c.mu.Unlock()
-	if err := le.Release(ctx); err != nil {
-		t.Errorf("%s: Release = %v; want nil", who, err)
-	}
+	noErr(t, fmt.Sprintf("%s: Release", who), le.Release(ctx))
 	return true
 }
 

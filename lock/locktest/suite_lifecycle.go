@@ -63,18 +63,14 @@ func (c *closing) finish(t *testing.T, s *suite, what string) {
 
 func (s *suite) testClose(t *testing.T) {
 	c := s.newClosing(t)
-	if err := c.a.Close(); err != nil {
-		t.Errorf("Close() = %v; want nil", err)
-	}
+	noErr(t, "Close()", c.a.Close())
 	for _, g := range stillGoing(c.held, nil) {
 		t.Errorf("%s after Close returned; want it ended", g)
 	}
 	for _, le := range c.held {
 		wantErr(t, fmt.Sprintf("lease %q: Release() after Close", le.Name()), le.Release(c.ctx), lock.ErrReleased, lock.ErrLost)
 	}
-	if err := c.a.Close(); err != nil {
-		t.Errorf("second Close() = %v; want nil", err)
-	}
+	noErr(t, "second Close()", c.a.Close())
 	refusesAll(t, c.ctx, c.a, c.names[2], " on a closed Locker", lock.ErrClosed)
 	c.finish(t, s, "Close")
 
@@ -245,9 +241,7 @@ func (s *suite) testCloseConcurrent(t *testing.T) {
 	}
 	const n = 6
 	for _, going := range atOnce(n, func(int) []string {
-		if err := c.a.Close(); err != nil {
-			return append(stillGoing(c.held, obs), fmt.Sprintf("Close() = %v; want nil", err))
-		}
+		noErr(t, "concurrent Close()", c.a.Close())
 		return stillGoing(c.held, obs)
 	}, nil) {
 		for _, g := range going {
@@ -255,9 +249,7 @@ func (s *suite) testCloseConcurrent(t *testing.T) {
 		}
 	}
 	for i := 1; i <= 2; i++ {
-		if err := c.a.Close(); err != nil {
-			t.Errorf("Close() #%d after the concurrent ones = %v; want nil", i, err)
-		}
+		noErr(t, fmt.Sprintf("Close() #%d after the concurrent ones", i), c.a.Close())
 	}
 	c.finish(t, s, "concurrent Close")
 }
@@ -313,9 +305,7 @@ func (s *suite) testCloseRace(t *testing.T) {
 			for range round * 50 {
 				runtime.Gosched()
 			}
-			if err := c.a.Close(); err != nil {
-				t.Errorf("round %d: Close() = %v; want nil", round, err)
-			}
+			noErr(t, fmt.Sprintf("round %d: Close()", round), c.a.Close())
 		})
 		for i, r := range out {
 			if i >= acquires {
@@ -349,9 +339,7 @@ func (s *suite) testHealthy(t *testing.T) {
 		t.Fatalf("Healthy() of a new Locker = %v; want nil", err)
 	}
 	le := s.mustAcquire(t, ctx, ls[0], name)
-	if err := h.Healthy(ctx); err != nil {
-		t.Errorf("Healthy() while holding a lease = %v; want nil", err)
-	}
+	noErr(t, "Healthy() while holding a lease", h.Healthy(ctx))
 	var nilCtx context.Context
 	wantErr(t, "Healthy(nil)", h.Healthy(nilCtx), lock.ErrInvalidConfig)
 	mustRelease(t, ctx, le)

@@ -170,9 +170,7 @@ func (s *suite) testObserveEndsOnClose(t *testing.T) {
 	}
 	// The first observation is read; the others have a holder pending.
 	all[0].next("first observation")
-	if err := watcher.Close(); err != nil {
-		t.Errorf("Close() = %v; want nil", err)
-	}
+	noErr(t, "Close()", watcher.Close())
 	for i, ob := range all {
 		if !observationEnded(ob.ch) {
 			t.Errorf("observation %d: channel open after Close returned; want it closed", i+1)

@@ -144,9 +144,7 @@ func (s *suite) testSharedHandover(t *testing.T) {
 // closeHolder closes l and checks that its lease le ended with it.
 func closeHolder(t *testing.T, l lock.Locker, le lock.Lease, what string) {
 	t.Helper()
-	if err := l.Close(); err != nil {
-		t.Errorf("Close() of the Locker of a %s = %v; want nil", what, err)
-	}
+	noErr(t, "Close() of the Locker of a "+what, l.Close())
 	for _, g := range stillGoing([]lock.Lease{le}, nil) {
 		t.Errorf("%s after Close of its Locker: %s; want it ended", what, g)
 	}
