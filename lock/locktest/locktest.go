@@ -154,10 +154,7 @@ func TestLockerWith(t *testing.T, h Harness, opts Options) {
 	s.freezer, _ = h.(SessionFreezer)
 	s.lister, _ = h.(RecordLister)
 	// Which optional interfaces a Locker has depends on its type: ask one.
-	probe := h.NewLocker(t, identity("probe"))
-	if probe == nil {
-		t.Fatalf("NewLocker() = nil")
-	}
+	probe := s.newLocker(t, identity("probe"))
 	s.has = map[string]bool{
 		needsExpirer: s.expirer != nil, needsStaller: s.staller != nil, needsFreezer: s.freezer != nil,
 		needsObserver: is[lock.Observer](probe), needsShared: is[lock.SharedLocker](probe),
@@ -165,9 +162,7 @@ func TestLockerWith(t *testing.T, h Harness, opts Options) {
 		needsRevoker: is[lock.Revoker](probe), needsQueue: is[lock.QueueLister](probe),
 		needsHealth: is[lock.HealthChecker](probe),
 	}
-	if err := probe.Close(); err != nil {
-		t.Errorf("Close() of an unused Locker = %v; want nil", err)
-	}
+	noErr(t, "Close() of an unused Locker", probe.Close())
 	var missing []string
 	for _, st := range s.subtests() {
 		if m := s.missing(st.needs); m != "" {

@@ -113,10 +113,9 @@ func (l *MemLocker) enter(ctx context.Context, op, name string) error {
 	return nil
 }
 
-// grantLocked queues a record for req unless it must be refused, then
-// decides whether it is granted, failed, or which records it waits for,
-// and waits for them, until it is granted or fails. It is called with m.mu
-// held and returns with it released.
+// grantLocked queues a record for req unless refused, then decides whether
+// it is granted, failed, or which records it waits for, until granted or
+// failed. Called with m.mu held, it returns with it released.
 func (l *MemLocker) grantLocked(ctx context.Context, name string, req queue.Request, wait bool) (lock.Lease, error) {
 	m := l.m
 	defer m.mu.Unlock()
@@ -152,9 +151,8 @@ func (l *MemLocker) grantLocked(ctx context.Context, name string, req queue.Requ
 }
 
 // waitCases are what the record at position i of q waits for: the end of
-// ctx, of its session or of the Locker, and only the records that
-// queue.Watched names, so that a deletion wakes a bounded number of
-// waiters.
+// ctx, its session or the Locker, and only the records queue.Watched
+// names, so that a deletion wakes a bounded number of waiters.
 func (l *MemLocker) waitCases(ctx context.Context, s *session, q []*record, i int) []reflect.SelectCase {
 	chans := []<-chan struct{}{ctx.Done(), s.expired, l.closing}
 	for _, j := range queue.Watched(requests(q), i) {

@@ -17,10 +17,9 @@ import (
 // Memory is an in-memory lock server shared by many [MemLocker]s, as one
 // etcd cluster is shared by many clients. It is safe for concurrent use.
 //
-// Every record created (one per Acquire, whether it is granted at once or
-// queued) takes the next value of a revision counter that starts at 1, and
-// that value is the record's fencing token. So tokens rise with every grant,
-// across names and Lockers, like etcd revisions; gaps are normal.
+// Every record created (one per Acquire, granted at once or queued) takes
+// the next value of a counter that starts at 1 as its fencing token, so
+// tokens rise with every grant across names and Lockers; gaps are normal.
 //
 // The zero value is an empty Memory, ready to use.
 type Memory struct {
@@ -64,11 +63,9 @@ func (m *Memory) NewLocker(identity string) *MemLocker {
 	return &MemLocker{m: m, identity: identity, closing: make(chan struct{})}
 }
 
-// ExpireSession ends l's current session the way a server-side expiry does:
-// l's leases end with an error wrapping [lock.ErrLost], its waiting Acquire
-// calls return one, and all its records are deleted. l's next Acquire opens
-// a new session. If l has no session (it never acquired, or it is closed),
-// ExpireSession does nothing. l must be a Locker of m.
+// ExpireSession ends l's current session, if any, as a server-side expiry
+// does: l's leases and waiting calls end with [lock.ErrLost], its records
+// are deleted, and its next Acquire opens a new session.
 func (m *Memory) ExpireSession(l *MemLocker) {
 	m = l.m // the state to change is l's Memory's, whatever the caller says
 	m.mu.Lock()

@@ -463,7 +463,9 @@ func checkHeld(t *testing.T, name string, les ...lock.Lease) {
 		if le.Token() == 0 {
 			t.Errorf("Token() = 0; want a non-zero token")
 		}
-		noErr(t, "Err() while held", le.Err())
+		if err := le.Err(); err != nil {
+			t.Errorf("Err() = %v while held; want nil", err)
+		}
 		if isClosed(le.Done()) {
 			t.Errorf("Done() closed while held; want open")
 		}
