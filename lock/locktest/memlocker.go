@@ -222,8 +222,8 @@ func (l *MemLocker) Revoke(ctx context.Context, name string, token fencing.Token
 	return nil
 }
 
-// Healthy implements [lock.HealthChecker]: nil unless l is closed. A
-// MemLocker without a session opens one, as its next Acquire would.
+// Healthy implements [lock.HealthChecker]: nil unless l is closed. It
+// opens a session if l has none, as the next Acquire would.
 func (l *MemLocker) Healthy(ctx context.Context) error {
 	if ctx == nil {
 		return fmt.Errorf("locktest: healthy: %w: nil context", lock.ErrInvalidConfig)
@@ -298,8 +298,7 @@ func (le *memLease) endLocked(cause error) {
 	}
 }
 
-// observation is one Observe call's unbounded queue of holder changes: a
-// slow reader never makes the Memory drop one.
+// observation is one Observe call's unbounded queue of holder changes.
 type observation struct {
 	pending []lock.Holder // guarded by Memory.mu
 	wake    chan struct{} // capacity 1

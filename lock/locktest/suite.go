@@ -14,8 +14,7 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// suite holds what every subtest needs; an optional interface the harness
-// lacks is nil.
+// suite holds what every subtest needs; a missing optional interface is nil.
 type suite struct {
 	h       Harness
 	o       Options
@@ -124,8 +123,7 @@ func (s *suite) newLocker(t *testing.T, identity string) lock.Locker {
 	return l
 }
 
-// setup returns what most subtests start with: a context, a lock name of
-// their own, and n Lockers with their identities.
+// setup returns a context, a lock name of the test's own, and n Lockers.
 func (s *suite) setup(t *testing.T, n int) (context.Context, string, []lock.Locker, []string) {
 	t.Helper()
 	ls, ids := make([]lock.Locker, n), make([]string, n)
@@ -172,8 +170,7 @@ func (s *suite) ctx(t *testing.T) context.Context {
 	return ctx
 }
 
-// kind is what a request asks for: an exclusive lock (the zero kind), a
-// shared one, or a permit of a semaphore of limit limit.
+// kind is what a request asks for: excl, shared or a permit(limit).
 type kind struct {
 	shared, sem bool
 	limit       int
@@ -186,9 +183,8 @@ var (
 
 func permit(limit int) kind { return kind{sem: true, limit: limit} }
 
-// call makes the request for k on l: Acquire, AcquireShared or
-// AcquireSemaphore, or with try their Try variant. Only a shared request
-// or a permit asserts the interface it needs.
+// call makes the request for k on l, or with try its Try form. Only a
+// shared request or a permit asserts the interface it needs.
 func (k kind) call(ctx context.Context, l lock.Locker, name string, try bool) (lock.Lease, error) {
 	switch {
 	case k.sem && try:
@@ -237,9 +233,8 @@ type result struct {
 	err   error
 }
 
-// goCall runs acquire in a goroutine and delivers its result. The goroutine
-// ends at the latest when the Locker is closed by t's cleanup, which also
-// releases a lease nobody collects.
+// goCall runs acquire in a goroutine; t's cleanup closes the Locker, which
+// ends it and releases a lease nobody collects.
 func goCall(acquire func() (lock.Lease, error)) <-chan result {
 	ch := make(chan result, 1)
 	go func() {
@@ -254,8 +249,7 @@ func goAcquire(ctx context.Context, l lock.Locker, name string, k kind) <-chan r
 	return goCall(func() (lock.Lease, error) { return k.call(ctx, l, name, false) })
 }
 
-// enqueue is goAcquire followed by a wait until name has n records, the
-// new waiter's included.
+// enqueue is goAcquire, then waitRecords of n, the new waiter included.
 func (s *suite) enqueue(t *testing.T, ctx context.Context, l lock.Locker, name string, k kind, n int, what string) <-chan result {
 	t.Helper()
 	ch := goAcquire(ctx, l, name, k)
@@ -263,8 +257,7 @@ func (s *suite) enqueue(t *testing.T, ctx context.Context, l lock.Locker, name s
 	return ch
 }
 
-// recv waits for a value from ch or for ch to close (ok false); what
-// names the wait in a failure.
+// recv waits for a value from ch or its close (ok false); what names it.
 func recv[T any](t *testing.T, s *suite, ch <-chan T, what string) (v T, ok bool) {
 	t.Helper()
 	timer := time.NewTimer(s.o.Timeout)
@@ -297,8 +290,7 @@ func (s *suite) awaitLease(t *testing.T, ch <-chan result, what string) lock.Lea
 	return r.lease
 }
 
-// awaitRefused waits for a background Acquire to return no lease and an
-// error wrapping want.
+// awaitRefused waits for a background Acquire to be refused with want.
 func (s *suite) awaitRefused(t *testing.T, ch <-chan result, what string, want error) {
 	t.Helper()
 	r := await(t, s, ch, what)
@@ -324,9 +316,8 @@ func refused(t *testing.T, call string, le lock.Lease, err, want error) {
 	}
 }
 
-// outcome checks a call that may grant or fail: it returns the lease, or
-// nil once it has checked that the call failed with an error wrapping one
-// of allowed.
+// outcome returns the lease of a call that may grant, or nil once it has
+// checked that the call failed with one of allowed.
 func outcome(t *testing.T, what string, r result, allowed ...error) lock.Lease {
 	t.Helper()
 	switch {
@@ -369,8 +360,7 @@ func notReturned(t *testing.T, ch <-chan result, what string) {
 }
 
 // waitRecords waits until name has n records: with a RecordLister by
-// polling it for up to Options.Timeout, without one by waiting
-// Options.Settle.
+// polling it, without one by waiting Options.Settle.
 func (s *suite) waitRecords(t *testing.T, name string, n int, why string) {
 	t.Helper()
 	if s.lister == nil {
@@ -386,8 +376,7 @@ func (s *suite) waitRecords(t *testing.T, name string, n int, why string) {
 	}
 }
 
-// noOrphans checks, with a RecordLister, that name has no record left, or
-// none within Options.Timeout (a backend may delete asynchronously).
+// noOrphans checks, with a RecordLister, that name's records are all gone.
 func (s *suite) noOrphans(t *testing.T, name string, after string) {
 	t.Helper()
 	if s.lister != nil {
@@ -406,8 +395,7 @@ func (s *suite) checkRecords(t *testing.T, name string, n int, when string) {
 	}
 }
 
-// releaseLast releases les, the last grants of name, and checks that name
-// is left with no record.
+// releaseLast releases les, the last grants of name, then noOrphans.
 func (s *suite) releaseLast(t *testing.T, ctx context.Context, name, after string, les ...lock.Lease) {
 	t.Helper()
 	mustRelease(t, ctx, les...)
@@ -481,8 +469,7 @@ func checkReleased(t *testing.T, le lock.Lease) {
 	wantErr(t, "Err() after Release", le.Err(), lock.ErrReleased)
 }
 
-// checkAfter checks that le, granted after prev, has a higher token; what
-// names le.
+// checkAfter checks that le (what), granted after prev, has a higher token.
 func checkAfter(t *testing.T, le, prev lock.Lease, what string) {
 	t.Helper()
 	if le.Token() <= prev.Token() {
@@ -506,8 +493,7 @@ func (s *suite) notHeld(t *testing.T, ctx context.Context, l lock.Locker, name s
 	wantErr(t, fmt.Sprintf("Holder(%q)", name), err, lock.ErrNotHeld)
 }
 
-// wantErr fails t unless err wraps one of want; call names what returned
-// err.
+// wantErr fails t unless err, returned by call, wraps one of want.
 func wantErr(t *testing.T, call string, err error, want ...error) {
 	t.Helper()
 	if errorsIsAny(err, want...) {

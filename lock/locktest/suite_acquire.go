@@ -46,25 +46,22 @@ func (s *suite) testTryAcquire(t *testing.T) {
 	s.releaseLast(t, ctx, name, "Release", le2)
 }
 
-// testTokensIncrease checks that tokens rise with every grant of a name,
-// whichever Locker asks and whether by Acquire or TryAcquire.
+// testTokensIncrease checks that tokens rise with every grant of a name.
 func (s *suite) testTokensIncrease(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 3)
 	s.checkRising(t, ctx, ls, []string{name}, s.o.Rounds, true)
 }
 
 // testTokensAcrossNames checks that tokens of all names come from one
-// counter, as package lock promises (fencing.Guard relies on it): an
-// acquisition that starts after any grant gets a higher token.
+// counter, as package lock promises and fencing.Guard relies on.
 func (s *suite) testTokensAcrossNames(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 2)
 	names := []string{name + "-a", name + "-b", name + "-c"}
 	s.checkRising(t, ctx, ls, names, max(s.o.Rounds, 2*len(names)), false)
 }
 
-// checkRising acquires and releases names in turn through lockers in turn
-// (with try, every second time by TryAcquire), and checks that every token
-// exceeds the one granted before it.
+// checkRising acquires names in turn through lockers in turn (with try,
+// every second time by TryAcquire), and checks that every token rises.
 func (s *suite) checkRising(t *testing.T, ctx context.Context, lockers []lock.Locker, names []string, rounds int, try bool) {
 	var prev fencing.Token
 	var prevName string
@@ -107,9 +104,8 @@ type grant struct {
 	who        string
 }
 
-// crowd is what the goroutines of a contention subtest share: the request
-// they make, how many are in the critical section (and the most at once),
-// trying to get in, or not done with their rounds, and the grants they had.
+// crowd is what the goroutines of a contention subtest share: how many are
+// inside (and the most at once), trying to get in, or not done.
 type crowd struct {
 	s                                *suite
 	name                             string
@@ -120,8 +116,7 @@ type crowd struct {
 	grants                           []grant
 }
 
-// runCrowd has n goroutines spread over lockers each take k on name for
-// rounds rounds, and checks the number of grants once all are done.
+// runCrowd has n goroutines on lockers take k on name rounds times each.
 func (s *suite) runCrowd(t *testing.T, lockers []lock.Locker, name string, k kind, n, rounds int) *crowd {
 	c := &crowd{s: s, name: name, k: k}
 	c.active.Store(int32(n))
@@ -144,8 +139,7 @@ func (s *suite) runCrowd(t *testing.T, lockers []lock.Locker, name string, k kin
 	return c
 }
 
-// round takes k through l (a permit by Try, repeated, if try), stays in
-// the critical section, and releases. It returns false if it got no lease.
+// round takes k through l, stays inside, and releases; false if no lease.
 func (c *crowd) round(t *testing.T, l lock.Locker, who string, try bool) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.o.Timeout)
 	defer cancel()
@@ -178,10 +172,8 @@ func (c *crowd) round(t *testing.T, l lock.Locker, who string, try bool) bool {
 	return true
 }
 
-// hold keeps a holder in the critical section until every other goroutine
-// at work is inside or trying to get in (or briefly, if that never
-// happens), so that a Locker that would let one holder too many in does
-// so while this one is inside.
+// hold keeps a holder inside until every other goroutine at work is inside
+// or trying to get in, so that one holder too many would get in now.
 func (c *crowd) hold() {
 	deadline := time.Now().Add(50 * time.Millisecond)
 	for c.inside.Load()+c.attempting.Load() < c.active.Load() && time.Now().Before(deadline) {
@@ -192,8 +184,7 @@ func (c *crowd) hold() {
 	}
 }
 
-// acquireRetry makes the request for k, or with try its Try form,
-// repeated until it grants.
+// acquireRetry makes the request for k, or its Try form until it grants.
 func acquireRetry(ctx context.Context, l lock.Locker, name string, k kind, try bool) (lock.Lease, error) {
 	for {
 		le, err := k.call(ctx, l, name, try)
@@ -215,8 +206,7 @@ func (s *suite) testMutualExclusion(t *testing.T) {
 	s.noOrphans(t, name, "the last Release")
 }
 
-// check fails t if two critical sections overlapped or tokens did not
-// rise in grant order.
+// check fails t if critical sections overlapped or tokens did not rise.
 func (c *crowd) check(t *testing.T) {
 	t.Helper()
 	slices.SortFunc(c.grants, func(a, b grant) int { return int(a.start - b.start) })
@@ -232,8 +222,7 @@ func (c *crowd) check(t *testing.T) {
 	}
 }
 
-// testFIFO queues waiters on the holder's Locker and on others, and
-// checks that each release admits the next in arrival order, and only it.
+// testFIFO checks that each release admits the next waiter only.
 func (s *suite) testFIFO(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 3)
 	prev := s.mustAcquire(t, ctx, ls[0], name)

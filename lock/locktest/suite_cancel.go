@@ -51,8 +51,7 @@ func (s *suite) testCancelledContext(t *testing.T) {
 		t.Helper()
 		for _, try := range []bool{false, true} {
 			what := excl.op(try) + "(" + name + ") with a cancelled context on a " + state + " lock"
-			r := await(t, s, goCall(func() (lock.Lease, error) { return excl.call(done, ls[1], name, try) }), what)
-			refused(t, what, r.lease, r.err, context.Canceled)
+			s.awaitRefused(t, goCall(func() (lock.Lease, error) { return excl.call(done, ls[1], name, try) }), what, context.Canceled)
 		}
 	}
 	check("free")
@@ -65,9 +64,8 @@ func (s *suite) testCancelledContext(t *testing.T) {
 	s.releaseLast(t, ctx, name, "Release", holder)
 }
 
-// testCancelInFlight cancels calls right after they start, on a free and
-// on a held lock: each returns a lease it holds or no lease, and no record
-// is left behind.
+// testCancelInFlight cancels calls right after they start: each returns a
+// lease it holds or no lease, and no record is left behind.
 func (s *suite) testCancelInFlight(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 2)
 	s.cancelInFlight(t, ctx, ls[1], name, "free")

@@ -11,8 +11,7 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// testHolders checks that Holders lists every holder in grant order, and
-// no waiter.
+// testHolders checks that Holders lists the holders in grant order.
 func (s *suite) testHolders(t *testing.T) {
 	ctx, name, ls, ids := s.setup(t, 3)
 	hl := ls[0].(lock.HolderLister)
@@ -98,8 +97,7 @@ func checkPositions(t *testing.T, es []lock.QueueEntry, name, when string) {
 	}
 }
 
-// queueIs lists name's queue through l, checks it against want, and
-// returns it.
+// queueIs lists name's queue through l and checks it against want.
 func queueIs(t *testing.T, ctx context.Context, l lock.Locker, name, when string, want []wantEntry) []lock.QueueEntry {
 	t.Helper()
 	es, err := l.(lock.QueueLister).Queue(ctx, name)
@@ -235,8 +233,7 @@ func (s *suite) testRevoke(t *testing.T) {
 	s.releaseLast(t, ctx, name, "Revoke and Release", again)
 }
 
-// testRevokeSemaphore checks that Revoke of one permit ends it only, and
-// admits the waiter.
+// testRevokeSemaphore checks that Revoke of a permit ends it only.
 func (s *suite) testRevokeSemaphore(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 4)
 	rv := ls[3].(lock.Revoker)

@@ -51,7 +51,7 @@ func (s *suite) newClosing(t *testing.T) *closing {
 }
 
 // finish checks that Close (what) of a interrupted its waiter and left no
-// record, and releases b's lease.
+// record.
 func (c *closing) finish(t *testing.T, s *suite, what string) {
 	t.Helper()
 	s.awaitRefused(t, c.waiting, "Acquire interrupted by Close", lock.ErrClosed)
@@ -121,8 +121,7 @@ func (s *suite) testSessionExpiryWaiter(t *testing.T) {
 	s.releaseLast(t, ctx, name, "a waiter's session expiry", le)
 }
 
-// testDoneBeforeNextGrant checks that a released lease's Done is closed
-// before a waiter on another Locker is granted the lock.
+// testDoneBeforeNextGrant checks that Done closes before the next grant.
 func (s *suite) testDoneBeforeNextGrant(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 2)
 	for range 3 {
@@ -133,9 +132,8 @@ func (s *suite) testDoneBeforeNextGrant(t *testing.T) {
 	s.noOrphans(t, name, "Release")
 }
 
-// testLossDoneBeforeNextGrant checks, with a SessionStaller, that a lease
-// whose session is lost has ended before a waiter on another Locker is
-// granted the lock.
+// testLossDoneBeforeNextGrant checks that a lease lost with its session
+// has ended before the next grant.
 func (s *suite) testLossDoneBeforeNextGrant(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 2)
 	lost := s.mustAcquire(t, ctx, ls[0], name)
@@ -145,9 +143,8 @@ func (s *suite) testLossDoneBeforeNextGrant(t *testing.T) {
 	s.releaseLast(t, ctx, name, "session loss and Release", next)
 }
 
-// passOn queues an Acquire through l behind the holder prev, runs end,
-// which ends prev, and returns the waiter's lease, which must come after
-// prev's Done closed.
+// passOn queues an Acquire through l behind prev, runs end, and returns
+// the waiter's lease, which must come after prev's Done closed.
 func (s *suite) passOn(t *testing.T, ctx context.Context, l lock.Locker, prev lock.Lease, end func(), what string) lock.Lease {
 	t.Helper()
 	prevDone := make(chan bool, 1)
@@ -186,9 +183,8 @@ func (s *suite) testReleaseLostLease(t *testing.T) {
 	s.releaseLast(t, ctx, name, "Release of a lost lease and of the new grant", again)
 }
 
-// testReleaseConcurrent checks that of many concurrent Releases of one
-// lease exactly one returns nil, the others errors wrapping ErrReleased,
-// and that the lock is freed.
+// testReleaseConcurrent checks that of concurrent Releases of one lease
+// exactly one returns nil.
 func (s *suite) testReleaseConcurrent(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 2)
 	const n = 8
@@ -254,8 +250,7 @@ func (s *suite) testCloseConcurrent(t *testing.T) {
 	c.finish(t, s, "concurrent Close")
 }
 
-// stillGoing says what of a closed Locker's leases and observation (obs,
-// nil if none) has not ended.
+// stillGoing says which of leases and observation obs (if any) go on.
 func stillGoing(leases []lock.Lease, obs <-chan lock.Holder) []string {
 	var going []string
 	for _, le := range leases {
@@ -271,8 +266,7 @@ func stillGoing(leases []lock.Lease, obs <-chan lock.Holder) []string {
 	return going
 }
 
-// observationEnded reports whether an observation's channel is closed,
-// reading what is pending; false if a read would block.
+// observationEnded reads ch and reports whether it is closed.
 func observationEnded(ch <-chan lock.Holder) bool {
 	for {
 		select {
@@ -286,11 +280,8 @@ func observationEnded(ch <-chan lock.Holder) bool {
 	}
 }
 
-// testCloseRace closes a Locker while Acquire, TryAcquire and Release
-// calls are in flight on it, Close landing at a different point in each
-// round: every acquisition returns an error wrapping ErrClosed (ErrLocked
-// for a try) or a lease that Close ended, every Release nil or an error
-// saying the lease had ended.
+// testCloseRace closes a Locker while calls are in flight on it: each
+// returns ErrClosed (ErrLocked for a try), nil, or a lease Close ended.
 func (s *suite) testCloseRace(t *testing.T) {
 	for round := range 4 {
 		c := s.newClosing(t)
@@ -329,9 +320,7 @@ func (s *suite) testCloseRace(t *testing.T) {
 	}
 }
 
-// testHealthy checks lock.HealthChecker over a Locker's life: healthy
-// before its first call and while it holds a lease, refusing a nil
-// context, and reporting ErrClosed once closed.
+// testHealthy checks Healthy over a Locker's life, and with a nil context.
 func (s *suite) testHealthy(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 1)
 	h := ls[0].(lock.HealthChecker)
@@ -349,8 +338,7 @@ func (s *suite) testHealthy(t *testing.T) {
 	wantErr(t, "Healthy() after Close", h.Healthy(ctx), lock.ErrClosed)
 }
 
-// testHealthyAfterExpiry checks that a Locker whose session the server
-// ended becomes healthy again, on a new session, without any other call.
+// testHealthyAfterExpiry checks that Healthy opens a new session.
 func (s *suite) testHealthyAfterExpiry(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 1)
 	le := s.mustAcquire(t, ctx, ls[0], name)

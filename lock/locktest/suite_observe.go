@@ -53,9 +53,8 @@ func (ob *feed) expect(want lock.Holder, what string) {
 }
 
 // reach reads until the observation reports want, and logs what it saw.
-// What it reports before must be, in order, some of between: a backend
-// that lost track of events may report only the state it finds afterwards,
-// but never a state that did not happen or one out of order.
+// Before, it may skip states (a backend may lose track of events), but
+// must report only some of between, in order.
 func (ob *feed) reach(want lock.Holder, between []lock.Holder, what string) {
 	ob.t.Helper()
 	var seen []lock.Holder
@@ -74,8 +73,7 @@ func (ob *feed) reach(want lock.Holder, between []lock.Holder, what string) {
 	}
 }
 
-// checkCancelled checks that the observation ended, once its context was
-// cancelled, with an error wrapping context.Canceled.
+// checkCancelled checks that the cancelled observation ended.
 func (ob *feed) checkCancelled(what string) {
 	ob.t.Helper()
 	ob.s.drainClosed(ob.t, ob.ch, what+" after cancel")
@@ -157,9 +155,7 @@ func (s *suite) handOver(t *testing.T, ctx context.Context, ob *feed, name strin
 	ob.expect(lock.Holder{}, "b released")
 }
 
-// testObserveEndsOnClose checks that by the time Close returns, each
-// observation's channel is closed and its error function reports
-// ErrClosed.
+// testObserveEndsOnClose checks that Close ends the observations.
 func (s *suite) testObserveEndsOnClose(t *testing.T) {
 	ctx, name, ls, _ := s.setup(t, 2)
 	watcher := ls[1]
@@ -181,11 +177,9 @@ func (s *suite) testObserveEndsOnClose(t *testing.T) {
 	s.releaseLast(t, ctx, name, "Release", le)
 }
 
-// testObserveSessionLoss checks that an observation outlives its Locker
-// being frozen, stalled until its session expired, and expired by the
-// server: after each it reports the state the lock is in, and afterwards
-// every change; it reports no holder twice in a row and ends only with its
-// context.
+// testObserveSessionLoss checks that an observation outlives its Locker's
+// session being frozen, stalled and expired: after each it reports the
+// current state, and every change afterwards, none twice in a row.
 func (s *suite) testObserveSessionLoss(t *testing.T) {
 	ctx, name, ls, ids := s.setup(t, 3)
 	a, b, watcher := ls[0], ls[1], ls[2]
