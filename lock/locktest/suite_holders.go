@@ -56,10 +56,8 @@ func (s *suite) testHolders(t *testing.T) {
 func (s *suite) holdersAre(t *testing.T, ctx context.Context, hl lock.HolderLister, name string, want []lock.Holder, when string) {
 	t.Helper()
 	got, err := hl.Holders(ctx, name)
-	if err != nil || len(got) != len(want) {
-		t.Errorf("Holders(%q) with %s = %+v, %v; want %+v, nil", name, when, got, err, want)
-	} else if !slices.Equal(got, want) {
-		t.Errorf("Holders(%q) with %s = %+v; want %+v (grant order)", name, when, got, want)
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("Holders(%q) with %s = %+v, %v; want %+v (grant order), nil", name, when, got, err, want)
 	}
 }
 
@@ -218,9 +216,7 @@ func (s *suite) testRevoke(t *testing.T) {
 	s.checkRecords(t, name, 2, "after Revoke of tokens that are not the holder's")
 	s.holderIs(t, ctx, c, name, lock.Holder{Identity: ids[0], Token: tok})
 
-	if err := rv.Revoke(ctx, name, tok); err != nil {
-		t.Fatalf("Revoke(%q, %d) of the holder = %v; want nil", name, tok, err)
-	}
+	noErr(t, fmt.Sprintf("Revoke(%q, %d) of the holder", name, tok), rv.Revoke(ctx, name, tok))
 	next := s.awaitLease(t, ch, "waiter's Acquire after the holder was revoked")
 	checkAfter(t, next, held, "grant after a revoked one")
 	s.checkRevoked(t, ctx, held, "revoked lease")
@@ -240,9 +236,7 @@ func (s *suite) testRevokeSemaphore(t *testing.T) {
 	p1 := mustTry(t, ctx, ls[0], name, permit(2), "of a free semaphore")
 	p2 := mustTry(t, ctx, ls[1], name, permit(2), "with one permit taken")
 	ch := s.enqueue(t, ctx, ls[2], name, permit(2), 3, "semaphore waiter queued")
-	if err := rv.Revoke(ctx, name, p2.Token()); err != nil {
-		t.Fatalf("Revoke(%q, %d) of the later permit = %v; want nil", name, p2.Token(), err)
-	}
+	noErr(t, fmt.Sprintf("Revoke(%q, %d) of the later permit", name, p2.Token()), rv.Revoke(ctx, name, p2.Token()))
 	p3 := s.awaitLease(t, ch, "AcquireSemaphore after a permit was revoked")
 	s.checkRevoked(t, ctx, p2, "revoked permit")
 	checkHeld(t, name, p1)
@@ -259,9 +253,7 @@ func (s *suite) testRevokeFrozen(t *testing.T) {
 	ch := s.enqueue(t, ctx, ls[1], name, excl, 2, "waiter queued")
 	thaw := sync.OnceFunc(s.freezer.FreezeSession(t, ls[0]))
 	t.Cleanup(thaw)
-	if err := rv.Revoke(ctx, name, held.Token()); err != nil {
-		t.Fatalf("Revoke(%q, %d) of a frozen holder = %v; want nil", name, held.Token(), err)
-	}
+	noErr(t, fmt.Sprintf("Revoke(%q, %d) of a frozen holder", name, held.Token()), rv.Revoke(ctx, name, held.Token()))
 	next := s.awaitLease(t, ch, "waiter's Acquire after a frozen holder was revoked")
 	thaw()
 	checkAfter(t, next, held, "grant after a revoked one")
