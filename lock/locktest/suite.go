@@ -123,7 +123,7 @@ func (s *suite) newLocker(t *testing.T, identity string) lock.Locker {
 	return l
 }
 
-// setup returns a context, a lock name of the test's own, and n Lockers.
+// setup returns a context, a lock name of its own, n Lockers and their ids.
 func (s *suite) setup(t *testing.T, n int) (context.Context, string, []lock.Locker, []string) {
 	t.Helper()
 	ls, ids := make([]lock.Locker, n), make([]string, n)
