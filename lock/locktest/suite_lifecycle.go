@@ -51,7 +51,7 @@ func (s *suite) newClosing(t *testing.T) *closing {
 }
 
 // finish checks that Close (what) of a interrupted its waiter and left no
-// record.
+// record, releasing b's lease.
 func (c *closing) finish(t *testing.T, s *suite, what string) {
 	t.Helper()
 	s.awaitRefused(t, c.waiting, "Acquire interrupted by Close", lock.ErrClosed)
@@ -266,7 +266,7 @@ func stillGoing(leases []lock.Lease, obs <-chan lock.Holder) []string {
 	return going
 }
 
-// observationEnded reads ch and reports whether it is closed.
+// observationEnded reads what ch holds and reports whether it is closed.
 func observationEnded(ch <-chan lock.Holder) bool {
 	for {
 		select {
