@@ -12,60 +12,43 @@ import (
 // DefaultDoReleaseTimeout bounds the release at the end of [Do] and [TryDo].
 const DefaultDoReleaseTimeout = 10 * time.Second
 
-// Do acquires the lock called name through l, waiting as [Locker.Acquire]
-// does, runs fn while holding it, and releases it.
+// Do acquires the lock called name through l as [Locker.Acquire] does,
+// runs fn while holding it, and releases it on a fresh context bounded by
+// [DefaultDoReleaseTimeout], so that a cancelled ctx still hands the lock
+// over. fn's context is cancelled when the lease ends or ctx ends
+// (context.Cause says which); fn must then return promptly.
 //
-// fn's context is cancelled the moment the lease ends — lost, or its Locker
-// closed — or when ctx ends; context.Cause then says which. fn must return
-// promptly once its context is done. The lease is released after fn has
-// returned, on a fresh context bounded by [DefaultDoReleaseTimeout], so
-// that a cancelled ctx still hands the lock over at once.
-//
-// Do returns the error of the acquisition, or else fn's error joined with
-// the lease's error if the lease ended while fn ran (wrapping [ErrLost] for
-// a loss) or with the release's error. A lost lease does not stop code that
-// is already running; fn should send [Lease.Token] with its writes and have
-// the resource enforce it (package fencing).
-//
+// Do returns the acquisition's error, or else fn's error joined with the
+// lease's error if the lease ended while fn ran (wrapping [ErrLost] for a
+// loss) or with the release's error. A lost lease does not stop code
+// already running: send [Lease.Token] with each write (package fencing).
 // A nil ctx, Locker or fn is an error wrapping [ErrInvalidConfig].
 func Do(ctx context.Context, l Locker, name string, fn func(ctx context.Context, lease Lease) error) error {
-	if err := checkDo(ctx, l, fn); err != nil {
-		return fmt.Errorf("lock: do %q: %w", name, err)
-	}
-	lease, err := l.Acquire(ctx, name)
-	if err != nil {
-		return err
-	}
-	return hold(ctx, lease, fn)
+	return do(ctx, l, "do", name, fn, Locker.Acquire)
 }
 
 // TryDo is [Do] without waiting: if another lease holds the lock it returns
 // an error wrapping [ErrLocked] at once, without calling fn.
 func TryDo(ctx context.Context, l Locker, name string, fn func(ctx context.Context, lease Lease) error) error {
-	if err := checkDo(ctx, l, fn); err != nil {
-		return fmt.Errorf("lock: try do %q: %w", name, err)
+	return do(ctx, l, "try do", name, fn, Locker.TryAcquire)
+}
+
+// do is Do and TryDo, acquiring with acquire. It releases the lease even
+// if fn panics.
+func do(ctx context.Context, l Locker, op, name string, fn func(context.Context, Lease) error,
+	acquire func(Locker, context.Context, string) (Lease, error)) (err error) {
+	switch {
+	case ctx == nil:
+		return fmt.Errorf("lock: %s %q: %w: nil context", op, name, ErrInvalidConfig)
+	case nilcheck.IsNil(l):
+		return fmt.Errorf("lock: %s %q: %w: nil Locker", op, name, ErrInvalidConfig)
+	case fn == nil:
+		return fmt.Errorf("lock: %s %q: %w: nil function", op, name, ErrInvalidConfig)
 	}
-	lease, err := l.TryAcquire(ctx, name)
+	lease, err := acquire(l, ctx, name)
 	if err != nil {
 		return err
 	}
-	return hold(ctx, lease, fn)
-}
-
-func checkDo(ctx context.Context, l Locker, fn func(context.Context, Lease) error) error {
-	switch {
-	case ctx == nil:
-		return fmt.Errorf("%w: nil context", ErrInvalidConfig)
-	case nilcheck.IsNil(l):
-		return fmt.Errorf("%w: nil Locker", ErrInvalidConfig)
-	case fn == nil:
-		return fmt.Errorf("%w: nil function", ErrInvalidConfig)
-	}
-	return nil
-}
-
-// hold runs fn under lease and releases it, even if fn panics.
-func hold(ctx context.Context, lease Lease, fn func(context.Context, Lease) error) (err error) {
 	lctx, stop := LeaseContext(ctx, lease)
 	defer func() {
 		stop()
@@ -75,20 +58,13 @@ func hold(ctx context.Context, lease Lease, fn func(context.Context, Lease) erro
 }
 
 // finish releases lease after fn returned ferr and returns Do's error.
+// The lease's own error says which lease ended and why, with its
+// backend's prefix; it is not wrapped again.
 func finish(ctx context.Context, lease Lease, ferr error) error {
-	var ended error
-	select {
-	case <-lease.Done():
-		ended = lease.Err()
-	default:
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultDoReleaseTimeout)
-	defer cancel()
-	rerr := lease.Release(rctx)
+	ended := endedErr(lease)
+	rerr := release(ctx, lease, DefaultDoReleaseTimeout)
 	switch {
 	case ended != nil:
-		// The lease's error says which lease ended and why, with its
-		// backend's prefix; another prefix would only stutter.
 		return errors.Join(ferr, ended)
 	case rerr != nil:
 		return errors.Join(ferr, rerr)
@@ -96,16 +72,29 @@ func finish(ctx context.Context, lease Lease, ferr error) error {
 	return ferr
 }
 
-// LeaseContext returns a context derived from parent that is cancelled when
-// lease ends, with lease.Err() as its cause, or when parent is done. Call
-// stop once the context is no longer needed: it cancels the context and
-// waits for the goroutine that watches the lease. Stopping does not release
-// the lease.
-//
-// A nil parent or lease is a programming error that LeaseContext reports
-// without a panic and without starting a goroutine: the context it returns
-// is already cancelled, with a cause wrapping [ErrInvalidConfig] (see
-// context.Cause), so that code running under it stops at once.
+// endedErr returns lease's error if it has ended, else nil.
+func endedErr(lease Lease) error {
+	select {
+	case <-lease.Done():
+		return lease.Err()
+	default:
+		return nil
+	}
+}
+
+// release releases lease on a fresh context bounded by timeout, so that a
+// cancelled ctx still hands the lock over.
+func release(ctx context.Context, lease Lease, timeout time.Duration) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	return lease.Release(rctx)
+}
+
+// LeaseContext returns a context derived from parent that is cancelled
+// when lease ends, with lease.Err() as its cause, or when parent is done.
+// stop cancels it and waits for its goroutine; it does not release the
+// lease. A nil parent or lease gives a context already cancelled with a
+// cause wrapping [ErrInvalidConfig], and no goroutine.
 func LeaseContext(parent context.Context, lease Lease) (ctx context.Context, stop func()) {
 	if parent == nil || nilcheck.IsNil(lease) {
 		what := "nil lease"

@@ -49,26 +49,23 @@
 //
 // Lock names follow one rule on every backend ([ValidateName]); namespaces
 // (etcdlock.WithPrefix, zklock.WithRoot, the path of an [Open] URL) are lock
-// names with an optional leading and trailing slash ([URLPath]). An
-// identity is 1 to [MaxIdentityLen] bytes of UTF-8 without control
-// characters ([ValidateIdentity]), by default "hostname/pid/random"
-// ([DefaultIdentity]). A nil context, Locker, lease or function, an invalid
-// name, identity or namespace, and a malformed URL are errors wrapping
-// [ErrInvalidConfig] or [ErrInvalidName], never panics; only [Register], as
-// database/sql.Register does, panics on a programming error.
+// names with an optional leading and trailing slash ([URLPath]). Identities
+// follow [ValidateIdentity] and default to [DefaultIdentity]. Bad input (a
+// nil context, Locker, lease or function, an invalid name, identity or
+// namespace, a malformed URL) is an error wrapping [ErrInvalidConfig] or
+// [ErrInvalidName], never a panic; only [Register] panics, as
+// database/sql.Register does.
 //
 // # Opening by URL and observability
 //
 // [Open] builds a Locker from a URL such as
-// "etcd://127.0.0.1:2379,127.0.0.1:22379/myapp?ttl=10s" or
-// "zk://127.0.0.1:2181/myapp?session_timeout=10s"; import the backend
-// package for its side effect to register its scheme. Its options are the
-// ones every backend understands. Both backends log through a
-// *slog.Logger ([WithLogger], default slog.Default()), with their client
-// libraries' lines routed to it and the keys backend, lock, token and
-// session, never a password. Metrics and spans go through the
-// OpenTelemetry API only when a provider is given; [WithMeterProvider] and
-// [WithTracerProvider] list them. Lock names are attributes only as
+// "etcd://127.0.0.1:2379/myapp?ttl=10s" or
+// "zk://127.0.0.1:2181/myapp?session_timeout=10s", with the options every
+// backend understands. Both backends log through a *slog.Logger
+// ([WithLogger], default slog.Default()), their client libraries' lines
+// included, never a password. Metrics and spans go through the
+// OpenTelemetry API only when a provider is given ([WithMeterProvider] and
+// [WithTracerProvider] list them); lock names are attributes only as
 // [WithNameAttribute] maps them.
 //
 // # Read more

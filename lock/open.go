@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/names"
 	"github.com/fencelock/fencelock/internal/nilcheck"
 )
@@ -49,7 +50,7 @@ type OpenConfig struct {
 	// attribute (fencelock.lock).
 	NameAttribute func(name string) string
 
-	errs []error
+	opts config.Common // checks and gathers what the options give
 }
 
 // OpenOption configures a Locker made by [Open], whatever its backend. An
@@ -58,22 +59,12 @@ type OpenConfig struct {
 // [ErrInvalidConfig]. Each backend also has options of its own.
 type OpenOption func(*OpenConfig)
 
-func (c *OpenConfig) fail(format string, args ...any) {
-	c.errs = append(c.errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
-}
-
 // WithLogger sets the logger of the Locker and of its backend client
 // (etcd's zap logger, go-zookeeper's logger), which otherwise is the
 // backend's default, [slog.Default]. It must not be nil or a zero
 // slog.Logger.
 func WithLogger(l *slog.Logger) OpenOption {
-	return func(c *OpenConfig) {
-		if l == nil || l.Handler() == nil {
-			c.fail("logger: nil, or a zero slog.Logger without a handler")
-			return
-		}
-		c.Logger = l
-	}
+	return func(c *OpenConfig) { c.opts.SetLogger(l) }
 }
 
 // WithMeterProvider sets the provider of the Locker's metrics; without it,
@@ -94,25 +85,17 @@ func WithLogger(l *slog.Logger) OpenOption {
 //
 // Attribute keys are prefixed "fencelock." (backend "etcd" or
 // "zookeeper"; kind "exclusive", "shared" or "permit"). A loss reason is
-// expired (the server ended the session), deleted (someone else deleted
-// the record: a [Revoker], by hand), disconnected (nothing heard from the
-// servers until the loss deadline), revoked (the Locker ended its own
-// session because it could not delete a record) or closed (the Locker was
-// closed while the lease was held). The fencing helpers are "guard",
-// "sqlfence", "httpfence", "etcdlock.GuardedTxn" and "zklock.GuardedMulti",
-// each given its provider by its own option. Lock and election names are
-// attributes (fencelock.lock, fencelock.election) only as
-// [WithNameAttribute] or ElectionConfig.NameAttribute maps them. With a
-// provider, each held lease keeps a function to count its end (96 bytes);
-// without one, nothing.
+// expired (the server ended the session), deleted (the record deleted by
+// someone else), disconnected (nothing heard until the loss deadline),
+// revoked (the Locker ended its session, unable to delete a record) or
+// closed (the Locker closed while held). The fencing helpers ("guard",
+// "sqlfence", "httpfence", "etcdlock.GuardedTxn", "zklock.GuardedMulti")
+// each take a provider by their own option. Lock and election names are
+// attributes only as [WithNameAttribute] or ElectionConfig.NameAttribute
+// map them. With a provider, each held lease keeps a function to count
+// its end (96 bytes).
 func WithMeterProvider(mp metric.MeterProvider) OpenOption {
-	return func(c *OpenConfig) {
-		if nilcheck.IsNil(mp) {
-			c.fail("meter provider: nil")
-			return
-		}
-		c.MeterProvider = mp
-	}
+	return func(c *OpenConfig) { c.opts.SetMeterProvider(mp) }
 }
 
 // WithTracerProvider sets the provider of the Locker's spans; without it,
@@ -121,26 +104,14 @@ func WithMeterProvider(mp metric.MeterProvider) OpenOption {
 // guarded writes, sqlfence's Apply and httpfence's Handler), each with the
 // token as fencelock.token.
 func WithTracerProvider(tp trace.TracerProvider) OpenOption {
-	return func(c *OpenConfig) {
-		if nilcheck.IsNil(tp) {
-			c.fail("tracer provider: nil")
-			return
-		}
-		c.TracerProvider = tp
-	}
+	return func(c *OpenConfig) { c.opts.SetTracerProvider(tp) }
 }
 
 // WithIdentity sets the identity stored with the Locker's records (see
 // [ValidateIdentity]). A URL that gives the identity key as well is an
 // error.
 func WithIdentity(id string) OpenOption {
-	return func(c *OpenConfig) {
-		if err := ValidateIdentity(id); err != nil {
-			c.errs = append(c.errs, err)
-			return
-		}
-		c.Identity = id
-	}
+	return func(c *OpenConfig) { c.opts.SetIdentity(id) }
 }
 
 // WithNameAttribute makes lock names an attribute of the Locker's metrics
@@ -149,13 +120,7 @@ func WithIdentity(id string) OpenOption {
 // it, no metric or span carries a lock name, so that the number of series
 // stays bounded. f must not be nil, and must be safe for concurrent use.
 func WithNameAttribute(f func(name string) string) OpenOption {
-	return func(c *OpenConfig) {
-		if f == nil {
-			c.fail("name attribute: nil function")
-			return
-		}
-		c.NameAttribute = f
-	}
+	return func(c *OpenConfig) { c.opts.SetNameAttribute(f) }
 }
 
 var (
@@ -183,36 +148,23 @@ func Register(scheme string, driver Driver) {
 func Schemes() []string {
 	driversMu.RLock()
 	defer driversMu.RUnlock()
-	s := make([]string, 0, len(drivers))
-	for k := range drivers {
-		s = append(s, k)
-	}
-	sort.Strings(s)
-	return s
+	return slices.Sorted(maps.Keys(drivers))
 }
 
 // Open returns a Locker for rawURL, for instance
 // "etcd://h1:2379,h2:2379/prefix?ttl=10s" or
-// "zk://h1:2181,h2:2181/root?session_timeout=10s". The backend for the
-// scheme must have been registered, usually by importing its package:
+// "zk://h1:2181,h2:2181/root?session_timeout=10s". The scheme's backend
+// must be registered, usually by importing its package:
 //
 //	import _ "github.com/fencelock/fencelock/etcdlock"
 //
-// Open itself refuses, for every backend, a nil ctx, a URL that does not
-// parse, one without a scheme or without "//" after it, an unknown scheme
-// and a fragment ("#..."). The backend then checks the hosts ([URLHosts]),
-// the path ([URLPath]), the query ([CheckQuery]: unknown and repeated
-// keys are errors) and the user information ("user:password@"), which a
-// backend that takes credentials reads as its user and password and any
-// other backend refuses. Every such error wraps [ErrInvalidConfig]; none
-// repeats the URL's user information, and no error of a Locker opened
-// from the URL repeats its password. ctx bounds the connection attempt
-// only.
-//
-// The options are the ones every backend understands: a logger, meter and
-// tracer providers, the identity and the lock-name attribute. A nil
-// option, or one given a bad value, is an error wrapping
-// [ErrInvalidConfig].
+// Open refuses a nil ctx, a URL that does not parse, has no scheme or no
+// "//" after it, has an unknown scheme or a fragment; the backend checks
+// the hosts ([URLHosts]), the path ([URLPath]), the query ([CheckQuery])
+// and the user information, its user and password if it takes
+// credentials. Every such error, and a nil or bad option, wraps
+// [ErrInvalidConfig]; no error repeats the URL's user information or a
+// password. ctx bounds the connection attempt only.
 func Open(ctx context.Context, rawURL string, opts ...OpenOption) (Locker, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("lock: open: %w: nil context", ErrInvalidConfig)
@@ -220,15 +172,17 @@ func Open(ctx context.Context, rawURL string, opts ...OpenOption) (Locker, error
 	var cfg OpenConfig
 	for i, o := range opts {
 		if o == nil {
-			cfg.fail("option %d: nil", i)
+			cfg.opts.Fail("option %d: nil", i)
 			continue
 		}
 		o(&cfg)
 	}
-	if len(cfg.errs) > 0 {
-		return nil, fmt.Errorf("lock: open: %w", optionErrors(cfg.errs))
+	if err := cfg.opts.Err(); err != nil {
+		return nil, fmt.Errorf("lock: open: %w", err)
 	}
-	cfg.errs = nil
+	c := cfg.opts
+	cfg = OpenConfig{Logger: c.Logger, MeterProvider: c.Telemetry.MeterProvider, TracerProvider: c.Telemetry.TracerProvider,
+		Identity: c.Identity, NameAttribute: c.Telemetry.NameAttribute}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		// url.Error repeats the whole URL, password included: keep only
@@ -265,19 +219,6 @@ func Open(ctx context.Context, rawURL string, opts ...OpenOption) (Locker, error
 	return l, nil
 }
 
-// optionErrors is the errors of Open's options, read on one line.
-type optionErrors []error
-
-func (e optionErrors) Error() string {
-	parts := make([]string, len(e))
-	for i, err := range e {
-		parts[i] = err.Error()
-	}
-	return strings.Join(parts, "; ")
-}
-
-func (e optionErrors) Unwrap() []error { return e }
-
 // describe returns u for an error message, without its user information,
 // so that no password (nor user name) ever appears in an error.
 func describe(u *url.URL) string {
@@ -290,7 +231,7 @@ func describe(u *url.URL) string {
 }
 
 // The URL helpers below are for drivers. Their errors carry no package
-// prefix: the driver adds its own ("zklock: open: …"), once.
+// prefix: the driver adds its own, once.
 
 // URLHosts returns the comma-separated host:port list of a backend URL. An
 // empty list, an empty element, or an element without a port (1 to 65535)
@@ -318,16 +259,13 @@ func validPort(p string) bool {
 }
 
 // URLPath returns the namespace of a backend URL: its path without the
-// slash that ends the host list, and without a trailing slash ("" when the
-// URL has no path). So "etcd://h:2379/app/locks" gives "app/locks" and
-// "etcd://h:2379//app/locks" gives "/app/locks"; drivers pass it to their
-// namespace option (etcdlock.WithPrefix, zklock.WithRoot), where a leading
-// slash is kept as written on etcd and makes no difference on ZooKeeper.
-//
-// The namespace must be a valid lock name (see [ValidateName]) after an
-// optional leading and trailing slash, and must not start with the segment
-// "zookeeper"; anything else is an error wrapping [ErrInvalidConfig]. Both
-// backends check their namespace options with the same rule.
+// slash that ends the host list and without a trailing slash ("" for no
+// path), so "etcd://h:2379/app/locks" gives "app/locks" and
+// "etcd://h:2379//app/locks" gives "/app/locks". The namespace follows
+// the rule of etcdlock.WithPrefix and zklock.WithRoot: a valid lock name
+// after an optional leading and trailing slash, not starting with the
+// segment "zookeeper". Anything else is an error wrapping
+// [ErrInvalidConfig].
 func URLPath(u *url.URL) (string, error) {
 	if u == nil {
 		return "", fmt.Errorf("URL path: %w: nil URL", ErrInvalidConfig)
@@ -357,12 +295,7 @@ func CheckQuery(u *url.URL, allowed ...string) (url.Values, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s URL %q: %w: query: %w", u.Scheme, describe(u), ErrInvalidConfig, err)
 	}
-	keys := make([]string, 0, len(q))
-	for k := range q {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys) // report the same key every time
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(q)) { // the same key every time
 		if !slices.Contains(allowed, k) {
 			return nil, fmt.Errorf("%s URL %q: %w: unknown query key %q (known: %s)", u.Scheme, describe(u), ErrInvalidConfig, k, strings.Join(allowed, ", "))
 		}
