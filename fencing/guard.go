@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,12 +13,9 @@ import (
 	"github.com/fencelock/fencelock/internal/telemetry"
 )
 
-// ErrInvalidConfig is wrapped by constructors in this package and its
-// sub-packages when given a bad value: a non-positive resource limit, a nil
-// database, a table name that is not a plain SQL identifier, and so on.
-// lock.ErrInvalidConfig is the same value, so one errors.Is test covers the
-// lock side and the resource side. Like every sentinel of this module, its
-// text has no package prefix; the function that returns it adds one.
+// ErrInvalidConfig is wrapped by this package and its sub-packages when
+// given a bad value (a non-positive limit, a nil database, a bad table
+// name…). It is the same value as lock.ErrInvalidConfig.
 var ErrInvalidConfig = errors.New("invalid configuration")
 
 // DefaultMaxResources is the number of resources a zero [Guard] remembers
@@ -30,28 +28,25 @@ const DefaultMaxResources = 1 << 16
 // write with a lower token can land after a write with a higher one.
 //
 // The zero Guard is ready to use, remembers up to [DefaultMaxResources]
-// resources and records no metrics; [NewGuard] sets another limit and,
-// with [WithMeterProvider], counts the Guard's decisions. A Guard must not
-// be copied after first use. It is safe for concurrent use. A nil *Guard
-// refuses every write with an error wrapping [ErrInvalidConfig].
+// resources and records no metrics; [NewGuard] sets another limit and
+// options. A Guard must not be copied after first use. It is safe for
+// concurrent use. A nil *Guard refuses every write with an error wrapping
+// [ErrInvalidConfig].
 //
 // # A failed write still fences
 //
-// Apply records the token as soon as the check passes, before the write
-// runs. A write that then fails or panics has still shown that a grant with
-// that token exists, so every holder with a lower token has lost the lock
-// and stays refused. The newer holder itself retries: equal tokens are
-// accepted.
+// Apply records the token before the write runs. A write that then fails
+// or panics has still shown that a grant with that token exists, so every
+// lower token stays refused; the newer holder may retry with its own.
 //
 // # Bounded memory
 //
-// A Guard tracks at most its limit of idle resources. When it needs room it
-// forgets the least recently used one and raises a floor to its highest
-// token; a resource the Guard does not know starts at the floor. This is
-// always safe, and live when all tokens come from one counter, as package
-// lock promises for one deployment: only a holder older than the evicted
-// tokens can be refused. With independent token sources, give each its own
-// Guard, or a limit above the number of resources.
+// When a Guard needs room it forgets the least recently used idle
+// resource and raises a floor to its highest token; a resource it does not
+// know starts at the floor. This is always safe, and live when all tokens
+// come from one counter, as package lock promises for one deployment.
+// With independent token sources, give each its own Guard, or a limit
+// above the number of resources (docs/design/fencing.md).
 type Guard struct {
 	mu      sync.Mutex
 	limit   int               // 0 means DefaultMaxResources
@@ -61,16 +56,14 @@ type Guard struct {
 	tel     *telemetry.Telemetry
 }
 
-// Option configures the metrics of a [Guard]. A Guard records no spans,
-// since Apply takes no context; sqlfence and httpfence, which have one,
-// have options of their own for metrics and spans.
-// Leaving an option out records nothing; giving a nil provider is an
-// error wrapping [ErrInvalidConfig].
+// Option configures the metrics of a [Guard] (it records no spans: Apply
+// takes no context). A nil provider is an error wrapping
+// [ErrInvalidConfig].
 type Option func(*options)
 
 type options struct {
-	tel  telemetry.Config
-	errs []error
+	tel telemetry.Config
+	err error // the first bad option's
 }
 
 // WithMeterProvider makes the Guard count its decisions on the counter
@@ -78,13 +71,7 @@ type options struct {
 // "guard" and fencelock.decision "accepted" or "rejected" (see
 // lock.WithMeterProvider for every instrument). It must not be nil.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(o *options) { o.check(o.tel.SetMeterProvider(mp)) }
-}
-
-func (o *options) check(err error) {
-	if err != nil {
-		o.errs = append(o.errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
-	}
+	return func(o *options) { o.err = cmp.Or(o.err, o.tel.SetMeterProvider(mp)) }
 }
 
 // guardHelper is the helper attribute of a Guard's decisions.
@@ -119,8 +106,8 @@ func NewGuard(maxResources int, opts ...Option) (*Guard, error) {
 		}
 		opt(&o)
 	}
-	if len(o.errs) > 0 {
-		return nil, fmt.Errorf("fencing: new guard: %w", o.errs[0])
+	if o.err != nil {
+		return nil, fmt.Errorf("fencing: new guard: %w: %w", ErrInvalidConfig, o.err)
 	}
 	g := &Guard{limit: maxResources}
 	g.tel, _ = telemetry.New("", o.tel) // a refused instrument stays a no-op
@@ -128,23 +115,16 @@ func NewGuard(maxResources int, opts ...Option) (*Guard, error) {
 }
 
 // Apply runs fn if token is not lower than the highest token accepted for
-// resource, and records token as the new highest. The check, the record and
-// fn form one critical section per resource: two Apply calls for the same
-// resource never overlap, while calls for different resources run in
-// parallel.
+// resource (any string), and records token as the new highest. The check,
+// the record and fn form one critical section per resource; calls for
+// different resources run in parallel.
 //
-// A lower token is rejected with a [*StaleTokenError] and fn does not run. A
-// zero token is rejected with an error wrapping [ErrInvalidToken], a nil fn
-// with one wrapping [ErrInvalidConfig]. Otherwise Apply returns fn's error
-// unchanged; the token is recorded even when fn fails or panics (see "A
-// failed write still fences" on [Guard]).
-//
-// fn must not call Apply for the same resource on the same Guard: it would
-// wait for itself. Keep fn short — it holds up every other writer of the
-// resource.
-//
-// Any string names a resource, including the empty string. A nil Guard
-// is an error wrapping [ErrInvalidConfig].
+// A lower token is rejected with a [*StaleTokenError] and fn does not run.
+// A zero token is an error wrapping [ErrInvalidToken], a nil fn or Guard
+// one wrapping [ErrInvalidConfig]. Otherwise Apply returns fn's error
+// unchanged; the token stays recorded even when fn fails or panics. fn
+// must be short and must not call Apply for the same resource on the same
+// Guard: it would wait for itself.
 func (g *Guard) Apply(resource string, token Token, fn func() error) error {
 	if g == nil {
 		return fmt.Errorf("fencing: apply %q: %w: nil guard", resource, ErrInvalidConfig)
@@ -160,15 +140,11 @@ func (g *Guard) Apply(resource string, token Token, fn func() error) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if highest := Token(e.highest.Load()); token < highest {
-		if g.tel != nil {
-			g.tel.Decide(context.Background(), guardHelper, telemetry.Rejected)
-		}
+		g.tel.Decide(context.Background(), guardHelper, telemetry.Rejected)
 		return &StaleTokenError{Resource: resource, Token: token, Highest: highest}
 	}
 	e.highest.Store(uint64(token))
-	if g.tel != nil {
-		g.tel.Decide(context.Background(), guardHelper, telemetry.Accepted)
-	}
+	g.tel.Decide(context.Background(), guardHelper, telemetry.Accepted)
 	return fn()
 }
 

@@ -2,48 +2,31 @@
 // protects.
 //
 // A lock service can only promise that no two clients hold a lock at the
-// same instant according to the service. A holder that is paused (garbage
-// collection, a stalled VM), partitioned or simply slow may still act after
-// its lease has ended, and nothing the lock service does can stop a write
-// that is already on its way. A fencing token closes that gap: every grant of
-// a lock carries a [Token] larger than the token of every earlier grant of
-// the same lock, the holder sends it with each write, and the resource
-// refuses any write whose token is lower than the highest it has accepted.
-//
-// Equal tokens are accepted: one grant may write many times. A lower token is
-// rejected with a [*StaleTokenError], which matches [ErrStaleToken] under
-// [errors.Is].
-//
-// The check and the write must be one atomic step. "Check the token, then
-// write" is itself a race: with tokens 7 and 8 in flight, "check 7 ok, check
-// 8 ok, write 8, write 7" lands the stale write last.
-//
-// # Where tokens come from
+// same instant according to the service. A holder that is paused,
+// partitioned or slow may still act after its lease has ended, and nothing
+// the lock service does can stop a write already on its way. A fencing
+// token closes that gap: every grant carries a [Token] larger than that of
+// every earlier grant of the lock, the holder sends it with each write, and
+// the resource refuses a write whose token is lower than the highest it
+// has accepted. Equal tokens are accepted (one grant, many writes); a lower
+// one is rejected with a [*StaleTokenError], which matches [ErrStaleToken].
+// The check and the write must be one atomic step, as every helper here
+// makes them (docs/design/fencing.md).
 //
 // A resource compares the tokens of one source: one lock deployment (an
-// etcd cluster, a ZooKeeper ensemble). Package lock promises that such a
-// source draws the tokens of all lock names from one counter. [Guard]'s
-// correctness never depends on that: it remembers a bounded number of
-// resources and, when it forgets one, raises a floor to that resource's
-// highest token, which can only make it refuse more. Its liveness does:
-// with tokens from one counter, a new grant is always at or above the
-// floor; with independent counters per resource, a forgotten resource with
-// high tokens can hold back another one with low tokens. See "Bounded
-// memory" on Guard for why it does not keep a floor per resource.
+// etcd cluster, a ZooKeeper ensemble), which draws the tokens of all lock
+// names from one counter. See "Bounded memory" on [Guard] for what that
+// means for a Guard.
 //
 // # Shared grants and semaphore permits
 //
-// A token check assumes one holder at a time. It still protects the
-// writes of a read-write lock's writer: a writer's token exceeds the token
-// of every reader admitted before it (lock.SharedLocker), so once the
-// writer has written, a paused reader's late write is refused. It does not
-// fit holders that hold at once, such as the readers among themselves or
-// the permits of a semaphore: the write of the holder with the higher
-// token would lock out the others while they still hold. Protect those
-// writes with the backends' guarded writes instead (etcdlock.GuardedTxn,
-// zklock.GuardedMulti): they apply a write only while the lease's own
-// record exists, in the same transaction, so a write that arrives after
-// the lease ended is refused whoever else holds.
+// A token check assumes one holder at a time. It still protects a
+// read-write lock's writer, whose token exceeds that of every reader
+// admitted before it. It does not fit holders that hold at once (readers
+// among themselves, semaphore permits): the higher token would lock out
+// the others while they still hold. Protect those writes with the
+// backends' guarded writes (etcdlock.GuardedTxn, zklock.GuardedMulti),
+// which apply a write only while the lease's own record exists.
 package fencing
 
 import (

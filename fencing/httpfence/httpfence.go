@@ -25,6 +25,7 @@
 package httpfence
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -89,13 +90,11 @@ type ErrorBody struct {
 //   - [ErrMissingToken]: 400 Bad Request, {"error":"missing_token",…}
 //   - any other error wrapping [fencing.ErrInvalidToken]: 400 Bad Request,
 //     {"error":"invalid_token","detail":"…"}
-//   - anything else: 500 Internal Server Error, {"error":"internal_error"},
-//     without details, which may be private; so is a nil err, which is
-//     a bug in the caller.
+//   - anything else, nil included: 500 Internal Server Error,
+//     {"error":"internal_error"}, without details, which may be private.
 //
-// A nil w writes nothing.
-// Tokens are JSON numbers; etcd revisions and ZooKeeper zxids stay far below
-// 2^53, where JavaScript numbers lose precision.
+// A nil w writes nothing. Tokens are JSON numbers; etcd revisions and
+// ZooKeeper zxids stay far below 2^53, where JavaScript loses precision.
 func WriteError(w http.ResponseWriter, err error) {
 	if nilcheck.IsNil(w) {
 		return
@@ -122,26 +121,20 @@ func WriteError(w http.ResponseWriter, err error) {
 	_ = json.NewEncoder(w).Encode(body) // the status is out; nothing to do if the client is gone
 }
 
-// Handler returns a handler that enforces the request's fencing token for
-// the resource resourceOf names, then serves the request with next inside
-// g's critical section for that resource.
+// Handler returns a handler that checks the request's fencing token for
+// the resource resourceOf names and serves the request with next inside
+// g's critical section for that resource. Were next run after the check
+// instead, a request with token 7 could be checked, overtaken by one with
+// token 8, and write last; so requests for one resource are handled one
+// at a time: keep next short, and never let it wait for another request
+// to the same resource. The token is recorded once the check passes,
+// whatever next then does.
 //
-// Running next inside the critical section is the point: if the handler
-// ran after the check instead, a request with token 7 could be checked,
-// then overtaken by a request with token 8, and write last. The price is
-// that requests for the same resource are handled one at a time; keep next
-// short, and never let it wait for another request to the same resource.
-//
-// The token is recorded once the check passes, whatever next then does (see
-// [fencing.Guard]). A nil g, resourceOf or next is an error wrapping
-// [fencing.ErrInvalidConfig], and so is a next that is an interface
-// holding a nil pointer or function, a nil option, or an option given a
-// nil provider.
-//
-// With [WithMeterProvider] the handler counts its decisions under the
-// helper "httpfence" (g counts its own under "guard" if it was given a
-// provider too); with [WithTracerProvider] it records a span
-// fencelock.fenced_write around each request it checks.
+// A nil g, resourceOf or next (also a nil pointer or function in next), a
+// nil option or one given a nil provider is an error wrapping
+// [fencing.ErrInvalidConfig]. [WithMeterProvider] counts the decisions
+// under the helper "httpfence"; [WithTracerProvider] records a span
+// fencelock.fenced_write around each request checked.
 func Handler(g *fencing.Guard, resourceOf func(*http.Request) string, next http.Handler, opts ...Option) (http.Handler, error) {
 	if g == nil || resourceOf == nil || nilcheck.IsNil(next) {
 		return nil, fmt.Errorf("httpfence: handler: %w: nil guard, resource function or next handler", fencing.ErrInvalidConfig)
@@ -153,8 +146,8 @@ func Handler(g *fencing.Guard, resourceOf func(*http.Request) string, next http.
 		}
 		opt(&o)
 	}
-	if len(o.errs) > 0 {
-		return nil, fmt.Errorf("httpfence: handler: %w", o.errs[0])
+	if o.err != nil {
+		return nil, fmt.Errorf("httpfence: handler: %w: %w", fencing.ErrInvalidConfig, o.err)
 	}
 	tel, _ := telemetry.New("", o.tel) // a refused instrument stays a no-op
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -187,8 +180,8 @@ func Handler(g *fencing.Guard, resourceOf func(*http.Request) string, next http.
 type Option func(*options)
 
 type options struct {
-	tel  telemetry.Config
-	errs []error
+	tel telemetry.Config
+	err error // the first bad option's
 }
 
 // helper is the helper attribute of Handler's decisions.
@@ -199,19 +192,13 @@ const helper = "httpfence"
 // "httpfence" and fencelock.decision "accepted" or "rejected" (see
 // lock.WithMeterProvider for every instrument). It must not be nil.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(o *options) { o.check(o.tel.SetMeterProvider(mp)) }
+	return func(o *options) { o.err = cmp.Or(o.err, o.tel.SetMeterProvider(mp)) }
 }
 
 // WithTracerProvider makes Handler record a span around each request it
 // checks. It must not be nil.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) { o.check(o.tel.SetTracerProvider(tp)) }
-}
-
-func (o *options) check(err error) {
-	if err != nil {
-		o.errs = append(o.errs, fmt.Errorf("%w: %w", fencing.ErrInvalidConfig, err))
-	}
+	return func(o *options) { o.err = cmp.Or(o.err, o.tel.SetTracerProvider(tp)) }
 }
 
 // Transport is an [http.RoundTripper] that sends the token of a lease in
@@ -230,12 +217,11 @@ type Transport struct {
 }
 
 // RoundTrip sends a copy of req carrying the lease's token. If the lease
-// has ended it sends nothing and returns an error wrapping the lease's
-// [lock.Lease.Err] (so [lock.ErrLost] or [lock.ErrReleased]). A nil
-// Transport, a nil Lease (also a nil pointer of a lease type, such as a
-// nil *etcdlock.Lease), a nil req or one without a URL is an error wrapping
-// [fencing.ErrInvalidConfig]. An [http.Client] wraps these in a *url.Error,
-// which errors.Is sees through.
+// has ended it sends nothing and returns an error wrapping the lease's Err
+// (so lock.ErrLost or lock.ErrReleased). A nil Transport or Lease (also a
+// nil pointer of a lease type), a nil req or one without a URL is an error
+// wrapping [fencing.ErrInvalidConfig], which errors.Is finds through an
+// [http.Client]'s *url.Error.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req == nil || req.URL == nil {
 		if req != nil {

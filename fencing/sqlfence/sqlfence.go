@@ -3,47 +3,29 @@
 //
 // A [Store] keeps the highest accepted token of each resource in a table
 // (by default [DefaultTable]: resource TEXT PRIMARY KEY, token BIGINT). Its
-// check is not a read followed by a write but one conditional upsert:
+// check is one conditional upsert, not a read followed by a write, and
+// [Store.Apply] commits it together with the caller's write: a write with
+// a stale token is never committed, and no write with a lower token can
+// commit after one with a higher token (docs/design/fencing.md says why).
 //
-//	INSERT INTO fencing_tokens (resource, token) VALUES ($1, $2)
-//	ON CONFLICT (resource) DO UPDATE SET token = excluded.token
-//	WHERE fencing_tokens.token <= excluded.token
-//
-// which changes a row only if the new token is not lower than the stored
-// one. [Store.Apply] runs that statement and then the caller's write in one
-// transaction and commits both together, so a write with a stale token is
-// never committed, and no write with a lower token can commit after one
-// with a higher token.
-//
-// # Why concurrent writers are ordered correctly
-//
-// On PostgreSQL, at the default READ COMMITTED isolation, the upsert locks
-// the resource's row, also when its WHERE is false. A second transaction for
-// the same resource waits for that lock; when the first commits, PostgreSQL
-// re-evaluates the WHERE against the newly committed token. So the holder of
-// token 7 that arrives while token 8's transaction is open waits, sees 8, and
-// is rejected; and if 7 got there first, 8 waits for 7's write to commit and
-// then lands on top of it. At REPEATABLE READ or SERIALIZABLE (see
-// [WithTxOptions]) the waiting transaction fails with a serialization error
-// (SQLSTATE 40001) instead, and the caller retries it.
-//
-// SQLite has one writer at a time: the upsert takes the database's write
-// lock, which the transaction keeps until it ends. Open the database with a
-// busy timeout (and preferably immediate transactions) so that concurrent
+// On PostgreSQL at the default READ COMMITTED isolation, concurrent
+// writers of one resource wait for each other; at REPEATABLE READ or
+// SERIALIZABLE ([WithTxOptions]) the waiting transaction fails with a
+// serialization error (SQLSTATE 40001) instead, and the caller retries
+// it. SQLite has one writer at a time: open the database with a busy
+// timeout (and preferably immediate transactions) so that concurrent
 // writers wait rather than fail with SQLITE_BUSY.
 //
-// # Limits
-//
-// Tokens are uint64, SQL BIGINT is signed: a token above [math.MaxInt64] is
-// rejected with an error wrapping [fencing.ErrInvalidToken]. etcd revisions
-// and ZooKeeper zxids are far below it. The helper works on PostgreSQL and
-// SQLite (3.24 or later), which both support ON CONFLICT ... DO UPDATE ...
-// WHERE; MySQL does not and is not supported. sqlfence imports no driver:
-// register one yourself (for example github.com/jackc/pgx/v5/stdlib or
-// modernc.org/sqlite).
+// Tokens above [math.MaxInt64] (SQL BIGINT is signed) are rejected with an
+// error wrapping [fencing.ErrInvalidToken]; etcd revisions and ZooKeeper
+// zxids are far below. PostgreSQL and SQLite 3.24 or later are supported;
+// MySQL, which lacks ON CONFLICT ... DO UPDATE ... WHERE, is not.
+// sqlfence imports no driver: register one yourself (for example
+// github.com/jackc/pgx/v5/stdlib or modernc.org/sqlite).
 package sqlfence
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -93,7 +75,7 @@ type options struct {
 	table  string
 	txOpts *sql.TxOptions
 	tel    telemetry.Config
-	errs   []error
+	err    error // the first bad option's
 }
 
 // WithMeterProvider makes the Store count its decisions on the counter
@@ -101,20 +83,14 @@ type options struct {
 // "sqlfence" and fencelock.decision "accepted" or "rejected" (see
 // lock.WithMeterProvider for every instrument). It must not be nil.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(o *options) { o.check(o.tel.SetMeterProvider(mp)) }
+	return func(o *options) { o.err = cmp.Or(o.err, o.tel.SetMeterProvider(mp)) }
 }
 
 // WithTracerProvider makes [Store.Apply] record a span,
 // fencelock.fenced_write, with the token as the attribute
 // fencelock.token. It must not be nil.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) { o.check(o.tel.SetTracerProvider(tp)) }
-}
-
-func (o *options) check(err error) {
-	if err != nil {
-		o.errs = append(o.errs, fmt.Errorf("%w: %w", fencing.ErrInvalidConfig, err))
-	}
+	return func(o *options) { o.err = cmp.Or(o.err, o.tel.SetTracerProvider(tp)) }
 }
 
 // helper is the helper attribute of a Store's decisions.
@@ -157,8 +133,8 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
 		}
 		opt(&o)
 	}
-	if len(o.errs) > 0 {
-		return nil, fmt.Errorf("sqlfence: new: %w", o.errs[0])
+	if o.err != nil {
+		return nil, fmt.Errorf("sqlfence: new: %w: %w", fencing.ErrInvalidConfig, o.err)
 	}
 	if db == nil {
 		return nil, fmt.Errorf("sqlfence: new: %w: nil database", fencing.ErrInvalidConfig)
@@ -246,21 +222,20 @@ func (s *Store) CreateTable(ctx context.Context) error {
 	return nil
 }
 
-// Apply runs fn in a transaction that first records token for resource, and
-// commits the two together. If a higher token was already recorded, nothing
-// is written and Apply returns a [*fencing.StaleTokenError] whose Highest
-// was read in the same transaction.
+// Apply runs fn in a transaction that first records token for resource,
+// and commits the two together. If a higher token was already recorded,
+// nothing is written and Apply returns a [*fencing.StaleTokenError] whose
+// Highest was read in the same transaction.
 //
 // If fn returns an error, its writes are rolled back to a savepoint taken
-// after the check, the token alone is committed, and Apply returns fn's
-// error unchanged (joined with a second error if recording the token
-// failed too). As with [fencing.Guard], a failed write still fences off
-// every holder with a lower token; the holder itself may retry with the
-// same token. If fn panics, the whole transaction is rolled back.
+// after the check, the token alone is committed (a failed write still
+// fences, as with [fencing.Guard]), and Apply returns fn's error unchanged,
+// joined with a second error if recording the token failed too. If fn
+// panics, the whole transaction is rolled back. fn must use tx for every
+// statement the token protects, and must not commit or roll it back.
 //
-// fn must use tx for every statement that the token protects, and must not
-// commit or roll it back. A zero token or one above [math.MaxInt64] is an
-// error wrapping [fencing.ErrInvalidToken]; a nil fn is an error wrapping
+// A zero token or one above [math.MaxInt64] is an error wrapping
+// [fencing.ErrInvalidToken]; a nil fn one wrapping
 // [fencing.ErrInvalidConfig].
 func (s *Store) Apply(ctx context.Context, resource string, token fencing.Token, fn func(tx *sql.Tx) error) error {
 	if err := s.usable(ctx, "apply", resource); err != nil {

@@ -1,13 +1,8 @@
 // Package telemetry holds the one copy of fencelock's metric instruments
-// and spans, which both backends, the election and the fencing helpers
-// share: their names, units, attributes and the rule that a lock name is
-// never an attribute unless the user maps it.
-//
-// Everything is a no-op until a MeterProvider (metrics) or a
-// TracerProvider (spans) is given: a nil *Telemetry, or one made from a
-// zero Config, records nothing and allocates nothing. The package imports
-// neither lock nor fencing, so that both can use it; callers pass the
-// outcome of a call as one of the words below.
+// and spans (names, units, attributes), shared by both backends, the
+// election and the fencing helpers. A nil *Telemetry, or one made from a
+// zero Config, records nothing and allocates nothing. A lock name is never
+// an attribute unless the user maps it.
 package telemetry
 
 import (
@@ -26,23 +21,9 @@ import (
 	"github.com/fencelock/fencelock/internal/nilcheck"
 )
 
-// Scope is the instrumentation scope of every meter and tracer.
-const Scope = "github.com/fencelock/fencelock"
-
-// The instruments' names. lock.WithMeterProvider lists their units and
-// attributes.
-const (
-	AcquireDuration  = "fencelock.acquire.duration"
-	HoldDuration     = "fencelock.hold.duration"
-	LeasesHeld       = "fencelock.leases.held"
-	AcquiresWaiting  = "fencelock.acquisitions.waiting"
-	LeasesLost       = "fencelock.leases.lost"
-	SessionStarts    = "fencelock.session.starts"
-	SessionEnds      = "fencelock.session.ends"
-	FencingDecisions = "fencelock.fencing.decisions"
-	ElectionLeader   = "fencelock.election.leader"
-	ElectionChanges  = "fencelock.election.changes"
-)
+// scope is the instrumentation scope of every meter and tracer; the
+// instruments are listed on lock.WithMeterProvider.
+const scope = "github.com/fencelock/fencelock"
 
 // The attribute keys.
 const (
@@ -58,7 +39,7 @@ const (
 	KeyChange   = attribute.Key("fencelock.change")
 )
 
-// Outcomes of an acquisition (the outcome attribute of AcquireDuration).
+// Outcomes of an acquisition (the outcome attribute of fencelock.acquire.duration).
 const (
 	Granted   = "granted"   // the call returned a lease
 	Locked    = "locked"    // TryAcquire found the lock held
@@ -68,26 +49,17 @@ const (
 )
 
 // Reasons a lease ends without its own Release (the reason attribute of
-// LeasesLost and, with Closed, of SessionEnds).
+// fencelock.leases.lost and, with Closed, of fencelock.session.ends), as
+// lock.WithMeterProvider documents them.
 const (
-	// Expired: the server ended the session (an etcd session lease not
-	// found, expired or revoked with its lease ID; a ZooKeeper session
-	// expired or replaced).
-	Expired = "expired"
-	// Deleted: the lease's record was deleted by someone else (the
-	// Revoker interface, or by hand) or vanished with its lock's parent.
-	Deleted = "deleted"
-	// Disconnected: the Locker heard nothing from the servers until its
-	// local loss deadline, or its connection was closed under it.
-	Disconnected = "disconnected"
-	// Revoked: the Locker ended its own session because it could not
-	// delete a record it had to (the session's expiry then removes it).
-	Revoked = "revoked"
-	// Closed: the Locker was closed while the lease was held.
-	Closed = "closed"
+	Expired      = "expired"      // the server ended the session
+	Deleted      = "deleted"      // someone else deleted the record
+	Disconnected = "disconnected" // nothing heard until the loss deadline
+	Revoked      = "revoked"      // the Locker ended its own session
+	Closed       = "closed"       // the Locker was closed
 )
 
-// Fencing decisions (the decision attribute of FencingDecisions).
+// Fencing decisions (the decision attribute of fencelock.fencing.decisions).
 const (
 	Accepted = "accepted"
 	Rejected = "rejected"
@@ -155,8 +127,8 @@ type Config struct {
 	NameAttribute func(name string) string
 }
 
-// SetMeterProvider sets c's meter provider. nil, or a typed nil, is an
-// error, without a sentinel: the caller wraps its own.
+// SetMeterProvider sets c's meter provider; a nil or typed nil one is an
+// error without a sentinel (the caller wraps its own).
 func (c *Config) SetMeterProvider(mp metric.MeterProvider) error {
 	if nilcheck.IsNil(mp) {
 		return errors.New("meter provider: nil")
@@ -165,8 +137,7 @@ func (c *Config) SetMeterProvider(mp metric.MeterProvider) error {
 	return nil
 }
 
-// SetTracerProvider sets c's tracer provider. nil, or a typed nil, is an
-// error, without a sentinel: the caller wraps its own.
+// SetTracerProvider is SetMeterProvider for the tracer provider.
 func (c *Config) SetTracerProvider(tp trace.TracerProvider) error {
 	if nilcheck.IsNil(tp) {
 		return errors.New("tracer provider: nil")
@@ -185,12 +156,9 @@ type Telemetry struct {
 	tracer   trace.Tracer // nil: no spans
 	instruments
 
-	// sets holds the attribute sets measured so far, as options (a
-	// setKey's *options), so that a measurement neither builds nor
-	// sorts one: the sets without a mapped name are few (their
-	// attributes are this package's words and the callers' kinds and
-	// helpers); named counts those with one, which stop being kept
-	// at about maxNamed.
+	// sets maps a setKey to its *options, built once so that a
+	// measurement neither builds nor sorts a set; named counts those with
+	// a mapped name, which stop being kept at about maxNamed.
 	sets  sync.Map
 	named atomic.Int64
 }
@@ -244,52 +212,54 @@ func New(backend string, cfg Config) (*Telemetry, error) {
 	}
 	t := &Telemetry{backend: backend, nameAttr: cfg.NameAttribute}
 	if cfg.TracerProvider != nil {
-		t.tracer = cfg.TracerProvider.Tracer(Scope)
+		t.tracer = cfg.TracerProvider.Tracer(scope)
 	}
 	if cfg.MeterProvider == nil {
 		return t, nil
 	}
-	m := cfg.MeterProvider.Meter(Scope)
+	m := cfg.MeterProvider.Meter(scope)
 	if m == nil {
 		return t, errors.New("the meter provider returned no meter")
 	}
 	t.meter = true
 	var errs []error
-	hist := func(name, desc string) metric.Float64Histogram {
-		h, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(durationBuckets...))
-		errs = append(errs, err)
-		if h == nil {
-			return noop.Float64Histogram{}
-		}
-		return h
-	}
-	counter := func(name, unit, desc string) metric.Int64Counter {
-		c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		errs = append(errs, err)
-		if c == nil {
-			return noop.Int64Counter{}
-		}
-		return c
-	}
-	updown := func(name, unit, desc string) metric.Int64UpDownCounter {
-		c, err := m.Int64UpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
-		errs = append(errs, err)
-		if c == nil {
-			return noop.Int64UpDownCounter{}
-		}
-		return c
-	}
-	t.acquireDur = hist(AcquireDuration, "Time from the start of an acquisition to its end: granted, locked, cancelled, lost or error.")
-	t.holdDur = hist(HoldDuration, "Time from a grant to the end of the lease: released, lost or closed.")
-	t.held = updown(LeasesHeld, "{lease}", "Leases granted and not yet ended.")
-	t.waiting = updown(AcquiresWaiting, "{acquisition}", "Acquire calls in progress (TryAcquire calls are not counted).")
-	t.lost = counter(LeasesLost, "{lease}", "Leases that ended without their own Release, by reason.")
-	t.sessStarts = counter(SessionStarts, "{session}", "Sessions begun.")
-	t.sessEnds = counter(SessionEnds, "{session}", "Sessions ended, by reason (closed, or why it was lost).")
-	t.decisions = counter(FencingDecisions, "{decision}", "Fenced writes accepted or rejected as stale, by helper.")
-	t.leader = updown(ElectionLeader, "{leader}", "1 while this process leads the election, else 0.")
-	t.changes = counter(ElectionChanges, "{change}", "Terms this candidate began (elected) and ended (ended).")
+	hist := keep(&errs, metric.Float64Histogram(noop.Float64Histogram{}))
+	counter := keep(&errs, metric.Int64Counter(noop.Int64Counter{}))
+	updown := keep(&errs, metric.Int64UpDownCounter(noop.Int64UpDownCounter{}))
+	secs := []metric.Float64HistogramOption{metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(durationBuckets...)}
+	t.acquireDur = hist(m.Float64Histogram("fencelock.acquire.duration", append(secs, metric.WithDescription(
+		"Time from the start of an acquisition to its end: granted, locked, cancelled, lost or error."))...))
+	t.holdDur = hist(m.Float64Histogram("fencelock.hold.duration", append(secs, metric.WithDescription(
+		"Time from a grant to the end of the lease: released, lost or closed."))...))
+	t.held = updown(m.Int64UpDownCounter("fencelock.leases.held", metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases granted and not yet ended.")))
+	t.waiting = updown(m.Int64UpDownCounter("fencelock.acquisitions.waiting", metric.WithUnit("{acquisition}"),
+		metric.WithDescription("Acquire calls in progress (TryAcquire calls are not counted).")))
+	t.lost = counter(m.Int64Counter("fencelock.leases.lost", metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases that ended without their own Release, by reason.")))
+	t.sessStarts = counter(m.Int64Counter("fencelock.session.starts", metric.WithUnit("{session}"),
+		metric.WithDescription("Sessions begun.")))
+	t.sessEnds = counter(m.Int64Counter("fencelock.session.ends", metric.WithUnit("{session}"),
+		metric.WithDescription("Sessions ended, by reason (closed, or why it was lost).")))
+	t.decisions = counter(m.Int64Counter("fencelock.fencing.decisions", metric.WithUnit("{decision}"),
+		metric.WithDescription("Fenced writes accepted or rejected as stale, by helper.")))
+	t.leader = updown(m.Int64UpDownCounter("fencelock.election.leader", metric.WithUnit("{leader}"),
+		metric.WithDescription("1 while this process leads the election, else 0.")))
+	t.changes = counter(m.Int64Counter("fencelock.election.changes", metric.WithUnit("{change}"),
+		metric.WithDescription("Terms this candidate began (elected) and ended (ended).")))
 	return t, errors.Join(errs...)
+}
+
+// keep returns a function that passes on an instrument, or none when the
+// provider returned nil, and gathers the provider's errors in errs.
+func keep[T any](errs *[]error, none T) func(T, error) T {
+	return func(i T, err error) T {
+		*errs = append(*errs, err)
+		if any(i) == nil {
+			return none
+		}
+		return i
+	}
 }
 
 // Metrics reports whether t records metrics.
@@ -467,10 +437,9 @@ func (h Hold) End(reason string) {
 	h.Lost(reason)
 }
 
-// Counts reports whether End and Lost record anything: whether metrics
-// are on. A backend calls End only when it does, so that a held lease
-// keeps nothing for metrics that are off (the function that would call
-// End at the lease's end costs 96 bytes per held lease).
+// Counts reports whether End and Lost record anything (metrics are on),
+// so that a backend keeps no function to call End for metrics that are
+// off.
 func (h Hold) Counts() bool { return h.t != nil && h.t.meter }
 
 // Lost counts the lease as lost for reason; "" counts nothing.
@@ -505,12 +474,9 @@ func (t *Telemetry) SessionEnded(reason string) {
 	}
 }
 
-// StartWrite begins a fenced write by helper (for instance "guard",
-// "sqlfence", "etcd.txn") to resource (the lock name for a guarded write
-// on a backend, whose attribute follows the name mapping; "" for a helper
-// whose resources are not lock names) with token. Call the returned
-// function with the decision, Accepted or Rejected ("" when the write
-// failed before a decision), and the error.
+// StartWrite begins a fenced write by helper with token; lockName is the
+// lock of a backend's guarded write (mapped like any lock name), "" for
+// a resource that is not a lock. End the returned Write.
 func (t *Telemetry) StartWrite(ctx context.Context, helper, lockName string, token uint64) (context.Context, Write) {
 	if t == nil {
 		return ctx, Write{}
