@@ -1,7 +1,8 @@
 package clock
 
 import (
-	"sort"
+	"cmp"
+	"slices"
 	"sync"
 	"time"
 )
@@ -50,22 +51,16 @@ func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
 // Advance moves the fake time forward by d and fires every timer whose
 // deadline has been reached. A negative d is ignored.
 func (f *Fake) Advance(d time.Duration) {
-	if d < 0 {
-		d = 0
-	}
 	f.mu.Lock()
-	f.now = f.now.Add(d)
+	f.now = f.now.Add(max(d, 0))
 	var due []*fakeTimer
 	for t := range f.timers {
 		if !t.at.After(f.now) {
 			due = append(due, t)
 		}
 	}
-	sort.Slice(due, func(i, j int) bool {
-		if !due[i].at.Equal(due[j].at) {
-			return due[i].at.Before(due[j].at)
-		}
-		return due[i].seq < due[j].seq
+	slices.SortFunc(due, func(a, b *fakeTimer) int {
+		return cmp.Or(a.at.Compare(b.at), cmp.Compare(a.seq, b.seq))
 	})
 	for _, t := range due {
 		delete(f.timers, t)

@@ -1,10 +1,8 @@
-// Package config holds the options every backend shares and their one
-// validation: the identity rule, the logger default, the meter and tracer
-// providers and the lock-name attribute, a positive loss margin, the
-// namespace rule, and the way errors are gathered (all of them, each
-// wrapping lock.ErrInvalidConfig, with no package prefix: the backend adds
-// its own once, at its public boundary). It also holds the words both
-// backends use for what happened to a call, in metrics and logs.
+// Package config holds the options every backend shares (and lock.Open
+// gathers) with their one validation. Errors are all gathered, each
+// wrapping lock.ErrInvalidConfig, without a package prefix: the backend
+// adds its own once. It also holds the words both backends use for what
+// happened to a call, in metrics and logs.
 package config
 
 import (
@@ -33,25 +31,17 @@ const (
 	LogErr     = "err"     // the error or cause
 )
 
-// Common holds the options every backend has. Backends embed it in their
-// options struct.
+// Common holds the options every backend has; backends embed it in their
+// options struct. A zero field was not given, until Apply fills the
+// defaults of Identity (lock.DefaultIdentity) and Logger (slog.Default).
+// LossMargin and LockDelay stay 0 when not given: the backend's default
+// margin, and no lock-delay.
 type Common struct {
-	// Identity is the identity given with WithIdentity; after Apply, that
-	// or lock.DefaultIdentity().
-	Identity string
-	// Logger is the logger given with WithLogger; after Apply, that or
-	// slog.Default().
-	Logger *slog.Logger
-	// LossMargin is the margin given with WithLossMargin, or 0 when none
-	// was given (the backend then applies its own default).
+	Identity   string
+	Logger     *slog.Logger
 	LossMargin time.Duration
-	// LockDelay is the delay given with WithLockDelay, or 0 when none was
-	// given (no lock-delay: no marker is written or read).
-	LockDelay time.Duration
-
-	// Telemetry is what WithMeterProvider, WithTracerProvider and
-	// WithNameAttribute gave; its zero value records nothing.
-	Telemetry telemetry.Config
+	LockDelay  time.Duration
+	Telemetry  telemetry.Config // from WithMeterProvider, WithTracerProvider, WithNameAttribute
 
 	errs []error
 }
@@ -83,15 +73,17 @@ func (c *Common) SetLogger(l *slog.Logger) {
 // SetMeterProvider sets the meter provider; nil, or a typed nil, is an
 // error.
 func (c *Common) SetMeterProvider(mp metric.MeterProvider) {
-	if err := c.Telemetry.SetMeterProvider(mp); err != nil {
-		c.Fail("%w", err)
-	}
+	c.check(c.Telemetry.SetMeterProvider(mp))
 }
 
 // SetTracerProvider sets the tracer provider; nil, or a typed nil, is an
 // error.
 func (c *Common) SetTracerProvider(tp trace.TracerProvider) {
-	if err := c.Telemetry.SetTracerProvider(tp); err != nil {
+	c.check(c.Telemetry.SetTracerProvider(tp))
+}
+
+func (c *Common) check(err error) {
+	if err != nil {
 		c.Fail("%w", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,10 +39,10 @@ var ignored = []string{
 // Main runs the tests and then, if they passed, waits up to five seconds for
 // every goroutine they started to end. Goroutines still running are printed
 // and the binary exits with status 1.
-func Main(m *testing.M, extraIgnored ...string) {
+func Main(m *testing.M) {
 	code := m.Run()
 	if code == 0 {
-		if leaked := Wait(5*time.Second, extraIgnored...); leaked != "" {
+		if leaked := Wait(5 * time.Second); leaked != "" {
 			fmt.Fprintf(os.Stderr, "leakcheck: goroutines still running after the tests:\n\n%s\n", leaked)
 			code = 1
 		}
@@ -51,48 +52,34 @@ func Main(m *testing.M, extraIgnored ...string) {
 
 // Wait returns "" once no unexpected goroutine is left, or the stacks of the
 // ones still running when timeout expires.
-func Wait(timeout time.Duration, extraIgnored ...string) string {
+func Wait(timeout time.Duration) string {
 	deadline := time.Now().Add(timeout)
 	for {
-		leaked := Leaked(extraIgnored...)
-		if len(leaked) == 0 {
-			return ""
-		}
-		if time.Now().After(deadline) {
+		leaked := leaked()
+		if len(leaked) == 0 || time.Now().After(deadline) {
 			return strings.Join(leaked, "\n\n")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// Leaked returns the stacks of the goroutines other than the caller's and
-// those matching the ignore lists.
-func Leaked(extraIgnored ...string) []string {
+// leaked returns the stacks of the goroutines other than the caller's that
+// are not ignored.
+func leaked() []string {
 	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
+	n := runtime.Stack(buf, true)
+	for n == len(buf) {
 		buf = make([]byte, 2*len(buf))
+		n = runtime.Stack(buf, true)
 	}
-	var out []string
-	stacks := strings.Split(string(buf), "\n\n")
-	for i, s := range stacks {
-		if i == 0 { // the calling goroutine
-			continue
-		}
-		if !isIgnored(s, extraIgnored) {
-			out = append(out, s)
-		}
-	}
-	return out
+	stacks := strings.Split(string(buf[:n]), "\n\n")[1:] // the first is the caller's
+	return slices.DeleteFunc(stacks, isIgnored)
 }
 
-func isIgnored(stack string, extra []string) bool {
-	// The first frame line names the function the goroutine is parked in;
-	// the "created by" line names its creator. Match both against the lists.
+// isIgnored matches the function a goroutine is parked in (its first frame)
+// and its "created by" line against ignored; testing's entries match
+// anywhere in the stack.
+func isIgnored(stack string) bool {
 	lines := strings.Split(stack, "\n")
 	var top, creator string
 	if len(lines) > 1 {
@@ -103,12 +90,7 @@ func isIgnored(stack string, extra []string) bool {
 			creator = l
 		}
 	}
-	for _, lists := range [][]string{ignored, extra} {
-		for _, p := range lists {
-			if strings.Contains(top, p) || strings.Contains(creator, p) || (strings.HasPrefix(p, "testing.") && strings.Contains(stack, p)) {
-				return true
-			}
-		}
-	}
-	return false
+	return slices.ContainsFunc(ignored, func(p string) bool {
+		return strings.Contains(top, p) || strings.Contains(creator, p) || strings.HasPrefix(p, "testing.") && strings.Contains(stack, p)
+	})
 }

@@ -20,9 +20,6 @@ type State struct {
 	onEnd     func(error)
 }
 
-// New returns the state of a lease that is held: a new zero State.
-func New() *State { return new(State) }
-
 // closed is the Done channel of every lease that ended before its Done was
 // first called, and of a nil or zero lease (see Closed).
 var closed = func() chan struct{} {

@@ -7,7 +7,7 @@ import (
 )
 
 func TestEndOnce(t *testing.T) {
-	s := New()
+	s := new(State)
 	if err := s.Err(); err != nil {
 		t.Fatalf("Err() of a held lease = %v; want nil", err)
 	}
@@ -42,7 +42,7 @@ func TestEndOnce(t *testing.T) {
 }
 
 func TestBeginRelease(t *testing.T) {
-	s := New()
+	s := new(State)
 	if s.Releasing() {
 		t.Fatal("Releasing() of a new lease = true")
 	}
@@ -68,13 +68,13 @@ func TestEndNilPanics(t *testing.T) {
 			t.Error("End(nil) did not panic")
 		}
 	}()
-	New().End(nil)
+	new(State).End(nil)
 }
 
 func TestOnEnd(t *testing.T) {
 	errA, errB := errors.New("a"), errors.New("b")
 
-	s := New()
+	s := new(State)
 	var got []error
 	s.OnEnd(func(err error) {
 		select {
@@ -94,7 +94,7 @@ func TestOnEnd(t *testing.T) {
 	}
 
 	// Set after the end: called at once, with the error.
-	ended := New()
+	ended := new(State)
 	ended.End(errB)
 	var late []error
 	ended.OnEnd(func(err error) { late = append(late, err) })

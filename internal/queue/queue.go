@@ -1,15 +1,16 @@
-// Package queue holds the rules that every backend applies to a name's
-// queue of requests (documented on lock.SharedLocker): which kinds of
-// request may share a queue, which requests are admitted, which records a
-// waiter watches and which admitted requests touch their record to wake
-// the waiter behind them, and how a request's kind is written into its record's
-// key (etcd) or znode name (ZooKeeper), so that one listing of the queue
-// tells every record's kind without reading the records.
+// Package queue holds the rules every backend applies to a name's queue of
+// requests (documented on lock.SharedLocker, in full in
+// docs/design/queue.md): which kinds of request may share a queue, which
+// are admitted, which records a waiter watches, which admitted requests
+// touch their record to wake the waiter behind them, and how a request's
+// kind is written into its record's name.
 package queue
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // Kind is what a request asks for.
@@ -80,22 +81,18 @@ func (r Request) Tag() string {
 // ParseTag is the inverse of Tag. It accepts exactly the strings Tag
 // returns: no sign, no leading zero, a limit from 1 to MaxLimit.
 func ParseTag(tag string) (Request, bool) {
-	switch {
-	case tag == "":
+	switch tag {
+	case "":
 		return ExclusiveRequest, true
-	case tag == "r":
+	case "r":
 		return SharedRequest, true
-	case len(tag) < 2 || len(tag) > 11 || tag[0] != 's' || tag[1] == '0':
+	}
+	rest, ok := strings.CutPrefix(tag, "s")
+	if !ok || rest == "" || rest[0] < '1' || rest[0] > '9' {
 		return Request{}, false
 	}
-	n := 0
-	for _, c := range tag[1:] {
-		if c < '0' || c > '9' {
-			return Request{}, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	if n > MaxLimit {
+	n, err := strconv.Atoi(rest)
+	if err != nil || n > MaxLimit {
 		return Request{}, false
 	}
 	return PermitRequest(n), true
@@ -112,6 +109,11 @@ func compatible(a, b Request) bool {
 		return a == b
 	}
 	return true
+}
+
+// fits reports whether r is compatible with every request of q.
+func fits(q []Request, r Request) bool {
+	return !slices.ContainsFunc(q, func(e Request) bool { return !compatible(e, r) })
 }
 
 // Incompatible explains why a request r cannot join a queue whose earliest
@@ -144,20 +146,12 @@ func Incompatible(head, r Request) string {
 // of it.
 func Admitted(q []Request, i int) bool {
 	r := q[i]
-	for _, e := range q[:i] {
-		if !compatible(e, r) {
-			return false
-		}
-	}
-	switch r.Kind {
-	case Shared:
-		for _, e := range q[:i] {
-			if e.Kind == Exclusive {
-				return false
-			}
-		}
-		return true
-	case Permit:
+	switch {
+	case !fits(q[:i], r):
+		return false
+	case r.Kind == Shared:
+		return !slices.ContainsFunc(q[:i], func(e Request) bool { return e.Kind == Exclusive })
+	case r.Kind == Permit:
 		return i < r.Limit
 	}
 	return i == 0
@@ -204,15 +198,7 @@ func Watched(q []Request, i int) []int {
 // deletions only, and must not take a touch for a deletion.
 func WaitsForTouch(q []Request, i int) bool {
 	r := q[i]
-	if r.Kind != Permit || i <= r.Limit {
-		return false
-	}
-	for _, e := range q[:i] {
-		if !compatible(e, r) {
-			return false
-		}
-	}
-	return true
+	return r.Kind == Permit && i > r.Limit && fits(q[:i], r)
 }
 
 // AdmittedByDeletion reports whether the request at position i of q, not
@@ -222,15 +208,7 @@ func WaitsForTouch(q []Request, i int) bool {
 // "Deciding without a listing").
 func AdmittedByDeletion(q []Request, i int) bool {
 	r := q[i]
-	if r.Kind != Permit || i != r.Limit {
-		return false
-	}
-	for _, e := range q[:i] {
-		if !compatible(e, r) {
-			return false
-		}
-	}
-	return true
+	return r.Kind == Permit && i == r.Limit && fits(q[:i], r)
 }
 
 // AdmittedWithout reports whether the request at position i of q, not

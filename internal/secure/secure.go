@@ -1,12 +1,9 @@
 // Package secure holds what both backends share about TLS and
-// credentials: the URL query keys that name certificate files and their
-// loading into a *tls.Config, the credentials of a URL (its user
-// information, or a password read from the environment), and the
-// redaction of secrets from text that is printed.
-//
-// Errors wrap sentinel.InvalidConfig, carry no package prefix (the backend
-// adds its own once), name files by path and keys by name, and never
-// repeat a password or the contents of a key file.
+// credentials: the URL query keys, the loading of certificate files, the
+// credentials of a URL, and the redaction of secrets from printed text.
+// Errors wrap sentinel.InvalidConfig without a package prefix, name files
+// by path and keys by name, and never repeat a password or a key file's
+// contents.
 package secure
 
 import (
@@ -24,103 +21,75 @@ import (
 
 // The URL query keys of TLS and credentials, the same on every backend.
 const (
-	// KeyTLS turns TLS on ("true") or off ("false"). TLS is on when any
-	// of the file keys is given; "tls=true" alone uses the system's
-	// roots to verify the servers.
-	KeyTLS = "tls"
-	// KeyCAFile names a PEM file of the certificates that verify the
-	// servers, instead of the system's roots.
-	KeyCAFile = "ca_file"
-	// KeyCertFile and KeyKeyFile name the PEM files of the client's
-	// certificate and private key; one needs the other.
-	KeyCertFile = "cert_file"
-	KeyKeyFile  = "key_file"
-	// KeyServerName is the name verified in the servers' certificates,
-	// when it is not the host of the URL.
-	KeyServerName = "server_name"
+	KeyTLS        = "tls"         // "true" or "false"; on by default when a file key is given
+	KeyCAFile     = "ca_file"     // PEM certificates that verify the servers (default: the system's roots)
+	KeyCertFile   = "cert_file"   // the client's PEM certificate; needs key_file
+	KeyKeyFile    = "key_file"    // the client's PEM private key; needs cert_file
+	KeyServerName = "server_name" // the name verified in the servers' certificates, if not the URL's host
 	// KeyPasswordEnv names the environment variable that holds the
-	// password of the URL's user ("etcd://app@h:2379/?password_env=X"),
-	// so that the password need not be in the URL nor on a command line.
+	// password of the URL's user ("etcd://app@h:2379/?password_env=X").
 	KeyPasswordEnv = "password_env"
 )
 
 // QueryKeys are the keys above, for lock.CheckQuery's allowed list.
 var QueryKeys = []string{KeyTLS, KeyCAFile, KeyCertFile, KeyKeyFile, KeyServerName, KeyPasswordEnv}
 
-// Files names the PEM files of a TLS configuration. The zero Files
-// verifies the servers with the system's roots and gives no client
-// certificate.
-type Files struct {
-	CA, Cert, Key string
-	ServerName    string
-}
-
-// TLSFromQuery returns the TLS configuration that q's keys ask for, or
-// nil when they ask for none.
+// TLSFromQuery returns the client TLS configuration (TLS 1.2 at least)
+// that q's keys ask for, or nil when they ask for none. A file that cannot
+// be read or parsed, or a certificate without its key (or the reverse), is
+// an error naming the file, never showing its contents.
 func TLSFromQuery(q url.Values) (*tls.Config, error) {
-	f := Files{CA: q.Get(KeyCAFile), Cert: q.Get(KeyCertFile), Key: q.Get(KeyKeyFile), ServerName: q.Get(KeyServerName)}
-	on := f != (Files{})
+	var given []string
 	for _, k := range []string{KeyCAFile, KeyCertFile, KeyKeyFile, KeyServerName} {
-		if v, ok := q[k]; ok && (len(v) != 1 || v[0] == "") {
-			return nil, fmt.Errorf("%w: %s: empty", sentinel.InvalidConfig, k)
+		if v, ok := q[k]; ok {
+			if len(v) != 1 || v[0] == "" {
+				return nil, fmt.Errorf("%w: %s: empty", sentinel.InvalidConfig, k)
+			}
+			given = append(given, k)
 		}
 	}
+	on := len(given) > 0
 	if v, ok := q[KeyTLS]; ok {
 		b, err := strconv.ParseBool(v[0])
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s=%q: want true or false", sentinel.InvalidConfig, KeyTLS, v[0])
 		}
 		if !b && on {
-			return nil, fmt.Errorf("%w: %s=false contradicts %s", sentinel.InvalidConfig, KeyTLS, strings.Join(given(q), ", "))
+			return nil, fmt.Errorf("%w: %s=false contradicts %s", sentinel.InvalidConfig, KeyTLS, strings.Join(given, ", "))
 		}
 		on = b
 	}
 	if !on {
 		return nil, nil
 	}
-	return LoadTLS(f)
+	return loadTLS(q.Get(KeyCAFile), q.Get(KeyCertFile), q.Get(KeyKeyFile), q.Get(KeyServerName))
 }
 
-// given lists the TLS file keys present in q.
-func given(q url.Values) []string {
-	var out []string
-	for _, k := range []string{KeyCAFile, KeyCertFile, KeyKeyFile, KeyServerName} {
-		if _, ok := q[k]; ok {
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
-// LoadTLS reads f into a client TLS configuration (TLS 1.2 at least).
-// A file that cannot be read or parsed, or a certificate without its key
-// (or the reverse), is an error wrapping lock.ErrInvalidConfig that names
-// the file and never shows its contents.
-func LoadTLS(f Files) (*tls.Config, error) {
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: f.ServerName}
-	if f.CA != "" {
-		pem, err := os.ReadFile(f.CA)
+func loadTLS(ca, cert, key, serverName string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: serverName}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %w", sentinel.InvalidConfig, KeyCAFile, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: %s %q: no PEM certificate in it", sentinel.InvalidConfig, KeyCAFile, f.CA)
+			return nil, fmt.Errorf("%w: %s %q: no PEM certificate in it", sentinel.InvalidConfig, KeyCAFile, ca)
 		}
 		cfg.RootCAs = pool
 	}
 	switch {
-	case f.Cert != "" && f.Key != "":
-		cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
+	case cert != "" && key != "":
+		pair, err := tls.LoadX509KeyPair(cert, key)
 		if err != nil {
 			// The error of a bad pair says what is wrong (no PEM
 			// data, a key that does not match) without the key.
-			return nil, fmt.Errorf("%w: %s %q and %s %q: %w", sentinel.InvalidConfig, KeyCertFile, f.Cert, KeyKeyFile, f.Key, err)
+			return nil, fmt.Errorf("%w: %s %q and %s %q: %w", sentinel.InvalidConfig, KeyCertFile, cert, KeyKeyFile, key, err)
 		}
-		cfg.Certificates = []tls.Certificate{cert}
-	case f.Cert != "":
+		cfg.Certificates = []tls.Certificate{pair}
+	case cert != "":
 		return nil, fmt.Errorf("%w: %s without %s", sentinel.InvalidConfig, KeyCertFile, KeyKeyFile)
-	case f.Key != "":
+	case key != "":
 		return nil, fmt.Errorf("%w: %s without %s", sentinel.InvalidConfig, KeyKeyFile, KeyCertFile)
 	}
 	return cfg, nil
