@@ -5,12 +5,9 @@ import (
 	"github.com/fencelock/fencelock/internal/sentinel"
 )
 
-// The sentinel errors. Backends wrap them and keep the cause, so callers test
-// with [errors.Is], never with ==.
-//
-// Their texts carry no package prefix: an error gets one prefix, from the
-// package whose exported function returned it ("etcdlock: lease "x"
-// (token 5): lease lost: …"), however many layers wrapped it on the way.
+// The sentinel errors. Backends wrap them, so test with [errors.Is]. Their
+// texts carry no package prefix: an error gets one prefix, from the package
+// whose exported function returned it.
 var (
 	// ErrLocked is returned by TryAcquire when another lease holds the lock,
 	// and by TryAcquireShared and TryAcquireSemaphore when the request
@@ -35,28 +32,25 @@ var (
 	// waiting Acquire that Close interrupted.
 	ErrClosed = sentinel.Closed
 
-	// ErrIncompatible is wrapped by the calls of [SharedLocker] and
-	// [Semaphore], and by Acquire and TryAcquire, when the request cannot
-	// join the queue of its name: it asks for a semaphore with a limit
-	// other than the limit of the requests queued before it, or it mixes
-	// semaphore requests with lock (shared or exclusive) requests on one
-	// name. Such a request is never granted and leaves no record.
+	// ErrIncompatible is wrapped by a request that cannot join its name's
+	// queue: a semaphore limit other than that of the requests queued
+	// before it, or semaphore and lock requests mixed on one name. Such a
+	// request is never granted and leaves no record (while its record is
+	// on its way out, a request behind it may be refused too).
 	ErrIncompatible = sentinel.Incompatible
 
-	// ErrPermission is wrapped by every call that the server refused for
-	// want of permission: missing or wrong credentials, a client
-	// certificate it does not trust, a role or ACL that does not allow
-	// the request. Such a call fails at once; it is not retried.
+	// ErrPermission is wrapped by every call the server refused for want
+	// of permission (credentials, an untrusted client certificate, a role
+	// or ACL). Such a call fails at once; it is not retried.
 	ErrPermission = sentinel.Permission
 
 	// ErrInvalidName is wrapped by every call given a name that breaks the
 	// rule documented on [ValidateName].
 	ErrInvalidName = sentinel.InvalidName
 
-	// ErrInvalidConfig is wrapped by constructors and [Open] when given a
-	// nil client, an empty server list, a malformed URL, an unknown scheme
-	// or option, or an option with a bad value, and by every call given a
-	// nil context. It is the same value as [fencing.ErrInvalidConfig]: one
-	// sentinel for one meaning, whichever package a caller imports.
+	// ErrInvalidConfig is wrapped by constructors and [Open] given a bad
+	// value (a nil client, an empty server list, a malformed URL, an
+	// unknown scheme or option), and by every call given a nil context. It
+	// is the same value as [fencing.ErrInvalidConfig].
 	ErrInvalidConfig = fencing.ErrInvalidConfig
 )
