@@ -46,19 +46,11 @@ func (t Token) String() string { return strconv.FormatUint(uint64(t), 10) }
 // sign, or anything but decimal digits is an error wrapping
 // [ErrInvalidToken].
 func ParseToken(s string) (Token, error) {
-	if s == "" {
-		return 0, fmt.Errorf("fencing: parse token: %w: empty", ErrInvalidToken)
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, fmt.Errorf("fencing: parse token %q: %w: not a decimal number", s, ErrInvalidToken)
-		}
-	}
 	v, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("fencing: parse token %q: %w: %w", s, ErrInvalidToken, err)
-	}
-	if v == 0 {
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("fencing: parse token %q: %w: not a decimal number below 2^64", s, ErrInvalidToken)
+	case v == 0:
 		return 0, fmt.Errorf("fencing: parse token %q: %w: zero is not a token", s, ErrInvalidToken)
 	}
 	return Token(v), nil

@@ -223,19 +223,11 @@ type Transport struct {
 // wrapping [fencing.ErrInvalidConfig], which errors.Is finds through an
 // [http.Client]'s *url.Error.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req == nil || req.URL == nil {
-		if req != nil {
-			closeBody(req)
+	if err := t.refuse(req); err != nil {
+		if req != nil && req.Body != nil {
+			req.Body.Close() // as the RoundTripper contract requires
 		}
-		return nil, fmt.Errorf("httpfence: round trip: %w: nil request or URL", fencing.ErrInvalidConfig)
-	}
-	if t == nil || nilcheck.IsNil(t.Lease) {
-		closeBody(req)
-		return nil, fmt.Errorf("httpfence: %s %s: %w: transport without a lease", req.Method, req.URL.Redacted(), fencing.ErrInvalidConfig)
-	}
-	if err := t.Lease.Err(); err != nil {
-		closeBody(req)
-		return nil, fmt.Errorf("httpfence: %s %s: lease %q has ended: %w", req.Method, req.URL.Redacted(), t.Lease.Name(), err)
+		return nil, err
 	}
 	out := req.Clone(req.Context())
 	if out.Header == nil {
@@ -249,10 +241,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return base.RoundTrip(out)
 }
 
-// closeBody closes a request body that will not be sent, as the
-// RoundTripper contract requires.
-func closeBody(req *http.Request) {
-	if req.Body != nil {
-		req.Body.Close()
+// refuse returns why req must not be sent, or nil.
+func (t *Transport) refuse(req *http.Request) error {
+	switch {
+	case req == nil || req.URL == nil:
+		return fmt.Errorf("httpfence: round trip: %w: nil request or URL", fencing.ErrInvalidConfig)
+	case t == nil || nilcheck.IsNil(t.Lease):
+		return fmt.Errorf("httpfence: %s %s: %w: transport without a lease", req.Method, req.URL.Redacted(), fencing.ErrInvalidConfig)
 	}
+	if err := t.Lease.Err(); err != nil {
+		return fmt.Errorf("httpfence: %s %s: lease %q has ended: %w", req.Method, req.URL.Redacted(), t.Lease.Name(), err)
+	}
+	return nil
 }

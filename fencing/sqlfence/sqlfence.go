@@ -31,6 +31,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"strings"
 
 	"go.opentelemetry.io/otel/metric"
@@ -148,8 +149,9 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("sqlfence: new: %w: unknown dialect %v", fencing.ErrInvalidConfig, dialect)
 	}
-	if err := validateTable(o.table); err != nil {
-		return nil, fmt.Errorf("sqlfence: new: %w: %w", fencing.ErrInvalidConfig, err)
+	if !tableName.MatchString(o.table) {
+		return nil, fmt.Errorf("sqlfence: new: %w: table %q: want an identifier of letters, digits and '_' (at most 63 bytes, no leading digit), optionally schema-qualified",
+			fencing.ErrInvalidConfig, o.table)
 	}
 	// Inside DO UPDATE the target row is named by the bare table name.
 	bare := o.table[strings.LastIndexByte(o.table, '.')+1:]
@@ -166,27 +168,9 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
 	}, nil
 }
 
-// validateTable reports whether name is an identifier, optionally qualified
-// by one schema identifier.
-func validateTable(name string) error {
-	parts := strings.Split(name, ".")
-	if len(parts) > 2 {
-		return fmt.Errorf("table %q: more than one '.'", name)
-	}
-	for _, p := range parts {
-		if p == "" || len(p) > 63 {
-			return fmt.Errorf("table %q: each part must be 1 to 63 bytes", name)
-		}
-		for i := 0; i < len(p); i++ {
-			c := p[i]
-			letter := c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
-			if !letter && (i == 0 || c < '0' || c > '9') {
-				return fmt.Errorf("table %q: want letters, digits and '_', not starting with a digit", name)
-			}
-		}
-	}
-	return nil
-}
+// tableName is an identifier of at most 63 bytes, optionally qualified by
+// one schema identifier.
+var tableName = regexp.MustCompile(`\A[A-Za-z_]\w{0,62}(\.[A-Za-z_]\w{0,62})?\z`)
 
 // Table returns the name of the token table ("" for a nil Store).
 func (s *Store) Table() string {
