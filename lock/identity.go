@@ -1,9 +1,9 @@
 package lock
 
-import "github.com/fencelock/fencelock/internal/identity"
+import "github.com/fencelock/fencelock/internal/names"
 
 // MaxIdentityLen is the longest Locker identity, in bytes.
-const MaxIdentityLen = identity.MaxLen
+const MaxIdentityLen = names.MaxIdentityLen
 
 // ValidateIdentity reports whether id is a valid Locker identity (the
 // string a backend stores in its lock records and [Locker.Holder] reports),
@@ -16,11 +16,11 @@ const MaxIdentityLen = identity.MaxLen
 // another, and would break every tool that prints holders one per line.
 // Every backend's WithIdentity option, and the identity query key of an
 // [Open] URL, apply this rule.
-func ValidateIdentity(id string) error { return identity.Validate(id) }
+func ValidateIdentity(id string) error { return names.CheckIdentity(id) }
 
 // DefaultIdentity returns a fresh default identity, "hostname/pid/random":
 // the host name, the process ID and 12 random hexadecimal digits, so that
 // two Lockers of one process differ. A host name that is unknown or breaks
 // the rule of [ValidateIdentity] is replaced by "unknown-host". Backends
 // use it when no identity is configured.
-func DefaultIdentity() string { return identity.Default() }
+func DefaultIdentity() string { return names.DefaultIdentity() }

@@ -16,7 +16,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/fencelock/fencelock/internal/identity"
 	"github.com/fencelock/fencelock/internal/names"
 	"github.com/fencelock/fencelock/internal/sentinel"
 	"github.com/fencelock/fencelock/internal/telemetry"
@@ -53,7 +52,7 @@ func (c *Common) Fail(format string, args ...any) {
 
 // SetIdentity sets the identity if it follows lock.ValidateIdentity's rule.
 func (c *Common) SetIdentity(id string) {
-	if err := identity.Validate(id); err != nil {
+	if err := names.CheckIdentity(id); err != nil {
 		c.errs = append(c.errs, err)
 		return
 	}
@@ -183,7 +182,7 @@ func Apply[O ~func(*T), T any](target *T, c *Common, opts []O) error {
 		return err
 	}
 	if c.Identity == "" {
-		c.Identity = identity.Default()
+		c.Identity = names.DefaultIdentity()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

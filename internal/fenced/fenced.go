@@ -9,6 +9,7 @@ package fenced
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/fencelock/fencelock/fencing"
 )
@@ -19,13 +20,7 @@ const HeaderDigits = 20
 
 // Encode returns the stored form of value written with token.
 func Encode(token fencing.Token, value []byte) []byte {
-	b := make([]byte, HeaderDigits+1, HeaderDigits+1+len(value))
-	v := uint64(token)
-	for i := HeaderDigits - 1; i >= 0; i-- {
-		b[i] = byte('0' + v%10)
-		v /= 10
-	}
-	b[HeaderDigits] = ':'
+	b := fmt.Appendf(make([]byte, 0, HeaderDigits+1+len(value)), "%0*d:", HeaderDigits, uint64(token))
 	return append(b, value...)
 }
 
@@ -40,13 +35,9 @@ func Decode(stored []byte) (fencing.Token, []byte, error) {
 	if len(stored) <= HeaderDigits || stored[HeaderDigits] != ':' {
 		return 0, nil, fmt.Errorf("stored value has no token header (%d digits and a colon): %w", HeaderDigits, fencing.ErrInvalidToken)
 	}
-	var v uint64
-	for _, c := range stored[:HeaderDigits] {
-		d := uint64(c - '0')
-		if c < '0' || c > '9' || v > (1<<64-1-d)/10 {
-			return 0, nil, fmt.Errorf("stored value has a malformed token header %q: %w", stored[:HeaderDigits], fencing.ErrInvalidToken)
-		}
-		v = v*10 + d
+	v, err := strconv.ParseUint(string(stored[:HeaderDigits]), 10, 64)
+	if err != nil {
+		return 0, nil, fmt.Errorf("stored value has a malformed token header %q: %w", stored[:HeaderDigits], fencing.ErrInvalidToken)
 	}
 	return fencing.Token(v), stored[HeaderDigits+1:], nil
 }

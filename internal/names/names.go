@@ -1,14 +1,23 @@
-// Package names holds the rules for lock names and namespaces (etcd key
-// prefixes, ZooKeeper roots), so that every backend and package lock apply
-// one copy of them. Its errors carry no sentinel: callers wrap them with
-// the sentinel of their boundary (lock.ErrInvalidName for a name,
-// lock.ErrInvalidConfig for a namespace).
+// Package names holds the rules for lock names, namespaces (etcd key
+// prefixes, ZooKeeper roots) and Locker identities, so that every backend
+// and package lock apply one copy of them. The errors of names and
+// namespaces carry no sentinel: callers wrap them with the sentinel of
+// their boundary (lock.ErrInvalidName, lock.ErrInvalidConfig); those of
+// identities wrap lock.ErrInvalidConfig.
 package names
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/fencelock/fencelock/internal/sentinel"
 )
 
 // MaxLen is the longest lock name, and the longest namespace, in bytes.
@@ -94,4 +103,47 @@ func Between(s string, at int, sep string) string {
 		return ""
 	}
 	return s[at:end]
+}
+
+// MaxIdentityLen is the longest Locker identity, in bytes.
+const MaxIdentityLen = 1024
+
+// CheckIdentity returns nil if id is 1 to MaxIdentityLen bytes of valid UTF-8 without
+// control characters, and otherwise an error wrapping
+// sentinel.InvalidConfig that says what is wrong.
+func CheckIdentity(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: identity: empty", sentinel.InvalidConfig)
+	case len(id) > MaxIdentityLen:
+		return fmt.Errorf("%w: identity: %d bytes, longer than %d", sentinel.InvalidConfig, len(id), MaxIdentityLen)
+	case !utf8.ValidString(id):
+		return fmt.Errorf("%w: identity %s: not valid UTF-8", sentinel.InvalidConfig, quoteShort(id))
+	}
+	for i, r := range id {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: identity %s: control character %U at offset %d", sentinel.InvalidConfig, quoteShort(id), r, i)
+		}
+	}
+	return nil
+}
+
+// quoteShort quotes s for an error message, cut to its first 64 bytes.
+func quoteShort(s string) string {
+	if len(s) <= 64 {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:64]) + "…"
+}
+
+// DefaultIdentity returns a fresh "hostname/pid/random" identity; a host
+// name that is unknown or fails CheckIdentity is replaced by "unknown-host".
+func DefaultIdentity() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" || len(host) > MaxIdentityLen/2 || CheckIdentity(host) != nil {
+		host = "unknown-host"
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
