@@ -134,17 +134,10 @@ type Lease interface {
 // compare equal to Holder{Identity: id, Token: tok}: the fields added for
 // shared grants and semaphores are zero for them.
 type Holder struct {
-	// Identity is the holding Locker's identity (by default
-	// hostname/pid/random; set with the backend's WithIdentity option).
-	Identity string
-	// Token is the holding lease's fencing token.
-	Token fencing.Token
-	// Shared is true for a shared grant ([SharedLocker]) and for a
-	// semaphore permit ([Semaphore]), false for an exclusive grant.
-	Shared bool
-	// Limit is the semaphore's limit for a semaphore permit, and 0 for a
-	// grant of a lock (shared or exclusive).
-	Limit int
+	Identity string        // the holding Locker's identity
+	Token    fencing.Token // the holding lease's fencing token
+	Shared   bool          // a shared grant ([SharedLocker]) or a semaphore permit ([Semaphore])
+	Limit    int           // the semaphore's limit for a permit, else 0
 }
 
 // Observer is implemented by Lockers that can follow a lock's holder as it
@@ -158,9 +151,8 @@ type Observer interface {
 	// lock's state again and goes on. The channel is closed at the end;
 	// the error function then tells why (ctx's error or [ErrClosed]).
 	//
-	// What a backend can miss is documented on its Observe: a holder
-	// whose whole term falls inside a gap of the watch (a ZooKeeper
-	// watch being set again, history compacted while an etcd observer
-	// was cut off). The state the lock ends up in is always reported.
+	// A holder whose whole term falls in a gap of the backend's watch
+	// may be missed (see the backend's Observe); the state the lock ends
+	// up in is always reported.
 	Observe(ctx context.Context, name string) (<-chan Holder, func() error, error)
 }

@@ -24,45 +24,33 @@ import (
 // Driver opens Lockers for one URL scheme. Backends register a Driver in
 // their init function with [Register].
 type Driver interface {
-	// Open returns a Locker configured by u and by the options given to
-	// [Open], gathered in cfg. u has already been parsed and its scheme
-	// matched; the driver checks the rest and returns errors wrapping
-	// [ErrInvalidConfig] for anything it does not accept, including
-	// unknown query keys. Every field of cfg it does not support is an
-	// error too, never ignored.
+	// Open returns a Locker configured by u, parsed and its scheme
+	// matched, and by cfg. Anything it does not accept (an unknown query
+	// key, a field of cfg it does not support) is an error wrapping
+	// [ErrInvalidConfig], never ignored.
 	Open(ctx context.Context, u *url.URL, cfg OpenConfig) (Locker, error)
 }
 
-// OpenConfig is what the options given to [Open] set, for a [Driver]. A
-// field left at its zero value was not given: the backend's default
-// applies. Open has checked every value given.
+// OpenConfig is what the options given to [Open] set, for a [Driver], each
+// checked by Open. A zero field was not given: the backend's default
+// applies. An Identity given with the URL's identity key too is an error.
 type OpenConfig struct {
-	// Logger receives the Locker's log lines, and its client's.
-	Logger *slog.Logger
-	// MeterProvider records the Locker's metrics.
-	MeterProvider metric.MeterProvider
-	// TracerProvider records the Locker's spans.
-	TracerProvider trace.TracerProvider
-	// Identity is the identity stored with the Locker's records. Given
-	// with the URL's identity key as well, it is an error.
-	Identity string
-	// NameAttribute maps a lock name to the value of its metric and span
-	// attribute (fencelock.lock).
-	NameAttribute func(name string) string
+	Logger         *slog.Logger             // [WithLogger]
+	MeterProvider  metric.MeterProvider     // [WithMeterProvider]
+	TracerProvider trace.TracerProvider     // [WithTracerProvider]
+	Identity       string                   // [WithIdentity]
+	NameAttribute  func(name string) string // [WithNameAttribute]
 
 	opts config.Common // checks and gathers what the options give
 }
 
-// OpenOption configures a Locker made by [Open], whatever its backend. An
-// option given a bad value (a nil logger or provider, a typed nil, an
-// invalid identity) makes Open return an error wrapping
-// [ErrInvalidConfig]. Each backend also has options of its own.
+// OpenOption configures a Locker made by [Open], whatever its backend. A
+// bad value (a nil or typed nil logger or provider, an invalid identity)
+// makes Open fail with [ErrInvalidConfig]. Backends have options too.
 type OpenOption func(*OpenConfig)
 
 // WithLogger sets the logger of the Locker and of its backend client
-// (etcd's zap logger, go-zookeeper's logger), which otherwise is the
-// backend's default, [slog.Default]. It must not be nil or a zero
-// slog.Logger.
+// (default [slog.Default]). It must not be nil or a zero slog.Logger.
 func WithLogger(l *slog.Logger) OpenOption {
 	return func(c *OpenConfig) { c.opts.SetLogger(l) }
 }
@@ -114,11 +102,11 @@ func WithIdentity(id string) OpenOption {
 	return func(c *OpenConfig) { c.opts.SetIdentity(id) }
 }
 
-// WithNameAttribute makes lock names an attribute of the Locker's metrics
-// and spans (fencelock.lock), as f maps them: a program with one lock per
-// customer maps names to a few classes, or to "" for no attribute. Without
-// it, no metric or span carries a lock name, so that the number of series
-// stays bounded. f must not be nil, and must be safe for concurrent use.
+// WithNameAttribute makes lock names an attribute (fencelock.lock) of the
+// Locker's metrics and spans as f maps them, for instance to a few classes
+// ("" for none). Without it no metric or span carries a lock name, which
+// keeps the number of series bounded. f must be non-nil and safe for
+// concurrent use.
 func WithNameAttribute(f func(name string) string) OpenOption {
 	return func(c *OpenConfig) { c.opts.SetNameAttribute(f) }
 }
@@ -129,9 +117,8 @@ var (
 )
 
 // Register makes a driver available to [Open] under scheme. Like
-// database/sql.Register it is meant for init functions, and it panics if
-// scheme is empty, driver is nil, or scheme is registered twice: those are
-// programming errors in a backend, not input errors.
+// database/sql.Register it is for init functions, and panics on an empty
+// scheme, a nil driver or a scheme registered twice.
 func Register(scheme string, driver Driver) {
 	driversMu.Lock()
 	defer driversMu.Unlock()
@@ -234,8 +221,8 @@ func describe(u *url.URL) string {
 // prefix: the driver adds its own, once.
 
 // URLHosts returns the comma-separated host:port list of a backend URL. An
-// empty list, an empty element, or an element without a port (1 to 65535)
-// is an error wrapping [ErrInvalidConfig]. It is a helper for drivers.
+// empty list or element, or one without a port (1 to 65535), is an error
+// wrapping [ErrInvalidConfig].
 func URLHosts(u *url.URL) ([]string, error) {
 	if u == nil {
 		return nil, fmt.Errorf("URL hosts: %w: nil URL", ErrInvalidConfig)
@@ -285,8 +272,8 @@ func URLPath(u *url.URL) (string, error) {
 }
 
 // CheckQuery returns the URL's query, or an error wrapping
-// [ErrInvalidConfig] if the query does not parse, has a key not in
-// allowed, or has a key given more than once. It is a helper for drivers.
+// [ErrInvalidConfig] if it does not parse or has a key not in allowed or
+// given more than once.
 func CheckQuery(u *url.URL, allowed ...string) (url.Values, error) {
 	if u == nil {
 		return nil, fmt.Errorf("URL query: %w: nil URL", ErrInvalidConfig)
@@ -306,10 +293,9 @@ func CheckQuery(u *url.URL, allowed ...string) (url.Values, error) {
 	return q, nil
 }
 
-// URLDuration returns the duration under key in q (as accepted by
-// time.ParseDuration), and whether it was present. A value that does not
-// parse or is not positive is an error wrapping [ErrInvalidConfig]. It is a
-// helper for drivers.
+// URLDuration returns the duration under key in q (time.ParseDuration's
+// syntax) and whether it was present. A value that does not parse or is
+// not positive is an error wrapping [ErrInvalidConfig].
 func URLDuration(q url.Values, key string) (time.Duration, bool, error) {
 	s, ok := q[key]
 	if !ok {

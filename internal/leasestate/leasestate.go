@@ -6,12 +6,8 @@ package leasestate
 
 import "sync"
 
-// State is the end-once state of one lease. Its methods are safe for
-// concurrent use. The zero State is that of a held lease, so a backend
-// keeps it inside its lease by value; a State must not be copied.
-//
-// Done's channel is made by the first Done call before the end; a lease
-// ended before anyone asked shares one closed channel.
+// State is the end-once state of one lease, safe for concurrent use. The
+// zero State is that of a held lease; a State must not be copied.
 type State struct {
 	mu        sync.Mutex
 	done      chan struct{} // nil until Done is called while the lease is held
@@ -21,7 +17,7 @@ type State struct {
 }
 
 // closed is the Done channel of every lease that ended before its Done was
-// first called, and of a nil or zero lease (see Closed).
+// first called, and of a nil or zero lease.
 var closed = func() chan struct{} {
 	c := make(chan struct{})
 	close(c)

@@ -133,17 +133,11 @@ func Incompatible(head, r Request) string {
 }
 
 // Admitted reports whether the request at position i of q (in creation
-// order) is granted:
-//
-//   - no earlier request incompatible with it remains, and
-//   - exclusive: no earlier request remains;
-//   - shared: no earlier exclusive request remains;
-//   - a permit of limit n: fewer than n earlier requests remain.
-//
-// The first rule keeps a queue that still holds a refused request's record
-// waiting rather than admitting incompatible requests together
-// (docs/design/queue.md). The admitted requests of any queue are a prefix
-// of it.
+// order) is granted: no earlier incompatible request remains (a refused
+// record still in the queue keeps it waiting), and for an exclusive
+// request no earlier request, for a shared one no earlier exclusive one,
+// for a permit of limit n fewer than n earlier ones. The admitted
+// requests of any queue are a prefix of it.
 func Admitted(q []Request, i int) bool {
 	r := q[i]
 	switch {
@@ -158,12 +152,11 @@ func Admitted(q []Request, i int) bool {
 }
 
 // Watched returns the positions in q of the records the request at
-// position i, not admitted, watches: the nearest earlier incompatible
-// request if there is one; otherwise, for an exclusive request its
-// predecessor, for a shared one the nearest earlier exclusive request, for
-// a permit of limit n the n holders if it is the first waiter (position
-// n), else its predecessor, for its deletion or touch. Why these keep
-// waits herd-free: docs/design/queue.md, "Herd-free waits".
+// position i, not admitted, watches (docs/design/queue.md, "Herd-free
+// waits"): the nearest earlier incompatible request if any; else an
+// exclusive request's predecessor, a shared one's nearest earlier
+// exclusive request, the n holders for the first waiter of a semaphore of
+// limit n, and a later permit waiter's predecessor.
 func Watched(q []Request, i int) []int {
 	r := q[i]
 	for j := i - 1; j >= 0; j-- {
@@ -182,9 +175,9 @@ func Watched(q []Request, i int) []int {
 		// Every earlier request is a permit of the same limit, so the
 		// waiters start at position Limit.
 		if i == r.Limit {
-			w := make([]int, 0, r.Limit)
-			for j := range r.Limit {
-				w = append(w, j)
+			w := make([]int, r.Limit)
+			for j := range w {
+				w[j] = j
 			}
 			return w
 		}
@@ -203,9 +196,7 @@ func WaitsForTouch(q []Request, i int) bool {
 
 // AdmittedByDeletion reports whether the request at position i of q, not
 // admitted, is admitted by the deletion of any one of the records
-// [Watched] names (the first waiter of a semaphore), so that a backend may
-// grant it without reading the queue again (docs/design/queue.md,
-// "Deciding without a listing").
+// [Watched] names (the first waiter of a semaphore).
 func AdmittedByDeletion(q []Request, i int) bool {
 	r := q[i]
 	return r.Kind == Permit && i == r.Limit && fits(q[:i], r)
@@ -213,24 +204,19 @@ func AdmittedByDeletion(q []Request, i int) bool {
 
 // AdmittedWithout reports whether the request at position i of q, not
 // admitted, is admitted once the earlier record at position j goes and
-// nothing else changes (docs/design/queue.md, "Deciding without a
-// listing").
+// nothing else changes.
 func AdmittedWithout(q []Request, i, j int) bool {
 	if j < 0 || j >= i || i >= len(q) {
 		return false
 	}
-	rest := make([]Request, 0, i)
-	rest = append(rest, q[:j]...)
-	rest = append(rest, q[j+1:i+1]...)
-	return Admitted(rest, i-1)
+	return Admitted(slices.Delete(slices.Clone(q[:i+1]), j, j+1), i-1)
 }
 
 // Touches reports whether the request at position i of q, just admitted,
 // must touch its record (rewrite it unchanged) before its grant, to wake
-// the waiter behind it: a permit followed by a permit of the same limit.
-// A backend may skip the touch only when no listing of the queue can have
-// shown the request waiting (admitted at its creation, or no record of the
-// name deleted since).
+// the permit waiter of the same limit behind it. A backend may skip the
+// touch only when no listing can have shown the request waiting
+// (docs/design/queue.md).
 func Touches(q []Request, i int) bool {
 	return q[i].Kind == Permit && i+1 < len(q) && q[i+1] == q[i]
 }
