@@ -66,10 +66,9 @@ type options struct {
 	err error // the first bad option's
 }
 
-// WithMeterProvider makes the Guard count its decisions on the counter
-// fencelock.fencing.decisions, with the attributes fencelock.helper
-// "guard" and fencelock.decision "accepted" or "rejected" (see
-// lock.WithMeterProvider for every instrument). It must not be nil.
+// WithMeterProvider makes the Guard count its decisions on
+// fencelock.fencing.decisions (see lock.WithMeterProvider). It must not be
+// nil.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) { o.err = cmp.Or(o.err, o.tel.SetMeterProvider(mp)) }
 }
@@ -223,16 +222,9 @@ func (g *Guard) evictLocked(n int) {
 		e := g.idle.prev
 		e.prev.next, e.next.prev = e.next, e.prev
 		e.prev, e.next = nil, nil
-		if h := Token(e.highest.Load()); h > g.floor {
-			g.floor = h
-		}
+		g.floor = max(g.floor, Token(e.highest.Load()))
 		delete(g.entries, e.key)
 	}
 }
 
-func (g *Guard) max() int {
-	if g.limit == 0 {
-		return DefaultMaxResources
-	}
-	return g.limit
-}
+func (g *Guard) max() int { return cmp.Or(g.limit, DefaultMaxResources) }

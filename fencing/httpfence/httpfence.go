@@ -3,25 +3,19 @@
 // that attaches the token of a lease.
 //
 // The client sends its lease's token in the [Header] ("Fencing-Token: 42").
-// [Handler] wraps the handler that performs the write and runs it inside a
-// [fencing.Guard]'s critical section for the request's resource, so the
-// token check and the write are one step: no request with a lower token can
-// be handled after a request with a higher one has been admitted, for that
-// resource. A stale token gets 409 Conflict, a missing or malformed one 400
-// Bad Request, each with a JSON body (see [WriteError]).
-//
-// # Limits
+// [Handler] runs the handler that performs the write inside a
+// [fencing.Guard]'s critical section for the request's resource, so no
+// request with a lower token is handled after one with a higher token was
+// admitted. A stale token gets 409 Conflict, a missing or malformed one 400
+// Bad Request, each with a JSON body ([WriteError]).
 //
 // The guard lives in the server process, so the protected state must too:
-// with several server replicas, or a handler that writes to another service,
-// enforce the token where the data is (for a database, package sqlfence —
-// see [TokenFromRequest] and [WriteError] for handlers that do so). Only
-// what the handler does before it returns is protected; work it hands off
-// to other goroutines is not.
-//
-// The [Transport] refuses to send once the lease has ended, but a lease can
-// end while a request is in flight: that is the case the server's check is
-// for, and why the client check alone is not enough.
+// with several replicas, or a handler that writes to another service,
+// enforce the token where the data is (for a database, package sqlfence,
+// with [TokenFromRequest] and [WriteError]). Work the handler hands off to
+// other goroutines is not protected. The [Transport] refuses to send once
+// the lease has ended, but a lease can end while a request is in flight,
+// which is why the server checks too.
 package httpfence
 
 import (
@@ -187,10 +181,9 @@ type options struct {
 // helper is the helper attribute of Handler's decisions.
 const helper = "httpfence"
 
-// WithMeterProvider makes Handler count its decisions on the counter
-// fencelock.fencing.decisions, with the attributes fencelock.helper
-// "httpfence" and fencelock.decision "accepted" or "rejected" (see
-// lock.WithMeterProvider for every instrument). It must not be nil.
+// WithMeterProvider makes Handler count its decisions on
+// fencelock.fencing.decisions (see lock.WithMeterProvider). It must not be
+// nil.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) { o.err = cmp.Or(o.err, o.tel.SetMeterProvider(mp)) }
 }

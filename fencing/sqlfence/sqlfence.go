@@ -44,8 +44,8 @@ import (
 // DefaultTable is the token table used unless [WithTable] names another.
 const DefaultTable = "fencing_tokens"
 
-// savepoint separates the token check from the caller's write inside a
-// transaction, so that a failed write can be undone while the token stays.
+// savepoint separates the token check from the caller's write, so that a
+// failed write can be undone while the token stays.
 const savepoint = "fencing_write"
 
 // Dialect selects the SQL spelling of a database.
@@ -79,17 +79,15 @@ type options struct {
 	err    error // the first bad option's
 }
 
-// WithMeterProvider makes the Store count its decisions on the counter
-// fencelock.fencing.decisions, with the attributes fencelock.helper
-// "sqlfence" and fencelock.decision "accepted" or "rejected" (see
-// lock.WithMeterProvider for every instrument). It must not be nil.
+// WithMeterProvider makes the Store count its decisions on
+// fencelock.fencing.decisions (see lock.WithMeterProvider). It must not be
+// nil.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) { o.err = cmp.Or(o.err, o.tel.SetMeterProvider(mp)) }
 }
 
 // WithTracerProvider makes [Store.Apply] record a span,
-// fencelock.fenced_write, with the token as the attribute
-// fencelock.token. It must not be nil.
+// fencelock.fenced_write. It must not be nil.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(o *options) { o.err = cmp.Or(o.err, o.tel.SetTracerProvider(tp)) }
 }
@@ -97,17 +95,14 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // helper is the helper attribute of a Store's decisions.
 const helper = "sqlfence"
 
-// WithTable sets the token table. The name is a plain SQL identifier
-// (a letter or underscore, then letters, digits or underscores, at most 63
-// bytes), optionally qualified by a schema ("app.fencing_tokens"). It is
-// used unquoted, so PostgreSQL folds it to lower case. Anything else makes
-// [New] fail with an error wrapping [fencing.ErrInvalidConfig]. The default
-// is [DefaultTable].
+// WithTable sets the token table (default [DefaultTable]): a plain SQL
+// identifier of at most 63 bytes, optionally schema-qualified
+// ("app.fencing_tokens"), used unquoted, so PostgreSQL folds it to lower
+// case. Anything else makes [New] fail with [fencing.ErrInvalidConfig].
 func WithTable(name string) Option { return func(o *options) { o.table = name } }
 
-// WithTxOptions sets the options of the transactions [Store.Apply] begins.
-// The default is the driver's default: READ COMMITTED on PostgreSQL. See the
-// package documentation for what a stricter isolation level changes.
+// WithTxOptions sets the options of the transactions [Store.Apply] begins
+// (default: the driver's, READ COMMITTED on PostgreSQL).
 func WithTxOptions(opts sql.TxOptions) Option {
 	return func(o *options) { o.txOpts = &opts }
 }
@@ -180,9 +175,7 @@ func (s *Store) Table() string {
 	return s.table
 }
 
-// usable refuses a nil or zero Store (one not made by [New]) and a nil
-// ctx with an error wrapping [fencing.ErrInvalidConfig]: every method
-// that does I/O checks it first.
+// usable refuses a Store not made by [New] and a nil ctx.
 func (s *Store) usable(ctx context.Context, op, resource string) error {
 	switch {
 	case s == nil || s.db == nil:
