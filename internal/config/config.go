@@ -107,10 +107,8 @@ type Open struct {
 	NameAttribute  func(name string) string
 }
 
-// SetOpen applies what lock.Open's options gave: the logger, the
-// providers, the name attribute and the identity, each only if set.
-// urlIdentity says whether the URL gave an identity too: both is an
-// error, not a silent choice.
+// SetOpen applies each field of o that is set. urlIdentity says whether
+// the URL gave an identity too, which with o.Identity is an error.
 func (c *Common) SetOpen(o Open, urlIdentity bool) {
 	if o.Logger != nil {
 		c.SetLogger(o.Logger)
@@ -133,25 +131,20 @@ func (c *Common) SetOpen(o Open, urlIdentity bool) {
 	}
 }
 
-// SetLossMargin sets the loss margin, which must be positive. How large it
-// may be depends on the backend's TTL or session timeout, which the
-// backend checks after Apply.
-func (c *Common) SetLossMargin(d time.Duration) {
-	if d <= 0 {
-		c.Fail("loss margin %v: must be positive", d)
-		return
-	}
-	c.LossMargin = d
-}
+// SetLossMargin sets the loss margin, which must be positive; the backend
+// checks it against its TTL or session timeout after Apply.
+func (c *Common) SetLossMargin(d time.Duration) { c.positive("loss margin", d, &c.LossMargin) }
 
 // SetLockDelay sets the lock-delay, which must be positive: leaving the
 // option out is how to have none.
-func (c *Common) SetLockDelay(d time.Duration) {
+func (c *Common) SetLockDelay(d time.Duration) { c.positive("lock delay", d, &c.LockDelay) }
+
+func (c *Common) positive(what string, d time.Duration, dst *time.Duration) {
 	if d <= 0 {
-		c.Fail("lock delay %v: must be positive", d)
+		c.Fail("%s %v: must be positive", what, d)
 		return
 	}
-	c.LockDelay = d
+	*dst = d
 }
 
 // SetNamespace checks a namespace (an etcd key prefix or a ZooKeeper root;
@@ -167,9 +160,8 @@ func (c *Common) SetNamespace(what, path string) (names.Namespace, bool) {
 }
 
 // Apply applies opts to target, whose Common is c, then fills c's
-// defaults. A nil option is an error. It returns every error the options
-// recorded, as one error that wraps each (so errors.Is finds
-// sentinel.InvalidConfig) and whose text joins theirs with "; ", or nil.
+// defaults. A nil option is an error. It returns the errors recorded as
+// by [Common.Err], or nil.
 func Apply[O ~func(*T), T any](target *T, c *Common, opts []O) error {
 	for i, opt := range opts {
 		if opt == nil {
@@ -210,9 +202,6 @@ func Outcome(ctx context.Context, err error) string {
 // lost: "" for its own Release, the reason err was tagged with
 // (telemetry.WithReason), telemetry.Deleted for an untagged loss.
 func EndReason(err error) string {
-	if err == nil {
-		return ""
-	}
 	if r := telemetry.ReasonOf(err); r != "" {
 		return r
 	}
@@ -222,7 +211,9 @@ func EndReason(err error) string {
 	return ""
 }
 
-// Err returns the errors recorded so far, as Apply does, or nil.
+// Err returns nil, the one error recorded, or one error that wraps each
+// (so errors.Is finds sentinel.InvalidConfig) with their texts joined by
+// "; ".
 func (c *Common) Err() error {
 	switch len(c.errs) {
 	case 0:

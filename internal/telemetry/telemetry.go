@@ -114,17 +114,12 @@ func ReasonOf(err error) string {
 	return ""
 }
 
-// Config is what a user gives: providers and the lock-name mapping. Every
-// field may be left nil.
+// Config is what a user gives; a nil field records nothing (providers) or
+// no name attribute (NameAttribute, which may also return "" for none).
 type Config struct {
-	// MeterProvider records the metrics; nil records nothing.
-	MeterProvider metric.MeterProvider
-	// TracerProvider records the spans; nil records nothing.
+	MeterProvider  metric.MeterProvider
 	TracerProvider trace.TracerProvider
-	// NameAttribute maps a lock (or election) name to the value of the
-	// fencelock.lock (fencelock.election) attribute; nil means no such
-	// attribute, and "" returned means none for that name.
-	NameAttribute func(name string) string
+	NameAttribute  func(name string) string // a lock or election name to its attribute's value
 }
 
 // SetMeterProvider sets c's meter provider; a nil or typed nil one is an
@@ -147,8 +142,7 @@ func (c *Config) SetTracerProvider(tp trace.TracerProvider) error {
 }
 
 // Telemetry records the metrics and spans of one component (a Locker, a
-// Guard, a Store, an Election). A nil *Telemetry records nothing. It is
-// safe for concurrent use.
+// Guard, a Store, an Election), safe for concurrent use.
 type Telemetry struct {
 	backend  string
 	nameAttr func(string) string
@@ -202,10 +196,9 @@ type instruments struct {
 var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600}
 
 // New returns the Telemetry of a component of backend ("etcd",
-// "zookeeper"; "" for one that belongs to none, such as a fencing helper),
-// or nil when cfg asks for neither metrics nor spans. The instruments'
-// errors (from a provider that refuses one) leave that instrument a no-op;
-// they are returned for the caller to log.
+// "zookeeper", or "" for a fencing helper or an election), or nil when cfg
+// asks for neither metrics nor spans. An instrument the provider refuses
+// stays a no-op; the errors are returned for the caller to log.
 func New(backend string, cfg Config) (*Telemetry, error) {
 	if cfg.MeterProvider == nil && cfg.TracerProvider == nil {
 		return nil, nil
@@ -324,10 +317,8 @@ func (t *Telemetry) span(ctx context.Context, name, lockName string, kv ...attri
 	if t.backend != "" {
 		kv = append(kv, KeyBackend.String(t.backend))
 	}
-	if t.nameAttr != nil && lockName != "" {
-		if v := t.nameAttr(lockName); v != "" {
-			kv = append(kv, KeyLock.String(v))
-		}
+	if v := t.label(lockName); v != "" {
+		kv = append(kv, KeyLock.String(v))
 	}
 	return t.tracer.Start(ctx, name, trace.WithAttributes(kv...))
 }
@@ -346,8 +337,7 @@ func endSpan(sp trace.Span, err error, kv ...attribute.KeyValue) {
 	sp.End()
 }
 
-// Acquire is one acquisition in progress; the zero Acquire (from a nil
-// Telemetry) records nothing.
+// Acquire is one acquisition in progress; the zero Acquire records nothing.
 type Acquire struct {
 	t     *Telemetry
 	ctx   context.Context
@@ -360,8 +350,7 @@ type Acquire struct {
 }
 
 // StartAcquire begins an acquisition of name, of kind ("exclusive",
-// "shared", "permit"); wait is false for TryAcquire. The returned context
-// carries the span, if any.
+// "shared", "permit"); wait is false for TryAcquire.
 func (t *Telemetry) StartAcquire(ctx context.Context, name, kind string, wait bool) (context.Context, Acquire) {
 	if t == nil {
 		return ctx, Acquire{}
@@ -382,9 +371,8 @@ func (t *Telemetry) StartAcquire(ctx context.Context, name, kind string, wait bo
 	return ctx, a
 }
 
-// End records the acquisition's outcome (one of Granted, Locked,
-// Cancelled, Lost, Error), with the granted token, and returns the Hold
-// of a granted lease.
+// End records the acquisition's outcome, with the granted token, and
+// returns the Hold of a granted lease.
 func (a Acquire) End(outcome string, token uint64, err error) Hold {
 	t := a.t
 	if t == nil {
@@ -421,10 +409,8 @@ type Hold struct {
 	kind  string
 }
 
-// End records the end of the lease: reason "" for its own Release (or
-// for a loss whose reason [Hold.Lost] records later), otherwise one of
-// the loss reasons (Closed included). A backend calls it once, where the
-// lease's end-once state ends it.
+// End records the end of the lease, once: reason "" for its own Release
+// (or a loss [Hold.Lost] records later), else a loss reason or Closed.
 func (h Hold) End(reason string) {
 	t := h.t
 	if t == nil || !t.meter {
@@ -523,8 +509,7 @@ func (t *Telemetry) Decide(ctx context.Context, helper, decision string) {
 }
 
 // Leader records that this candidate became (true) or stopped being
-// (false) the leader of election: the leader counter goes up or down, and
-// the change is counted as "elected" or "ended".
+// (false) the leader of election, as "elected" or "ended".
 func (t *Telemetry) Leader(election string, leading bool) {
 	if !t.Metrics() {
 		return
