@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
@@ -119,19 +120,18 @@ type Election struct {
 	name    string
 	cfg     ElectionConfig // the caller's copy, with the defaults filled in
 	obs     Observer       // nil unless the Locker implements Observer
+	running atomic.Bool
 	mu      sync.Mutex
-	running bool
 	cur     *term // the current term, nil between terms
 	tel     *telemetry.Telemetry
 }
 
 // term is the state of one term, shared between Run and Resign.
 type term struct {
-	token      fencing.Token
-	resign     chan struct{} // closed by Resign
-	resignOnce sync.Once
-	ended      chan struct{} // closed once the lease has been released
-	err        error         // the term's end, set before ended is closed
+	token fencing.Token
+	end   context.CancelCauseFunc // cancels the leadership context
+	ended chan struct{}           // closed once the lease has been released
+	err   error                   // the term's end, set before ended is closed
 }
 
 // leadershipKey marks a leadership context with its term, so that Resign
@@ -217,27 +217,16 @@ func (e *Election) Run(ctx context.Context) error {
 	if err := e.check(ctx, "run"); err != nil {
 		return err
 	}
-	e.mu.Lock()
-	if e.running {
-		e.mu.Unlock()
+	if !e.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("lock: election %q: Run called while already running", e.name)
 	}
-	e.running = true
-	e.mu.Unlock()
-	defer func() {
-		e.mu.Lock()
-		e.running = false
-		e.mu.Unlock()
-	}()
+	defer e.running.Store(false)
 
 	if e.cfg.OnNewLeader != nil {
 		wctx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			e.watchLeader(wctx)
-		}()
-		defer func() { stop(); <-done }()
+		var watch sync.WaitGroup
+		watch.Go(func() { e.watchLeader(wctx) })
+		defer func() { stop(); watch.Wait() }()
 	}
 	return e.campaign(ctx)
 }
@@ -272,32 +261,24 @@ func (e *Election) campaign(ctx context.Context) error {
 
 // lead runs one term on lease and returns the error given to OnStopped.
 func (e *Election) lead(ctx context.Context, lease Lease) error {
-	t := &term{token: lease.Token(), resign: make(chan struct{}), ended: make(chan struct{})}
+	t := &term{token: lease.Token(), ended: make(chan struct{})}
 	lctx, cancel := context.WithCancelCause(context.WithValue(ctx, leadershipKey{}, t))
 	defer cancel(nil)
+	t.end = cancel
 	e.mu.Lock()
 	e.cur = t
 	e.mu.Unlock()
 	e.tel.Leader(e.name, true)
 	defer e.tel.Leader(e.name, false)
 
-	started := make(chan struct{})
-	go func() {
-		defer close(started)
-		e.cfg.OnStarted(lctx, t.token)
-	}()
-
-	var cause error
-	select {
+	var started sync.WaitGroup
+	started.Go(func() { e.cfg.OnStarted(lctx, t.token) })
+	select { // the term ends: Run's ctx or Resign cancel lctx themselves
 	case <-lease.Done():
-		cause = lease.Err()
-	case <-ctx.Done():
-		cause = context.Cause(ctx)
-	case <-t.resign:
-		cause = errResigned
+		cancel(lease.Err())
+	case <-lctx.Done():
 	}
-	cancel(cause)
-	<-started
+	started.Wait()
 
 	ended := endedErr(lease)
 	if e.cfg.OnStopped != nil {
@@ -397,7 +378,7 @@ func (e *Election) Resign(ctx context.Context) error {
 	if t == nil {
 		return fmt.Errorf("lock: election %q: resign: %w: not the leader", e.name, ErrNotHeld)
 	}
-	t.resignOnce.Do(func() { close(t.resign) })
+	t.end(errResigned)
 	select {
 	case <-t.ended:
 		if t.err != nil {
