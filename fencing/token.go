@@ -67,13 +67,9 @@ var ErrInvalidToken = errors.New("invalid token")
 // StaleTokenError reports a write refused because its token is lower than the
 // highest token the resource has accepted.
 type StaleTokenError struct {
-	// Resource names what was written to.
-	Resource string
-	// Token is the token the refused write carried.
-	Token Token
-	// Highest is the highest token the resource had accepted when it
-	// refused the write.
-	Highest Token
+	Resource string // what was written to
+	Token    Token  // the refused write's token
+	Highest  Token  // the highest token the resource had accepted
 }
 
 // Error describes the refused write.

@@ -47,14 +47,11 @@ type ElectionConfig struct {
 	// closed). Default: none.
 	OnStopped func(term fencing.Token, err error)
 
-	// OnNewLeader is called with the current leader and then every change,
-	// in order, one call at a time, all returned before Run returns; the
-	// zero Holder means no leader. It is not ordered with OnStarted and
-	// OnStopped, never reports a leader twice in a row, and is fed by the
-	// Locker's [Observer] (required: NewElection fails without it), whose
-	// watch is restarted with backoff should it end. A term shorter than
-	// the backend's watch gap may be missed; see the backend's Observe.
-	// Default: nothing is watched.
+	// OnNewLeader is called with the current leader and then every change
+	// (the zero Holder: none), one call at a time, never the same leader
+	// twice in a row, all returned before Run returns; not ordered with
+	// OnStarted and OnStopped. It needs the Locker to be an [Observer],
+	// whose watch is restarted with backoff should it end. Default: none.
 	OnNewLeader func(leader Holder)
 
 	// OnError is called, from Run's goroutines, with every error Run
@@ -75,10 +72,9 @@ type ElectionConfig struct {
 	// [DefaultMaxBackoff], or MinBackoff when that is larger.
 	MaxBackoff time.Duration
 
-	// ReleaseTimeout bounds the release at the end of a term, made on a
-	// fresh context. A failed release is reported to OnError and by Resign;
-	// the session's expiry then ends the lease. Default
-	// [DefaultReleaseTimeout].
+	// ReleaseTimeout bounds the release at the end of a term. A failed
+	// release is reported to OnError and by Resign; the session's expiry
+	// then ends the lease. Default [DefaultReleaseTimeout].
 	ReleaseTimeout time.Duration
 
 	// MeterProvider records fencelock.election.leader (1 while leading)

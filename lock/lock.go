@@ -47,14 +47,11 @@
 //
 // # Names, identities and bad input
 //
-// Lock names follow one rule on every backend ([ValidateName]); namespaces
-// (etcdlock.WithPrefix, zklock.WithRoot, the path of an [Open] URL) are lock
-// names with an optional leading and trailing slash ([URLPath]). Identities
-// follow [ValidateIdentity] and default to [DefaultIdentity]. Bad input (a
-// nil context, Locker, lease or function, an invalid name, identity or
-// namespace, a malformed URL) is an error wrapping [ErrInvalidConfig] or
-// [ErrInvalidName], never a panic; only [Register] panics, as
-// database/sql.Register does.
+// Names follow [ValidateName] on every backend, namespaces [URLPath],
+// identities [ValidateIdentity]. Bad input (a nil context, Locker, lease or
+// function, an invalid name, identity or namespace, a malformed URL) is an
+// error wrapping [ErrInvalidConfig] or [ErrInvalidName], never a panic;
+// only [Register] panics, as database/sql.Register does.
 //
 // # Opening by URL and observability
 //

@@ -64,17 +64,15 @@ func TokenFromRequest(r *http.Request) (fencing.Token, error) {
 }
 
 // ErrorBody is the JSON body of the responses [WriteError] writes.
+// Resource, Token and Highest are set for "stale_token", as in
+// [fencing.StaleTokenError]; Detail says what was wrong with a missing or
+// invalid token.
 type ErrorBody struct {
-	// Error is "stale_token", "missing_token", "invalid_token" or
-	// "internal_error".
-	Error string `json:"error"`
-	// Resource, Token and Highest are set for "stale_token": the
-	// resource, the request's token, and the highest token it had accepted.
+	Error    string        `json:"error"` // stale_token, missing_token, invalid_token or internal_error
 	Resource string        `json:"resource,omitempty"`
 	Token    fencing.Token `json:"token,omitempty"`
 	Highest  fencing.Token `json:"highest,omitempty"`
-	// Detail says what was wrong with a missing or invalid token.
-	Detail string `json:"detail,omitempty"`
+	Detail   string        `json:"detail,omitempty"`
 }
 
 // WriteError writes the response for err:

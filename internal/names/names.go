@@ -65,20 +65,13 @@ func segmentByte(c byte) bool {
 
 // Namespace is a checked namespace path.
 type Namespace struct {
-	// Path is the namespace without its leading and trailing slash:
-	// "app/locks" for "/app/locks/".
-	Path string
-	// Rooted reports whether it was given with a leading slash.
-	Rooted bool
+	Path   string // without its leading and trailing slash
+	Rooted bool   // given with a leading slash
 }
 
-// ParseNamespace checks a namespace as a user writes it: a lock name
-// (see Check), optionally preceded by one '/' and optionally followed by
-// one '/'. So "app/locks", "/app/locks", "app/locks/" and "/app/locks/" are
-// accepted; "", "/", "//app", "app//locks" and "app/locks//" are not. The
-// first segment must not be "zookeeper", which ZooKeeper reserves; the rule
-// is the same on every backend so that a namespace valid on one is valid on
-// all.
+// ParseNamespace checks a namespace as a user writes it: a lock name (see
+// Check), optionally preceded and followed by one '/', whose first segment
+// is not "zookeeper" (reserved by ZooKeeper; refused on every backend alike).
 func ParseNamespace(ns string) (Namespace, error) {
 	p, rooted := strings.CutPrefix(ns, "/")
 	p = strings.TrimSuffix(p, "/")
@@ -108,9 +101,8 @@ func Between(s string, at int, sep string) string {
 // MaxIdentityLen is the longest Locker identity, in bytes.
 const MaxIdentityLen = 1024
 
-// CheckIdentity returns nil if id is 1 to MaxIdentityLen bytes of valid UTF-8 without
-// control characters, and otherwise an error wrapping
-// sentinel.InvalidConfig that says what is wrong.
+// CheckIdentity returns nil if id is 1 to MaxIdentityLen bytes of valid
+// UTF-8 without control characters, else an error that says what is wrong.
 func CheckIdentity(id string) error {
 	switch {
 	case id == "":
