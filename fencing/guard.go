@@ -78,11 +78,8 @@ const guardHelper = "guard"
 
 // entry is the state of one resource.
 type entry struct {
-	// mu is the resource's critical section.
-	mu sync.Mutex
-	// highest is written only with mu held, and read without it by
-	// Guard.Highest.
-	highest atomic.Uint64
+	mu      sync.Mutex    // the resource's critical section
+	highest atomic.Uint64 // written with mu held, read by Guard.Highest without
 
 	// The fields below are guarded by Guard.mu.
 	key        string

@@ -17,21 +17,18 @@
 //     than the moment the backend could grant the lock to someone else, as
 //     long as the local clock does not run slow by more than the configured
 //     margin.
-//   - Tokens rise with every grant and zero is never handed out. Tokens of
-//     all names come from one counter per deployment (an etcd cluster, a
-//     ZooKeeper ensemble, a locktest.Memory): an acquisition that starts
-//     after a lease of any name was granted gets a higher token than that
-//     lease. A token is fixed when the acquisition's record is created, so
-//     a waiter queued earlier on another name may be granted later with a
-//     lower token.
+//   - Tokens rise with every grant and zero is never handed out. All names
+//     draw from one counter per deployment (an etcd cluster, a ZooKeeper
+//     ensemble, a locktest.Memory), fixed when the acquisition's record is
+//     created: an acquisition that starts after a grant of any name gets a
+//     higher token, though a waiter queued earlier may be granted later.
 //
 // # What is not
 //
-// A lease can be lost at any moment, and the holder may learn it too late to
-// stop a write already on its way: a process paused after checking Done and
-// before writing is the classic case. The lock alone cannot make such a write
-// safe. Send [Lease.Token] with every write and have the resource enforce it,
-// with the helpers in package fencing or the guarded writes of the backends.
+// A lease can be lost at any moment, and the holder may learn it too late
+// to stop a write already on its way (a process paused between checking
+// Done and writing). Send [Lease.Token] with every write and have the
+// resource enforce it: package fencing, or the backends' guarded writes.
 //
 // # Optional interfaces
 //

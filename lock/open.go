@@ -73,15 +73,13 @@ func WithLogger(l *slog.Logger) OpenOption {
 //
 // Attribute keys are prefixed "fencelock." (backend "etcd" or
 // "zookeeper"; kind "exclusive", "shared" or "permit"). A loss reason is
-// expired (the server ended the session), deleted (the record deleted by
-// someone else), disconnected (nothing heard until the loss deadline),
-// revoked (the Locker ended its session, unable to delete a record) or
-// closed (the Locker closed while held). The fencing helpers ("guard",
-// "sqlfence", "httpfence", "etcdlock.GuardedTxn", "zklock.GuardedMulti")
-// each take a provider by their own option. Lock and election names are
-// attributes only as [WithNameAttribute] or ElectionConfig.NameAttribute
-// map them. With a provider, each held lease keeps a function to count
-// its end (96 bytes).
+// expired (the server ended the session), deleted (by someone else),
+// disconnected (nothing heard until the loss deadline), revoked (the
+// Locker ended its session, unable to delete a record) or closed. The
+// fencing helpers ("guard", "sqlfence", "httpfence", "etcdlock.GuardedTxn",
+// "zklock.GuardedMulti") take a provider by their own options. Lock and
+// election names are attributes only as [WithNameAttribute] or
+// ElectionConfig.NameAttribute map them.
 func WithMeterProvider(mp metric.MeterProvider) OpenOption {
 	return func(c *OpenConfig) { c.opts.SetMeterProvider(mp) }
 }

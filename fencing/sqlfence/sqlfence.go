@@ -264,10 +264,9 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, resource string, token fe
 }
 
 // Check records token for resource inside the caller's transaction tx, or
-// returns a [*fencing.StaleTokenError] if a higher token is recorded. Use it
-// when you manage the transaction yourself: call it before the writes it
-// protects, and commit only if it returned nil. The check takes effect only
-// if tx commits. Bad tokens are rejected as by [Store.Apply].
+// returns a [*fencing.StaleTokenError] if a higher token is recorded: call
+// it before the writes it protects, and commit only if it returned nil.
+// Bad tokens are rejected as by [Store.Apply].
 func (s *Store) Check(ctx context.Context, tx *sql.Tx, resource string, token fencing.Token) error {
 	if err := s.usable(ctx, "check", resource); err != nil {
 		return err
@@ -288,11 +287,10 @@ func (s *Store) Check(ctx context.Context, tx *sql.Tx, resource string, token fe
 // decisionOf returns the decision a check that returned err made: "" when
 // it failed before deciding.
 func decisionOf(err error) string {
-	var stale *fencing.StaleTokenError
 	switch {
 	case err == nil:
 		return telemetry.Accepted
-	case errors.As(err, &stale):
+	case errors.Is(err, fencing.ErrStaleToken):
 		return telemetry.Rejected
 	}
 	return ""

@@ -50,7 +50,7 @@ func (c *Common) Fail(format string, args ...any) {
 	c.errs = append(c.errs, fmt.Errorf("%w: "+format, append([]any{sentinel.InvalidConfig}, args...)...))
 }
 
-// SetIdentity sets the identity if it follows lock.ValidateIdentity's rule.
+// SetIdentity sets the identity if it is valid (names.CheckIdentity).
 func (c *Common) SetIdentity(id string) {
 	if err := names.CheckIdentity(id); err != nil {
 		c.errs = append(c.errs, err)

@@ -1,6 +1,4 @@
-// Package leakcheck fails a test binary that leaves goroutines behind.
-//
-// Use it from TestMain:
+// Package leakcheck fails a test binary that leaves goroutines behind:
 //
 //	func TestMain(m *testing.M) { leakcheck.Main(m) }
 package leakcheck
@@ -15,8 +13,8 @@ import (
 	"time"
 )
 
-// ignored are goroutines that belong to the runtime, the testing package or
-// libraries that keep process-wide workers by design.
+// ignored are the goroutines of the runtime, of testing and of libraries
+// that keep process-wide workers.
 var ignored = []string{
 	"testing.Main(",
 	"testing.tRunner(",

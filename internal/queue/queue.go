@@ -16,16 +16,10 @@ import (
 // Kind is what a request asks for.
 type Kind uint8
 
-// String returns the kind's name in metrics and spans: "exclusive",
-// "shared" or "permit".
+// String returns the kind's name in metrics and spans.
 func (k Kind) String() string {
-	switch k {
-	case Exclusive:
-		return "exclusive"
-	case Shared:
-		return "shared"
-	case Permit:
-		return "permit"
+	if names := [...]string{"exclusive", "shared", "permit"}; int(k) < len(names) {
+		return names[k]
 	}
 	return "unknown"
 }
@@ -65,9 +59,8 @@ func CheckLimit(limit int) error {
 }
 
 // Tag is the request's kind as written in its record's name: "" for an
-// exclusive request (so that the records of exclusive locks keep the
-// names they have always had), "r" for a shared one, "s" and the limit in
-// decimal for a permit. A tag never contains '~', '/' or '#'.
+// exclusive request, "r" for a shared one, "s" and the limit in decimal
+// for a permit. A tag never contains '~', '/' or '#'.
 func (r Request) Tag() string {
 	switch r.Kind {
 	case Shared:

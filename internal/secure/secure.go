@@ -108,13 +108,11 @@ func (c Credentials) String() string { return c.User + ":<redacted>" }
 // GoString is String, for %#v.
 func (c Credentials) GoString() string { return c.String() }
 
-// CredentialsFromURL returns the credentials of u: its user information,
-// the password from the user information or from the environment
-// variable named by q's password_env key (read with getenv). It reports
-// false when u names no user. A user without a password, a password in
-// both places, password_env without a user, an empty or unset variable,
-// and an empty user are errors wrapping lock.ErrInvalidConfig; none shows
-// a password.
+// CredentialsFromURL returns the user of u and the password from u or
+// from the environment variable q's password_env names (read with getenv),
+// and false when u names no user. A missing, empty or doubly given
+// password or user, or password_env without a user, is an error that
+// shows no password.
 func CredentialsFromURL(u *url.URL, q url.Values, getenv func(string) string) (Credentials, bool, error) {
 	env, hasEnv := q[KeyPasswordEnv]
 	if u == nil || u.User == nil {
@@ -163,11 +161,10 @@ func Redact(s string, secrets ...string) string {
 	return s
 }
 
-// Refusal returns err wrapped with lock.ErrPermission when refused says
-// that the server refused the client (its credentials, its certificate or
-// its rights: an answer that a second attempt would get again), and err
-// unchanged otherwise: nil, not a refusal, or wrapping ErrPermission
-// already. Each backend says what its server's refusals look like.
+// Refusal returns err wrapped with lock.ErrPermission when refused, the
+// backend's test, says the server refused the client (an answer a second
+// attempt would get again), and err unchanged otherwise (nil, not a
+// refusal, or already wrapping it).
 func Refusal(err error, refused func(error) bool) error {
 	if err == nil || errors.Is(err, sentinel.Permission) || !refused(err) {
 		return err

@@ -502,10 +502,9 @@ func (w Write) End(decision string, err error) {
 
 // Decide counts one fencing decision of helper without a span.
 func (t *Telemetry) Decide(ctx context.Context, helper, decision string) {
-	if !t.Metrics() {
-		return
+	if t.Metrics() {
+		t.decisions.Add(ctx, 1, t.opts(setKey{k1: KeyHelper, v1: helper, k2: KeyDecision, v2: decision}).add...)
 	}
-	t.decisions.Add(ctx, 1, t.opts(setKey{k1: KeyHelper, v1: helper, k2: KeyDecision, v2: decision}).add...)
 }
 
 // Leader records that this candidate became (true) or stopped being
