@@ -52,24 +52,18 @@ func do(ctx context.Context, l Locker, op, name string, fn func(context.Context,
 	lctx, stop := LeaseContext(ctx, lease)
 	defer func() {
 		stop()
-		err = finish(ctx, lease, err)
+		// The lease's own error says which lease ended and why, with its
+		// backend's prefix; it is not wrapped again.
+		ended := endedErr(lease)
+		rerr := release(ctx, lease, DefaultDoReleaseTimeout)
+		switch {
+		case ended != nil:
+			err = errors.Join(err, ended)
+		case rerr != nil:
+			err = errors.Join(err, rerr)
+		}
 	}()
 	return fn(lctx, lease)
-}
-
-// finish releases lease after fn returned ferr and returns Do's error.
-// The lease's own error says which lease ended and why, with its
-// backend's prefix; it is not wrapped again.
-func finish(ctx context.Context, lease Lease, ferr error) error {
-	ended := endedErr(lease)
-	rerr := release(ctx, lease, DefaultDoReleaseTimeout)
-	switch {
-	case ended != nil:
-		return errors.Join(ferr, ended)
-	case rerr != nil:
-		return errors.Join(ferr, rerr)
-	}
-	return ferr
 }
 
 // endedErr returns lease's error if it has ended, else nil.

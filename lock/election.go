@@ -115,7 +115,6 @@ type Election struct {
 	l       Locker
 	name    string
 	cfg     ElectionConfig // the caller's copy, with the defaults filled in
-	obs     Observer       // nil unless the Locker implements Observer
 	running atomic.Bool
 	mu      sync.Mutex
 	cur     *term // the current term, nil between terms
@@ -174,9 +173,7 @@ func NewElection(l Locker, name string, cfg ElectionConfig) (*Election, error) {
 		// A refused instrument stays a no-op.
 		e.tel, _ = telemetry.New("", telemetry.Config{MeterProvider: cfg.MeterProvider, NameAttribute: cfg.NameAttribute})
 	}
-	if obs, ok := l.(Observer); ok {
-		e.obs = obs
-	} else if cfg.OnNewLeader != nil {
+	if _, ok := l.(Observer); !ok && cfg.OnNewLeader != nil {
 		return nil, fmt.Errorf("lock: election %q: %w: OnNewLeader is set but %T does not implement lock.Observer", name, ErrInvalidConfig, l)
 	}
 	return e, nil
@@ -328,7 +325,7 @@ func (e *Election) watchLeader(ctx context.Context) {
 	first := true
 	failures := 0
 	for {
-		ch, errf, err := e.obs.Observe(ctx, e.name)
+		ch, errf, err := e.l.(Observer).Observe(ctx, e.name)
 		if err == nil {
 			for h := range ch {
 				failures = 0
@@ -406,8 +403,9 @@ func (e *Election) Observe(ctx context.Context) (<-chan Holder, func() error, er
 	if err := e.check(ctx, "observe"); err != nil {
 		return nil, nil, err
 	}
-	if e.obs == nil {
+	obs, ok := e.l.(Observer)
+	if !ok {
 		return nil, nil, fmt.Errorf("lock: election %q: observe: %w: %T does not implement lock.Observer", e.name, ErrInvalidConfig, e.l)
 	}
-	return e.obs.Observe(ctx, e.name)
+	return obs.Observe(ctx, e.name)
 }

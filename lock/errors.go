@@ -19,9 +19,8 @@ var (
 	ErrNotHeld = sentinel.NotHeld
 
 	// ErrLost is wrapped by Lease.Err, Release and a waiting Acquire when
-	// the session that backed the lease or the wait ended (expiry,
-	// revocation, deletion of the record by someone else, or a
-	// disconnection long enough that the server may have expired it).
+	// the session behind them ended (expiry, revocation, deletion of the
+	// record, or a disconnection the server may have expired it for).
 	ErrLost = sentinel.Lost
 
 	// ErrReleased is wrapped by Lease.Err after Release or Close ended the

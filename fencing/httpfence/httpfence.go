@@ -100,12 +100,12 @@ func WriteError(w http.ResponseWriter, err error) {
 	case errors.As(err, &stale):
 		status = http.StatusConflict
 		body = ErrorBody{Error: "stale_token", Resource: stale.Resource, Token: stale.Token, Highest: stale.Highest}
-	case errors.Is(err, ErrMissingToken):
-		status = http.StatusBadRequest
-		body = ErrorBody{Error: "missing_token", Detail: err.Error()}
-	case errors.Is(err, fencing.ErrInvalidToken):
+	case errors.Is(err, fencing.ErrInvalidToken): // ErrMissingToken too
 		status = http.StatusBadRequest
 		body = ErrorBody{Error: "invalid_token", Detail: err.Error()}
+		if errors.Is(err, ErrMissingToken) {
+			body.Error = "missing_token"
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")

@@ -60,11 +60,8 @@ const (
 
 // String returns the dialect's name.
 func (d Dialect) String() string {
-	switch d {
-	case Postgres:
-		return "postgres"
-	case SQLite:
-		return "sqlite"
+	if names := [...]string{Postgres: "postgres", SQLite: "sqlite"}; d > 0 && int(d) < len(names) {
+		return names[d]
 	}
 	return fmt.Sprintf("Dialect(%d)", int(d))
 }

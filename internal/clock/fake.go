@@ -7,10 +7,9 @@ import (
 	"time"
 )
 
-// Fake is a Clock whose time moves only when told to. It is safe for
-// concurrent use. Timers fire during [Fake.Advance], in the order of their
-// deadlines (then of their arming); a timer whose deadline is at or before
-// the new time fires, as a time.Timer does.
+// Fake is a Clock whose time moves only by [Fake.Advance], which fires the
+// timers due, in deadline (then arming) order. It is safe for concurrent
+// use.
 type Fake struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
@@ -40,8 +39,7 @@ func (f *Fake) NewTimer(d time.Duration) Timer {
 	return t
 }
 
-// AfterFunc returns a timer that calls fn, in its own goroutine, d after
-// the fake time.
+// AfterFunc returns a timer that calls fn in its own goroutine d later.
 func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
 	t := &fakeTimer{f: f, fn: fn}
 	f.arm(t, d)
@@ -136,9 +134,8 @@ func (t *fakeTimer) Stop() bool {
 	return armed
 }
 
-// Reset arms the timer again to fire d after the fake time, and reports
-// whether it was armed. As with time.Timer since Go 1.23, a value not yet
-// received from C is dropped.
+// Reset arms the timer again to fire d later, and reports whether it was
+// armed. As with time.Timer, a value not yet received from C is dropped.
 func (t *fakeTimer) Reset(d time.Duration) bool {
 	armed := t.Stop()
 	if t.c != nil {

@@ -485,18 +485,14 @@ type Write struct {
 // End records the write's decision (Accepted, Rejected, or "" when no
 // decision was made) and ends its span.
 func (w Write) End(decision string, err error) {
-	if w.t == nil {
-		return
-	}
-	if decision != "" {
-		w.t.Decide(w.ctx, w.helper, decision)
-	}
 	switch {
-	case w.span == nil:
-	case decision != "":
-		endSpan(w.span, err, KeyDecision.String(decision))
-	default:
+	case decision == "" || w.t == nil:
 		endSpan(w.span, err)
+	case w.span == nil: // the attribute escapes: built only for a span
+		w.t.Decide(w.ctx, w.helper, decision)
+	default:
+		w.t.Decide(w.ctx, w.helper, decision)
+		endSpan(w.span, err, KeyDecision.String(decision))
 	}
 }
 
