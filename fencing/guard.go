@@ -3,20 +3,20 @@ package fencing
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/fencelock/fencelock/internal/sentinel"
 	"github.com/fencelock/fencelock/internal/telemetry"
 )
 
 // ErrInvalidConfig is wrapped by this package and its sub-packages when
 // given a bad value (a non-positive limit, a nil database, a bad table
 // name…). It is the same value as lock.ErrInvalidConfig.
-var ErrInvalidConfig = errors.New("invalid configuration")
+var ErrInvalidConfig = sentinel.InvalidConfig
 
 // DefaultMaxResources is the number of resources a zero [Guard] remembers
 // individually before it starts to evict idle ones.

@@ -5,15 +5,11 @@
 // matches either.
 package sentinel
 
-import (
-	"errors"
-
-	"github.com/fencelock/fencelock/fencing"
-)
+import "errors"
 
 // The values of lock's ErrLocked, ErrNotHeld, ErrLost, ErrReleased,
 // ErrClosed, ErrIncompatible, ErrPermission, ErrInvalidName and
-// ErrInvalidConfig.
+// ErrInvalidConfig (which is also fencing.ErrInvalidConfig).
 var (
 	Locked        = errors.New("locked by another holder")
 	NotHeld       = errors.New("not held")
@@ -23,5 +19,5 @@ var (
 	Incompatible  = errors.New("incompatible request")
 	Permission    = errors.New("permission denied")
 	InvalidName   = errors.New("invalid name")
-	InvalidConfig = fencing.ErrInvalidConfig
+	InvalidConfig = errors.New("invalid configuration")
 )
