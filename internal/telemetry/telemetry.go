@@ -279,14 +279,10 @@ func (t *Telemetry) opts(k setKey) *options {
 	if t.backend != "" {
 		kv = append(kv, KeyBackend.String(t.backend))
 	}
-	if k.k1 != "" {
-		kv = append(kv, k.k1.String(k.v1))
-	}
-	if k.k2 != "" {
-		kv = append(kv, k.k2.String(k.v2))
-	}
-	if k.name != "" {
-		kv = append(kv, k.nameKey.String(k.name))
+	for _, a := range [...]attribute.KeyValue{k.k1.String(k.v1), k.k2.String(k.v2), k.nameKey.String(k.name)} {
+		if a.Key != "" { // nameKey is "" without a name
+			kv = append(kv, a)
+		}
 	}
 	opt := metric.WithAttributeSet(attribute.NewSet(kv...))
 	o := &options{add: []metric.AddOption{opt}, rec: []metric.RecordOption{opt}}
