@@ -36,7 +36,8 @@ type ElectionConfig struct {
 	// context.Cause saying why. term is the lease's fencing token, higher
 	// than every earlier term: send it with every write and have the
 	// resource enforce it. OnStarted may block for the term or return at
-	// once; it must return promptly once ctx is done. Required.
+	// once (returning does not end the term); it must return promptly once
+	// ctx is done. Required.
 	OnStarted func(ctx context.Context, term fencing.Token)
 
 	// OnStopped is called once after each term, after OnStarted has
@@ -51,7 +52,8 @@ type ElectionConfig struct {
 	// (the zero Holder: none), one call at a time, never the same leader
 	// twice in a row, all returned before Run returns; not ordered with
 	// OnStarted and OnStopped. It needs the Locker to be an [Observer],
-	// whose watch is restarted with backoff should it end. Default: none.
+	// whose watch is restarted with backoff should it end; changes in a gap
+	// of the watch may be missed (see the backend's Observe). Default: none.
 	OnNewLeader func(leader Holder)
 
 	// OnError is called, from Run's goroutines, with every error Run
@@ -64,8 +66,8 @@ type ElectionConfig struct {
 	StopOnLoss bool
 
 	// MinBackoff is the pause after a failed campaign, doubled per further
-	// failure in a row up to MaxBackoff and randomised between half and
-	// all of its value. Default [DefaultMinBackoff].
+	// failure in a row up to MaxBackoff, randomised between half and all
+	// of its value, and reset by a grant. Default [DefaultMinBackoff].
 	MinBackoff time.Duration
 
 	// MaxBackoff caps the pause; not smaller than MinBackoff. Default

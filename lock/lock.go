@@ -57,7 +57,8 @@
 // "zk://127.0.0.1:2181/myapp?session_timeout=10s", with the options every
 // backend understands. Both backends log through a *slog.Logger
 // ([WithLogger], default slog.Default()), their client libraries' lines
-// included, never a password. Metrics and spans go through the
+// included, with the keys backend, lock, token and session, never a
+// password. Metrics and spans go through the
 // OpenTelemetry API only when a provider is given ([WithMeterProvider] and
 // [WithTracerProvider] list them); lock names are attributes only as
 // [WithNameAttribute] maps them.

@@ -79,7 +79,8 @@ func WithLogger(l *slog.Logger) OpenOption {
 // fencing helpers ("guard", "sqlfence", "httpfence", "etcdlock.GuardedTxn",
 // "zklock.GuardedMulti") take a provider by their own options. Lock and
 // election names are attributes only as [WithNameAttribute] or
-// ElectionConfig.NameAttribute map them.
+// ElectionConfig.NameAttribute map them. With a provider, each held lease
+// keeps a function (96 bytes) to count its end.
 func WithMeterProvider(mp metric.MeterProvider) OpenOption {
 	return func(c *OpenConfig) { c.opts.SetMeterProvider(mp) }
 }
