@@ -323,16 +323,15 @@ func (e *Election) report(err error) {
 // watchLeader calls OnNewLeader with every change of leader until ctx ends,
 // restarting the watch with backoff when it fails.
 func (e *Election) watchLeader(ctx context.Context) {
-	var last Holder
-	first := true
+	var last *Holder // nil until the first leader is reported
 	failures := 0
 	for {
 		ch, errf, err := e.l.(Observer).Observe(ctx, e.name)
 		if err == nil {
 			for h := range ch {
 				failures = 0
-				if first || h != last {
-					first, last = false, h
+				if last == nil || h != *last {
+					last = &h
 					e.cfg.OnNewLeader(h)
 				}
 			}

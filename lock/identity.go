@@ -11,11 +11,9 @@ const MaxIdentityLen = names.MaxIdentityLen
 // wrong.
 //
 // An identity is 1 to [MaxIdentityLen] bytes of valid UTF-8 without control
-// characters (U+0000–U+001F, U+007F–U+009F): a NUL, a newline or a stray
-// byte in an identity would be stored as is by one backend and refused by
-// another, and would break every tool that prints holders one per line.
-// Every backend's WithIdentity option, and the identity query key of an
-// [Open] URL, apply this rule.
+// characters (U+0000–U+001F, U+007F–U+009F), so that every backend stores
+// it alike and holders print one per line. Every backend's WithIdentity
+// option, and the identity query key of an [Open] URL, apply this rule.
 func ValidateIdentity(id string) error { return names.CheckIdentity(id) }
 
 // DefaultIdentity returns a fresh default identity, "hostname/pid/random":

@@ -49,11 +49,10 @@ func TokenFromRequest(r *http.Request) (fencing.Token, error) {
 		return 0, fmt.Errorf("httpfence: token from request: %w: nil request", fencing.ErrInvalidConfig)
 	}
 	vals := r.Header.Values(Header)
-	switch len(vals) {
-	case 0:
+	if len(vals) == 0 {
 		return 0, ErrMissingToken
-	case 1:
-	default:
+	}
+	if len(vals) > 1 {
 		return 0, fmt.Errorf("httpfence: %d %s headers: %w: want exactly one", len(vals), Header, fencing.ErrInvalidToken)
 	}
 	tok, err := fencing.ParseToken(vals[0])

@@ -212,10 +212,7 @@ func (s *Store) CreateTable(ctx context.Context) error {
 // [fencing.ErrInvalidToken]; a nil fn one wrapping
 // [fencing.ErrInvalidConfig].
 func (s *Store) Apply(ctx context.Context, resource string, token fencing.Token, fn func(tx *sql.Tx) error) error {
-	if err := s.usable(ctx, "apply", resource); err != nil {
-		return err
-	}
-	if err := checkToken("apply", resource, token); err != nil {
+	if err := s.usableFor(ctx, "apply", resource, token); err != nil {
 		return err
 	}
 	if fn == nil {
@@ -265,10 +262,7 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, resource string, token fe
 // it before the writes it protects, and commit only if it returned nil.
 // Bad tokens are rejected as by [Store.Apply].
 func (s *Store) Check(ctx context.Context, tx *sql.Tx, resource string, token fencing.Token) error {
-	if err := s.usable(ctx, "check", resource); err != nil {
-		return err
-	}
-	if err := checkToken("check", resource, token); err != nil {
+	if err := s.usableFor(ctx, "check", resource, token); err != nil {
 		return err
 	}
 	if tx == nil {
@@ -333,11 +327,16 @@ func (s *Store) Highest(ctx context.Context, resource string) (fencing.Token, er
 	return fencing.Token(highest), nil
 }
 
-func checkToken(op, resource string, token fencing.Token) error {
-	if token == 0 {
-		return fmt.Errorf("sqlfence: %s %q: %w: zero is not a token", op, resource, fencing.ErrInvalidToken)
+// usableFor is usable, and refuses a token that is zero or does not fit a
+// signed BIGINT.
+func (s *Store) usableFor(ctx context.Context, op, resource string, token fencing.Token) error {
+	if err := s.usable(ctx, op, resource); err != nil {
+		return err
 	}
-	if token > math.MaxInt64 {
+	switch {
+	case token == 0:
+		return fmt.Errorf("sqlfence: %s %q: %w: zero is not a token", op, resource, fencing.ErrInvalidToken)
+	case token > math.MaxInt64:
 		return fmt.Errorf("sqlfence: %s %q: %w: token %d does not fit a signed BIGINT (at most %d)", op, resource, fencing.ErrInvalidToken, token, int64(math.MaxInt64))
 	}
 	return nil

@@ -129,15 +129,13 @@ func CredentialsFromURL(u *url.URL, q url.Values, getenv func(string) string) (C
 	switch {
 	case hasPW && hasEnv:
 		return Credentials{}, false, fmt.Errorf("%w: a password in the URL and %s: give one", sentinel.InvalidConfig, KeyPasswordEnv)
+	case hasPW && pw == "":
+		return Credentials{}, false, fmt.Errorf("%w: empty password in the URL for user %q", sentinel.InvalidConfig, c.User)
 	case hasPW:
-		if pw == "" {
-			return Credentials{}, false, fmt.Errorf("%w: empty password in the URL for user %q", sentinel.InvalidConfig, c.User)
-		}
 		c.Password = pw
+	case hasEnv && env[0] == "":
+		return Credentials{}, false, fmt.Errorf("%w: %s: empty variable name", sentinel.InvalidConfig, KeyPasswordEnv)
 	case hasEnv:
-		if env[0] == "" {
-			return Credentials{}, false, fmt.Errorf("%w: %s: empty variable name", sentinel.InvalidConfig, KeyPasswordEnv)
-		}
 		if getenv == nil {
 			getenv = os.Getenv
 		}
