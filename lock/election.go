@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -155,18 +156,12 @@ func NewElection(l Locker, name string, cfg ElectionConfig) (*Election, error) {
 		return nil, fmt.Errorf("lock: election %q: %w: a negative duration (MinBackoff %v, MaxBackoff %v, ReleaseTimeout %v)",
 			name, ErrInvalidConfig, cfg.MinBackoff, cfg.MaxBackoff, cfg.ReleaseTimeout)
 	}
-	if cfg.MinBackoff == 0 {
-		cfg.MinBackoff = DefaultMinBackoff
-	}
-	switch {
-	case cfg.MaxBackoff != 0 && cfg.MaxBackoff < cfg.MinBackoff:
+	cfg.MinBackoff = cmp.Or(cfg.MinBackoff, DefaultMinBackoff)
+	if cfg.MaxBackoff != 0 && cfg.MaxBackoff < cfg.MinBackoff {
 		return nil, fmt.Errorf("lock: election %q: %w: MaxBackoff %v is smaller than MinBackoff %v", name, ErrInvalidConfig, cfg.MaxBackoff, cfg.MinBackoff)
-	case cfg.MaxBackoff == 0:
-		cfg.MaxBackoff = max(DefaultMaxBackoff, cfg.MinBackoff)
 	}
-	if cfg.ReleaseTimeout == 0 {
-		cfg.ReleaseTimeout = DefaultReleaseTimeout
-	}
+	cfg.MaxBackoff = cmp.Or(cfg.MaxBackoff, max(DefaultMaxBackoff, cfg.MinBackoff))
+	cfg.ReleaseTimeout = cmp.Or(cfg.ReleaseTimeout, DefaultReleaseTimeout)
 	if cfg.MeterProvider != nil && nilcheck.IsNil(cfg.MeterProvider) {
 		return nil, fmt.Errorf("lock: election %q: %w: MeterProvider is a typed nil", name, ErrInvalidConfig)
 	}
