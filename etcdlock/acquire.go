@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -14,6 +15,28 @@ import (
 	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
+
+// Acquire blocks until it holds the lock called name, ctx is done, or the
+// Locker is closed, and returns a *Lease. The uncontended path is one
+// round trip. A failed or cancelled Acquire deletes its record (with a
+// fresh context of at most 2s, then in the background; the session lease's
+// expiry removes it at the latest).
+//
+// Errors wrap [lock.ErrInvalidName], [lock.ErrClosed], [lock.ErrLost] (the
+// session ended while waiting; the next call starts a new one),
+// [lock.ErrPermission] (the cluster refused the client) or ctx's error.
+func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
+	return l.acquireKind(ctx, "acquire", name, queue.ExclusiveRequest, false)
+}
+
+// TryAcquire is Acquire without waiting: when another lease holds name it
+// returns an error wrapping [lock.ErrLocked]. It creates its record only if
+// name has no record at all, so a refused TryAcquire writes nothing
+// (unless an attempt went unanswered: see "Late creates" in
+// docs/design/etcd.md).
+func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
+	return l.acquireKind(ctx, "try acquire", name, queue.ExclusiveRequest, true)
+}
 
 // acquire implements every Acquire and TryAcquire method: req says which
 // kind of grant, try whether to wait.
@@ -67,14 +90,6 @@ func (l *Locker) countEnd(le *Lease, hold telemetry.Hold, err error) {
 	}
 }
 
-// withClosing returns a context that is also cancelled when Close starts,
-// so that no request of a call outlives Close.
-func (l *Locker) withClosing(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(l.g.closing, cancel)
-	return ctx, func() { stop(); cancel() }
-}
-
 func (l *Locker) acquireRetry(ctx context.Context, name string, req queue.Request, try bool) (*Lease, error) {
 	for attempt := 0; ; attempt++ {
 		s, err := l.session(ctx)
@@ -82,9 +97,9 @@ func (l *Locker) acquireRetry(ctx context.Context, name string, req queue.Reques
 			return nil, err
 		}
 		le, err := l.newAcquisition(s, name, req, try).run(ctx)
-		// A session the server already expired (a revoke the keepalive
-		// loop has not noticed yet) fails the create with "lease not
-		// found" before anything was written: start a new session once.
+		// A session the server already expired, which the keepalive loop
+		// has not noticed yet, fails the create before anything was
+		// written: start a new session once.
 		if errors.Is(err, errStaleSession) && attempt == 0 {
 			continue
 		}
@@ -94,30 +109,24 @@ func (l *Locker) acquireRetry(ctx context.Context, name string, req queue.Reques
 
 var errStaleSession = fmt.Errorf("%w: the session lease was not found on the server", lock.ErrLost)
 
-// record is what a Lease and an acquisition know of their record: the
-// session it belongs to, its key, its create revision once known (0
-// before), and whether a create attempt failed without an answer, so that
-// the record may exist or appear later (see endOp).
+// record is what a Lease and an acquisition know of their record: its
+// session, its key, its create revision once known (0 before), whether a
+// create attempt failed without an answer, so that the record may exist
+// or appear later (see endOp), and the key of the lock-delay marker
+// written with it, if any (see markerOps).
 type record struct {
 	s         *session
 	key       string
 	rev       int64
 	ambiguous bool
-}
-
-// pending is an acquisition's record with the lock-delay marker it writes
-// with the record (see markerOps), if any: discarding the acquisition
-// deletes both. A Lease derives its marker's key from the record's.
-type pending struct {
-	record
-	marker string
+	marker    string
 }
 
 // acquisition is one acquisition of any kind within one session: decide
 // from a read of the queue whether the record is granted, refused, or
 // which records to watch; wait for one of those to change; grant.
 type acquisition struct {
-	pending
+	record
 	l    *Locker
 	name string
 	pfx  string // the prefix of name's records
@@ -132,10 +141,9 @@ type acquisition struct {
 	seen    time.Time
 }
 
-// newAcquisition prepares an acquisition of name within session s.
 func (l *Locker) newAcquisition(s *session, name string, req queue.Request, try bool) *acquisition {
 	pfx := l.namePrefix(name)
-	a := &acquisition{pending: pending{record: record{s: s, key: l.recordKey(pfx, s, req)}}, l: l, name: name, pfx: pfx, req: req, try: try}
+	a := &acquisition{record: record{s: s, key: l.recordKey(pfx, s, req)}, l: l, name: name, pfx: pfx, req: req, try: try}
 	if l.opts.LockDelay > 0 {
 		a.marker = l.markerKey(name, a.key)
 	}
@@ -258,7 +266,7 @@ func (a *acquisition) fail(err error) error {
 	if a.rev == 0 && !a.ambiguous && (errors.Is(err, lock.ErrLocked) || errors.Is(err, lock.ErrIncompatible)) {
 		return err
 	}
-	return a.l.discard(a.pending, err)
+	return a.l.discard(a.record, err)
 }
 
 // enqueue creates the acquisition's record and returns the queue as the
@@ -272,7 +280,7 @@ func (a *acquisition) enqueue(ctx context.Context) (view, error) {
 		}
 		// The create may have been applied with its reply lost, or be
 		// applied later.
-		return view{}, a.l.discard(a.pending, err)
+		return view{}, a.l.discard(a.record, err)
 	}
 	if resp.Succeeded {
 		a.noteDelayReads(resp.Responses)
@@ -331,20 +339,16 @@ func (a *acquisition) create(ctx context.Context) (*clientv3.TxnResponse, error)
 func (a *acquisition) createTxn(ctx context.Context, was int64) clientv3.Txn {
 	guard := clientv3.Compare(clientv3.ModRevision(a.s.guard.key), "=", was)
 	put := clientv3.OpPut(a.key, a.l.opts.Identity, clientv3.WithLease(a.s.id))
+	first := clientv3.OpGet(a.pfx, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
 	if a.try && a.req.Kind == queue.Exclusive {
 		return a.l.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.pfx).WithPrefix(), "=", 0), guard).
 			Then(append([]clientv3.Op{put}, a.markerOps()...)...).
-			Else(clientv3.OpGet(a.pfx, clientv3.WithFirstCreate()...), clientv3.OpGet(a.s.guard.key))
+			Else(first, clientv3.OpGet(a.s.guard.key))
 	}
-	var then []clientv3.Op
+	then := []clientv3.Op{put, clientv3.OpGet(a.pfx, queueRead()...)}
 	if a.req.Kind == queue.Exclusive {
-		lastTwo := clientv3.OpGet(a.pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(2))
-		first := clientv3.OpGet(a.pfx, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
-		then = []clientv3.Op{put, lastTwo, first}
-	} else {
-		then = []clientv3.Op{put, clientv3.OpGet(a.pfx, queueRead()...)}
+		then = []clientv3.Op{put, lastBefore(a.pfx, 2), first}
 	}
 	return a.l.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0), guard).
@@ -359,10 +363,17 @@ func queueRead(opts ...clientv3.OpOption) []clientv3.OpOption {
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend)}, opts...)
 }
 
+// lastBefore reads the keys of the newest n records under pfx, newest
+// first, that opts allow.
+func lastBefore(pfx string, n int64, opts ...clientv3.OpOption) clientv3.Op {
+	return clientv3.OpGet(pfx, append([]clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(n)}, opts...)...)
+}
+
 // placeExclusive reads the answer of an exclusive acquisition's create:
 // the record's create revision, and the record just before it, if any. A
-// retried create found its record in place and looks the predecessor and
-// the oldest record up explicitly.
+// retried create found its record in place and reads the predecessor and
+// the oldest record explicitly.
 func (a *acquisition) placeExclusive(ctx context.Context, resp *clientv3.TxnResponse) (view, error) {
 	v := view{rev: resp.Header.Revision}
 	switch {
@@ -389,10 +400,7 @@ func (a *acquisition) placeExclusive(ctx context.Context, resp *clientv3.TxnResp
 	if err := a.createdRev(resp); err != nil {
 		return view{}, err
 	}
-	v, ok, err := a.recheck(ctx)
-	if err == nil && !ok {
-		err = fmt.Errorf("%w: record %q was deleted", lock.ErrLost, a.key)
-	}
+	v, err := a.read(ctx)
 	if err == nil && len(v.ahead) > 0 {
 		err = a.readHead(ctx)
 	}
@@ -416,7 +424,7 @@ func (a *acquisition) placeQueued(ctx context.Context, resp *clientv3.TxnRespons
 			return view{}, err
 		}
 		var err error
-		if v, err = a.readAhead(ctx); err != nil {
+		if v, err = a.read(ctx); err != nil {
 			return view{}, err
 		}
 	}
@@ -451,103 +459,66 @@ func (a *acquisition) checkHead(kvs []*mvccpb.KeyValue) error {
 // readHead reads the oldest record of the name and checks it (checkHead),
 // for an acquisition whose create was retried.
 func (a *acquisition) readHead(ctx context.Context) error {
-	var resp *clientv3.GetResponse
-	err := a.l.call(ctx, a.s, func(ctx context.Context) error {
-		var err error
-		resp, err = a.l.client.Get(ctx, a.pfx, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
-		return err
-	})
+	resp, err := a.l.get(ctx, a.s, a.pfx, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
 	if err != nil {
 		return err
 	}
 	return a.checkHead(resp.Kvs)
 }
 
-// read reads the queue again after a wait: for an exclusive acquisition
-// the record just before its own (recheck), for the others the records
-// ahead of it and the one behind it (readAhead).
+// read reads the queue again, confirming the record: for an exclusive
+// acquisition the record just before its own, for the others the records
+// ahead of it and the one right behind it.
 func (a *acquisition) read(ctx context.Context) (view, error) {
+	before := clientv3.WithMaxCreateRev(a.rev - 1)
+	ops := []clientv3.Op{lastBefore(a.pfx, 1, before)}
 	if a.req.Kind != queue.Exclusive {
-		return a.readAhead(ctx)
+		ops = []clientv3.Op{clientv3.OpGet(a.pfx, queueRead(before)...),
+			clientv3.OpGet(a.pfx, queueRead(clientv3.WithMinCreateRev(a.rev+1), clientv3.WithLimit(1))...)}
 	}
-	v, ok, err := a.recheck(ctx)
-	if err == nil && !ok {
-		err = a.deleted()
-	}
-	return v, err
-}
-
-// recheck confirms that our record still exists with its create revision
-// (and so that the session lease is alive on the server) and reads the
-// record just before ours. ok is false when our record is gone.
-func (a *acquisition) recheck(ctx context.Context) (v view, ok bool, err error) {
-	var resp *clientv3.TxnResponse
-	err = a.l.call(ctx, a.s, func(ctx context.Context) error {
-		var err error
-		resp, err = a.l.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-			Then(append([]clientv3.Op{clientv3.OpGet(a.pfx, clientv3.WithPrefix(),
-				clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend),
-				clientv3.WithMaxCreateRev(a.rev-1), clientv3.WithLimit(1))}, a.delayReads()...)...).
-			Commit()
-		return err
-	})
-	if err != nil {
-		return view{}, false, err
-	}
-	if !resp.Succeeded {
-		return view{rev: resp.Header.Revision}, false, nil
-	}
-	a.noteDelayReads(resp.Responses)
-	return view{ahead: resp.Responses[0].GetResponseRange().Kvs, rev: resp.Header.Revision}, true, nil
-}
-
-// readAhead confirms that our record still exists with its create
-// revision and reads the keys of the records ahead of it, in queue order,
-// and of the one right after it (next: none or one).
-func (a *acquisition) readAhead(ctx context.Context) (view, error) {
-	var resp *clientv3.TxnResponse
-	err := a.l.call(ctx, a.s, func(ctx context.Context) error {
-		var err error
-		resp, err = a.l.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-			Then(append([]clientv3.Op{clientv3.OpGet(a.pfx, queueRead(clientv3.WithMaxCreateRev(a.rev-1))...),
-				clientv3.OpGet(a.pfx, queueRead(clientv3.WithMinCreateRev(a.rev+1), clientv3.WithLimit(1))...)}, a.delayReads()...)...).
-			Commit()
-		return err
-	})
+	resp, err := a.confirm(ctx, ops...)
 	if err != nil {
 		return view{}, err
 	}
-	if !resp.Succeeded {
-		return view{}, a.deleted()
+	v := view{ahead: resp.Responses[0].GetResponseRange().Kvs, rev: resp.Header.Revision}
+	if len(ops) > 1 {
+		v.next = resp.Responses[1].GetResponseRange().Kvs
 	}
-	a.noteDelayReads(resp.Responses)
-	return view{ahead: resp.Responses[0].GetResponseRange().Kvs, next: resp.Responses[1].GetResponseRange().Kvs, rev: resp.Header.Revision}, nil
+	return v, nil
 }
 
-// touch rewrites the acquisition's record unchanged (queue.Touches), with
-// the lock-delay markers' reads (delayReads), and returns the revision at
-// which that confirmed the record. Guarded by the create revision, it
-// never brings back a record that went, and is safe to repeat.
+// touch rewrites the acquisition's record unchanged (queue.Touches) and
+// returns the revision at which that confirmed the record.
 func (a *acquisition) touch(ctx context.Context) (int64, error) {
+	resp, err := a.confirm(ctx, clientv3.OpPut(a.key, a.l.opts.Identity, clientv3.WithLease(a.s.id)))
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
+}
+
+// confirm applies ops, then the lock-delay reads (delayReads), only while
+// the acquisition's record exists with its create revision, and so while
+// its session lease lives on the server. Guarded so, a write never brings
+// back a record that went, and is safe to repeat.
+func (a *acquisition) confirm(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	var resp *clientv3.TxnResponse
 	err := a.l.call(ctx, a.s, func(ctx context.Context) error {
 		var err error
 		resp, err = a.l.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-			Then(append([]clientv3.Op{clientv3.OpPut(a.key, a.l.opts.Identity, clientv3.WithLease(a.s.id))}, a.delayReads()...)...).
+			Then(slices.Concat(ops, a.delayReads())...).
 			Commit()
 		return err
 	})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	if !resp.Succeeded {
-		return 0, a.deleted()
+		return nil, a.deleted()
 	}
 	a.noteDelayReads(resp.Responses)
-	return resp.Header.Revision, nil
+	return resp, nil
 }
 
 // deleted is the error of an acquisition whose record went while it

@@ -58,7 +58,7 @@ func TestPlace(t *testing.T) {
 		{name: "try, nothing there", try: true, resp: txnResp(23, false, nil, nil), wantErr: lock.ErrLocked},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := &acquisition{pending: pending{record: record{key: own, ambiguous: tc.ambiguous}}, name: "x", pfx: "p/x/#", try: tc.try}
+			a := &acquisition{record: record{key: own, ambiguous: tc.ambiguous}, name: "x", pfx: "p/x/#", try: tc.try}
 			v, err := a.placeExclusive(context.Background(), tc.resp)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
@@ -119,7 +119,7 @@ func TestDecide(t *testing.T) {
 		{name: "shared try, behind a writer", req: queue.SharedRequest, try: true, v: view{ahead: []*mvccpb.KeyValue{kv("p/x/#a", 3)}}, err: lock.ErrLocked},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := &acquisition{pending: pending{record: record{key: own}}, pfx: "p/x/#", req: tc.req, try: tc.try}
+			a := &acquisition{record: record{key: own}, pfx: "p/x/#", req: tc.req, try: tc.try}
 			got, err := a.decide(tc.v)
 			if !errors.Is(err, tc.err) {
 				t.Fatalf("decide() = %v; want %v", err, tc.err)

@@ -16,7 +16,7 @@ import (
 // and returns err. When the session ended, its lease takes the record with
 // it (and makes any later create fail), so nothing is sent; when the
 // Locker is closing, Close revokes the session lease.
-func (l *Locker) discard(r pending, err error) error {
+func (l *Locker) discard(r record, err error) error {
 	if !r.s.ended() && !errors.Is(err, lock.ErrClosed) {
 		l.cleanup(r)
 	}
@@ -25,7 +25,7 @@ func (l *Locker) discard(r pending, err error) error {
 
 // cleanup runs cleanupOp with a fresh bounded context, and when that fails
 // hands it to cleanupLater.
-func (l *Locker) cleanup(r pending) {
+func (l *Locker) cleanup(r record) {
 	ctx, cancel := context.WithTimeout(l.g.life, min(l.closeWait(), 2*time.Second))
 	err := l.call(ctx, nil, l.cleanupOp(r))
 	cancel()
@@ -41,7 +41,7 @@ func (l *Locker) cleanup(r pending) {
 // as the session lives, so cleanupLater ends the session and revokes its
 // lease: the server deletes the record when the lease goes, at the latest
 // a TTL later.
-func (l *Locker) cleanupLater(r pending) {
+func (l *Locker) cleanupLater(r record) {
 	l.spawn(func() {
 		ctx, cancel := context.WithTimeout(l.g.life, l.opts.ttl+l.opts.LossMargin)
 		defer cancel()
@@ -59,7 +59,7 @@ func (l *Locker) cleanupLater(r pending) {
 // revision when known (r.rev > 0), or with endOp when r is ambiguous, and
 // its lock-delay marker (r.marker) in the same transaction: no lease was
 // granted, so no holder's writes can be in flight.
-func (l *Locker) cleanupOp(r pending) func(context.Context) error {
+func (l *Locker) cleanupOp(r record) func(context.Context) error {
 	var marker []clientv3.Op
 	if r.marker != "" {
 		marker = append(marker, clientv3.OpDelete(r.marker))

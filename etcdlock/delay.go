@@ -81,7 +81,7 @@ func (a *acquisition) delay(ctx context.Context) error {
 	}
 	if a.seen.IsZero() {
 		// No read of the markers confirmed this grant: read them now.
-		if err := a.readDelay(ctx); err != nil {
+		if _, err := a.confirm(ctx); err != nil {
 			return err
 		}
 	}
@@ -99,42 +99,6 @@ func (a *acquisition) delay(ctx context.Context) error {
 	if err := clock.Sleep(ctx, time.Until(a.seen.Add(d)), a.l.g.closing.Done(), a.s.done, a.s.lostErr); err != nil {
 		return err
 	}
-	var resp *clientv3.TxnResponse
-	err := a.l.call(ctx, a.s, func(ctx context.Context) error {
-		var err error
-		resp, err = a.l.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-			Then(stale...).
-			Commit()
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	if !resp.Succeeded {
-		return a.deleted()
-	}
-	return nil
-}
-
-// readDelay reads the name's markers and records (delayReads), guarded by
-// the acquisition's record.
-func (a *acquisition) readDelay(ctx context.Context) error {
-	var resp *clientv3.TxnResponse
-	err := a.l.call(ctx, a.s, func(ctx context.Context) error {
-		var err error
-		resp, err = a.l.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
-			Then(a.delayReads()...).
-			Commit()
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	if !resp.Succeeded {
-		return a.deleted()
-	}
-	a.noteDelayReads(resp.Responses)
-	return nil
+	_, err := a.confirm(ctx, stale...)
+	return err
 }

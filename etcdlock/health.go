@@ -18,12 +18,11 @@ func (l *Locker) Healthy(ctx context.Context) error {
 	if err := l.usable(ctx); err != nil {
 		return fmt.Errorf("etcdlock: healthy: %w", err)
 	}
-	cctx, cancel := l.withClosing(ctx)
-	defer cancel()
-	if _, err := l.session(cctx); err != nil {
-		if ctx.Err() == nil && l.g.closing.Err() != nil {
-			err = lock.ErrClosed
-		}
+	err := l.bounded(ctx, func(ctx context.Context) error {
+		_, err := l.session(ctx)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("etcdlock: healthy: %w", err)
 	}
 	return nil

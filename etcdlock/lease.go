@@ -132,7 +132,7 @@ func (le *Lease) end(cause error) bool {
 // lives: its end is written in the background.
 func (le *Lease) lose(cause error) {
 	if le.end(cause) && le.ambiguous && !le.s.ended() {
-		le.l.cleanupLater(pending{record: record{s: le.s, key: le.key, ambiguous: true}})
+		le.l.cleanupLater(record{s: le.s, key: le.key, ambiguous: true})
 	}
 }
 
@@ -188,7 +188,9 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 	deleted, itself, err := le.deleteRecord(ctx, true)
 	switch {
 	case err != nil:
-		le.l.cleanupLater(pending{record: le.record})
+		r := le.record
+		r.marker = "" // a release not confirmed is not clean: its marker stays
+		le.l.cleanupLater(r)
 		return fmt.Errorf("etcdlock: release %q: delete of the record not confirmed (retried in the background): %w", le.Name(), err)
 	case !deleted:
 		lost := fmt.Errorf("lease %q (token %d): %w: record %q was already gone at release", le.Name(), le.rev, lock.ErrLost, le.key)
@@ -215,8 +217,8 @@ func (le *Lease) deleteRecord(ctx context.Context, clean bool) (deleted, itself 
 		// and only then: a record already gone (lost, revoked, expired)
 		// leaves its marker for the next grant to wait on.
 		held := []clientv3.Op{clientv3.OpDelete(le.key)}
-		if clean && le.l.opts.LockDelay > 0 {
-			held = append(held, clientv3.OpDelete(le.l.markerKey(le.Name(), le.key)))
+		if clean && le.marker != "" {
+			held = append(held, clientv3.OpDelete(le.marker))
 		}
 		if le.ambiguous {
 			end := []clientv3.Op{clientv3.OpDelete(le.key), clientv3.OpPut(le.s.guard.key, "", clientv3.WithLease(le.s.id))}

@@ -1,21 +1,17 @@
 package etcdlock
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/clock"
 	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/nilcheck"
-	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
@@ -127,54 +123,6 @@ func (l *Locker) SessionLease() (clientv3.LeaseID, bool) {
 	return s.id, true
 }
 
-// namePrefix returns the key prefix of name's records. A '#' cannot appear
-// in a lock name, so the records of "a" ("…a/#…") and of "a/b" ("…a/b/#…")
-// never share a prefix range.
-func (l *Locker) namePrefix(name string) string { return l.opts.prefix + name + "/#" }
-
-// recordKey names one acquisition's record under pfx, name's prefix, by
-// the session lease, a number the session gives it (session.number) and,
-// for a shared or semaphore request, its kind's tag after a '~'
-// (docs/design/etcd.md, "Key layout").
-func (l *Locker) recordKey(pfx string, s *session, req queue.Request) string {
-	key := fmt.Sprintf("%s%016x-%x", pfx, int64(s.id), s.number(pfx))
-	if tag := req.Tag(); tag != "" {
-		key += "~" + tag
-	}
-	return key
-}
-
-// requestOf returns the kind of request a record's key names (see
-// recordKey). A key whose tag does not parse, which this package never
-// writes, counts as an exclusive request: it makes everyone behind it
-// wait, never admits anyone.
-func requestOf(key []byte) queue.Request {
-	rest := key[bytes.LastIndexByte(key, '#')+1:]
-	i := bytes.IndexByte(rest, '~')
-	if i < 0 {
-		return queue.ExclusiveRequest
-	}
-	if r, ok := queue.ParseTag(string(rest[i+1:])); ok {
-		return r
-	}
-	return queue.ExclusiveRequest
-}
-
-// requestsOf returns the kinds of requests of records in queue order.
-func requestsOf(kvs []*mvccpb.KeyValue) []queue.Request {
-	q := make([]queue.Request, len(kvs))
-	for i, kv := range kvs {
-		q[i] = requestOf(kv.Key)
-	}
-	return q
-}
-
-// holderOf returns the holder a record stands for.
-func holderOf(kv *mvccpb.KeyValue) lock.Holder {
-	r := requestOf(kv.Key)
-	return lock.Holder{Identity: string(kv.Value), Token: fencing.Token(kv.CreateRevision), Shared: r.Shared(), Limit: r.Limit}
-}
-
 // session returns the live session, granting a new lease if there is none.
 func (l *Locker) session(ctx context.Context) (*session, error) {
 	if s, err := l.currentSession(); s != nil || err != nil {
@@ -246,81 +194,33 @@ func (l *Locker) dropSession(s *session, cause error) {
 
 func (l *Locker) closeWait() time.Duration { return min(l.opts.ttl, maxCloseWait) }
 
-// Acquire blocks until it holds the lock called name, ctx is done, or the
-// Locker is closed, and returns a *Lease. The uncontended path is one
-// round trip. A failed or cancelled Acquire deletes its record (with a
-// fresh context of at most 2s, then in the background; the session lease's
-// expiry removes it at the latest).
-//
-// Errors wrap [lock.ErrInvalidName], [lock.ErrClosed], [lock.ErrLost] (the
-// session ended while waiting; the next call starts a new one),
-// [lock.ErrPermission] (the cluster refused the client; see "Keys and
-// security" in the package documentation) or ctx's error.
-func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
-	if err := l.usable(ctx); err != nil {
-		return nil, fmt.Errorf("etcdlock: acquire %q: %w", name, err)
-	}
-	le, err := l.acquire(ctx, name, queue.ExclusiveRequest, false)
-	if err != nil {
-		return nil, fmt.Errorf("etcdlock: acquire %q: %w", name, err)
-	}
-	return le, nil
-}
-
-// TryAcquire is Acquire without waiting: when another lease holds name it
-// returns an error wrapping [lock.ErrLocked]. It creates its record only if
-// name has no record at all, in one transaction, so a refused TryAcquire
-// writes nothing (unless one of its attempts went unanswered: it then ends
-// the acquisition like a failed Acquire, see "Late creates" in
-// docs/design/etcd.md).
-func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
-	if err := l.usable(ctx); err != nil {
-		return nil, fmt.Errorf("etcdlock: try acquire %q: %w", name, err)
-	}
-	le, err := l.acquire(ctx, name, queue.ExclusiveRequest, true)
-	if err != nil {
-		return nil, fmt.Errorf("etcdlock: try acquire %q: %w", name, err)
-	}
-	return le, nil
-}
-
-// Holder reports the identity and token of the lease that holds name, or
-// an error wrapping [lock.ErrNotHeld] when name is free. It is one
-// linearizable read.
-func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
-	if err := l.usable(ctx); err != nil {
-		return lock.Holder{}, fmt.Errorf("etcdlock: holder %q: %w", name, err)
-	}
-	if err := lock.ValidateName(name); err != nil {
-		return lock.Holder{}, fmt.Errorf("etcdlock: holder: %w", err)
-	}
-	if l.isClosed() {
-		return lock.Holder{}, fmt.Errorf("etcdlock: holder %q: %w", name, lock.ErrClosed)
-	}
-	cctx, cancel := l.withClosing(ctx)
-	defer cancel()
-	var resp *clientv3.GetResponse
-	err := l.call(cctx, nil, func(ctx context.Context) error {
-		var err error
-		resp, err = l.client.Get(ctx, l.namePrefix(name), clientv3.WithFirstCreate()...)
-		return err
-	})
-	if err != nil {
-		if ctx.Err() == nil && l.g.closing.Err() != nil {
-			err = lock.ErrClosed
-		}
-		return lock.Holder{}, fmt.Errorf("etcdlock: holder %q: %w", name, err)
-	}
-	if len(resp.Kvs) == 0 {
-		return lock.Holder{}, fmt.Errorf("etcdlock: holder %q: %w", name, lock.ErrNotHeld)
-	}
-	return holderOf(resp.Kvs[0]), nil
-}
-
 func (l *Locker) isClosed() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.closed
+}
+
+// withClosing returns a context that is also cancelled when Close starts,
+// so that no request of a call outlives Close.
+func (l *Locker) withClosing(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(l.g.closing, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// bounded runs f with ctx (see withClosing), and reports lock.ErrClosed
+// when Close, not ctx, ended it.
+func (l *Locker) bounded(ctx context.Context, f func(context.Context) error) error {
+	if l.isClosed() {
+		return lock.ErrClosed
+	}
+	cctx, cancel := l.withClosing(ctx)
+	defer cancel()
+	err := f(cctx)
+	if err != nil && ctx.Err() == nil && l.g.closing.Err() != nil {
+		return lock.ErrClosed
+	}
+	return err
 }
 
 // Close ends the Locker: waiting calls return errors wrapping

@@ -19,14 +19,11 @@ import (
 // channel is unbuffered and closed at the end; the returned function then
 // tells why (ctx's error or an error wrapping [lock.ErrClosed]).
 //
-// It follows a watch on name's records from the revision of its first
-// read, so it sees every grant, every release and every free moment, also
-// across lost connections, restarted members and leader changes. Only a
-// compaction of the revisions it still needs (it was cut off, or its
-// reader stalled, for longer than the cluster keeps history) loses
-// events: it then sends the current holder if it is not the one last sent
-// and watches on from there. Failed reads are retried for as long as the
-// observation lasts; Close never waits on an unreachable cluster.
+// It sees every grant, release and free moment, across lost connections,
+// restarted members and leader changes, except when the revisions it
+// still needs were compacted: it then sends the current holder, if it is
+// not the one last sent, and goes on (docs/design/etcd.md, "What Observe
+// reports"). Close never waits on an unreachable cluster.
 func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, nil, fmt.Errorf("etcdlock: observe %q: %w", name, err)
@@ -34,54 +31,34 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, 
 	if err := lock.ValidateName(name); err != nil {
 		return nil, nil, fmt.Errorf("etcdlock: observe: %w", err)
 	}
-	if l.isClosed() {
-		return nil, nil, fmt.Errorf("etcdlock: observe %q: %w", name, lock.ErrClosed)
-	}
-	pfx := l.namePrefix(name)
-	cctx, ccancel := l.withClosing(ctx)
-	defer ccancel()
+	o := &observation{l: l, ctx: ctx, pfx: l.namePrefix(name), ch: make(chan lock.Holder)}
 	var first *clientv3.GetResponse
-	err := l.call(cctx, nil, func(ctx context.Context) error {
-		var err error
-		first, err = l.client.Get(ctx, pfx, clientv3.WithFirstCreate()...)
+	err := l.bounded(ctx, func(ctx context.Context) (err error) {
+		first, err = l.get(ctx, nil, o.pfx, clientv3.WithFirstCreate()...)
 		return err
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("etcdlock: observe %q: %w", name, err)
 	}
-	ch := make(chan lock.Holder)
-	var (
-		mu     sync.Mutex
-		endErr error
-	)
-	// Everything the goroutine sends to the cluster uses wctx, which ends
-	// with ctx and when Close starts, never with ctx alone: Close waits for
-	// the goroutine, so a request that only the caller could end would hold
-	// Close for as long as the cluster does not answer.
-	wctx, cancel := context.WithCancel(l.g.life)
-	stop := context.AfterFunc(ctx, cancel)
-	stopClosing := context.AfterFunc(l.g.closing, cancel)
+	o.rev = first.Header.Revision
+	o.cur, o.curKey = firstHolder(first)
+	// Every request of the goroutine ends when Close starts: Close waits
+	// for the goroutine.
+	var cancel context.CancelFunc
+	o.wctx, cancel = l.withClosing(ctx)
 	ok := l.spawn(func() {
-		defer stop()
-		defer stopClosing()
 		defer cancel()
-		err := l.observe(ctx, wctx, pfx, first, ch)
-		mu.Lock()
-		endErr = fmt.Errorf("etcdlock: observe %q: %w", name, err)
-		mu.Unlock()
-		close(ch)
+		err := o.run()
+		o.mu.Lock()
+		o.err = fmt.Errorf("etcdlock: observe %q: %w", name, err)
+		o.mu.Unlock()
+		close(o.ch)
 	})
 	if !ok {
-		stop()
-		stopClosing()
 		cancel()
 		return nil, nil, fmt.Errorf("etcdlock: observe %q: %w", name, lock.ErrClosed)
 	}
-	return ch, func() error {
-		mu.Lock()
-		defer mu.Unlock()
-		return endErr
-	}, nil
+	return o.ch, o.error, nil
 }
 
 func firstHolder(resp *clientv3.GetResponse) (lock.Holder, string) {
@@ -92,17 +69,25 @@ func firstHolder(resp *clientv3.GetResponse) (lock.Holder, string) {
 }
 
 // observation is one Observe's state: the holder last sent, the key of
-// its record, and the revision up to which the observation has seen every
-// event.
+// its record, and the revision up to which it has seen every event.
 type observation struct {
 	l      *Locker
 	ctx    context.Context // the caller's
-	wctx   context.Context // ends with ctx and with Close
+	wctx   context.Context // ends with ctx and when Close starts
 	pfx    string
-	ch     chan<- lock.Holder
+	ch     chan lock.Holder
 	cur    lock.Holder
 	curKey string
 	rev    int64
+
+	mu  sync.Mutex
+	err error // why it ended
+}
+
+func (o *observation) error() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.err
 }
 
 // errResync says that the events since o.rev cannot all be had (they were
@@ -114,9 +99,7 @@ var errResync = errors.New("events compacted")
 // an observation that keeps failing.
 const observeBackoffMax = 2 * time.Second
 
-func (l *Locker) observe(ctx, wctx context.Context, pfx string, first *clientv3.GetResponse, ch chan<- lock.Holder) error {
-	o := &observation{l: l, ctx: ctx, wctx: wctx, pfx: pfx, ch: ch, rev: first.Header.Revision}
-	o.cur, o.curKey = firstHolder(first)
+func (o *observation) run() error {
 	if err := o.send(); err != nil {
 		return err
 	}
@@ -130,17 +113,18 @@ func (l *Locker) observe(ctx, wctx context.Context, pfx string, first *clientv3.
 			backoff = 0
 		}
 		if errors.Is(err, errResync) {
-			l.opts.Logger.Info("etcdlock: observe: events compacted; reading the current holder", "prefix", pfx, "revision", o.rev, "err", err)
-			if err := o.resync(); err != nil {
-				if stop := o.stopped(); stop != nil {
-					return stop
-				}
-				l.opts.Logger.Warn("etcdlock: observe: cannot read the current holder; retrying", "prefix", pfx, "err", err)
-				// o.rev is unchanged, so the next watch fails the
-				// same way and the read is tried again.
+			o.l.opts.Logger.Info("etcdlock: observe: events compacted; reading the current holder", "prefix", o.pfx, "revision", o.rev, "err", err)
+			// On failure o.rev is unchanged, so the next watch fails the
+			// same way and the read is tried again.
+			if resp, err := o.readHolder(); err == nil {
+				o.rev = resp.Header.Revision
+			} else if stop := o.stopped(); stop != nil {
+				return stop
+			} else {
+				o.l.opts.Logger.Warn("etcdlock: observe: cannot read the current holder; retrying", "prefix", o.pfx, "err", err)
 			}
 		} else {
-			l.opts.Logger.Debug("etcdlock: observe: watch ended; watching again", "prefix", pfx, "from_revision", o.rev+1, "err", err)
+			o.l.opts.Logger.Debug("etcdlock: observe: watch ended; watching again", "prefix", o.pfx, "from_revision", o.rev+1, "err", err)
 		}
 		if !o.pause(backoff) {
 			return o.stopped()
@@ -244,15 +228,8 @@ func (o *observation) event(ev *clientv3.Event) error {
 	case ev.Type == clientv3.EventTypePut && o.curKey == "" && ev.IsCreate():
 		return o.move(holderOf(ev.Kv), string(ev.Kv.Key))
 	case ev.Type == clientv3.EventTypeDelete && string(ev.Kv.Key) == o.curKey:
-		// Each attempt is bounded too (see call), so a member that
-		// stopped answering is left for another.
-		var resp *clientv3.GetResponse
-		err := o.l.call(o.wctx, nil, func(actx context.Context) error {
-			var err error
-			resp, err = o.l.client.Get(actx, o.pfx, append(clientv3.WithFirstCreate(), clientv3.WithRev(ev.Kv.ModRevision))...)
-			return err
-		})
-		if err != nil {
+		// Read at the deletion's revision, so that no holder is skipped.
+		if _, err := o.readHolder(clientv3.WithRev(ev.Kv.ModRevision)); err != nil {
 			if stop := o.stopped(); stop != nil {
 				return stop
 			}
@@ -260,28 +237,16 @@ func (o *observation) event(ev *clientv3.Event) error {
 			// out of reach, the current one is not.
 			return fmt.Errorf("%w: read the next holder at revision %d: %w", errResync, ev.Kv.ModRevision, err)
 		}
-		next, nextKey := firstHolder(resp)
-		return o.move(next, nextKey)
 	}
 	return nil
 }
 
-// resync reads the current holder, sends it if it is not the one last
-// sent, and moves the observation to the revision of the read.
-func (o *observation) resync() error {
-	var resp *clientv3.GetResponse
-	err := o.l.call(o.wctx, nil, func(actx context.Context) error {
-		var err error
-		resp, err = o.l.client.Get(actx, o.pfx, clientv3.WithFirstCreate()...)
-		return err
-	})
+// readHolder reads the holder (at the revision opts give, else the
+// current one) and sends it if it is not the one last sent.
+func (o *observation) readHolder(opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	resp, err := o.l.get(o.wctx, nil, o.pfx, append(clientv3.WithFirstCreate(), opts...)...)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	next, nextKey := firstHolder(resp)
-	if err := o.move(next, nextKey); err != nil {
-		return err
-	}
-	o.rev = resp.Header.Revision
-	return nil
+	return resp, o.move(firstHolder(resp))
 }

@@ -1,6 +1,7 @@
 package etcdlock
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -41,23 +42,56 @@ func (l *Locker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, err
 // readQueue reads name's records, keys and values, in queue order, for
 // Holders and Queue.
 func (l *Locker) readQueue(ctx context.Context, name string) ([]*mvccpb.KeyValue, error) {
-	if l.isClosed() {
-		return nil, lock.ErrClosed
-	}
-	cctx, cancel := l.withClosing(ctx)
-	defer cancel()
 	var resp *clientv3.GetResponse
-	err := l.call(cctx, nil, func(ctx context.Context) error {
-		var err error
-		resp, err = l.client.Get(ctx, l.namePrefix(name), clientv3.WithPrefix(),
+	err := l.bounded(ctx, func(ctx context.Context) (err error) {
+		resp, err = l.get(ctx, nil, l.namePrefix(name), clientv3.WithPrefix(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 		return err
 	})
 	if err != nil {
-		if ctx.Err() == nil && l.g.closing.Err() != nil {
-			err = lock.ErrClosed
-		}
 		return nil, err
 	}
 	return resp.Kvs, nil
+}
+
+// namePrefix returns the key prefix of name's records. A '#' cannot appear
+// in a lock name, so the records of "a" ("…a/#…") and of "a/b" ("…a/b/#…")
+// never share a prefix range.
+func (l *Locker) namePrefix(name string) string { return l.opts.prefix + name + "/#" }
+
+// recordKey names one acquisition's record under pfx, name's prefix, by
+// the session lease, a number the session gives it (session.number) and,
+// for a shared or semaphore request, its kind's tag after a '~'
+// (docs/design/etcd.md, "Key layout").
+func (l *Locker) recordKey(pfx string, s *session, req queue.Request) string {
+	key := fmt.Sprintf("%s%016x-%x", pfx, int64(s.id), s.number(pfx))
+	if tag := req.Tag(); tag != "" {
+		key += "~" + tag
+	}
+	return key
+}
+
+// requestOf returns the kind of request a record's key names (see
+// recordKey). A key whose tag does not parse, which this package never
+// writes, counts as an exclusive request: it makes everyone behind it
+// wait, never admits anyone.
+func requestOf(key []byte) queue.Request {
+	rest := key[bytes.LastIndexByte(key, '#')+1:]
+	i := bytes.IndexByte(rest, '~')
+	if i < 0 {
+		return queue.ExclusiveRequest
+	}
+	if r, ok := queue.ParseTag(string(rest[i+1:])); ok {
+		return r
+	}
+	return queue.ExclusiveRequest
+}
+
+// requestsOf returns the kinds of requests of records in queue order.
+func requestsOf(kvs []*mvccpb.KeyValue) []queue.Request {
+	q := make([]queue.Request, len(kvs))
+	for i, kv := range kvs {
+		q[i] = requestOf(kv.Key)
+	}
+	return q
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
@@ -61,6 +62,17 @@ func (l *Locker) call(ctx context.Context, s *session, op func(context.Context) 
 			return s.lostErr()
 		}
 	}
+}
+
+// get reads key under call's retry policy.
+func (l *Locker) get(ctx context.Context, s *session, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	var resp *clientv3.GetResponse
+	err := l.call(ctx, s, func(ctx context.Context) error {
+		var err error
+		resp, err = l.client.Get(ctx, key, opts...)
+		return err
+	})
+	return resp, err
 }
 
 // requestTimeout bounds one attempt of a request: a third of the TTL, and

@@ -36,15 +36,7 @@ func (l *Locker) Revoke(ctx context.Context, name string, token fencing.Token) e
 	if err := lock.ValidateName(name); err != nil {
 		return fmt.Errorf("etcdlock: revoke: %w", err)
 	}
-	if l.isClosed() {
-		return fmt.Errorf("etcdlock: revoke %q token %d: %w", name, token, lock.ErrClosed)
-	}
-	cctx, cancel := l.withClosing(ctx)
-	defer cancel()
-	if err := l.revoke(cctx, name, token); err != nil {
-		if ctx.Err() == nil && l.g.closing.Err() != nil {
-			err = lock.ErrClosed
-		}
+	if err := l.bounded(ctx, func(ctx context.Context) error { return l.revoke(ctx, name, token) }); err != nil {
 		return fmt.Errorf("etcdlock: revoke %q token %d: %w", name, token, err)
 	}
 	return nil
@@ -55,12 +47,7 @@ func (l *Locker) revoke(ctx context.Context, name string, token fencing.Token) e
 		return fmt.Errorf("%w: no record has that create revision", lock.ErrNotHeld)
 	}
 	rev := int64(token)
-	var resp *clientv3.GetResponse
-	err := l.call(ctx, nil, func(ctx context.Context) error {
-		var err error
-		resp, err = l.client.Get(ctx, l.namePrefix(name), queueRead(clientv3.WithMaxCreateRev(rev))...)
-		return err
-	})
+	resp, err := l.get(ctx, nil, l.namePrefix(name), queueRead(clientv3.WithMaxCreateRev(rev))...)
 	if err != nil {
 		return err
 	}

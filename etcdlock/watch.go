@@ -346,19 +346,12 @@ func (w *recordWatcher) handle(resp *pb.WatchResponse, gen int) error {
 // again from the read.
 func (w *recordWatcher) reread(rw *recordWatch) {
 	le, l := rw.le, rw.le.l
-	var resp *clientv3.GetResponse
-	err := l.call(l.g.life, w.s, func(ctx context.Context) error {
-		select {
-		case <-le.st.Done():
-			return nil
-		default:
-		}
-		var err error
-		resp, err = l.client.Get(ctx, le.key)
-		return err
-	})
-	if err != nil || resp == nil {
-		if err != nil && !errors.Is(err, lock.ErrClosed) && l.g.life.Err() == nil && !w.s.ended() {
+	if le.st.Err() != nil || w.s.ended() {
+		return
+	}
+	resp, err := l.get(l.g.life, w.s, le.key)
+	if err != nil {
+		if !errors.Is(err, lock.ErrClosed) && l.g.life.Err() == nil && !w.s.ended() {
 			// Not retryable: nothing more can be learned from the
 			// server, and a silent lease would be worse than a lost one.
 			le.recordDeleted(telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: record %q could not be read after its watch was cancelled: %w", lock.ErrLost, le.key, err)))
@@ -503,12 +496,7 @@ func (a *acquisition) changeIn(ctx context.Context, wr clientv3.WatchResponse, k
 // since: a session queues under the same key again) or, with puts,
 // written since.
 func (a *acquisition) changedSince(ctx context.Context, key string, fromRev int64, puts bool) (bool, error) {
-	var resp *clientv3.GetResponse
-	err := a.l.call(ctx, a.s, func(ctx context.Context) error {
-		var err error
-		resp, err = a.l.client.Get(ctx, key, clientv3.WithKeysOnly())
-		return err
-	})
+	resp, err := a.l.get(ctx, a.s, key, clientv3.WithKeysOnly())
 	if err != nil {
 		return false, err
 	}

@@ -1,0 +1,42 @@
+package etcdlock
+
+import (
+	"context"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/lock"
+)
+
+// Holder reports the identity and token of the lease that holds name, or
+// an error wrapping [lock.ErrNotHeld] when name is free. It is one
+// linearizable read.
+func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
+	if err := l.usable(ctx); err != nil {
+		return lock.Holder{}, fmt.Errorf("etcdlock: holder %q: %w", name, err)
+	}
+	if err := lock.ValidateName(name); err != nil {
+		return lock.Holder{}, fmt.Errorf("etcdlock: holder: %w", err)
+	}
+	var resp *clientv3.GetResponse
+	err := l.bounded(ctx, func(ctx context.Context) (err error) {
+		resp, err = l.get(ctx, nil, l.namePrefix(name), clientv3.WithFirstCreate()...)
+		return err
+	})
+	if err == nil && len(resp.Kvs) == 0 {
+		err = lock.ErrNotHeld
+	}
+	if err != nil {
+		return lock.Holder{}, fmt.Errorf("etcdlock: holder %q: %w", name, err)
+	}
+	return holderOf(resp.Kvs[0]), nil
+}
+
+// holderOf returns the holder a record stands for.
+func holderOf(kv *mvccpb.KeyValue) lock.Holder {
+	r := requestOf(kv.Key)
+	return lock.Holder{Identity: string(kv.Value), Token: fencing.Token(kv.CreateRevision), Shared: r.Shared(), Limit: r.Limit}
+}
