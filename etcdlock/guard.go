@@ -15,34 +15,20 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// Fencing data kept in etcd itself: GuardedTxn (while a lease holds) and
-// PutFenced (by token). See docs/design/etcd.md, "Guarded and fenced
-// writes".
-
 // GuardedTxn commits ops in one etcd transaction that applies them only
-// while lease holds its lock: its If is [Lease.IsHeld], the comparison
-// "the lease's record still exists with its own create revision". The
-// record is deleted when the lease is released or lost and every later
-// grant is a new record, so once anyone else could hold the lock, the
-// transaction writes nothing, whatever the writer's clock or state says.
-//
-// lease must be a *Lease from this package, reached through a lock.Lease
-// (the value Acquire returned). kv must see the same key space as the
-// Locker's client: usually that very *clientv3.Client. ops may be any
-// operations a transaction accepts, reads included; the response's
-// Responses hold their results in order. No ops makes GuardedTxn a
+// while lease, a *Lease of this package, holds its lock: its If is
+// [Lease.IsHeld] (docs/design/etcd.md, "Guarded and fenced writes"). kv
+// must see the Locker's key space, usually through the same client. ops
+// may be any operations, reads included; with none, GuardedTxn is a
 // linearizable "is the lease still held" check.
 //
-// A lease that has already ended locally is refused without I/O, with an
-// error wrapping its Err (lock.ErrLost or lock.ErrReleased). When the
-// comparison fails on the server, nothing was written and the error wraps
-// lock.ErrReleased if the lease was released meanwhile and lock.ErrLost
-// otherwise; the local lease may not have noticed yet. A nil ctx, a nil kv
-// (also a nil *clientv3.Client, or one not made by clientv3.New), a nil
-// lease or a lease of another backend is an error wrapping
-// lock.ErrInvalidConfig. Any other error is etcd's, and when it is a
-// timeout or a lost connection the transaction may or may not have been
-// applied.
+// A lease that has ended locally is refused without I/O, with an error
+// wrapping its Err. When the comparison fails on the server, nothing was
+// written and the error wraps lock.ErrReleased if the lease was released
+// and lock.ErrLost otherwise. A nil ctx or kv (or a client not made by
+// clientv3.New), and a nil lease or one of another backend, is an error
+// wrapping lock.ErrInvalidConfig. Any other error is etcd's: after a
+// timeout or a lost connection the transaction may have been applied.
 func GuardedTxn(ctx context.Context, kv clientv3.KV, lease lock.Lease, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	if err := checkKV(ctx, kv); err != nil {
 		return nil, fmt.Errorf("etcdlock: guarded txn: %w", err)
@@ -58,24 +44,21 @@ func GuardedTxn(ctx context.Context, kv clientv3.KV, lease lock.Lease, ops ...cl
 		return nil, err
 	}
 	resp, err := kv.Txn(ctx).If(le.IsHeld()).Then(ops...).Commit()
-	if err != nil {
+	switch {
+	case err != nil:
 		err = fmt.Errorf("etcdlock: guarded txn on %q: %w", le.Name(), err)
 		w.End("", err)
 		return nil, err
+	case resp.Succeeded:
+		w.End(telemetry.Accepted, nil)
+		return resp, nil
 	}
-	if !resp.Succeeded {
-		if err := le.st.Err(); errors.Is(err, lock.ErrReleased) {
-			err = fmt.Errorf("etcdlock: guarded txn on %q: nothing written: %w", le.Name(), err)
-			w.End(telemetry.Rejected, err)
-			return resp, err
-		}
-		err := fmt.Errorf("etcdlock: guarded txn on %q: nothing written: %w: record %s (revision %d) is gone",
-			le.Name(), lock.ErrLost, le.Key(), le.rev)
-		w.End(telemetry.Rejected, err)
-		return resp, err
+	if err = le.st.Err(); !errors.Is(err, lock.ErrReleased) {
+		err = fmt.Errorf("%w: record %s (revision %d) is gone", lock.ErrLost, le.key, le.rev)
 	}
-	w.End(telemetry.Accepted, nil)
-	return resp, nil
+	err = fmt.Errorf("etcdlock: guarded txn on %q: nothing written: %w", le.Name(), err)
+	w.End(telemetry.Rejected, err)
+	return resp, err
 }
 
 // guardedTxnHelper is the helper attribute of GuardedTxn's fencing
@@ -99,33 +82,24 @@ func etcdLease(lease lock.Lease) (*Lease, error) {
 	return le, nil
 }
 
-// encodeFenced returns the stored form of a fenced value (see package
-// internal/fenced, shared with zklock): the token in 20 zero-padded decimal
-// digits, a colon, then the value. Fixed width makes byte order equal token
-// order, which is what lets etcd compare tokens in a transaction.
+// encodeFenced returns the stored form of a fenced value (internal/fenced),
+// whose byte order is token order.
 func encodeFenced(token fencing.Token, value string) string {
 	return string(fenced.Encode(token, []byte(value)))
 }
 
 // PutFenced sets key to value if token is not lower than the highest token
-// the key has accepted, records token as the new highest, and returns the
-// revision of the write (the key's new mod revision). A lower token is
-// rejected with a *fencing.StaleTokenError (Resource is key) and nothing
-// is written. Equal tokens are accepted, so one grant may write
-// many times. A zero token is an error wrapping fencing.ErrInvalidToken,
-// an empty key, a nil ctx or a nil kv one wrapping lock.ErrInvalidConfig.
+// the key has accepted, in one transaction (one round trip), and returns
+// the revision of the write. A lower token is rejected with a
+// *fencing.StaleTokenError (Resource is key) and nothing is written; equal
+// tokens are accepted, so one grant may write many times. A missing key
+// counts as token 0. A zero token is an error wrapping
+// fencing.ErrInvalidToken; an empty key, a nil ctx or a nil kv one
+// wrapping lock.ErrInvalidConfig.
 //
-// The check and the write are one transaction, a missing key or an empty
-// value counts as token 0, and the check holds for writers whose lease has
-// long ended. It costs one round trip, also when the write is rejected.
-//
-// The stored value is the token in 20 zero-padded decimal digits, a colon,
-// then value ("00000000000000000042:hello"); read it with GetFenced. The
-// key must be written only through PutFenced: a value without the header is
-// reported with an error wrapping fencing.ErrInvalidToken (and one that
-// sorts below every header, such as "0", is overwritten).
-//
-// Every writer of the key must use tokens of one source.
+// The stored value is the token in 20 zero-padded digits, a colon, then
+// value ("00000000000000000042:hello"): write the key only through
+// PutFenced, read it with GetFenced, and use tokens of one source.
 func PutFenced(ctx context.Context, kv clientv3.KV, key, value string, token fencing.Token) (int64, error) {
 	if err := checkFencedArgs(ctx, kv, key); err != nil {
 		return 0, fmt.Errorf("etcdlock: put fenced: %w", err)
@@ -171,13 +145,11 @@ func PutFenced(ctx context.Context, kv clientv3.KV, key, value string, token fen
 	return 0, &fencing.StaleTokenError{Resource: key, Token: token, Highest: highest}
 }
 
-// GetFenced returns the value PutFenced last stored at key and the token it
-// was written with. A missing key returns "", 0 and no error. The read is
-// linearizable. A value that PutFenced did not write returns an error
-// wrapping fencing.ErrInvalidToken.
-//
-// Use it to read the data, never as the check before a write: PutFenced
-// makes that check itself, atomically.
+// GetFenced returns the value PutFenced last stored at key and its token,
+// in a linearizable read; "", 0 and no error for a missing key. A value
+// that PutFenced did not write is an error wrapping
+// fencing.ErrInvalidToken. It reads the data: PutFenced makes its own
+// check.
 func GetFenced(ctx context.Context, kv clientv3.KV, key string) (string, fencing.Token, error) {
 	if err := checkFencedArgs(ctx, kv, key); err != nil {
 		return "", 0, fmt.Errorf("etcdlock: get fenced: %w", err)
@@ -196,9 +168,7 @@ func GetFenced(ctx context.Context, kv clientv3.KV, key string) (string, fencing
 	return string(value), token, nil
 }
 
-// checkKV refuses a nil ctx and a kv that would panic on first use: nil,
-// a nil pointer in the interface, or a *clientv3.Client without its KV
-// (a zero Client rather than one from clientv3.New).
+// checkKV refuses a nil ctx and a kv that would panic on first use.
 func checkKV(ctx context.Context, kv clientv3.KV) error {
 	if ctx == nil {
 		return fmt.Errorf("nil context: %w", lock.ErrInvalidConfig)

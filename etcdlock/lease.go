@@ -21,19 +21,14 @@ const recordWatchDelay = 50 * time.Millisecond
 
 // Lease is one grant of a lock, backed by one record: the key [Lease.Key],
 // created at revision [Lease.Token] and attached to the Locker's session
-// lease. Its methods are safe for concurrent use.
-//
-// The lease ends exactly once: by Release, by Close of its Locker, or by
-// loss: the session lease gone, the record deleted by someone else, or
-// the local deadline (the send time of the last acknowledged keepalive
-// plus the TTL minus the loss margin) passing, which comes before the
-// server can expire the session lease (docs/design/etcd.md, "The loss
-// deadline").
+// lease. Its methods are safe for concurrent use. It ends once: by
+// Release, by Close of its Locker, or by loss (see the package
+// documentation).
 type Lease struct {
-	record // its session, key, create revision, ambiguous create
-	l      *Locker
-	watch  *recordWatch     // the watch on the record, in the session's watcher
-	st     leasestate.State // Done, Err (unprefixed), a release begun
+	record
+	l     *Locker
+	watch *recordWatch     // the watch on the record, in the session's watcher
+	st    leasestate.State // Done, Err (unprefixed), a release begun
 }
 
 // Name returns the lock's name.
@@ -41,8 +36,6 @@ func (le *Lease) Name() string {
 	if le == nil || le.l == nil {
 		return ""
 	}
-	// The name is part of the record's key, between the prefix and the
-	// "/#" before the record's own part (see namePrefix).
 	return names.Between(le.key, len(le.l.opts.prefix), "/#")
 }
 
@@ -56,11 +49,10 @@ func (le *Lease) Token() fencing.Token {
 	return fencing.Token(le.rev)
 }
 
-// Key returns the etcd key of the lease's record. After a clean Release,
-// the next acquisition of the name through the same Locker takes the same
-// key again (see "Record keys" in docs/design/etcd.md), with a new create
-// revision: tell grants apart by [Lease.Token], and guard writes with
-// [Lease.IsHeld], which compares the create revision too.
+// Key returns the etcd key of the lease's record. A later acquisition of
+// the name through the same Locker may take the same key again, with a
+// new create revision: tell grants apart by [Lease.Token], and guard
+// writes with [Lease.IsHeld].
 func (le *Lease) Key() string {
 	if le == nil {
 		return ""
@@ -69,19 +61,12 @@ func (le *Lease) Key() string {
 }
 
 // IsHeld returns the comparison "the lease's record still exists with its
-// own create revision". Put it in the If of a [clientv3.Txn] to make the
-// Txn's writes land only while this lease holds the lock: the record is
-// deleted when the lease is released, lost or its session expires, and a
-// new grant is a new record, so the comparison fails from the moment the
-// lock could belong to someone else, whatever the local clock says.
-//
-// A Txn with no operations in Then or Else is served by the member it
-// reaches without asking the leader (etcd counts it as a serializable
-// read), so it can answer from a state older than this lease. To ask
-// whether the lease still holds, give the Txn a read, such as
-// Then(clientv3.OpGet(le.Key())).
-//
-// For a nil or zero *Lease it returns a comparison that always fails.
+// own create revision": in the If of a [clientv3.Txn], it makes the Txn's
+// writes land only while this lease holds the lock, whatever the local
+// clock says. A Txn with no operations is a serializable read, which may
+// answer from a state older than this lease: to ask whether the lease
+// still holds, give it a read, such as Then(clientv3.OpGet(le.Key())).
+// For a nil or zero *Lease the comparison always fails.
 func (le *Lease) IsHeld() clientv3.Cmp {
 	if !le.valid() {
 		return clientv3.Compare(clientv3.CreateRevision("\x00"), "=", -1) // no key has a negative revision
@@ -112,8 +97,7 @@ func (le *Lease) Err() error {
 }
 
 // end ends the lease once with cause, which wraps lock.ErrReleased or
-// lock.ErrLost. The stored error has no package prefix: the exported
-// methods add it.
+// lock.ErrLost (unprefixed: the exported methods add the prefix).
 func (le *Lease) end(cause error) bool {
 	if !le.st.End(fmt.Errorf("lease %q (token %d): %w", le.Name(), le.rev, cause)) {
 		return false
@@ -127,9 +111,8 @@ func (le *Lease) end(cause error) bool {
 }
 
 // lose ends the lease with cause, a deletion of its record by someone else
-// while the session lives. A late create attempt of an ambiguous lease could
-// bring the record back, to block the lock for as long as the session
-// lives: its end is written in the background.
+// while the session lives. An ambiguous lease's late create could bring
+// the record back: its end is written in the background (see endOp).
 func (le *Lease) lose(cause error) {
 	if le.end(cause) && le.ambiguous && !le.s.ended() {
 		le.l.cleanupLater(record{s: le.s, key: le.key, ambiguous: true})
@@ -137,24 +120,18 @@ func (le *Lease) lose(cause error) {
 }
 
 // Release ends the lease and deletes its record, guarded by the record's
-// create revision, so a stale or retried release never deletes a record of
-// a later grant.
+// create revision, so a stale or retried release never deletes a later
+// grant's record. Done closes (with [lock.ErrReleased]) before the delete
+// is sent. When ctx ends first, Release returns ctx's error and the
+// delete goes on in the background, until the session ends or for a TTL
+// plus the loss margin, after which the Locker ends the session so that
+// its expiry removes the record.
 //
-// The lease ends locally (Done closes with [lock.ErrReleased]) before the
-// delete is sent, so that Done is closed before any waiter can be granted
-// the lock, and even when the delete cannot be confirmed before ctx is
-// done; Release then returns
-// ctx's error as soon as ctx is done, and the delete is retried in the
-// background until it succeeds, the session ends, or a TTL plus the loss
-// margin has passed, after which the Locker ends the session so that the
-// lease's expiry removes the record (the package documentation gives the
-// bound). Releasing again returns an error wrapping
-// [lock.ErrReleased]; releasing a lost lease deletes what is left of its
-// record and returns an error wrapping [lock.ErrLost], as does a Release
-// that finds the record already gone (Err then wraps [lock.ErrLost] too,
-// once Release has returned: Done was closed, with Err wrapping
-// [lock.ErrReleased], before the delete was sent). A nil
-// ctx, or a nil or zero *Lease, is an error wrapping [lock.ErrInvalidConfig].
+// Releasing again returns an error wrapping [lock.ErrReleased]; releasing
+// a lost lease, or one whose record is already gone, deletes what is left
+// and returns an error wrapping [lock.ErrLost] (Err too, from then on). A
+// nil ctx, or a nil or zero *Lease, is an error wrapping
+// [lock.ErrInvalidConfig].
 func (le *Lease) Release(ctx context.Context) (err error) {
 	if !le.valid() {
 		return fmt.Errorf("etcdlock: release: %w", errNotLease())
@@ -177,12 +154,10 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 		return fmt.Errorf("etcdlock: release %q: %w (by a concurrent call)", le.Name(), lock.ErrReleased)
 	}
 
-	// The lease ends before the delete is sent: the server may grant the
-	// lock to a waiter as soon as it applies the delete, before its answer
-	// comes back, and Done must be closed by then.
+	// A waiter may be granted the lock as soon as the delete is applied,
+	// before its answer comes back: Done must be closed by then.
 	if !le.end(lock.ErrReleased) {
-		// The session ended (lost, or closed) between BeginRelease and
-		// here, and ended the lease with it: say so, as Err does.
+		// The session ended the lease since BeginRelease.
 		return fmt.Errorf("etcdlock: release: %w", le.st.Err())
 	}
 	deleted, itself, err := le.deleteRecord(ctx, true)
@@ -204,18 +179,16 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 }
 
 // deleteRecord deletes the record if it still has the lease's create
-// revision, retrying until ctx is done, and reports whether it did. With
-// an ambiguous create it also writes the session's guard (see endOp).
-// clean (the Release of a lease that had not ended) deletes the lock-delay
-// marker too. itself says that the answer came to the transaction that
-// deleted the record: no other request did.
+// revision, retrying until ctx is done, and reports whether it did, and
+// whether this answer did it (itself) rather than an earlier attempt. It
+// writes the session's guard after an ambiguous create (see endOp), and a
+// clean release deletes the lock-delay marker too.
 func (le *Lease) deleteRecord(ctx context.Context, clean bool) (deleted, itself bool, err error) {
 	var failed bool
 	err = le.l.call(ctx, nil, func(ctx context.Context) error {
 		txn := le.l.client.Txn(ctx).If(le.IsHeld())
-		// A clean release deletes the lock-delay marker with the record,
-		// and only then: a record already gone (lost, revoked, expired)
-		// leaves its marker for the next grant to wait on.
+		// Only with the record: a record already gone leaves its marker
+		// for the next grant to wait on.
 		held := []clientv3.Op{clientv3.OpDelete(le.key)}
 		if clean && le.marker != "" {
 			held = append(held, clientv3.OpDelete(le.marker))

@@ -42,22 +42,16 @@ var (
 	_ lock.Lease    = (*Lease)(nil)
 )
 
-// New returns a Locker that keeps its locks in etcd through client. The
-// Locker borrows client: Close does not close it, and client must stay open
-// until Close returns. A nil client (or a zero clientv3.Client, not made by
-// clientv3.New) or a bad option is an error wrapping
-// [lock.ErrInvalidConfig]. New does no I/O: the session lease is granted
-// by the first Acquire or TryAcquire.
+// New returns a Locker that keeps its locks in etcd through client, which
+// it borrows: client must stay open until Close returns, and Close does
+// not close it. A nil client (or one not made by clientv3.New) or a bad
+// option is an error wrapping [lock.ErrInvalidConfig]. New does no I/O.
 //
 // Configure client with DialKeepAliveTime and DialKeepAliveTimeout (for
-// instance 5s and 2s): without gRPC pings, a watch on a member that stops
-// answering without closing its connection stays silent, and a waiter on
-// it is served late. TLS and authentication are the client's (see "Keys
-// and security" in the package documentation). A request the cluster
-// refuses fails at once with an error wrapping [lock.ErrPermission]; a TLS
-// handshake the client cannot complete shows as the client's connection
-// error at the end of the call's context or request timeout, since the
-// Locker cannot see a borrowed client's handshakes.
+// instance 5s and 2s): without gRPC pings, a waiter watching through a
+// member that stops answering is served late. TLS and authentication are
+// the client's; a handshake it cannot complete shows as its connection
+// error.
 func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 	if client == nil {
 		return nil, fmt.Errorf("etcdlock: new: %w: nil client", lock.ErrInvalidConfig)
@@ -108,10 +102,9 @@ func (l *Locker) TTL() time.Duration {
 }
 
 // SessionLease returns the ID of the etcd lease behind the Locker's
-// current session, the one its records are attached to and its log lines
-// name, and false when it has no live session: before the first grant,
-// after a loss until the next grant, after Close. Revoking that lease
-// (etcdctl lease revoke) ends every lease of the session.
+// current session, to which its records are attached, and false when it
+// has no live session. Revoking that lease ends every lease of the
+// session.
 func (l *Locker) SessionLease() (clientv3.LeaseID, bool) {
 	if l.usable(context.Background()) != nil {
 		return 0, false
@@ -225,14 +218,11 @@ func (l *Locker) bounded(ctx context.Context, f func(context.Context) error) err
 
 // Close ends the Locker: waiting calls return errors wrapping
 // [lock.ErrClosed], every lease granted through it ends with
-// [lock.ErrReleased], and the session lease is revoked, which deletes all of
-// the Locker's records in one step. The revocation is bounded by the TTL or
-// 5s, whichever is shorter; if it fails, the records go when the lease
-// expires, and Close returns the error. Close waits for the Locker's
-// goroutines, closes the client if the Locker owns it (opened by
-// [lock.Open]), and returns nil when called again. A call made while another
-// is in progress waits for that one to finish, so that whichever Close
-// returns, the Locker is torn down.
+// [lock.ErrReleased], and the session lease is revoked, which deletes the
+// Locker's records (bounded by the TTL or 5s; if it fails, the records go
+// when the lease expires, and Close returns the error). Close waits for
+// the Locker's goroutines and closes a client it owns. Later calls wait
+// for the first and return nil.
 func (l *Locker) Close() error {
 	if err := l.usable(context.Background()); err != nil {
 		return fmt.Errorf("etcdlock: close: %w", err)

@@ -19,9 +19,8 @@ const (
 	// DefaultTTL is the TTL of the etcd lease behind a Locker's session.
 	DefaultTTL = 10 * time.Second
 	// MinTTL is the shortest TTL accepted: etcd leases count whole seconds.
-	// A server may still grant a longer TTL than asked for (its minimum is
-	// derived from its election timeout); the Locker then keeps using the
-	// shorter, configured TTL for its own loss deadline, which is safe.
+	// A server that grants a longer TTL leaves the loss deadline on the
+	// configured one, which is safe.
 	MinTTL = time.Second
 )
 
@@ -44,19 +43,12 @@ type options struct {
 }
 
 // WithPrefix sets the key prefix under which the Locker keeps its records
-// (default [DefaultPrefix]). It accepts the same paths as zklock.WithRoot,
-// checked by the same rule (see [lock.URLPath]): a valid lock name, with or
-// without a leading and a trailing slash, whose first segment is not
-// "zookeeper".
-//
-// The prefix is used as written, plus a trailing slash when missing: a
-// leading slash stays, as in etcd's own convention. So "/app/locks" and
-// "/app/locks/" put records under "/app/locks/…" (the key space of
-// concurrency.NewMutex(s, "/app/locks/")), while "app/locks" puts them
-// under "app/locks/…": on etcd those are two different key spaces, and
-// Lockers that should see each other's locks must use the same one. One
-// prefix should not be nested inside another (a prefix "a" with a lock
-// "b/c" and a prefix "a/b" with a lock "c" name the same keys).
+// (default [DefaultPrefix]). It accepts the paths zklock.WithRoot does
+// (see [lock.URLPath]) and uses them as written, plus a trailing slash:
+// "/app/locks" and "app/locks" are two key spaces, and Lockers that should
+// see each other's locks must use the same one. One prefix should not be
+// nested inside another: "a" with a lock "b/c" and "a/b" with a lock "c"
+// name the same keys.
 func WithPrefix(prefix string) Option {
 	return func(o *options) {
 		ns, ok := o.SetNamespace("prefix", prefix)
@@ -71,11 +63,8 @@ func WithPrefix(prefix string) Option {
 }
 
 // WithTTL sets the TTL of the etcd lease that backs the Locker's session
-// (default [DefaultTTL]). A holder that stops reaching the cluster loses its
-// leases after about this long, and so does a crashed holder's lock stay
-// blocked for about this long. It must be a whole number of seconds, at
-// least [MinTTL]: etcd leases count whole seconds, and rounding silently
-// would change the loss deadline behind the caller's back.
+// (default [DefaultTTL]): about how long a crashed holder blocks its
+// locks. It must be a whole number of seconds, at least [MinTTL].
 func WithTTL(ttl time.Duration) Option {
 	return func(o *options) {
 		switch {
@@ -101,15 +90,12 @@ func WithIdentity(identity string) Option {
 	}
 }
 
-// WithLogger sets the logger for background events: keepalive failures,
-// session loss, failed cleanups, and (at debug level) create attempts that
-// failed without an answer (default: slog.Default(), as in zklock). Every
-// line carries backend=etcd, and where they apply the keys lock, token
-// and session (the session lease's ID, in hex). A Locker from [lock.Open]
-// also sends its etcd client's own log lines there (the client's warnings
-// at debug level, its errors at warn level); a client given to [New] logs
-// where its own configuration says. It must not be nil or a zero
-// slog.Logger (which has no handler).
+// WithLogger sets the logger for background events, such as keepalive
+// failures, session loss and failed cleanups (default: slog.Default()).
+// Lines carry backend=etcd and, where they apply, lock, token and session
+// (the session lease's ID, in hex). A Locker from [lock.Open] also sends
+// its client's lines there: warnings at debug level, errors at warn
+// level. It must not be nil or a zero slog.Logger.
 func WithLogger(logger *slog.Logger) Option {
 	return func(o *options) {
 		o.SetLogger(logger)
@@ -146,11 +132,9 @@ func WithNameAttribute(f func(name string) string) Option {
 
 // WithLossMargin sets how long before the server could expire the session
 // lease a lease is declared lost when keepalives go unanswered (default: a
-// fifth of the TTL, 2s for the default TTL). A lease is lost locally at the
-// send time of the last acknowledged keepalive plus the TTL minus this
-// margin; the margin absorbs timer latency, a local clock that runs slower
-// than the server's, and scheduling pauses. It must be positive and at most
-// half the TTL, so that a single late keepalive does not end the session.
+// fifth of the TTL). It must exceed the longest stall of the process, and
+// be positive and at most half the TTL (docs/design/etcd.md, "The loss
+// deadline").
 func WithLossMargin(margin time.Duration) Option {
 	return func(o *options) {
 		o.SetLossMargin(margin)
@@ -169,8 +153,7 @@ func WithLockDelay(d time.Duration) Option {
 }
 
 // buildOptions applies opts over the defaults and checks the result. Its
-// errors, all of them, carry no package prefix: New and the URL driver
-// add one.
+// errors carry no package prefix.
 func buildOptions(opts []Option) (*options, error) {
 	o := &options{prefix: DefaultPrefix, ttl: DefaultTTL}
 	if err := config.Apply(o, &o.Common, opts); err != nil {

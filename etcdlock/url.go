@@ -29,35 +29,28 @@ type driver struct{}
 //	    &ca_file=ca.crt&cert_file=client.crt&key_file=client.key&server_name=etcd.example
 //	    &tls=true&password_env=VAR
 //
-// The path after the slash that ends the host list is given to
-// [WithPrefix] as is (default [DefaultPrefix]): "etcd://h:2379/app/locks"
-// keeps its records under "app/locks/…", "etcd://h:2379//app/locks" under
-// "/app/locks/…". The keys ttl, identity, loss_margin and lock_delay map to
-// [WithTTL], [WithIdentity], [WithLossMargin] and [WithLockDelay]; cfg's
-// logger, providers, name attribute and identity to the options of the
-// same names (an identity in both is an error).
+// The path after the host list is given to [WithPrefix] as is
+// ("etcd://h:2379//app/locks" is "/app/locks"; default [DefaultPrefix]).
+// ttl, identity, loss_margin and lock_delay map to [WithTTL],
+// [WithIdentity], [WithLossMargin] and [WithLockDelay]; cfg's fields to
+// the options of the same names (an identity in both is an error).
 //
-// TLS is on when any of ca_file (the PEM certificates that verify the
-// members), cert_file and key_file (the client's certificate and key),
-// server_name (the name to verify when it is not the URL's host) or
-// tls=true (the system's roots) is given; the files are read once, by
-// Open. The user information is etcd's user and password, or the user
-// alone with password_env naming the variable that holds the password; a
-// client certificate without a user authenticates as its common name when
-// the cluster runs with --client-cert-auth.
+// TLS is on when any of ca_file (the members' PEM roots), cert_file and
+// key_file (the client's certificate), server_name or tls=true (the
+// system's roots) is given. The user information is etcd's user and
+// password, or the user alone with password_env naming the variable that
+// holds the password.
 //
-// Any other query key, a repeated one, a fragment, a bad value, a file
-// that cannot be read or parsed, a certificate without its key, or a user
-// without a password is an error wrapping [lock.ErrInvalidConfig]. With
-// credentials, Open logs in, bounded by ctx and by 5s: a cluster that does
-// not answer is an error wrapping context.DeadlineExceeded; a wrong user
-// or password, or a certificate refused either way, one wrapping
-// [lock.ErrPermission]. Without credentials Open sends no request. No
-// error or log line repeats the password or a key file's contents.
+// Any other query key, a repeated one, a fragment, a bad value, an
+// unreadable file, a certificate without its key, or a user without a
+// password is an error wrapping [lock.ErrInvalidConfig]. With credentials,
+// Open logs in, bounded by ctx and by 5s: no answer is an error wrapping
+// context.DeadlineExceeded, a refusal one wrapping [lock.ErrPermission];
+// without, Open sends no request. No error or log line repeats a secret.
 //
-// The Locker owns the client it creates and closes it in Close. The client
-// pings its connections (every 5s, 2s timeout), so that a member that
-// stops answering is left behind, and logs through the Locker's logger.
+// The Locker owns the client and closes it in Close. The client pings its
+// connections (every 5s, 2s timeout), so that a member that stops
+// answering is left behind, and logs through the Locker's logger.
 func (driver) Open(ctx context.Context, u *url.URL, cfg lock.OpenConfig) (lock.Locker, error) {
 	if ctx == nil || u == nil {
 		return nil, fmt.Errorf("etcdlock: open: %w: nil context or URL", lock.ErrInvalidConfig)
@@ -66,11 +59,7 @@ func (driver) Open(ctx context.Context, u *url.URL, cfg lock.OpenConfig) (lock.L
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
-	path, err := lock.URLPath(u)
-	if err != nil {
-		return nil, fmt.Errorf("etcdlock: open: %w", err)
-	}
-	q, err := lock.CheckQuery(u, append([]string{"ttl", "identity", "loss_margin", "lock_delay"}, secure.QueryKeys...)...)
+	o, q, err := urlOptions(u, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
@@ -79,10 +68,6 @@ func (driver) Open(ctx context.Context, u *url.URL, cfg lock.OpenConfig) (lock.L
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
 	tlsCfg, err := secure.TLSFromQuery(q)
-	if err != nil {
-		return nil, fmt.Errorf("etcdlock: open: %w", err)
-	}
-	o, err := urlOptions(path, q, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
@@ -107,10 +92,17 @@ func (driver) Open(ctx context.Context, u *url.URL, cfg lock.OpenConfig) (lock.L
 	return l, nil
 }
 
-// urlOptions builds the options of a Locker opened with a URL: the
-// prefix from its path, the durations and the identity from its query q,
-// then what cfg gives.
-func urlOptions(path string, q url.Values, cfg lock.OpenConfig) (*options, error) {
+// urlOptions builds the options of a Locker opened with a URL: its path,
+// its query q, then cfg.
+func urlOptions(u *url.URL, cfg lock.OpenConfig) (*options, url.Values, error) {
+	path, err := lock.URLPath(u)
+	if err != nil {
+		return nil, nil, err
+	}
+	q, err := lock.CheckQuery(u, append([]string{"ttl", "identity", "loss_margin", "lock_delay"}, secure.QueryKeys...)...)
+	if err != nil {
+		return nil, nil, err
+	}
 	var opts []Option
 	if path != "" {
 		opts = append(opts, WithPrefix(path))
@@ -120,7 +112,7 @@ func urlOptions(path string, q url.Values, cfg lock.OpenConfig) (*options, error
 		opt func(time.Duration) Option
 	}{{"ttl", WithTTL}, {"loss_margin", WithLossMargin}, {"lock_delay", WithLockDelay}} {
 		if v, ok, err := lock.URLDuration(q, d.key); err != nil {
-			return nil, err
+			return nil, nil, err
 		} else if ok {
 			opts = append(opts, d.opt(v))
 		}
@@ -137,31 +129,29 @@ func urlOptions(path string, q url.Values, cfg lock.OpenConfig) (*options, error
 		NameAttribute:  cfg.NameAttribute,
 	}
 	opts = append(opts, func(o *options) { o.SetOpen(open, urlIdentity) })
-	return buildOptions(opts)
+	o, err := buildOptions(opts)
+	return o, q, err
 }
 
 // clientConfig is the configuration of the client that Open creates for
-// hosts, whose logger never repeats password. With tlsCfg, the client's TLS handshakes go through the returned
-// watch, which sees their refusals.
+// hosts, whose logger never repeats password. With tlsCfg, the client's
+// TLS handshakes go through the returned watch, which sees refusals.
 func clientConfig(hosts []string, o *options, password string, tlsCfg *tls.Config) (clientv3.Config, *tlsWatch) {
 	ccfg := clientv3.Config{
 		Endpoints: hosts,
 		Logger:    clientLogger(o.Logger, password),
-		// Pings find a member that stopped answering without closing
-		// its connections, so that watches move to another member.
 		// 5s is the server's default minimum ping interval.
 		DialKeepAliveTime:    5 * time.Second,
 		DialKeepAliveTimeout: 2 * time.Second,
-		// Bounds the login that clientv3.New does with credentials.
-		DialTimeout: loginTimeout,
+		DialTimeout:          loginTimeout, // clientv3.New logs in
+
 	}
 	if tlsCfg == nil {
 		return ccfg, nil
 	}
 	watch := newTLSWatch(len(hosts))
 	ccfg.TLS = tlsCfg
-	// Given after the client's own credentials, these replace them: the
-	// same TLS, seen by the watch.
+	// These replace the client's own credentials: the same TLS, watched.
 	ccfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(watch.credentials(tlsCfg))}
 	return ccfg, watch
 }
@@ -169,11 +159,10 @@ func clientConfig(hosts []string, o *options, password string, tlsCfg *tls.Confi
 // loginTimeout bounds the login of Open, when ctx does not end sooner.
 const loginTimeout = 5 * time.Second
 
-// newClient creates the client of cfg. With credentials the client logs
-// in before it returns, and newClient bounds that by ctx and ends it as
-// soon as watch sees every member refuse the TLS handshake. Its error
-// wraps lock.ErrPermission for a refusal, ctx's error when ctx ended, and
-// lock.ErrInvalidConfig otherwise; its text never repeats the password.
+// newClient creates the client of cfg, whose login (with credentials) ends
+// with ctx or when watch sees every member refuse the TLS handshake. Its
+// error wraps lock.ErrPermission, ctx's error or lock.ErrInvalidConfig,
+// and never repeats the password.
 func newClient(ctx context.Context, cfg clientv3.Config, watch *tlsWatch) (*clientv3.Client, error) {
 	life, cancel := context.WithCancel(context.Background())
 	cfg.Context = life

@@ -25,7 +25,7 @@ func TestURLOptionsOpenConfig(t *testing.T) {
 		Identity:       "worker-7",
 		NameAttribute:  func(string) string { return "mapped" },
 	}
-	o, err := urlOptions("app", url.Values{}, cfg)
+	o, _, err := urlOptions(&url.URL{Scheme: "etcd", Host: "h:2379", Path: "/app"}, cfg)
 	if err != nil {
 		t.Fatalf("urlOptions() = %v; want nil", err)
 	}

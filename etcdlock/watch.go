@@ -15,18 +15,13 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// recordWatcher watches the records of every lease held through one session
-// on a single watch stream (docs/design/etcd.md, "Records and the queue").
-// run owns the stream and sends creates and cancels; a receiving goroutine
-// per stream only queues what it receives, never blocking on run. Watch
-// IDs are chosen here (etcd 3.4 and later accept them), unique within the
-// session.
+// recordWatcher watches the records of every lease of one session on one
+// watch stream, owned by run; the stream's reader only queues what it
+// receives. Watch IDs are chosen here, unique within the session
+// (docs/design/etcd.md, "Records and the queue").
 type recordWatcher struct {
-	s *session
-
-	// ctx bounds the stream: cancelled when the session ends or the
-	// Locker closes.
-	ctx    context.Context
+	s      *session
+	ctx    context.Context // ends with the session or the Locker
 	cancel context.CancelFunc
 
 	wake chan struct{} // capacity 1: something to do for run
@@ -39,16 +34,13 @@ type recordWatcher struct {
 	resps   []recvd                // received, not yet handled
 }
 
-// recordWatch is the watch on one lease's record. It lives as long as the
-// lease, so it keeps nothing it no longer needs: the timer that arms it is
-// dropped once it has fired.
+// recordWatch is the watch on one lease's record.
 type recordWatch struct {
 	le      *Lease
 	id      int64
 	fromRev int64       // the record existed at this revision: watch from the next one
-	arm     *time.Timer // until the watch is armed or stopped; then nil
+	arm     *time.Timer // until it fires (the watch is armed) or stop; then nil
 	gen     int         // stream generation it was last sent on (0: none)
-	armed   bool        // the create is queued or sent
 	stopped bool
 }
 
@@ -87,14 +79,11 @@ func (w *recordWatcher) add(le *Lease, fromRev int64) *recordWatch {
 func (w *recordWatcher) arm(rw *recordWatch) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	// The timer has fired: let it, and this function, go.
 	rw.arm = nil
-	if rw.stopped || rw.armed {
-		return
+	if !rw.stopped {
+		w.creates = append(w.creates, rw)
+		w.signal()
 	}
-	rw.armed = true
-	w.creates = append(w.creates, rw)
-	w.signal()
 }
 
 func (w *recordWatcher) stop(rw *recordWatch) {
@@ -188,7 +177,7 @@ func (w *recordWatcher) fail(st *streamState, err error) {
 	w.cancels = w.cancels[:0]
 	w.resps = w.resps[:0]
 	for _, rw := range w.entries {
-		if rw.armed {
+		if rw.arm == nil {
 			rw.gen = 0
 			w.creates = append(w.creates, rw)
 		}
@@ -229,10 +218,9 @@ func (w *recordWatcher) pending() bool {
 	return len(w.creates)+len(w.cancels) > 0
 }
 
-// openStream opens a new stream and starts its reader.
+// openStream opens a new stream, failing rather than silent on a member
+// cut off from the leader, and starts its reader.
 func (w *recordWatcher) openStream(st *streamState) bool {
-	// A member cut off from the leader fails the stream rather than keep
-	// it open and silent.
 	sctx, scancel := context.WithCancel(clientv3.WithRequireLeader(w.ctx))
 	wc := pb.NewWatchClient(w.s.l.client.ActiveConnection())
 	stream, err := wc.Watch(sctx)
@@ -308,9 +296,8 @@ func (w *recordWatcher) handle(resp *pb.WatchResponse, gen int) error {
 		rw = nil // a re-created watch: this answer is for its old one
 	}
 	if rw != nil && resp.Canceled {
-		// The server keeps the ID of a watch it cancelled taken on its
-		// stream until the client cancels it too: release it, and give
-		// the watch a new one, under which it is created again.
+		// The server keeps a cancelled watch's ID taken until the
+		// client cancels it too: do, and watch again under a new ID.
 		w.cancels = append(w.cancels, rw.id)
 		delete(w.entries, rw.id)
 		w.nextID++
@@ -333,17 +320,14 @@ func (w *recordWatcher) handle(resp *pb.WatchResponse, gen int) error {
 	if resp.Canceled {
 		rw.le.l.opts.Logger.Debug("etcdlock: record watch cancelled by the server; re-reading the record",
 			"key", rw.le.key, "compact_revision", resp.CompactRevision, "reason", resp.CancelReason)
-		// Compaction (CompactRevision set) or another server-side
-		// cancel: read the record once, aside, and watch again from
-		// that read.
 		rw.le.l.spawn(func() { w.reread(rw) })
 	}
 	return nil
 }
 
-// reread reads rw's record after its watch was cancelled: gone (or a
-// different record), the lease is lost; otherwise the watch is created
-// again from the read.
+// reread reads rw's record after the server cancelled its watch (a
+// compaction, say): gone, the lease is lost; else rw watches again from
+// the read.
 func (w *recordWatcher) reread(rw *recordWatch) {
 	le, l := rw.le, rw.le.l
 	if le.st.Err() != nil || w.s.ended() {
@@ -352,8 +336,7 @@ func (w *recordWatcher) reread(rw *recordWatch) {
 	resp, err := l.get(l.g.life, w.s, le.key)
 	if err != nil {
 		if !errors.Is(err, lock.ErrClosed) && l.g.life.Err() == nil && !w.s.ended() {
-			// Not retryable: nothing more can be learned from the
-			// server, and a silent lease would be worse than a lost one.
+			// A silent lease would be worse than a lost one.
 			le.recordDeleted(telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: record %q could not be read after its watch was cancelled: %w", lock.ErrLost, le.key, err)))
 		}
 		return
@@ -366,10 +349,8 @@ func (w *recordWatcher) reread(rw *recordWatch) {
 	w.rewatch(rw, resp.Header.Revision)
 }
 
-// waitAnyChange is waitChange on several keys at once: it returns when the
-// first of them returns, and stops the others. With puts, which is for a
-// single watched predecessor, a write of the key wakes it too: the touch
-// of a permit admitted ahead of it.
+// waitAnyChange is waitChange on several keys at once: the first to
+// return wins. puts is for one key only (queue.WaitsForTouch).
 func (a *acquisition) waitAnyChange(ctx context.Context, keys []string, fromRev int64, puts bool) (changed bool, err error) {
 	if len(keys) == 1 {
 		return a.waitChange(ctx, keys[0], fromRev, puts)
@@ -402,17 +383,32 @@ func (a *acquisition) waitAnyChange(ctx context.Context, keys []string, fromRev 
 // covers the revisions since fromRev (docs/design/etcd.md, "Waiting for
 // a change").
 func (a *acquisition) waitChange(ctx context.Context, key string, fromRev int64, puts bool) (changed bool, err error) {
-	w := a.l.watchKey(key, puts)
-	defer w.stop()
-	// A watch whose member stopped answering stays silent; re-reading
-	// after a TTL of silence bounds the delay that causes, without
-	// depending on the client's connection pings.
+	// Requiring a leader makes a watch through a member cut off from it
+	// fail rather than stay silent; the caller then reads and watches
+	// again, through whichever member the client picks.
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(a.l.g.life))
+	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
+	if !puts {
+		opts = append(opts, clientv3.WithFilterPut())
+	}
+	// Watch blocks until the server confirms the watch, which a member
+	// that stopped answering never does: create it aside.
+	ready := make(chan clientv3.WatchChan, 1)
+	go func() { ready <- a.l.client.Watch(wctx, key, opts...) }()
+	var wch clientv3.WatchChan
+	defer func() {
+		cancel()
+		if wch == nil {
+			<-ready
+		}
+	}()
+	// A silent watch may be on a member that stopped answering: a TTL of
+	// silence makes the caller read again.
 	silence := time.NewTimer(a.l.opts.ttl)
 	defer silence.Stop()
 	for {
 		select {
-		case w.ch = <-w.ready:
-			continue
+		case wch = <-ready:
 		case <-silence.C:
 			return false, nil
 		case <-ctx.Done():
@@ -421,9 +417,8 @@ func (a *acquisition) waitChange(ctx context.Context, key string, fromRev int64,
 			return false, lock.ErrClosed
 		case <-a.s.done:
 			return false, a.s.lostErr()
-		case wr, ok := <-w.ch:
+		case wr, ok := <-wch:
 			if !ok || wr.Canceled || wr.Err() != nil {
-				// Re-read and start a new watch.
 				return false, nil
 			}
 			silence.Reset(a.l.opts.ttl)
@@ -434,75 +429,28 @@ func (a *acquisition) waitChange(ctx context.Context, key string, fromRev int64,
 	}
 }
 
-// keyWatch is a watch on one key, created aside: Watch blocks until the
-// server confirms the watch, which a member that stopped answering never
-// does, and the wait must stay interruptible.
-type keyWatch struct {
-	cancel context.CancelFunc
-	ready  chan clientv3.WatchChan // the watch, once created
-	ch     clientv3.WatchChan      // taken from ready
-}
-
-// watchKey starts a watch on key that reports its deletions and, with
-// puts, its writes.
-func (l *Locker) watchKey(key string, puts bool) *keyWatch {
-	// A member cut off from the leader would keep such a watch open and
-	// silent; requiring a leader makes it fail, and the caller re-reads
-	// and watches again, through whichever member the client picks.
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(l.g.life))
-	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
-	if !puts {
-		opts = append(opts, clientv3.WithFilterPut())
-	}
-	w := &keyWatch{cancel: cancel, ready: make(chan clientv3.WatchChan, 1)}
-	go func() { w.ready <- l.client.Watch(ctx, key, opts...) }()
-	return w
-}
-
-// stop ends the watch and waits for the goroutine that created it.
-func (w *keyWatch) stop() {
-	w.cancel()
-	if w.ch == nil {
-		<-w.ready
-	}
-}
-
 // changeIn reports whether the watch response wr shows the change that
 // waitChange waits for.
 func (a *acquisition) changeIn(ctx context.Context, wr clientv3.WatchResponse, key string, fromRev int64, puts bool) (bool, error) {
 	if wr.Created {
-		// The watch reports what comes after the revision it was
-		// created at; the read, made after it, shows what came before.
-		if wr.Header.Revision > fromRev {
-			return a.changedSince(ctx, key, fromRev, puts)
+		if wr.Header.Revision <= fromRev {
+			return false, nil
 		}
-		return false, nil
+		// The watch reports what comes after its revision: read what
+		// came between fromRev and it. A record created since is
+		// another request under the same key (see Lease.Key).
+		resp, err := a.l.get(ctx, a.s, key, clientv3.WithKeysOnly())
+		if err != nil || len(resp.Kvs) == 0 {
+			return err == nil, err
+		}
+		kv := resp.Kvs[0]
+		return kv.CreateRevision > fromRev || puts && kv.ModRevision > fromRev, nil
 	}
 	for _, ev := range wr.Events {
-		if string(ev.Kv.Key) != key || ev.Kv.ModRevision <= fromRev {
-			// A member behind the one we read from reports what that
-			// read saw already.
-			continue
-		}
-		if ev.Type == clientv3.EventTypeDelete || puts {
+		// A member behind the one read reports what the read saw already.
+		if string(ev.Kv.Key) == key && ev.Kv.ModRevision > fromRev && (ev.Type == clientv3.EventTypeDelete || puts) {
 			return true, nil
 		}
 	}
 	return false, nil
-}
-
-// changedSince reads key and reports whether the record that was there at
-// revision fromRev was deleted (the key is gone, or holds a record created
-// since: a session queues under the same key again) or, with puts,
-// written since.
-func (a *acquisition) changedSince(ctx context.Context, key string, fromRev int64, puts bool) (bool, error) {
-	resp, err := a.l.get(ctx, a.s, key, clientv3.WithKeysOnly())
-	if err != nil {
-		return false, err
-	}
-	if len(resp.Kvs) == 0 {
-		return true, nil
-	}
-	kv := resp.Kvs[0]
-	return kv.CreateRevision > fromRev || puts && kv.ModRevision > fromRev, nil
 }
