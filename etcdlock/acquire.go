@@ -17,14 +17,11 @@ import (
 )
 
 // Acquire blocks until it holds the lock called name, ctx is done, or the
-// Locker is closed, and returns a *Lease. The uncontended path is one
-// round trip. A failed or cancelled Acquire deletes its record (with a
-// fresh context of at most 2s, then in the background; the session lease's
-// expiry removes it at the latest).
-//
-// Errors wrap [lock.ErrInvalidName], [lock.ErrClosed], [lock.ErrLost] (the
-// session ended while waiting; the next call starts a new one),
-// [lock.ErrPermission] (the cluster refused the client) or ctx's error.
+// Locker is closed, and returns a *Lease; uncontended, in one round trip.
+// A failed or cancelled Acquire deletes its record. Errors wrap
+// [lock.ErrInvalidName], [lock.ErrClosed], [lock.ErrLost] (the session
+// ended while waiting; the next call starts a new one),
+// [lock.ErrPermission] or ctx's error.
 func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
 	return l.acquireKind(ctx, "acquire", name, queue.ExclusiveRequest, false)
 }
@@ -68,8 +65,7 @@ func (l *Locker) acquire(ctx context.Context, name string, req queue.Request, tr
 }
 
 // countEnd records the end of le, which ended with err. A deletion may be
-// the session lease's expiry seen first by the watch: its reason is
-// counted in the background once the session lease has been looked up.
+// the session lease's expiry seen first by the watch: look the lease up.
 func (l *Locker) countEnd(le *Lease, hold telemetry.Hold, err error) {
 	reason := config.EndReason(err)
 	if reason != telemetry.Deleted || !l.tel.Metrics() {
@@ -109,22 +105,17 @@ func (l *Locker) acquireRetry(ctx context.Context, name string, req queue.Reques
 
 var errStaleSession = fmt.Errorf("%w: the session lease was not found on the server", lock.ErrLost)
 
-// record is what a Lease and an acquisition know of their record: its
-// session, its key, its create revision once known (0 before), whether a
-// create attempt failed without an answer, so that the record may exist
-// or appear later (see endOp), and the key of the lock-delay marker
-// written with it, if any (see markerOps).
+// record is what a Lease and an acquisition know of their record.
 type record struct {
 	s         *session
 	key       string
-	rev       int64
-	ambiguous bool
-	marker    string
+	rev       int64  // the create revision; 0 until known
+	ambiguous bool   // a create attempt went unanswered: see endOp
+	marker    string // the lock-delay marker written with it, if any
 }
 
-// acquisition is one acquisition of any kind within one session: decide
-// from a read of the queue whether the record is granted, refused, or
-// which records to watch; wait for one of those to change; grant.
+// acquisition is one acquisition of any kind within one session: decide,
+// wait, grant (see run).
 type acquisition struct {
 	record
 	l    *Locker
@@ -133,9 +124,7 @@ type acquisition struct {
 	req  queue.Request
 	try  bool
 
-	// With a lock-delay, every read that can confirm the grant also
-	// reads the name's markers and records (see delayReads); the latest
-	// such read, answered at seen, is what delay decides on.
+	// The latest delayReads, answered at seen, for delay.
 	markers []string
 	records map[string]bool
 	seen    time.Time
@@ -173,28 +162,21 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 
 // view is one read of the queue, as the acquisition sees it.
 type view struct {
-	// ahead are the records ahead of the acquisition's, in queue order;
-	// an exclusive acquisition reads only the last of them.
-	ahead []*mvccpb.KeyValue
-	next  []*mvccpb.KeyValue // the record right behind it, when read
-	rev   int64              // the revision of the read
-	// created says that the read was the create's own: nobody can have
-	// seen the record waiting, so its admission touches nothing.
-	created bool
-	// admitted says that there was no read: a deletion that admits the
-	// record (queue.AdmittedByDeletion) was seen.
-	admitted bool
+	ahead    []*mvccpb.KeyValue // in queue order; exclusive: the last one only
+	next     []*mvccpb.KeyValue // the record right behind it, when read
+	rev      int64              // the revision of the read
+	created  bool               // the create's own read: no one saw it wait
+	admitted bool               // no read: a deletion admitted it (queue.AdmittedByDeletion)
 }
 
 // decision is what decide makes of a view: granted (and whether to touch
-// the record first, see queue.Touches), or which records to watch.
+// the record first, see queue.Touches), or which records to watch, and
+// whether their write wakes it too (queue.WaitsForTouch) and their
+// deletion admits it (queue.AdmittedByDeletion).
 type decision struct {
-	granted bool
-	touch   bool
-	watch   []string // the keys of the records to watch
-	// puts says that a write of the one watched record wakes the waiter
-	// too (queue.WaitsForTouch); byDeletion, that the deletion of any
-	// watched record admits it (queue.AdmittedByDeletion).
+	granted          bool
+	touch            bool
+	watch            []string
 	puts, byDeletion bool
 }
 
@@ -220,10 +202,9 @@ func (a *acquisition) decide(v view) (decision, error) {
 	return d, nil
 }
 
-// wait blocks until a record that d watches changes (see waitChange), and
-// reads the queue again. A deletion that admits the acquisition needs no
-// read: the touch that grant then makes confirms the record as the read
-// would, in the same round trip, and wakes the waiter behind it sooner.
+// wait blocks until a record that d watches changes, and reads the queue
+// again, unless the change admits the acquisition: grant's touch then
+// confirms the record as the read would.
 func (a *acquisition) wait(ctx context.Context, d decision, rev int64) (view, error) {
 	changed, err := a.waitAnyChange(ctx, d.watch, rev, d.puts)
 	if err != nil {
@@ -236,9 +217,7 @@ func (a *acquisition) wait(ctx context.Context, d decision, rev int64) (view, er
 }
 
 // grant turns the acquisition, admitted by the read at rev, into a held
-// lease: it touches the record first if d says so, waits out a
-// lock-delay, and registers the watch on the record with the session's
-// watcher.
+// lease: touch if d says so, wait out a lock-delay, watch the record.
 func (a *acquisition) grant(ctx context.Context, d decision, rev int64) (*Lease, error) {
 	if d.touch {
 		var err error
@@ -249,7 +228,6 @@ func (a *acquisition) grant(ctx context.Context, d decision, rev int64) (*Lease,
 	if err := a.delay(ctx); err != nil {
 		return nil, a.fail(err)
 	}
-	// The lease keeps no name of its own: Name reads it from the key.
 	le := &Lease{l: a.l, record: a.record}
 	le.watch = a.s.watch.add(le, rev)
 	if err := a.s.add(le); err != nil {
@@ -259,9 +237,8 @@ func (a *acquisition) grant(ctx context.Context, d decision, rev int64) (*Lease,
 	return le, nil
 }
 
-// fail returns err for a failed acquisition, after discarding whatever
-// it may have created. A refusal before anything was created returns as
-// it is.
+// fail discards what a failed acquisition may have created, and returns
+// err.
 func (a *acquisition) fail(err error) error {
 	if a.rev == 0 && !a.ambiguous && (errors.Is(err, lock.ErrLocked) || errors.Is(err, lock.ErrIncompatible)) {
 		return err
@@ -331,11 +308,9 @@ func (a *acquisition) create(ctx context.Context) (*clientv3.TxnResponse, error)
 }
 
 // createTxn is one create attempt, guarded by the session's guard at
-// revision was. An exclusive attempt also reads the newest two records
-// (ours and our predecessor) and the oldest one, so one round trip creates
-// the record and decides; a shared or semaphore attempt reads the keys of
-// the whole queue. An exclusive TryAcquire creates only if name has no
-// record at all.
+// revision was, which also reads what decide needs: for an exclusive
+// request the newest two records and the oldest, for the others the whole
+// queue. An exclusive TryAcquire creates only if name has no record.
 func (a *acquisition) createTxn(ctx context.Context, was int64) clientv3.Txn {
 	guard := clientv3.Compare(clientv3.ModRevision(a.s.guard.key), "=", was)
 	put := clientv3.OpPut(a.key, a.l.opts.Identity, clientv3.WithLease(a.s.id))
@@ -371,9 +346,8 @@ func lastBefore(pfx string, n int64, opts ...clientv3.OpOption) clientv3.Op {
 }
 
 // placeExclusive reads the answer of an exclusive acquisition's create:
-// the record's create revision, and the record just before it, if any. A
-// retried create found its record in place and reads the predecessor and
-// the oldest record explicitly.
+// the record's create revision and its predecessor. A retried create
+// found its record in place and reads them again.
 func (a *acquisition) placeExclusive(ctx context.Context, resp *clientv3.TxnResponse) (view, error) {
 	v := view{rev: resp.Header.Revision}
 	switch {
@@ -443,9 +417,8 @@ func (a *acquisition) createdRev(resp *clientv3.TxnResponse) error {
 }
 
 // checkHead refuses the acquisition, with an error wrapping
-// lock.ErrIncompatible, when kvs (the oldest record of the name, or none)
-// is another request of a kind that cannot share the name's queue with
-// it: the oldest request decides what the name is.
+// lock.ErrIncompatible, when kvs, the oldest record of the name if any,
+// says the name is of another kind.
 func (a *acquisition) checkHead(kvs []*mvccpb.KeyValue) error {
 	if len(kvs) == 0 || string(kvs[0].Key) == a.key {
 		return nil
@@ -456,8 +429,7 @@ func (a *acquisition) checkHead(kvs []*mvccpb.KeyValue) error {
 	return nil
 }
 
-// readHead reads the oldest record of the name and checks it (checkHead),
-// for an acquisition whose create was retried.
+// readHead reads the oldest record of the name and checks it.
 func (a *acquisition) readHead(ctx context.Context) error {
 	resp, err := a.l.get(ctx, a.s, a.pfx, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
 	if err != nil {
@@ -497,10 +469,9 @@ func (a *acquisition) touch(ctx context.Context) (int64, error) {
 	return resp.Header.Revision, nil
 }
 
-// confirm applies ops, then the lock-delay reads (delayReads), only while
-// the acquisition's record exists with its create revision, and so while
-// its session lease lives on the server. Guarded so, a write never brings
-// back a record that went, and is safe to repeat.
+// confirm applies ops, then delayReads, only while the record exists with
+// its create revision (so while the session lease lives): a write so
+// guarded never brings back a record that went.
 func (a *acquisition) confirm(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	var resp *clientv3.TxnResponse
 	err := a.l.call(ctx, a.s, func(ctx context.Context) error {

@@ -13,9 +13,8 @@ import (
 )
 
 // discard deletes the record of an acquisition that will not be granted
-// and returns err. When the session ended, its lease takes the record with
-// it (and makes any later create fail), so nothing is sent; when the
-// Locker is closing, Close revokes the session lease.
+// and returns err. A session that ended, or that Close revokes, takes the
+// record with its lease.
 func (l *Locker) discard(r record, err error) error {
 	if !r.s.ended() && !errors.Is(err, lock.ErrClosed) {
 		l.cleanup(r)
@@ -23,8 +22,7 @@ func (l *Locker) discard(r record, err error) error {
 	return err
 }
 
-// cleanup runs cleanupOp with a fresh bounded context, and when that fails
-// hands it to cleanupLater.
+// cleanup runs cleanupOp with a fresh bounded context, else cleanupLater.
 func (l *Locker) cleanup(r record) {
 	ctx, cancel := context.WithTimeout(l.g.life, min(l.closeWait(), 2*time.Second))
 	err := l.call(ctx, nil, l.cleanupOp(r))
@@ -36,11 +34,9 @@ func (l *Locker) cleanup(r record) {
 }
 
 // cleanupLater keeps trying cleanupOp in the background for a TTL plus the
-// loss margin, or until the Locker closes. If it still has not succeeded
-// and the session is alive, the record could block the lock for as long
-// as the session lives, so cleanupLater ends the session and revokes its
-// lease: the server deletes the record when the lease goes, at the latest
-// a TTL later.
+// loss margin, or until the Locker closes; then, so that the record does
+// not block the lock for as long as the session lives, it ends the
+// session and revokes its lease.
 func (l *Locker) cleanupLater(r record) {
 	l.spawn(func() {
 		ctx, cancel := context.WithTimeout(l.g.life, l.opts.ttl+l.opts.LossMargin)
@@ -55,10 +51,9 @@ func (l *Locker) cleanupLater(r record) {
 	})
 }
 
-// cleanupOp deletes an acquisition's record, guarded by its create
-// revision when known (r.rev > 0), or with endOp when r is ambiguous, and
-// its lock-delay marker (r.marker) in the same transaction: no lease was
-// granted, so no holder's writes can be in flight.
+// cleanupOp deletes a record, guarded by its create revision when known,
+// or with endOp when r is ambiguous, and its lock-delay marker if r names
+// one (no lease was granted, so no holder's writes are in flight).
 func (l *Locker) cleanupOp(r record) func(context.Context) error {
 	var marker []clientv3.Op
 	if r.marker != "" {
@@ -86,8 +81,8 @@ func (l *Locker) cleanupOp(r record) func(context.Context) error {
 
 // endOp ends an acquisition with an ambiguous create: in one transaction
 // it deletes key, whatever record is there, writes the session's guard
-// (docs/design/etcd.md, "Late creates"), and applies more. A session
-// lease that is gone counts as done.
+// (docs/design/etcd.md, "Late creates"), and applies more. A session lease
+// that is gone counts as done.
 func (l *Locker) endOp(ctx context.Context, s *session, key string, more ...clientv3.Op) error {
 	resp, err := l.client.Txn(ctx).
 		Then(append([]clientv3.Op{clientv3.OpDelete(key), clientv3.OpPut(s.guard.key, "", clientv3.WithLease(s.id))}, more...)...).

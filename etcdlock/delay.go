@@ -11,27 +11,22 @@ import (
 	"github.com/fencelock/fencelock/internal/clock"
 )
 
-// delayPrefix returns the key prefix of name's lock-delay markers. Like
-// the session guards ("#guard/…") they live under a first segment that
-// starts with '#', which no lock name can, and outside every name's record
-// range, so no listing, watch or Observe of records ever sees them. A
-// marker has no lease: it outlives the session of the grant that wrote it.
+// delayPrefix returns the key prefix of name's lock-delay markers, outside
+// every name's record range: no lock name starts with '#'. A marker has
+// no lease: it outlives the session of the grant that wrote it.
 func (l *Locker) delayPrefix(name string) string {
 	return l.opts.prefix + "#delay/" + name + "/#"
 }
 
-// markerKey returns the marker of the record at key, a record of name: the
-// record's key with the name's record prefix replaced by its marker
-// prefix, so that a marker says which record it stands for.
+// markerKey returns the marker of key, a record of name: the same suffix
+// under the marker prefix.
 func (l *Locker) markerKey(name, key string) string {
 	return l.delayPrefix(name) + strings.TrimPrefix(key, l.namePrefix(name))
 }
 
 // markerOps are the operations a create transaction adds with a
-// lock-delay: the put of the acquisition's marker, then delayReads. The
-// marker is written with the record, so a clean Release, which deletes
-// both in one transaction, leaves no marker, and any other end of the
-// record leaves one.
+// lock-delay: the put of the marker, then delayReads. Only a clean
+// Release deletes the marker with the record.
 func (a *acquisition) markerOps() []clientv3.Op {
 	if a.marker == "" {
 		return nil
@@ -39,9 +34,8 @@ func (a *acquisition) markerOps() []clientv3.Op {
 	return append([]clientv3.Op{clientv3.OpPut(a.marker, a.l.opts.Identity)}, a.delayReads()...)
 }
 
-// delayReads are the reads that every read that can confirm a grant ends
-// with when the Locker has a lock-delay: the keys of the name's markers,
-// then of its records, at the same revision as the rest of the read.
+// delayReads end every read that can confirm a grant, with a lock-delay:
+// the keys of the name's markers, then of its records.
 func (a *acquisition) delayReads() []clientv3.Op {
 	if a.marker == "" {
 		return nil
@@ -69,11 +63,10 @@ func (a *acquisition) noteDelayReads(rs []*etcdserverpb.ResponseOp) {
 	}
 }
 
-// delay runs, when the Locker has a lock-delay, between the confirmation
-// of a grant and the lease's start: for markers whose record is gone in
-// the confirming read (delayReads), it waits the lock-delay from that
-// read's answer, then deletes them guarded by its record. With no such
-// marker it sends nothing. See docs/design/etcd.md, "Lock-delay".
+// delay runs between the confirmation of a grant and the lease's start:
+// if the confirming read showed markers whose record is gone, it waits
+// the lock-delay from that read's answer, then deletes them
+// (docs/design/etcd.md, "Lock-delay").
 func (a *acquisition) delay(ctx context.Context) error {
 	d := a.l.opts.LockDelay
 	if d <= 0 {

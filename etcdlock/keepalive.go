@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -21,32 +20,22 @@ import (
 type keepaliveSender func(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error)
 
 // keepalive keeps one session's lease alive and owns its loss deadline:
-// the send time of the last acknowledged keepalive plus the TTL minus the
-// loss margin. It sends its own keepalives rather than using the client's
-// KeepAlive stream, because the deadline needs the send time of each
-// acknowledged one, even while another is still in flight.
+// the send time of the last acknowledged keepalive plus life, the TTL
+// minus the loss margin. It sends its own keepalives, one KeepAliveOnce
+// per interval, because the deadline needs the send time of each
+// acknowledged one (docs/design/etcd.md, "The loss deadline").
 type keepalive struct {
-	s      *session
-	clk    clock.Clock
-	send   keepaliveSender
-	revoke func() // after a local loss: revoke the lease as soon as possible
-	logger *slog.Logger
-
-	timing
+	s        *session
+	clk      clock.Clock
+	send     keepaliveSender
+	revoke   func() // after a local loss: revoke the lease as soon as possible
+	life     time.Duration
+	interval time.Duration // between keepalives: a third of the TTL
 
 	deadline  time.Time
 	lossTimer clock.Timer
 	sendTimer clock.Timer
 	results   chan keepaliveResult
-}
-
-// timing is the durations of a keepalive loop, all from the session's
-// TTL and loss margin.
-type timing struct {
-	ttl, margin time.Duration
-	interval    time.Duration // between keepalives: a third of the TTL
-	retry       time.Duration // after a failed keepalive
-	attempt     time.Duration // the longest one keepalive may take
 }
 
 type keepaliveResult struct {
@@ -55,18 +44,13 @@ type keepaliveResult struct {
 }
 
 func newKeepalive(s *session, clk clock.Clock, send keepaliveSender, revoke func()) *keepalive {
-	ttl, margin := s.l.opts.ttl, s.l.opts.LossMargin
-	interval := ttl / 3
 	s.mu.Lock()
 	deadline := s.deadline
 	s.mu.Unlock()
 	return &keepalive{
-		s: s, clk: clk, send: send, revoke: revoke, logger: s.l.opts.Logger,
-		timing: timing{
-			ttl: ttl, margin: margin, interval: interval,
-			retry:   min(interval/4, 250*time.Millisecond),
-			attempt: interval / 2,
-		},
+		s: s, clk: clk, send: send, revoke: revoke,
+		life:     s.l.opts.ttl - s.l.opts.LossMargin,
+		interval: s.l.opts.ttl / 3,
 		deadline: deadline,
 		results:  make(chan keepaliveResult, 1),
 	}
@@ -85,7 +69,7 @@ func (k *keepalive) run() {
 	now := k.clk.Now()
 	k.lossTimer = k.clk.NewTimer(k.deadline.Sub(now))
 	defer k.lossTimer.Stop()
-	k.sendTimer = k.clk.NewTimer(k.deadline.Add(k.margin - k.ttl + k.interval).Sub(now))
+	k.sendTimer = k.clk.NewTimer(k.deadline.Add(k.interval - k.life).Sub(now))
 	defer k.sendTimer.Stop()
 	for {
 		select {
@@ -93,7 +77,7 @@ func (k *keepalive) run() {
 			return
 		case <-k.lossTimer.C():
 			k.s.end(telemetry.WithReason(telemetry.Disconnected, fmt.Errorf("%w: no keepalive acknowledged within %v of the ttl %v (last acknowledged keepalive sent at %s)",
-				lock.ErrLost, k.ttl-k.margin, k.ttl, k.deadline.Add(k.margin-k.ttl).Format(time.RFC3339Nano))), true)
+				lock.ErrLost, k.life, k.s.l.opts.ttl, k.deadline.Add(-k.life).Format(time.RFC3339Nano))), true)
 			k.revoke()
 			return
 		case <-k.sendTimer.C():
@@ -107,17 +91,15 @@ func (k *keepalive) run() {
 }
 
 // start sends one keepalive in the background. Each attempt gets half an
-// interval (and never beyond the deadline): a member that stopped
-// answering holds a keepalive until the attempt gives up, and the retry's
-// new stream goes to the next member.
+// interval, never beyond the deadline, so that a member that stopped
+// answering is left for the next one.
 func (k *keepalive) start(rpcCtx context.Context, inflight *sync.WaitGroup) {
 	sent := k.clk.Now()
-	until := sent.Add(k.attempt)
+	until := sent.Add(k.interval / 2)
 	if k.deadline.Before(until) {
 		until = k.deadline
 	}
-	// The attempt's bound is a duration on the keepalive's clock turned
-	// into a real deadline: only the wait for the answer uses real time.
+	// A bound on the keepalive's clock, turned into a real timeout.
 	ctx, cancel := context.WithTimeout(rpcCtx, until.Sub(sent))
 	inflight.Add(1)
 	go func() {
@@ -138,7 +120,7 @@ func (k *keepalive) handle(rpcCtx context.Context, r keepaliveResult) bool {
 	case r.err == nil:
 		// A late answer counts from its send time: the server renewed the
 		// lease no earlier than that.
-		if d := r.sent.Add(k.ttl - k.margin); d.After(k.deadline) {
+		if d := r.sent.Add(k.life); d.After(k.deadline) {
 			k.deadline = d
 			k.s.mu.Lock()
 			k.s.deadline = d
@@ -155,12 +137,12 @@ func (k *keepalive) handle(rpcCtx context.Context, r keepaliveResult) bool {
 			return false // the loss timer fires now
 		}
 		if rpcCtx.Err() == nil {
-			k.logger.Debug("etcdlock: keepalive failed", "session", fmt.Sprintf("%x", int64(k.s.id)), "err", r.err)
+			k.s.l.opts.Logger.Debug("etcdlock: keepalive failed", "session", fmt.Sprintf("%x", int64(k.s.id)), "err", r.err)
 		}
 		if errors.Is(r.err, context.DeadlineExceeded) {
 			k.sendTimer.Reset(0) // the attempt timed out: try the next member now
 		} else {
-			k.sendTimer.Reset(k.retry)
+			k.sendTimer.Reset(min(k.interval/4, 250*time.Millisecond))
 		}
 	}
 	return false

@@ -15,11 +15,8 @@ import (
 var _ lock.QueueLister = (*Locker)(nil)
 
 // Queue returns every request of name in queue order, holders first (see
-// [lock.QueueLister]). It is one linearizable read of name's records, the
-// read [Locker.Holders] makes. Each entry's Since is the zero Time: etcd
-// keeps no creation time for a key, and a record's value is its holder's
-// identity alone, so the order and the tokens (create revisions) are all
-// there is to tell when a request was made.
+// [lock.QueueLister]), in one linearizable read. Each entry's Since is the
+// zero Time: etcd keeps no creation time for a key.
 func (l *Locker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, error) {
 	if err := l.usable(ctx); err != nil {
 		return nil, fmt.Errorf("etcdlock: queue %q: %w", name, err)
@@ -59,9 +56,8 @@ func (l *Locker) readQueue(ctx context.Context, name string) ([]*mvccpb.KeyValue
 // never share a prefix range.
 func (l *Locker) namePrefix(name string) string { return l.opts.prefix + name + "/#" }
 
-// recordKey names one acquisition's record under pfx, name's prefix, by
-// the session lease, a number the session gives it (session.number) and,
-// for a shared or semaphore request, its kind's tag after a '~'
+// recordKey names one acquisition's record under pfx, name's prefix: the
+// session lease, a number (session.number) and the kind's tag, if any
 // (docs/design/etcd.md, "Key layout").
 func (l *Locker) recordKey(pfx string, s *session, req queue.Request) string {
 	key := fmt.Sprintf("%s%016x-%x", pfx, int64(s.id), s.number(pfx))
@@ -72,9 +68,8 @@ func (l *Locker) recordKey(pfx string, s *session, req queue.Request) string {
 }
 
 // requestOf returns the kind of request a record's key names (see
-// recordKey). A key whose tag does not parse, which this package never
-// writes, counts as an exclusive request: it makes everyone behind it
-// wait, never admits anyone.
+// recordKey). A tag that does not parse counts as exclusive: it admits
+// no one.
 func requestOf(key []byte) queue.Request {
 	rest := key[bytes.LastIndexByte(key, '#')+1:]
 	i := bytes.IndexByte(rest, '~')

@@ -17,18 +17,11 @@ var _ lock.Revoker = (*Locker)(nil)
 
 // Revoke ends the lease of name's current holder whose token is token (see
 // [lock.Revoker]): it deletes the admitted record whose create revision is
-// token, in a transaction that compares that revision, so a later record
-// under the same key is never deleted. It needs no session of this Locker.
-// The holder's Locker ends the lease with [lock.ErrLost] (its cause names
-// the deletion's revision, not who deleted it) when its watch reports the
-// deletion: at once, or, for a grant less than 50ms old, when the lease
-// starts its watch; a Release before then returns an error wrapping
-// ErrLost.
-//
-// A token that is not a current holder's returns an error wrapping
-// [lock.ErrNotHeld]. If the connection fails while the delete is on its
-// way, Revoke sends it again, and the second attempt finds the record gone
-// and reports ErrNotHeld although the first one revoked it.
+// token, and nothing else. The holder's Locker ends the lease with
+// [lock.ErrLost] when its watch reports the deletion (for a grant less
+// than 50ms old, when the watch starts). A token that is not a current
+// holder's returns an error wrapping [lock.ErrNotHeld], as does a retried
+// delete whose first attempt, unanswered, revoked it.
 func (l *Locker) Revoke(ctx context.Context, name string, token fencing.Token) error {
 	if err := l.usable(ctx); err != nil {
 		return fmt.Errorf("etcdlock: revoke %q token %d: %w", name, token, err)
@@ -56,10 +49,8 @@ func (l *Locker) revoke(ctx context.Context, name string, token fencing.Token) e
 	if i < 0 || kvs[i].CreateRevision != rev {
 		return fmt.Errorf("%w: no request of the name has that token", lock.ErrNotHeld)
 	}
-	// Whether a record is admitted depends on the records ahead of it
-	// only, and once admitted it stays so until it goes: the read above
-	// is enough, and the delete below needs to check only that the
-	// record is the same.
+	// Admission depends only on the records ahead, and lasts: the delete
+	// checks only that the record is the same.
 	if !queue.Admitted(requestsOf(kvs), i) {
 		return fmt.Errorf("%w: the request is waiting, not holding", lock.ErrNotHeld)
 	}
@@ -84,9 +75,8 @@ func (l *Locker) revoke(ctx context.Context, name string, token fencing.Token) e
 }
 
 // recordDeletedCause is the cause of the loss of a lease whose record was
-// deleted at revision rev by anyone but its own Release: a [Locker.Revoke]
-// or a delete by hand, or the server ending the session lease before the
-// keepalive loop noticed. The delete event does not tell them apart.
+// deleted at revision rev, not by its own Release: the event does not
+// tell a Revoke from the session lease's end on the server.
 func recordDeletedCause(key string, rev int64) error {
 	return telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: record %q was deleted at revision %d (revoked by another client, or its session lease ended on the server)", lock.ErrLost, key, rev))
 }

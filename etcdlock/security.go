@@ -21,19 +21,10 @@ import (
 )
 
 // isRefusal reports whether err is the cluster refusing the client (see
-// secure.Refusal), an answer that a second attempt would get again:
-//
-//   - etcd's auth errors: permission denied (the user's roles do not cover
-//     the key), authentication failed (wrong user or password), user name
-//     empty (auth is on and the request carried no credentials), invalid
-//     auth token (the client could not get a valid one again), user not
-//     found;
-//   - gRPC's PermissionDenied and Unauthenticated codes, from a proxy or a
-//     server that does not speak etcd's error texts;
-//   - a certificate the TLS handshake rejected, on either side.
-//
-// ErrAuthNotEnabled is not one: the client ignores it when it logs in, so
-// credentials given to a cluster without auth are simply unused.
+// secure.Refusal), an answer a second attempt would get again: etcd's
+// auth errors, gRPC's PermissionDenied and Unauthenticated (from a proxy),
+// or a certificate a TLS handshake rejected. ErrAuthNotEnabled is not
+// one: credentials given to a cluster without auth are simply unused.
 func isRefusal(err error) bool {
 	for _, e := range []error{rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrUserEmpty,
 		rpctypes.ErrInvalidAuthToken, rpctypes.ErrUserNotFound} {
@@ -54,9 +45,7 @@ func isRefusal(err error) bool {
 }
 
 // isCertRefusal reports whether err is a TLS handshake that failed over a
-// certificate: this side could not verify the server's (unknown
-// authority, expired, wrong name), or the server sent an alert about ours
-// (bad, unknown, expired, revoked, missing).
+// certificate, the server's or ours.
 func isCertRefusal(err error) bool {
 	if secure.Unverified(err) {
 		return true
@@ -66,8 +55,7 @@ func isCertRefusal(err error) bool {
 		return false
 	}
 	// crypto/tls reports a received alert as a *net.OpError around its
-	// unexported alert type, a uint8 holding the alert's code (RFC 8446,
-	// section 6).
+	// unexported alert type, a uint8 (RFC 8446, section 6).
 	v := reflect.ValueOf(op.Err)
 	if t := v.Type(); t.PkgPath() != "crypto/tls" || v.Kind() != reflect.Uint8 {
 		return false
@@ -86,11 +74,10 @@ func isCertRefusal(err error) bool {
 	return false
 }
 
-// tlsWatch sees every TLS connection of a client that a Locker opened
-// (lock.Open) and remembers, per member address, the last handshake that
-// failed over a certificate, until a connection to that member works: when
-// every endpoint refused, calls fail at once with an error wrapping
-// lock.ErrPermission instead of at their deadline.
+// tlsWatch sees the TLS connections of a client that lock.Open made, and
+// remembers per member the last handshake refused over a certificate,
+// until a connection to it works: while every endpoint refuses, calls fail
+// at once with an error wrapping lock.ErrPermission.
 type tlsWatch struct {
 	endpoints int
 
@@ -213,9 +200,8 @@ func (c *watchedCreds) Clone() credentials.TransportCredentials {
 }
 
 // watchedConn reports the first read of a connection, where TLS 1.3 brings
-// the server's verdict on the client's certificate. A failed write, and a
-// close before the server said anything, first read what the server sent,
-// so that the alert is not lost.
+// the server's verdict on the client's certificate; a failed write or a
+// close before then reads the alert the server may have sent.
 type watchedConn struct {
 	net.Conn
 	w     *tlsWatch
@@ -257,8 +243,7 @@ func (c *watchedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// lastWords reads, briefly, what a server that has not been heard from
-// sent before it closed the connection: an alert refusing our certificate.
+// lastWords briefly reads what a server not heard from yet sent.
 func (c *watchedConn) lastWords() {
 	if c.heard.Load() {
 		return

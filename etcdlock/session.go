@@ -18,11 +18,8 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// A session is one etcd lease, kept alive by its own loop, to which every
-// record the Locker creates while it lives is attached. The loop sends
-// one KeepAliveOnce at a time, since the loss deadline needs the send
-// time of each acknowledged keepalive (docs/design/etcd.md, "The loss
-// deadline").
+// A session is one etcd lease, kept alive by its own loop (keepalive.go),
+// to which every record the Locker creates while it lives is attached.
 type session struct {
 	l   *Locker
 	id  clientv3.LeaseID
@@ -36,19 +33,14 @@ type session struct {
 	mu       sync.Mutex
 	deadline time.Time // local loss deadline
 	leases   map[*Lease]struct{}
-	// spare holds, by name prefix, a number whose record a clean Release
-	// deleted, for the next acquisition of the name (see number); created
-	// on first use, at most maxSpare entries.
-	spare map[string]uint64
+	spare    map[string]uint64 // by name prefix, a number to reuse (see reuse)
 }
 
-// maxSpare bounds session.spare: a Locker that locks ever new names keeps
-// at most this many numbers for reuse (about 100 bytes each).
+// maxSpare bounds session.spare, for a Locker that locks ever new names.
 const maxSpare = 4096
 
-// number returns the number of a new record key under pfx: a number that
-// this session gave up under pfx (see reuse), else one never given before.
-// Why keys are reused: docs/design/etcd.md, "Record keys".
+// number returns the number of a new record key under pfx: one given up
+// under pfx (see reuse), else one never given before.
 func (s *session) number(pfx string) uint64 {
 	s.mu.Lock()
 	n, ok := s.spare[pfx]
@@ -62,11 +54,10 @@ func (s *session) number(pfx string) uint64 {
 	return s.seq.Add(1)
 }
 
-// reuse offers the number of key, a record that a clean Release deleted,
-// to the next acquisition of its name. The caller must offer only a key
-// that nothing can write any more: its create was answered and the
-// release's own transaction deleted it with its lock-delay marker
-// (docs/design/etcd.md, "Record keys").
+// reuse offers the number of key to the next acquisition of its name. Only
+// a key nothing can write any more qualifies: its create was answered and
+// a clean Release's own transaction deleted it (docs/design/etcd.md,
+// "Record keys").
 func (s *session) reuse(key string) {
 	i := strings.LastIndexByte(key, '#')
 	if i < 0 {
@@ -116,9 +107,8 @@ func (s *session) ended() bool {
 	}
 }
 
-// end ends the session once and every lease granted through it. cause wraps
-// lock.ErrLost when the session was lost, and lock.ErrReleased when the
-// Locker closed it.
+// end ends the session once and every lease granted through it, with
+// cause: lost, or closed by the Locker.
 func (s *session) end(cause error, lost bool) {
 	s.endOnce.Do(func() {
 		s.mu.Lock()
@@ -141,8 +131,7 @@ func (s *session) end(cause error, lost bool) {
 	})
 }
 
-// add registers a lease with the session. It fails if the session already
-// ended, so no lease outlives its session unnoticed.
+// add registers a lease with the session, unless the session ended.
 func (s *session) add(le *Lease) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -165,19 +154,15 @@ func (s *session) remove(le *Lease) {
 }
 
 // guard is a session's guard key: every create compares its mod revision,
-// and ending an acquisition whose create was ambiguous writes it (see
-// "Late creates" in docs/design/etcd.md). rev is its mod revision as last seen (0: never
-// written, the key does not exist).
+// and ending an acquisition whose create was ambiguous writes it
+// (docs/design/etcd.md, "Late creates").
 type guard struct {
 	key string
-	rev atomic.Int64
+	rev atomic.Int64 // as last seen from the server; 0: never written
 }
 
 // note replaces was, a guard revision that a create found stale, with
-// rev, the revision the server reported in the same answer. Only values
-// read from the server are stored, so a create always compares the guard
-// with a revision it really had; a value gone stale meanwhile costs one
-// more attempt, nothing else.
+// rev, the one the server reported in the same answer.
 func (g *guard) note(was, rev int64) {
 	g.rev.CompareAndSwap(was, rev)
 }
@@ -193,7 +178,7 @@ func (g *guard) raise(rev int64) {
 }
 
 // ending is how a session ended: done is closed by end, after err (why)
-// and lost (ended by loss rather than by Close) are set.
+// and lost (rather than closed) are set.
 type ending struct {
 	done    chan struct{}
 	endOnce sync.Once
@@ -211,17 +196,16 @@ func (s *session) lostErr() error {
 	return s.err
 }
 
-// run keeps the session's lease alive until the session ends (see
-// keepalive.go). It is started by the Locker with l.g.wg.Add(1).
+// run keeps the session's lease alive until the session ends. It is
+// started with l.g.wg.Add(1).
 func (s *session) run() {
 	defer s.l.g.wg.Done()
 	newKeepalive(s, s.l.clk, s.l.client.KeepAliveOnce, s.revokeLost).run()
 }
 
-// revokeLost revokes a lease the session gave up on, so that its records go
-// as soon as the cluster is reachable rather than when it expires. It stops
-// once the server must have expired the lease anyway, or when the Locker
-// closes.
+// revokeLost revokes a lease the session gave up on, so that its records
+// go as soon as the cluster is reachable, until the server must have
+// expired it anyway or the Locker closes.
 func (s *session) revokeLost() {
 	ctx, cancel := context.WithTimeout(s.l.g.life, s.l.opts.ttl+s.l.opts.LossMargin)
 	defer cancel()
