@@ -35,12 +35,9 @@ func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error
 	return l.acquireKind(ctx, "try acquire", name, queue.ExclusiveRequest, true)
 }
 
-// acquire implements every Acquire and TryAcquire method: req says which
-// kind of grant, try whether to wait.
+// acquire implements every Acquire and TryAcquire method, for a valid
+// name: req says which kind of grant, try whether to wait.
 func (l *Locker) acquire(ctx context.Context, name string, req queue.Request, try bool) (*Lease, error) {
-	if err := lock.ValidateName(name); err != nil {
-		return nil, err
-	}
 	if req.Kind == queue.Permit {
 		if err := queue.CheckLimit(req.Limit); err != nil {
 			return nil, fmt.Errorf("%w: %w", lock.ErrInvalidConfig, err)
@@ -200,20 +197,6 @@ func (a *acquisition) decide(v view) (decision, error) {
 		d.watch = append(d.watch, string(v.ahead[j].Key))
 	}
 	return d, nil
-}
-
-// wait blocks until a record that d watches changes, and reads the queue
-// again, unless the change admits the acquisition: grant's touch then
-// confirms the record as the read would.
-func (a *acquisition) wait(ctx context.Context, d decision, rev int64) (view, error) {
-	changed, err := a.waitAnyChange(ctx, d.watch, rev, d.puts)
-	if err != nil {
-		return view{}, err
-	}
-	if changed && d.byDeletion {
-		return view{admitted: true}, nil
-	}
-	return a.read(ctx)
 }
 
 // grant turns the acquisition, admitted by the read at rev, into a held

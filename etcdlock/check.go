@@ -23,6 +23,18 @@ func (l *Locker) usable(ctx context.Context) error {
 	return nil
 }
 
+// begin checks the receiver, the context and the lock name of a call on a
+// lock name, and prefixes its error for op.
+func (l *Locker) begin(ctx context.Context, op, name string) error {
+	if err := l.usable(ctx); err != nil {
+		return fmt.Errorf("etcdlock: %s %q: %w", op, name, err)
+	}
+	if err := lock.ValidateName(name); err != nil {
+		return fmt.Errorf("etcdlock: %s: %w", op, err)
+	}
+	return nil
+}
+
 // valid reports whether le was granted by a Locker.
 func (le *Lease) valid() bool { return le != nil && le.l != nil && le.s != nil }
 

@@ -15,11 +15,8 @@ import (
 // an error wrapping [lock.ErrNotHeld] when name is free. It is one
 // linearizable read.
 func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
-	if err := l.usable(ctx); err != nil {
-		return lock.Holder{}, fmt.Errorf("etcdlock: holder %q: %w", name, err)
-	}
-	if err := lock.ValidateName(name); err != nil {
-		return lock.Holder{}, fmt.Errorf("etcdlock: holder: %w", err)
+	if err := l.begin(ctx, "holder", name); err != nil {
+		return lock.Holder{}, err
 	}
 	var resp *clientv3.GetResponse
 	err := l.bounded(ctx, func(ctx context.Context) (err error) {

@@ -111,10 +111,11 @@ func (le *Lease) end(cause error) bool {
 }
 
 // lose ends the lease with cause, a deletion of its record by someone else
-// while the session lives. An ambiguous lease's late create could bring
-// the record back: its end is written in the background (see endOp).
+// while the session lives, unless Release is deleting it. An ambiguous
+// lease's late create could bring the record back: its end is written in
+// the background (see endOp).
 func (le *Lease) lose(cause error) {
-	if le.end(cause) && le.ambiguous && !le.s.ended() {
+	if !le.st.Releasing() && le.end(cause) && le.ambiguous && !le.s.ended() {
 		le.l.cleanupLater(record{s: le.s, key: le.key, ambiguous: true})
 	}
 }
@@ -218,12 +219,4 @@ func (le *Lease) deleteRecord(ctx context.Context, clean bool) (deleted, itself 
 		return nil
 	})
 	return deleted, itself, err
-}
-
-// recordDeleted ends the lease with cause, which says its record is gone,
-// unless Release is deleting it.
-func (le *Lease) recordDeleted(cause error) {
-	if !le.st.Releasing() {
-		le.lose(cause)
-	}
 }

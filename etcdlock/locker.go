@@ -12,7 +12,6 @@ import (
 	"github.com/fencelock/fencelock/internal/clock"
 	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/nilcheck"
-	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -114,75 +113,6 @@ func (l *Locker) SessionLease() (clientv3.LeaseID, bool) {
 		return 0, false
 	}
 	return s.id, true
-}
-
-// session returns the live session, granting a new lease if there is none.
-func (l *Locker) session(ctx context.Context) (*session, error) {
-	if s, err := l.currentSession(); s != nil || err != nil {
-		return s, err
-	}
-	select {
-	case l.sessSem <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-l.g.closing.Done():
-		return nil, lock.ErrClosed
-	}
-	defer func() { <-l.sessSem }()
-	if s, err := l.currentSession(); s != nil || err != nil {
-		return s, err
-	}
-	sent := l.clk.Now()
-	gctx, release := l.tls.context(ctx)
-	resp, err := l.client.Grant(gctx, int64(l.opts.ttl/time.Second))
-	release()
-	if err != nil {
-		if rerr := l.tls.err(); rerr != nil {
-			err = rerr
-		}
-		return nil, fmt.Errorf("grant session lease: %w", secure.Refusal(err, isRefusal))
-	}
-	s := newSession(l, resp.ID, sent)
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
-		s.watch.cancel()
-		rctx, cancel := context.WithTimeout(context.Background(), l.closeWait())
-		_, _ = l.client.Revoke(rctx, resp.ID)
-		cancel()
-		return nil, lock.ErrClosed
-	}
-	l.sess = s
-	l.g.wg.Add(2)
-	l.mu.Unlock()
-	go s.run()
-	go s.watch.run()
-	l.tel.SessionStarted()
-	l.opts.Logger.Debug("etcdlock: session started", "session", fmt.Sprintf("%x", int64(resp.ID)), "ttl", l.opts.ttl)
-	return s, nil
-}
-
-func (l *Locker) currentSession() (*session, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil, lock.ErrClosed
-	}
-	if l.sess != nil && !l.sess.ended() {
-		return l.sess, nil
-	}
-	return nil, nil
-}
-
-// dropSession forgets s if it is still the current session, so that the
-// next call grants a new one.
-func (l *Locker) dropSession(s *session, cause error) {
-	s.end(cause, true)
-	l.mu.Lock()
-	if l.sess == s {
-		l.sess = nil
-	}
-	l.mu.Unlock()
 }
 
 func (l *Locker) closeWait() time.Duration { return min(l.opts.ttl, maxCloseWait) }

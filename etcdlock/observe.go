@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencelock/fencelock/internal/clock"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -25,11 +26,8 @@ import (
 // not the one last sent, and goes on (docs/design/etcd.md, "What Observe
 // reports"). Close never waits on an unreachable cluster.
 func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
-	if err := l.usable(ctx); err != nil {
-		return nil, nil, fmt.Errorf("etcdlock: observe %q: %w", name, err)
-	}
-	if err := lock.ValidateName(name); err != nil {
-		return nil, nil, fmt.Errorf("etcdlock: observe: %w", err)
+	if err := l.begin(ctx, "observe", name); err != nil {
+		return nil, nil, err
 	}
 	o := &observation{l: l, ctx: ctx, pfx: l.namePrefix(name), ch: make(chan lock.Holder)}
 	var first *clientv3.GetResponse
@@ -126,8 +124,8 @@ func (o *observation) run() error {
 		} else {
 			o.l.opts.Logger.Debug("etcdlock: observe: watch ended; watching again", "prefix", o.pfx, "from_revision", o.rev+1, "err", err)
 		}
-		if !o.pause(backoff) {
-			return o.stopped()
+		if err := clock.Sleep(o.ctx, backoff, o.l.g.closing.Done(), nil, nil); err != nil {
+			return err
 		}
 		backoff = min(max(2*backoff, retryDelay), observeBackoffMax)
 	}
@@ -143,21 +141,6 @@ func (o *observation) stopped() error {
 		return lock.ErrClosed
 	}
 	return nil
-}
-
-// pause waits d, and reports false if the observation ended meanwhile.
-func (o *observation) pause(d time.Duration) bool {
-	if d <= 0 {
-		return o.stopped() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-o.wctx.Done():
-		return false
-	}
 }
 
 // follow watches the records from o.rev+1 and sends the changes of holder

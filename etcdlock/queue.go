@@ -18,11 +18,8 @@ var _ lock.QueueLister = (*Locker)(nil)
 // [lock.QueueLister]), in one linearizable read. Each entry's Since is the
 // zero Time: etcd keeps no creation time for a key.
 func (l *Locker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, error) {
-	if err := l.usable(ctx); err != nil {
-		return nil, fmt.Errorf("etcdlock: queue %q: %w", name, err)
-	}
-	if err := lock.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("etcdlock: queue: %w", err)
+	if err := l.begin(ctx, "queue", name); err != nil {
+		return nil, err
 	}
 	kvs, err := l.readQueue(ctx, name)
 	if err != nil {

@@ -23,11 +23,8 @@ var _ lock.Revoker = (*Locker)(nil)
 // holder's returns an error wrapping [lock.ErrNotHeld], as does a retried
 // delete whose first attempt, unanswered, revoked it.
 func (l *Locker) Revoke(ctx context.Context, name string, token fencing.Token) error {
-	if err := l.usable(ctx); err != nil {
-		return fmt.Errorf("etcdlock: revoke %q token %d: %w", name, token, err)
-	}
-	if err := lock.ValidateName(name); err != nil {
-		return fmt.Errorf("etcdlock: revoke: %w", err)
+	if err := l.begin(ctx, "revoke", name); err != nil {
+		return err
 	}
 	if err := l.bounded(ctx, func(ctx context.Context) error { return l.revoke(ctx, name, token) }); err != nil {
 		return fmt.Errorf("etcdlock: revoke %q token %d: %w", name, token, err)

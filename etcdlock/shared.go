@@ -45,8 +45,8 @@ func (l *Locker) TryAcquireSemaphore(ctx context.Context, name string, limit int
 }
 
 func (l *Locker) acquireKind(ctx context.Context, op, name string, req queue.Request, try bool) (lock.Lease, error) {
-	if err := l.usable(ctx); err != nil {
-		return nil, fmt.Errorf("etcdlock: %s %q: %w", op, name, err)
+	if err := l.begin(ctx, op, name); err != nil {
+		return nil, err
 	}
 	le, err := l.acquire(ctx, name, req, try)
 	if err != nil {
@@ -58,11 +58,8 @@ func (l *Locker) acquireKind(ctx context.Context, op, name string, req queue.Req
 // Holders returns every current holder of name in grant order, in one
 // linearizable read (see [lock.HolderLister]).
 func (l *Locker) Holders(ctx context.Context, name string) ([]lock.Holder, error) {
-	if err := l.usable(ctx); err != nil {
-		return nil, fmt.Errorf("etcdlock: holders %q: %w", name, err)
-	}
-	if err := lock.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("etcdlock: holders: %w", err)
+	if err := l.begin(ctx, "holders", name); err != nil {
+		return nil, err
 	}
 	kvs, err := l.readQueue(ctx, name)
 	if err != nil {

@@ -314,7 +314,7 @@ func (w *recordWatcher) handle(resp *pb.WatchResponse, gen int) error {
 		if ev.Type != mvccpb.DELETE || string(ev.Kv.Key) != rw.le.key {
 			continue
 		}
-		rw.le.recordDeleted(recordDeletedCause(rw.le.key, ev.Kv.ModRevision))
+		rw.le.lose(recordDeletedCause(rw.le.key, ev.Kv.ModRevision))
 		return nil
 	}
 	if resp.Canceled {
@@ -337,16 +337,30 @@ func (w *recordWatcher) reread(rw *recordWatch) {
 	if err != nil {
 		if !errors.Is(err, lock.ErrClosed) && l.g.life.Err() == nil && !w.s.ended() {
 			// A silent lease would be worse than a lost one.
-			le.recordDeleted(telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: record %q could not be read after its watch was cancelled: %w", lock.ErrLost, le.key, err)))
+			le.lose(telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: record %q could not be read after its watch was cancelled: %w", lock.ErrLost, le.key, err)))
 		}
 		return
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != le.rev {
-		le.recordDeleted(telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: record %q is gone", lock.ErrLost, le.key)))
+		le.lose(telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: record %q is gone", lock.ErrLost, le.key)))
 		return
 	}
 	l.opts.Logger.Debug("etcdlock: record watch created again", "key", le.key, "from_revision", resp.Header.Revision+1)
 	w.rewatch(rw, resp.Header.Revision)
+}
+
+// wait blocks until a record that d watches changes, and reads the queue
+// again, unless the change admits the acquisition: grant's touch then
+// confirms the record as the read would.
+func (a *acquisition) wait(ctx context.Context, d decision, rev int64) (view, error) {
+	changed, err := a.waitAnyChange(ctx, d.watch, rev, d.puts)
+	if err != nil {
+		return view{}, err
+	}
+	if changed && d.byDeletion {
+		return view{admitted: true}, nil
+	}
+	return a.read(ctx)
 }
 
 // waitAnyChange is waitChange on several keys at once: the first to
