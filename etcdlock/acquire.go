@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -131,7 +132,7 @@ func (l *Locker) newAcquisition(s *session, name string, req queue.Request, try 
 	pfx := l.namePrefix(name)
 	a := &acquisition{record: record{s: s, key: l.recordKey(pfx, s, req)}, l: l, name: name, pfx: pfx, req: req, try: try}
 	if l.opts.LockDelay > 0 {
-		a.marker = l.markerKey(name, a.key)
+		a.marker = l.delayPrefix(name) + strings.TrimPrefix(a.key, pfx)
 	}
 	return a
 }
@@ -276,7 +277,8 @@ func (a *acquisition) create(ctx context.Context) (*clientv3.TxnResponse, error)
 				return nil
 			}
 			// No record blocks the create, so the guard did: it was
-			// written since we last read it. Compare with its new value.
+			// written since we last read it. Compare with the value the
+			// server reported (only values read from it are stored).
 			now := int64(0)
 			if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
 				now = kvs[0].ModRevision
@@ -284,7 +286,7 @@ func (a *acquisition) create(ctx context.Context) (*clientv3.TxnResponse, error)
 			if now == was {
 				return fmt.Errorf("create of %q refused with the guard unchanged at revision %d", a.key, was)
 			}
-			a.s.guard.note(was, now)
+			a.s.guard.rev.CompareAndSwap(was, now)
 		}
 	})
 	return resp, err
@@ -358,10 +360,14 @@ func (a *acquisition) placeExclusive(ctx context.Context, resp *clientv3.TxnResp
 		return view{}, err
 	}
 	v, err := a.read(ctx)
-	if err == nil && len(v.ahead) > 0 {
-		err = a.readHead(ctx)
+	if err != nil || len(v.ahead) == 0 {
+		return v, err
 	}
-	return v, err
+	head, err := a.l.get(ctx, a.s, a.pfx, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
+	if err != nil {
+		return view{}, err
+	}
+	return v, a.checkHead(head.Kvs)
 }
 
 // placeQueued reads the answer of a shared or semaphore acquisition's
@@ -410,15 +416,6 @@ func (a *acquisition) checkHead(kvs []*mvccpb.KeyValue) error {
 		return fmt.Errorf("%w: %s", lock.ErrIncompatible, why)
 	}
 	return nil
-}
-
-// readHead reads the oldest record of the name and checks it.
-func (a *acquisition) readHead(ctx context.Context) error {
-	resp, err := a.l.get(ctx, a.s, a.pfx, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
-	if err != nil {
-		return err
-	}
-	return a.checkHead(resp.Kvs)
 }
 
 // read reads the queue again, confirming the record: for an exclusive

@@ -18,12 +18,6 @@ func (l *Locker) delayPrefix(name string) string {
 	return l.opts.prefix + "#delay/" + name + "/#"
 }
 
-// markerKey returns the marker of key, a record of name: the same suffix
-// under the marker prefix.
-func (l *Locker) markerKey(name, key string) string {
-	return l.delayPrefix(name) + strings.TrimPrefix(key, l.namePrefix(name))
-}
-
 // markerOps are the operations a create transaction adds with a
 // lock-delay: the put of the marker, then delayReads. Only a clean
 // Release deletes the marker with the record.

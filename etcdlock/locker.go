@@ -72,7 +72,9 @@ func newLocker(client *clientv3.Client, o *options) *Locker {
 		o.Logger.Warn("etcdlock: some instruments are not recorded", config.LogErr, err)
 	}
 	l.tel = tel
-	l.g = newGroup()
+	l.g = &group{}
+	l.g.life, l.g.endLife = context.WithCancel(context.Background())
+	l.g.closing, l.g.close = context.WithCancel(context.Background())
 	return l
 }
 

@@ -17,7 +17,7 @@ import (
 const retryDelay = 50 * time.Millisecond
 
 // call runs op, which must be safe to repeat, until it succeeds, giving
-// each attempt at most requestTimeout and retrying retryable failures
+// each attempt a third of the TTL (at least 1s) and retrying retryable failures
 // until ctx is done, the Locker closes or, when s is not nil, the session
 // ends. A refusal (isRefusal, tlsWatch) is returned at once, wrapping
 // lock.ErrPermission. See docs/design/etcd.md, "Retries and stuck members".
@@ -31,7 +31,7 @@ func (l *Locker) call(ctx context.Context, s *session, op func(context.Context) 
 			return err
 		}
 		wctx, release := l.tls.context(ctx)
-		actx, cancel := context.WithTimeout(wctx, l.requestTimeout())
+		actx, cancel := context.WithTimeout(wctx, max(l.opts.ttl/3, time.Second))
 		err := op(actx)
 		cancel()
 		release()
@@ -74,10 +74,6 @@ func (l *Locker) get(ctx context.Context, s *session, key string, opts ...client
 	})
 	return resp, err
 }
-
-// requestTimeout bounds one attempt of a request: a third of the TTL, and
-// at least a second.
-func (l *Locker) requestTimeout() time.Duration { return max(l.opts.ttl/3, time.Second) }
 
 // isLeaseNotFound reports whether err says the session's lease is gone.
 func isLeaseNotFound(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }
@@ -130,11 +126,4 @@ type group struct {
 	closing context.Context
 	close   context.CancelFunc
 	wg      sync.WaitGroup
-}
-
-func newGroup() *group {
-	g := &group{}
-	g.life, g.endLife = context.WithCancel(context.Background())
-	g.closing, g.close = context.WithCancel(context.Background())
-	return g
 }

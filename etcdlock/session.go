@@ -163,7 +163,8 @@ func newSession(l *Locker, id clientv3.LeaseID, grantSent time.Time) *session {
 		leases:   make(map[*Lease]struct{}),
 	}
 	s.guard.key = fmt.Sprintf("%s#guard/%016x", l.opts.prefix, int64(id))
-	s.watch = newRecordWatcher(s)
+	s.watch = &recordWatcher{s: s, wake: make(chan struct{}, 1), entries: make(map[int64]*recordWatch)}
+	s.watch.ctx, s.watch.cancel = context.WithCancel(l.g.life)
 	return s
 }
 
@@ -229,12 +230,6 @@ func (s *session) remove(le *Lease) {
 type guard struct {
 	key string
 	rev atomic.Int64 // as last seen from the server; 0: never written
-}
-
-// note replaces was, a guard revision that a create found stale, with
-// rev, the one the server reported in the same answer.
-func (g *guard) note(was, rev int64) {
-	g.rev.CompareAndSwap(was, rev)
 }
 
 // raise records a write of the guard at rev by this session.

@@ -51,12 +51,6 @@ type recvd struct {
 	err  error
 }
 
-func newRecordWatcher(s *session) *recordWatcher {
-	w := &recordWatcher{s: s, wake: make(chan struct{}, 1), entries: make(map[int64]*recordWatch)}
-	w.ctx, w.cancel = context.WithCancel(s.l.g.life)
-	return w
-}
-
 func (w *recordWatcher) signal() {
 	select {
 	case w.wake <- struct{}{}:
