@@ -108,7 +108,7 @@ type record struct {
 	s         *session
 	key       string
 	rev       int64  // the create revision; 0 until known
-	ambiguous bool   // a create attempt went unanswered: see endOp
+	ambiguous bool   // a create attempt went unanswered: see cleanupOp
 	marker    string // the lock-delay marker written with it, if any
 }
 
@@ -262,19 +262,17 @@ func (a *acquisition) enqueue(ctx context.Context) (view, error) {
 // It is safe to repeat; a.ambiguous records that an attempt failed without
 // an answer and may still be applied (docs/design/etcd.md, "Late creates").
 func (a *acquisition) create(ctx context.Context) (*clientv3.TxnResponse, error) {
-	var resp *clientv3.TxnResponse
-	err := a.l.call(ctx, a.s, func(ctx context.Context) error {
+	return call(ctx, a.l, a.s, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		for {
 			was := a.s.guard.rev.Load()
-			var err error
-			resp, err = a.createTxn(ctx, was).Commit()
+			resp, err := a.createTxn(ctx, was).Commit()
 			if err != nil {
 				a.ambiguous = true
 				a.l.opts.Logger.Debug("etcdlock: create attempt failed", "key", a.key, "err", err)
-				return err
+				return nil, err
 			}
 			if resp.Succeeded || len(resp.Responses[0].GetResponseRange().Kvs) > 0 {
-				return nil
+				return resp, nil
 			}
 			// No record blocks the create, so the guard did: it was
 			// written since we last read it. Compare with the value the
@@ -284,12 +282,11 @@ func (a *acquisition) create(ctx context.Context) (*clientv3.TxnResponse, error)
 				now = kvs[0].ModRevision
 			}
 			if now == was {
-				return fmt.Errorf("create of %q refused with the guard unchanged at revision %d", a.key, was)
+				return nil, fmt.Errorf("create of %q refused with the guard unchanged at revision %d", a.key, was)
 			}
 			a.s.guard.rev.CompareAndSwap(was, now)
 		}
 	})
-	return resp, err
 }
 
 // createTxn is one create attempt, guarded by the session's guard at
@@ -453,14 +450,11 @@ func (a *acquisition) touch(ctx context.Context) (int64, error) {
 // its create revision (so while the session lease lives): a write so
 // guarded never brings back a record that went.
 func (a *acquisition) confirm(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
-	var resp *clientv3.TxnResponse
-	err := a.l.call(ctx, a.s, func(ctx context.Context) error {
-		var err error
-		resp, err = a.l.client.Txn(ctx).
+	resp, err := call(ctx, a.l, a.s, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return a.l.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", a.rev)).
 			Then(slices.Concat(ops, a.delayReads())...).
 			Commit()
-		return err
 	})
 	if err != nil {
 		return nil, err

@@ -25,7 +25,7 @@ func (l *Locker) discard(r record, err error) error {
 // cleanup runs cleanupOp with a fresh bounded context, else cleanupLater.
 func (l *Locker) cleanup(r record) {
 	ctx, cancel := context.WithTimeout(l.g.life, min(l.closeWait(), 2*time.Second))
-	err := l.call(ctx, nil, l.cleanupOp(r))
+	_, err := call(ctx, l, nil, l.cleanupOp(r))
 	cancel()
 	if err != nil {
 		l.opts.Logger.Debug("etcdlock: cleanup failed; retrying in the background", "key", r.key, "err", err)
@@ -41,7 +41,7 @@ func (l *Locker) cleanupLater(r record) {
 	l.spawn(func() {
 		ctx, cancel := context.WithTimeout(l.g.life, l.opts.ttl+l.opts.LossMargin)
 		defer cancel()
-		err := l.call(ctx, nil, l.cleanupOp(r))
+		_, err := call(ctx, l, nil, l.cleanupOp(r))
 		if err == nil || l.g.life.Err() != nil || r.s.ended() {
 			return
 		}
@@ -52,47 +52,37 @@ func (l *Locker) cleanupLater(r record) {
 }
 
 // cleanupOp deletes a record, guarded by its create revision when known,
-// or with endOp when r is ambiguous, and its lock-delay marker if r names
-// one (no lease was granted, so no holder's writes are in flight).
-func (l *Locker) cleanupOp(r record) func(context.Context) error {
+// and its lock-delay marker if r names one (no lease was granted, so no
+// holder's writes are in flight).
+func (l *Locker) cleanupOp(r record) func(context.Context) (*clientv3.TxnResponse, error) {
 	var marker []clientv3.Op
 	if r.marker != "" {
 		marker = append(marker, clientv3.OpDelete(r.marker))
 	}
 	if r.ambiguous {
-		return func(ctx context.Context) error { return l.endOp(ctx, r.s, r.key, marker...) }
-	}
-	return func(ctx context.Context) error {
-		var err error
-		switch {
-		case r.rev > 0:
-			_, err = l.client.Txn(ctx).
-				If(clientv3.Compare(clientv3.CreateRevision(r.key), "=", r.rev)).
-				Then(append([]clientv3.Op{clientv3.OpDelete(r.key)}, marker...)...).
-				Else(marker...).Commit()
-		case len(marker) > 0:
-			_, err = l.client.Txn(ctx).Then(append([]clientv3.Op{clientv3.OpDelete(r.key)}, marker...)...).Commit()
-		default:
-			_, err = l.client.Delete(ctx, r.key)
+		// Whatever record is at the key goes, and the session's guard is
+		// written (docs/design/etcd.md, "Late creates"). A session lease
+		// that is gone counts as done.
+		return func(ctx context.Context) (*clientv3.TxnResponse, error) {
+			resp, err := l.client.Txn(ctx).
+				Then(append([]clientv3.Op{clientv3.OpDelete(r.key), clientv3.OpPut(r.s.guard.key, "", clientv3.WithLease(r.s.id))}, marker...)...).
+				Commit()
+			if isLeaseNotFound(err) {
+				return nil, nil
+			}
+			if err == nil {
+				r.s.guard.raise(resp.Header.Revision)
+			}
+			return resp, err
 		}
-		return err
 	}
-}
-
-// endOp ends an acquisition with an ambiguous create: in one transaction
-// it deletes key, whatever record is there, writes the session's guard
-// (docs/design/etcd.md, "Late creates"), and applies more. A session lease
-// that is gone counts as done.
-func (l *Locker) endOp(ctx context.Context, s *session, key string, more ...clientv3.Op) error {
-	resp, err := l.client.Txn(ctx).
-		Then(append([]clientv3.Op{clientv3.OpDelete(key), clientv3.OpPut(s.guard.key, "", clientv3.WithLease(s.id))}, more...)...).
-		Commit()
-	switch {
-	case isLeaseNotFound(err):
-		return nil
-	case err != nil:
-		return err
+	var ifRev []clientv3.Cmp
+	if r.rev > 0 {
+		ifRev = append(ifRev, clientv3.Compare(clientv3.CreateRevision(r.key), "=", r.rev))
 	}
-	s.guard.raise(resp.Header.Revision)
-	return nil
+	return func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return l.client.Txn(ctx).If(ifRev...).
+			Then(append([]clientv3.Op{clientv3.OpDelete(r.key)}, marker...)...).
+			Else(marker...).Commit()
+	}
 }

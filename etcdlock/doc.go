@@ -18,9 +18,8 @@
 //     server reports the lease gone or someone else deletes the record.
 //   - A release deletes only its own record. A cancelled or failed
 //     Acquire, a lost lease and Close leave no record behind once the
-//     cluster is reachable; a record whose create was applied late blocks
-//     its lock for at most 2s + 2×TTL + the loss margin after its
-//     acquisition ended (24s with the defaults).
+//     cluster is reachable; a create applied late blocks its lock for at
+//     most 2s + 2×TTL + the loss margin (24s with the defaults).
 //   - Tokens rise with every grant of a name and are never zero.
 //   - [Locker.Observe] reports every grant, release and free moment, in
 //     order, once each, across lost connections and leader changes, except
@@ -45,31 +44,23 @@
 // blocks its lock. [WithLossMargin] (default a fifth of the TTL, at most
 // half) must exceed the longest stall of the holder's process.
 // [WithLockDelay] (default none) makes the next grant after a lease that
-// ended without a clean Release wait, at no extra round trip; give every
-// Locker of a name the same delay. [WithPrefix] (default [DefaultPrefix]) is where every key lives;
-// [WithIdentity], [WithLogger], [WithMeterProvider], [WithTracerProvider]
-// and [WithNameAttribute] as in package lock. [New] borrows the caller's
-// client; [lock.Open] with an "etcd://" URL (this package registers the
-// scheme) makes and owns one; see the driver's Open for every URL key.
+// ended without a clean Release wait; give every Locker of a name the same
+// delay. [WithPrefix] (default [DefaultPrefix]) is where every key lives.
+// [New] borrows the caller's client; [lock.Open] with an "etcd://" URL
+// makes and owns one (see the driver's Open for every URL key).
 //
 // # Keys and security
 //
-// Everything the Locker writes is under its prefix, used as written plus a
-// trailing slash: one record per request, "<prefix><name>/#<lease>-<seq>",
-// one guard per session, "<prefix>#guard/<lease>", and, with a lock-delay,
-// markers under "<prefix>#delay/<name>/"; deleting a name's markers by
-// hand cancels its pending delay. A Locker reuses a record key after a
-// clean Release of the same name, so tell grants apart by their tokens,
-// not their keys.
+// Everything the Locker writes is under its prefix: one record per
+// request, "<prefix><name>/#<lease>-<seq>", one guard per session and,
+// with a lock-delay, markers under "<prefix>#delay/<name>/". A record key
+// may be reused: tell grants apart by their tokens.
 //
-// The role an application needs is read and write on its prefix, nothing
-// else (a read-only role lets Holder and Holders work). TLS and
-// credentials come from the URL (ca_file, cert_file, key_file,
-// server_name, tls, password_env, "user:password@") or from the client
-// given to New. A call the cluster refuses returns at once an error
-// wrapping [lock.ErrPermission] and writes nothing; with a borrowed
-// client a refused TLS handshake shows as the client's connection error
-// instead. No error or log line repeats a password or key material.
+// The role an application needs is read and write on its prefix. TLS and
+// credentials come from the URL or from the client given to New. A call
+// the cluster refuses returns at once an error wrapping
+// [lock.ErrPermission] and writes nothing. No error or log line repeats a
+// password or key material.
 //
 // # Read more
 //

@@ -113,7 +113,7 @@ func (le *Lease) end(cause error) bool {
 // lose ends the lease with cause, a deletion of its record by someone else
 // while the session lives, unless Release is deleting it. An ambiguous
 // lease's late create could bring the record back: its end is written in
-// the background (see endOp).
+// the background (see cleanupOp).
 func (le *Lease) lose(cause error) {
 	if !le.st.Releasing() && le.end(cause) && le.ambiguous && !le.s.ended() {
 		le.l.cleanupLater(record{s: le.s, key: le.key, ambiguous: true})
@@ -182,41 +182,38 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 // deleteRecord deletes the record if it still has the lease's create
 // revision, retrying until ctx is done, and reports whether it did, and
 // whether this answer did it (itself) rather than an earlier attempt. It
-// writes the session's guard after an ambiguous create (see endOp), and a
-// clean release deletes the lock-delay marker too.
+// writes the session's guard after an ambiguous create (see cleanupOp),
+// and a clean release deletes the lock-delay marker too: a record already
+// gone leaves its marker for the next grant to wait on.
 func (le *Lease) deleteRecord(ctx context.Context, clean bool) (deleted, itself bool, err error) {
+	held := []clientv3.Op{clientv3.OpDelete(le.key)}
+	if clean && le.marker != "" {
+		held = append(held, clientv3.OpDelete(le.marker))
+	}
+	var orElse []clientv3.Op
+	if le.ambiguous {
+		guard := clientv3.OpPut(le.s.guard.key, "", clientv3.WithLease(le.s.id))
+		held, orElse = append(held, guard), []clientv3.Op{clientv3.OpDelete(le.key), guard}
+	}
 	var failed bool
-	err = le.l.call(ctx, nil, func(ctx context.Context) error {
-		txn := le.l.client.Txn(ctx).If(le.IsHeld())
-		// Only with the record: a record already gone leaves its marker
-		// for the next grant to wait on.
-		held := []clientv3.Op{clientv3.OpDelete(le.key)}
-		if clean && le.marker != "" {
-			held = append(held, clientv3.OpDelete(le.marker))
-		}
-		if le.ambiguous {
-			end := []clientv3.Op{clientv3.OpDelete(le.key), clientv3.OpPut(le.s.guard.key, "", clientv3.WithLease(le.s.id))}
-			txn = txn.Then(append(held, end[1:]...)...).Else(end...)
-		} else {
-			txn = txn.Then(held...)
-		}
-		resp, err := txn.Commit()
+	resp, err := call(ctx, le.l, nil, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		resp, err := le.l.client.Txn(ctx).If(le.IsHeld()).Then(held...).Else(orElse...).Commit()
 		if le.ambiguous && isLeaseNotFound(err) {
-			// The session lease, and so the record, is gone.
-			deleted = failed
-			return nil
+			return nil, nil // the session lease, and so the record, is gone
 		}
-		if err != nil {
-			failed = true
-			return err
-		}
-		if le.ambiguous {
-			le.s.guard.raise(resp.Header.Revision)
-		}
-		// After a request with no answer, a record already gone was
-		// most likely deleted by that request.
-		deleted, itself = resp.Succeeded || failed, resp.Succeeded
-		return nil
+		failed = failed || err != nil
+		return resp, err
 	})
-	return deleted, itself, err
+	switch {
+	case err != nil:
+		return false, false, err
+	case resp == nil:
+		return failed, false, nil
+	}
+	if le.ambiguous {
+		le.s.guard.raise(resp.Header.Revision)
+	}
+	// After a request with no answer, a record already gone was most
+	// likely deleted by that request.
+	return resp.Succeeded || failed, resp.Succeeded, nil
 }

@@ -3,6 +3,7 @@ package etcdlock
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"slices"
 
 	"go.uber.org/zap"
@@ -13,11 +14,9 @@ import (
 
 // clientLogger returns a zap logger for the etcd client a Locker from
 // lock.Open creates, which sends the client's lines to the Locker's
-// logger instead of stderr: its information and warnings (a member
-// unreachable, a request retried) at debug level, since the Locker
-// reports what they mean for its leases itself, and its errors at warn
-// level; its own debug lines not at all. secrets are removed from every
-// line.
+// logger: its information and warnings at debug level (the Locker reports
+// what they mean for its leases), its errors at warn level, its debug
+// lines not at all, and secrets removed.
 func clientLogger(l *slog.Logger, secrets ...string) *zap.Logger {
 	return zap.New(&zapSlog{h: l.Handler(), secrets: secrets})
 }
@@ -61,13 +60,8 @@ func (z *zapSlog) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	for _, f := range fields {
 		f.AddTo(enc)
 	}
-	keys := make([]string, 0, len(enc.Fields))
-	for k := range enc.Fields {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	r := slog.NewRecord(e.Time, z.level(e.Level), "etcd client: "+secure.Redact(e.Message, z.secrets...), 0)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(enc.Fields)) {
 		v := enc.Fields[k]
 		if s, ok := v.(string); ok {
 			v = secure.Redact(s, z.secrets...)

@@ -21,58 +21,55 @@ const retryDelay = 50 * time.Millisecond
 // until ctx is done, the Locker closes or, when s is not nil, the session
 // ends. A refusal (isRefusal, tlsWatch) is returned at once, wrapping
 // lock.ErrPermission. See docs/design/etcd.md, "Retries and stuck members".
-func (l *Locker) call(ctx context.Context, s *session, op func(context.Context) error) error {
+func call[T any](ctx context.Context, l *Locker, s *session, op func(context.Context) (T, error)) (T, error) {
+	var zero T
 	var sessionDone <-chan struct{}
 	if s != nil {
 		sessionDone = s.done
 	}
 	for {
 		if err := l.tls.err(); err != nil {
-			return err
+			return zero, err
 		}
 		wctx, release := l.tls.context(ctx)
 		actx, cancel := context.WithTimeout(wctx, max(l.opts.ttl/3, time.Second))
-		err := op(actx)
+		v, err := op(actx)
 		cancel()
 		release()
 		if err == nil {
-			return nil
+			return v, nil
 		}
 		if rerr := l.tls.err(); rerr != nil {
-			return rerr
+			return zero, rerr
 		}
 		delay := retryDelay
 		switch {
 		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
 			delay = 0
 		case !retryable(err):
-			return secure.Refusal(err, isRefusal)
+			return zero, secure.Refusal(err, isRefusal)
 		}
 		t := time.NewTimer(delay)
 		select {
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return errors.Join(ctx.Err(), err)
+			return zero, errors.Join(ctx.Err(), err)
 		case <-l.g.closing.Done():
 			t.Stop()
-			return lock.ErrClosed
+			return zero, lock.ErrClosed
 		case <-sessionDone:
 			t.Stop()
-			return s.lostErr()
+			return zero, s.lostErr()
 		}
 	}
 }
 
 // get reads key under call's retry policy.
 func (l *Locker) get(ctx context.Context, s *session, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
-	var resp *clientv3.GetResponse
-	err := l.call(ctx, s, func(ctx context.Context) error {
-		var err error
-		resp, err = l.client.Get(ctx, key, opts...)
-		return err
+	return call(ctx, l, s, func(ctx context.Context) (*clientv3.GetResponse, error) {
+		return l.client.Get(ctx, key, opts...)
 	})
-	return resp, err
 }
 
 // isLeaseNotFound reports whether err says the session's lease is gone.

@@ -52,14 +52,11 @@ func (l *Locker) revoke(ctx context.Context, name string, token fencing.Token) e
 		return fmt.Errorf("%w: the request is waiting, not holding", lock.ErrNotHeld)
 	}
 	key := string(kvs[i].Key)
-	var tresp *clientv3.TxnResponse
-	err = l.call(ctx, nil, func(ctx context.Context) error {
-		var err error
-		tresp, err = l.client.Txn(ctx).
+	tresp, err := call(ctx, l, nil, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+		return l.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", rev)).
 			Then(clientv3.OpDelete(key)).
 			Commit()
-		return err
 	})
 	if err != nil {
 		return err
