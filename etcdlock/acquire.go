@@ -246,12 +246,7 @@ func (a *acquisition) enqueue(ctx context.Context) (view, error) {
 	if resp.Succeeded {
 		a.noteDelayReads(resp.Responses)
 	}
-	var v view
-	if a.req.Kind == queue.Exclusive {
-		v, err = a.placeExclusive(ctx, resp)
-	} else {
-		v, err = a.placeQueued(ctx, resp)
-	}
+	v, err := a.place(ctx, resp)
 	if err != nil {
 		return view{}, a.fail(err)
 	}
@@ -327,79 +322,58 @@ func lastBefore(pfx string, n int64, opts ...clientv3.OpOption) clientv3.Op {
 		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortDescend), clientv3.WithLimit(n)}, opts...)...)
 }
 
-// placeExclusive reads the answer of an exclusive acquisition's create:
-// the record's create revision and its predecessor. A retried create
-// found its record in place and reads them again.
-func (a *acquisition) placeExclusive(ctx context.Context, resp *clientv3.TxnResponse) (view, error) {
-	v := view{rev: resp.Header.Revision}
-	switch {
-	case resp.Succeeded && a.try:
-		a.rev = resp.Header.Revision
-		return v, nil
-	case resp.Succeeded:
-		a.rev = resp.Header.Revision
-		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 1 {
-			v.ahead = kvs[1:2]
-		}
-		return v, a.checkHead(resp.Responses[2].GetResponseRange().Kvs)
-	case a.try:
-		kvs := resp.Responses[0].GetResponseRange().Kvs
-		if len(kvs) == 0 || string(kvs[0].Key) != a.key {
-			if err := a.checkHead(kvs); err != nil {
-				return view{}, err
-			}
-			return view{}, lock.ErrLocked
-		}
-		a.rev = kvs[0].CreateRevision
-		return v, nil
-	}
-	if err := a.createdRev(resp); err != nil {
-		return view{}, err
-	}
-	v, err := a.read(ctx)
-	if err != nil || len(v.ahead) == 0 {
-		return v, err
-	}
-	head, err := a.l.get(ctx, a.s, a.pfx, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
-	if err != nil {
-		return view{}, err
-	}
-	return v, a.checkHead(head.Kvs)
-}
-
-// placeQueued reads the answer of a shared or semaphore acquisition's
-// create: the record's create revision and the records ahead of it.
-func (a *acquisition) placeQueued(ctx context.Context, resp *clientv3.TxnResponse) (view, error) {
-	var v view
+// place reads the answer of the create: the record's create revision and
+// the records ahead of it (for an exclusive request, its predecessor),
+// the oldest of which says what the name is (checkHead). A retried create
+// that found its record in place reads them.
+func (a *acquisition) place(ctx context.Context, resp *clientv3.TxnResponse) (view, error) {
+	exclusive, rs := a.req.Kind == queue.Exclusive, resp.Responses
 	if resp.Succeeded {
 		a.rev = resp.Header.Revision
-		v = view{rev: resp.Header.Revision, created: true}
-		for _, kv := range resp.Responses[1].GetResponseRange().Kvs {
+		v := view{rev: a.rev}
+		switch {
+		case exclusive && a.try:
+			return v, nil
+		case exclusive:
+			if kvs := rs[1].GetResponseRange().Kvs; len(kvs) > 1 {
+				v.ahead = kvs[1:2]
+			}
+			return v, a.checkHead(rs[2].GetResponseRange().Kvs)
+		}
+		v.created = true
+		for _, kv := range rs[1].GetResponseRange().Kvs {
 			if kv.CreateRevision < a.rev {
 				v.ahead = append(v.ahead, kv)
 			}
 		}
-	} else {
-		if err := a.createdRev(resp); err != nil {
-			return view{}, err
-		}
-		var err error
-		if v, err = a.read(ctx); err != nil {
-			return view{}, err
-		}
+		return v, a.checkHead(v.ahead)
 	}
-	return v, a.checkHead(v.ahead)
-}
-
-// createdRev takes the record's create revision from the answer of a
-// create that found the record in place.
-func (a *acquisition) createdRev(resp *clientv3.TxnResponse) error {
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 {
-		return fmt.Errorf("%w: record %q vanished while it was created", lock.ErrLost, a.key)
+	kvs := rs[0].GetResponseRange().Kvs
+	switch {
+	case exclusive && a.try && (len(kvs) == 0 || string(kvs[0].Key) != a.key):
+		if err := a.checkHead(kvs); err != nil {
+			return view{}, err
+		}
+		return view{}, lock.ErrLocked
+	case len(kvs) == 0:
+		return view{}, fmt.Errorf("%w: record %q vanished while it was created", lock.ErrLost, a.key)
 	}
 	a.rev = kvs[0].CreateRevision
-	return nil
+	if exclusive && a.try {
+		return view{rev: resp.Header.Revision}, nil
+	}
+	v, err := a.read(ctx)
+	if err != nil {
+		return view{}, err
+	}
+	if exclusive && len(v.ahead) > 0 {
+		head, err := a.l.get(ctx, a.s, a.pfx, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
+		if err != nil {
+			return view{}, err
+		}
+		return v, a.checkHead(head.Kvs)
+	}
+	return v, a.checkHead(v.ahead)
 }
 
 // checkHead refuses the acquisition, with an error wrapping

@@ -59,15 +59,15 @@ func TestPlace(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := &acquisition{record: record{key: own, ambiguous: tc.ambiguous}, name: "x", pfx: "p/x/#", try: tc.try}
-			v, err := a.placeExclusive(context.Background(), tc.resp)
+			v, err := a.place(context.Background(), tc.resp)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
-					t.Fatalf("placeExclusive() = %v; want an error wrapping %v", err, tc.wantErr)
+					t.Fatalf("place() = %v; want an error wrapping %v", err, tc.wantErr)
 				}
 				return
 			}
 			if err != nil {
-				t.Fatalf("placeExclusive() = %v; want nil", err)
+				t.Fatalf("place() = %v; want nil", err)
 			}
 			var pred *mvccpb.KeyValue
 			if len(v.ahead) > 0 {

@@ -187,10 +187,8 @@ func (o *observation) send() error {
 	select {
 	case o.ch <- o.cur:
 		return nil
-	case <-o.ctx.Done():
-		return o.ctx.Err()
-	case <-o.l.g.closing.Done():
-		return lock.ErrClosed
+	case <-o.wctx.Done():
+		return o.stopped()
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,18 +61,10 @@ func isCertRefusal(err error) bool {
 	if t := v.Type(); t.PkgPath() != "crypto/tls" || v.Kind() != reflect.Uint8 {
 		return false
 	}
-	switch v.Uint() {
-	case 42, // bad_certificate
-		43,  // unsupported_certificate
-		44,  // certificate_revoked
-		45,  // certificate_expired
-		46,  // certificate_unknown
-		48,  // unknown_ca
-		49,  // access_denied
-		116: // certificate_required
-		return true
-	}
-	return false
+	// bad_certificate, unsupported_certificate, certificate_revoked,
+	// certificate_expired, certificate_unknown, unknown_ca, access_denied,
+	// certificate_required
+	return slices.Contains([]uint64{42, 43, 44, 45, 46, 48, 49, 116}, v.Uint())
 }
 
 // tlsWatch sees the TLS connections of a client that lock.Open made, and

@@ -2,7 +2,6 @@ package etcdlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,9 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fencelock/fencelock/internal/clock"
 	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/internal/telemetry"
@@ -276,13 +275,8 @@ func (s *session) revokeLost() {
 	defer cancel()
 	for {
 		_, err := s.l.client.Revoke(ctx, s.id)
-		if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) || ctx.Err() != nil {
+		if err == nil || isLeaseNotFound(err) || clock.Sleep(ctx, 100*time.Millisecond, nil, nil, nil) != nil {
 			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

@@ -89,7 +89,6 @@ func (w *recordWatcher) stop(rw *recordWatch) {
 	rw.stopped = true
 	if rw.arm != nil {
 		rw.arm.Stop()
-		rw.arm = nil
 	}
 	delete(w.entries, rw.id)
 	if rw.gen != 0 {
