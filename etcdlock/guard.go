@@ -17,18 +17,14 @@ import (
 
 // GuardedTxn commits ops in one etcd transaction that applies them only
 // while lease, a *Lease of this package, holds its lock: its If is
-// [Lease.IsHeld] (docs/design/etcd.md, "Guarded and fenced writes"). kv
-// must see the Locker's key space, usually through the same client. ops
-// may be any operations, reads included; with none, GuardedTxn is a
+// [Lease.IsHeld]. kv must see the Locker's key space. With no ops it is a
 // linearizable "is the lease still held" check.
 //
 // A lease that has ended locally is refused without I/O, with an error
-// wrapping its Err. When the comparison fails on the server, nothing was
-// written and the error wraps lock.ErrReleased if the lease was released
-// and lock.ErrLost otherwise. A nil ctx or kv (or a client not made by
-// clientv3.New), and a nil lease or one of another backend, is an error
-// wrapping lock.ErrInvalidConfig. Any other error is etcd's: after a
-// timeout or a lost connection the transaction may have been applied.
+// wrapping its Err; one the server finds gone writes nothing and wraps
+// lock.ErrReleased or lock.ErrLost. A nil ctx, kv or lease, or a lease of
+// another backend, is an error wrapping lock.ErrInvalidConfig. Any other
+// error is etcd's: after a timeout the transaction may have been applied.
 func GuardedTxn(ctx context.Context, kv clientv3.KV, lease lock.Lease, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
 	if err := checkKV(ctx, kv); err != nil {
 		return nil, fmt.Errorf("etcdlock: guarded txn: %w", err)
@@ -89,17 +85,13 @@ func encodeFenced(token fencing.Token, value string) string {
 }
 
 // PutFenced sets key to value if token is not lower than the highest token
-// the key has accepted, in one transaction (one round trip), and returns
-// the revision of the write. A lower token is rejected with a
-// *fencing.StaleTokenError (Resource is key) and nothing is written; equal
-// tokens are accepted, so one grant may write many times. A missing key
-// counts as token 0. A zero token is an error wrapping
-// fencing.ErrInvalidToken; an empty key, a nil ctx or a nil kv one
-// wrapping lock.ErrInvalidConfig.
-//
-// The stored value is the token in 20 zero-padded digits, a colon, then
-// value ("00000000000000000042:hello"): write the key only through
-// PutFenced, read it with GetFenced, and use tokens of one source.
+// the key has accepted, in one transaction, and returns the revision of
+// the write. A lower token is rejected with a *fencing.StaleTokenError
+// (Resource is key); equal tokens are accepted. A zero token is an error
+// wrapping fencing.ErrInvalidToken; an empty key, a nil ctx or a nil kv
+// one wrapping lock.ErrInvalidConfig. The stored value carries the token
+// ("00000000000000000042:hello"): write the key only through PutFenced,
+// read it with GetFenced, and use tokens of one source.
 func PutFenced(ctx context.Context, kv clientv3.KV, key, value string, token fencing.Token) (int64, error) {
 	if err := checkFencedArgs(ctx, kv, key); err != nil {
 		return 0, fmt.Errorf("etcdlock: put fenced: %w", err)

@@ -9,11 +9,8 @@ import (
 
 var _ lock.HealthChecker = (*Locker)(nil)
 
-// Healthy implements [lock.HealthChecker]. While the Locker's session
-// lease is live (its keepalives acknowledged within the loss deadline) it
-// returns nil without a request. Without one it grants a new session
-// lease, the one the next Acquire would use: one round trip, bounded by
-// ctx, after which the session is kept alive as usual.
+// Healthy implements [lock.HealthChecker]: nil at once while the session
+// lease is live, else it grants the one the next Acquire would use.
 func (l *Locker) Healthy(ctx context.Context) error {
 	if err := l.usable(ctx); err != nil {
 		return fmt.Errorf("etcdlock: healthy: %w", err)

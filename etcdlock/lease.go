@@ -120,19 +120,13 @@ func (le *Lease) lose(cause error) {
 	}
 }
 
-// Release ends the lease and deletes its record, guarded by the record's
-// create revision, so a stale or retried release never deletes a later
-// grant's record. Done closes (with [lock.ErrReleased]) before the delete
-// is sent. When ctx ends first, Release returns ctx's error and the
-// delete goes on in the background, until the session ends or for a TTL
-// plus the loss margin, after which the Locker ends the session so that
-// its expiry removes the record.
-//
-// Releasing again returns an error wrapping [lock.ErrReleased]; releasing
-// a lost lease, or one whose record is already gone, deletes what is left
-// and returns an error wrapping [lock.ErrLost] (Err too, from then on). A
-// nil ctx, or a nil or zero *Lease, is an error wrapping
-// [lock.ErrInvalidConfig].
+// Release ends the lease (Done closes) and deletes its record, guarded by
+// its create revision. A delete ctx does not see confirmed goes on in the
+// background (docs/design/etcd.md, "Late creates"). Releasing again
+// returns an error wrapping [lock.ErrReleased]; releasing a lost lease, or
+// one whose record is already gone, returns one wrapping [lock.ErrLost]
+// (Err too, from then on). A nil ctx, or a nil or zero *Lease, is an
+// error wrapping [lock.ErrInvalidConfig].
 func (le *Lease) Release(ctx context.Context) (err error) {
 	if !le.valid() {
 		return fmt.Errorf("etcdlock: release: %w", errNotLease())

@@ -42,15 +42,11 @@ var (
 )
 
 // New returns a Locker that keeps its locks in etcd through client, which
-// it borrows: client must stay open until Close returns, and Close does
-// not close it. A nil client (or one not made by clientv3.New) or a bad
-// option is an error wrapping [lock.ErrInvalidConfig]. New does no I/O.
-//
-// Configure client with DialKeepAliveTime and DialKeepAliveTimeout (for
-// instance 5s and 2s): without gRPC pings, a waiter watching through a
-// member that stops answering is served late. TLS and authentication are
-// the client's; a handshake it cannot complete shows as its connection
-// error.
+// it borrows: client must stay open until Close returns. A nil client (or
+// one not made by clientv3.New) or a bad option is an error wrapping
+// [lock.ErrInvalidConfig]. New does no I/O. Configure client with
+// DialKeepAliveTime and DialKeepAliveTimeout (say 5s and 2s), so that a
+// waiter is not served late through a member that stops answering.
 func New(client *clientv3.Client, opts ...Option) (*Locker, error) {
 	if client == nil {
 		return nil, fmt.Errorf("etcdlock: new: %w: nil client", lock.ErrInvalidConfig)

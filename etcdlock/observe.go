@@ -20,11 +20,9 @@ import (
 // channel is unbuffered and closed at the end; the returned function then
 // tells why (ctx's error or an error wrapping [lock.ErrClosed]).
 //
-// It sees every grant, release and free moment, across lost connections,
-// restarted members and leader changes, except when the revisions it
-// still needs were compacted: it then sends the current holder, if it is
-// not the one last sent, and goes on (docs/design/etcd.md, "What Observe
-// reports"). Close never waits on an unreachable cluster.
+// It sees every change across lost connections and leader changes, but
+// not the revisions compacted before it read them (docs/design/etcd.md,
+// "What Observe reports").
 func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
 	if err := l.begin(ctx, "observe", name); err != nil {
 		return nil, nil, err
@@ -40,8 +38,7 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, 
 	}
 	o.rev = first.Header.Revision
 	o.cur, o.curKey = firstHolder(first)
-	// Every request of the goroutine ends when Close starts: Close waits
-	// for the goroutine.
+	// Close waits for the goroutine: its requests end when Close starts.
 	var cancel context.CancelFunc
 	o.wctx, cancel = l.withClosing(ctx)
 	ok := l.spawn(func() {
@@ -88,13 +85,11 @@ func (o *observation) error() error {
 	return o.err
 }
 
-// errResync says that the events since o.rev cannot all be had (they were
-// compacted, or the next holder could not be read at its revision): the
+// errResync says that the events since o.rev cannot all be had: the
 // observation must read the current holder instead.
 var errResync = errors.New("events compacted")
 
-// observeBackoffMax caps the pause between two attempts to re-establish
-// an observation that keeps failing.
+// observeBackoffMax caps the pause between two watches that failed.
 const observeBackoffMax = 2 * time.Second
 
 func (o *observation) run() error {
@@ -147,10 +142,8 @@ func (o *observation) stopped() error {
 // it sees, until the watch ends. progressed says that the watch delivered
 // something; errResync that the events it needs are gone.
 func (o *observation) follow() (progressed bool, err error) {
-	// The watch gets a context of its own, so that the client's watcher
-	// is released when this one ends, whatever ended it. A member cut off
-	// from the leader cancels the watch rather than keep it open and
-	// silent.
+	// Its own context releases the client's watcher however it ends; a
+	// member cut off from the leader cancels it rather than go silent.
 	fctx, cancel := context.WithCancel(clientv3.WithRequireLeader(o.wctx))
 	defer cancel()
 	wch := o.l.client.Watch(fctx, o.pfx, clientv3.WithPrefix(), clientv3.WithRev(o.rev+1))

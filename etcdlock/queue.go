@@ -18,24 +18,15 @@ var _ lock.QueueLister = (*Locker)(nil)
 // [lock.QueueLister]), in one linearizable read. Each entry's Since is the
 // zero Time: etcd keeps no creation time for a key.
 func (l *Locker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, error) {
-	if err := l.begin(ctx, "queue", name); err != nil {
-		return nil, err
-	}
-	kvs, err := l.readQueue(ctx, name)
-	if err != nil {
-		return nil, fmt.Errorf("etcdlock: queue %q: %w", name, err)
-	}
-	q := requestsOf(kvs)
-	es := make([]lock.QueueEntry, len(kvs))
-	for i, kv := range kvs {
-		es[i] = lock.QueueEntry{Holder: holderOf(kv), Held: queue.Admitted(q, i), Position: i}
-	}
-	return es, nil
+	return l.queue(ctx, "queue", name)
 }
 
-// readQueue reads name's records, keys and values, in queue order, for
-// Holders and Queue.
-func (l *Locker) readQueue(ctx context.Context, name string) ([]*mvccpb.KeyValue, error) {
+// queue reads name's records in queue order, for Queue and Holders, and
+// prefixes its error for op.
+func (l *Locker) queue(ctx context.Context, op, name string) ([]lock.QueueEntry, error) {
+	if err := l.begin(ctx, op, name); err != nil {
+		return nil, err
+	}
 	var resp *clientv3.GetResponse
 	err := l.bounded(ctx, func(ctx context.Context) (err error) {
 		resp, err = l.get(ctx, nil, l.namePrefix(name), clientv3.WithPrefix(),
@@ -43,9 +34,14 @@ func (l *Locker) readQueue(ctx context.Context, name string) ([]*mvccpb.KeyValue
 		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("etcdlock: %s %q: %w", op, name, err)
 	}
-	return resp.Kvs, nil
+	q := requestsOf(resp.Kvs)
+	es := make([]lock.QueueEntry, len(resp.Kvs))
+	for i, kv := range resp.Kvs {
+		es[i] = lock.QueueEntry{Holder: holderOf(kv), Held: queue.Admitted(q, i), Position: i}
+	}
+	return es, nil
 }
 
 // namePrefix returns the key prefix of name's records. A '#' cannot appear

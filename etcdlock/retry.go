@@ -76,9 +76,7 @@ func (l *Locker) get(ctx context.Context, s *session, key string, opts ...client
 func isLeaseNotFound(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }
 
 // retryable reports whether a request that failed with err may succeed if
-// sent again: transport failures and the server's transient conditions
-// (no leader, leader change, timeouts, overload). Errors that will repeat,
-// such as a request too large or permission denied, are not retried.
+// sent again: transport failures and the server's transient conditions.
 func retryable(err error) bool {
 	var ee rpctypes.EtcdError
 	if !errors.As(err, &ee) {
@@ -94,11 +92,9 @@ func retryable(err error) bool {
 	return false
 }
 
-// spawn starts f in a goroutine the Locker waits for in Close, and reports
-// false, without starting f, once the Locker is closed. Every goroutine
-// starts through it but a session's loops (started under l.mu as the
-// session is installed) and helpers that their call joins before it
-// returns.
+// spawn starts f in a goroutine that Close waits for, and reports false,
+// without starting f, once the Locker is closed. Every goroutine starts
+// through it but a session's loops and those their caller joins.
 func (l *Locker) spawn(f func()) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -113,14 +109,12 @@ func (l *Locker) spawn(f func()) bool {
 	return true
 }
 
-// group is the Locker's goroutines and what stops them. life bounds every
-// background goroutine and ends with Close; closing ends when Close
-// starts, and interrupts waiting calls. wg counts the goroutines the
-// Locker started; Add only under the Locker's mu while it is not closed.
+// group is the Locker's goroutines and what stops them. wg counts them:
+// Add only under the Locker's mu while it is not closed.
 type group struct {
-	life    context.Context
+	life    context.Context // bounds every background goroutine; ends in Close
 	endLife context.CancelFunc
-	closing context.Context
+	closing context.Context // ends when Close starts: interrupts waiting calls
 	close   context.CancelFunc
 	wg      sync.WaitGroup
 }

@@ -120,17 +120,13 @@ func (w *tlsWatch) note(addr string, err error) {
 		return
 	}
 	w.refused[addr] = err
-	var fire []*refusalWaiter
 	if w.errLocked() != nil {
 		for rw := range w.waiters {
-			fire = append(fire, rw)
+			rw.cancel()
 		}
 		clear(w.waiters)
 	}
 	w.mu.Unlock()
-	for _, rw := range fire {
-		rw.cancel()
-	}
 }
 
 // context returns ctx, also cancelled once every endpoint refuses the

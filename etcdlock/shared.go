@@ -58,20 +58,16 @@ func (l *Locker) acquireKind(ctx context.Context, op, name string, req queue.Req
 // Holders returns every current holder of name in grant order, in one
 // linearizable read (see [lock.HolderLister]).
 func (l *Locker) Holders(ctx context.Context, name string) ([]lock.Holder, error) {
-	if err := l.begin(ctx, "holders", name); err != nil {
+	es, err := l.queue(ctx, "holders", name)
+	if err != nil {
 		return nil, err
 	}
-	kvs, err := l.readQueue(ctx, name)
-	if err != nil {
-		return nil, fmt.Errorf("etcdlock: holders %q: %w", name, err)
-	}
-	q := requestsOf(kvs)
 	hs := []lock.Holder{}
-	for i, kv := range kvs {
-		if !queue.Admitted(q, i) {
+	for _, e := range es {
+		if !e.Held {
 			break
 		}
-		hs = append(hs, holderOf(kv))
+		hs = append(hs, e.Holder)
 	}
 	return hs, nil
 }

@@ -29,28 +29,21 @@ type driver struct{}
 //	    &ca_file=ca.crt&cert_file=client.crt&key_file=client.key&server_name=etcd.example
 //	    &tls=true&password_env=VAR
 //
-// The path after the host list is given to [WithPrefix] as is
-// ("etcd://h:2379//app/locks" is "/app/locks"; default [DefaultPrefix]).
-// ttl, identity, loss_margin and lock_delay map to [WithTTL],
-// [WithIdentity], [WithLossMargin] and [WithLockDelay]; cfg's fields to
-// the options of the same names (an identity in both is an error).
+// The path is given to [WithPrefix] as is ("etcd://h:2379//app/locks" is
+// "/app/locks"); ttl, identity, loss_margin and lock_delay map to the
+// options of those names, and so do cfg's fields (an identity in both is
+// an error). TLS is on with any of ca_file, cert_file and key_file,
+// server_name or tls=true (the system's roots). The user information is
+// etcd's user and password, or the user alone with password_env naming
+// the variable that holds the password.
 //
-// TLS is on when any of ca_file (the members' PEM roots), cert_file and
-// key_file (the client's certificate), server_name or tls=true (the
-// system's roots) is given. The user information is etcd's user and
-// password, or the user alone with password_env naming the variable that
-// holds the password.
-//
-// Any other query key, a repeated one, a fragment, a bad value, an
-// unreadable file, a certificate without its key, or a user without a
-// password is an error wrapping [lock.ErrInvalidConfig]. With credentials,
-// Open logs in, bounded by ctx and by 5s: no answer is an error wrapping
-// context.DeadlineExceeded, a refusal one wrapping [lock.ErrPermission];
-// without, Open sends no request. No error or log line repeats a secret.
-//
-// The Locker owns the client and closes it in Close. The client pings its
-// connections (every 5s, 2s timeout), so that a member that stops
-// answering is left behind, and logs through the Locker's logger.
+// Any other query key, a repeated one, a bad value, an unreadable file, a
+// certificate without its key, or a user without a password is an error
+// wrapping [lock.ErrInvalidConfig]. With credentials, Open logs in,
+// bounded by ctx and by 5s: a refusal is an error wrapping
+// [lock.ErrPermission]; without, Open sends no request. No error or log
+// line repeats a secret. The Locker owns the client, which pings its
+// connections (every 5s, 2s timeout) and logs through the Locker's logger.
 func (driver) Open(ctx context.Context, u *url.URL, cfg lock.OpenConfig) (lock.Locker, error) {
 	if ctx == nil || u == nil {
 		return nil, fmt.Errorf("etcdlock: open: %w: nil context or URL", lock.ErrInvalidConfig)
