@@ -28,10 +28,8 @@ func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
 }
 
 // TryAcquire is Acquire without waiting: when another lease holds name it
-// returns an error wrapping [lock.ErrLocked]. It creates its record only if
-// name has no record at all, so a refused TryAcquire writes nothing
-// (unless an attempt went unanswered: see "Late creates" in
-// docs/design/etcd.md).
+// returns an error wrapping [lock.ErrLocked], and writes nothing (unless
+// an attempt went unanswered: see "Late creates" in docs/design/etcd.md).
 func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
 	return l.acquireKind(ctx, "try acquire", name, queue.ExclusiveRequest, true)
 }

@@ -15,15 +15,12 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// keepaliveSender sends one keepalive of lease id: the client's
-// KeepAliveOnce, or a fake in unit tests.
+// keepaliveSender is the client's KeepAliveOnce, or a fake in unit tests.
 type keepaliveSender func(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseKeepAliveResponse, error)
 
 // keepalive keeps one session's lease alive and owns its loss deadline:
 // the send time of the last acknowledged keepalive plus life, the TTL
-// minus the loss margin. It sends its own keepalives, one KeepAliveOnce
-// per interval, because the deadline needs the send time of each
-// acknowledged one (docs/design/etcd.md, "The loss deadline").
+// minus the loss margin (docs/design/etcd.md, "The loss deadline").
 type keepalive struct {
 	s        *session
 	clk      clock.Clock

@@ -20,10 +20,8 @@ import (
 const recordWatchDelay = 50 * time.Millisecond
 
 // Lease is one grant of a lock, backed by one record: the key [Lease.Key],
-// created at revision [Lease.Token] and attached to the Locker's session
-// lease. Its methods are safe for concurrent use. It ends once: by
-// Release, by Close of its Locker, or by loss (see the package
-// documentation).
+// created at revision [Lease.Token], attached to the session lease. Its
+// methods are safe for concurrent use.
 type Lease struct {
 	record
 	l     *Locker
@@ -61,11 +59,9 @@ func (le *Lease) Key() string {
 }
 
 // IsHeld returns the comparison "the lease's record still exists with its
-// own create revision": in the If of a [clientv3.Txn], it makes the Txn's
-// writes land only while this lease holds the lock, whatever the local
-// clock says. A Txn with no operations is a serializable read, which may
-// answer from a state older than this lease: to ask whether the lease
-// still holds, give it a read, such as Then(clientv3.OpGet(le.Key())).
+// own create revision": in the If of a [clientv3.Txn], it lets the Txn's
+// writes land only while this lease holds the lock. Give such a Txn a
+// read, such as Then(clientv3.OpGet(le.Key())), to make it linearizable.
 // For a nil or zero *Lease the comparison always fails.
 func (le *Lease) IsHeld() clientv3.Cmp {
 	if !le.valid() {
@@ -168,7 +164,7 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 		return fmt.Errorf("etcdlock: release: %w", lost)
 	}
 	if itself && !le.ambiguous {
-		le.s.reuse(le.key)
+		le.s.keys.reuse(le.key)
 	}
 	return nil
 }

@@ -106,11 +106,10 @@ func (l *Locker) SessionLease() (clientv3.LeaseID, bool) {
 	if l.usable(context.Background()) != nil {
 		return 0, false
 	}
-	s, _ := l.currentSession()
-	if s == nil {
-		return 0, false
+	if s, _ := l.currentSession(); s != nil {
+		return s.id, true
 	}
-	return s.id, true
+	return 0, false
 }
 
 func (l *Locker) closeWait() time.Duration { return min(l.opts.ttl, maxCloseWait) }
@@ -145,12 +144,10 @@ func (l *Locker) bounded(ctx context.Context, f func(context.Context) error) err
 }
 
 // Close ends the Locker: waiting calls return errors wrapping
-// [lock.ErrClosed], every lease granted through it ends with
-// [lock.ErrReleased], and the session lease is revoked, which deletes the
-// Locker's records (bounded by the TTL or 5s; if it fails, the records go
-// when the lease expires, and Close returns the error). Close waits for
-// the Locker's goroutines and closes a client it owns. Later calls wait
-// for the first and return nil.
+// [lock.ErrClosed], its leases end with [lock.ErrReleased], and the
+// session lease is revoked, which deletes its records (within the TTL or
+// 5s, else they go when the lease expires and Close returns the error).
+// It waits for the Locker's goroutines; later calls return nil.
 func (l *Locker) Close() error {
 	if err := l.usable(context.Background()); err != nil {
 		return fmt.Errorf("etcdlock: close: %w", err)

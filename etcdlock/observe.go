@@ -41,15 +41,14 @@ func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, 
 	// Close waits for the goroutine: its requests end when Close starts.
 	var cancel context.CancelFunc
 	o.wctx, cancel = l.withClosing(ctx)
-	ok := l.spawn(func() {
+	if !l.spawn(func() {
 		defer cancel()
 		err := o.run()
 		o.mu.Lock()
 		o.err = fmt.Errorf("etcdlock: observe %q: %w", name, err)
 		o.mu.Unlock()
 		close(o.ch)
-	})
-	if !ok {
+	}) {
 		cancel()
 		return nil, nil, fmt.Errorf("etcdlock: observe %q: %w", name, lock.ErrClosed)
 	}

@@ -43,12 +43,10 @@ type options struct {
 }
 
 // WithPrefix sets the key prefix under which the Locker keeps its records
-// (default [DefaultPrefix]). It accepts the paths zklock.WithRoot does
-// (see [lock.URLPath]) and uses them as written, plus a trailing slash:
-// "/app/locks" and "app/locks" are two key spaces, and Lockers that should
-// see each other's locks must use the same one. One prefix should not be
-// nested inside another: "a" with a lock "b/c" and "a/b" with a lock "c"
-// name the same keys.
+// (default [DefaultPrefix]). It accepts the paths zklock.WithRoot does and
+// uses them as written, plus a trailing slash: "/app/locks" and
+// "app/locks" are two key spaces. One prefix should not be nested inside
+// another (docs/design/etcd.md, "Key layout").
 func WithPrefix(prefix string) Option {
 	return func(o *options) {
 		ns, ok := o.SetNamespace("prefix", prefix)
@@ -81,9 +79,7 @@ func WithTTL(ttl time.Duration) Option {
 }
 
 // WithIdentity sets the identity stored in every lock record and reported by
-// [Locker.Holder] (default [lock.DefaultIdentity], "hostname/pid/random").
-// It must follow the rule of [lock.ValidateIdentity], the same on every
-// backend: 1 to 1024 bytes of UTF-8 without control characters.
+// [Locker.Holder] (default [lock.DefaultIdentity]); see [lock.ValidateIdentity].
 func WithIdentity(identity string) Option {
 	return func(o *options) {
 		o.SetIdentity(identity)
@@ -120,10 +116,9 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	}
 }
 
-// WithNameAttribute makes lock names the attribute fencelock.lock of the
-// Locker's metrics and spans, as f maps them ("" for none); see
-// [lock.WithNameAttribute]. Without it, no lock name is an attribute. It
-// must not be nil.
+// WithNameAttribute makes lock names, as f maps them, an attribute of the
+// Locker's metrics and spans (see [lock.WithNameAttribute]). It must not
+// be nil.
 func WithNameAttribute(f func(name string) string) Option {
 	return func(o *options) {
 		o.SetNameAttribute(f)
@@ -141,11 +136,10 @@ func WithLossMargin(margin time.Duration) Option {
 	}
 }
 
-// WithLockDelay sets the lock-delay d (default 0: none): when a lease of
-// this Locker ends without a clean Release, or its acquisition's session
-// ends while it waits, the next grant of its name waits d after the
-// grantee saw the record gone, so that the old holder's writes in flight
-// drain first. d must be positive. See "Lock-delay" in docs/design/etcd.md.
+// WithLockDelay sets the lock-delay d (default 0: none): after a lease of
+// this Locker ends without a clean Release, the next grant of its name
+// waits d, so that the old holder's writes drain first. d must be
+// positive. See "Lock-delay" in docs/design/etcd.md.
 func WithLockDelay(d time.Duration) Option {
 	return func(o *options) {
 		o.SetLockDelay(d)

@@ -50,10 +50,10 @@ func (l *Locker) queue(ctx context.Context, op, name string) ([]lock.QueueEntry,
 func (l *Locker) namePrefix(name string) string { return l.opts.prefix + name + "/#" }
 
 // recordKey names one acquisition's record under pfx, name's prefix: the
-// session lease, a number (session.number) and the kind's tag, if any
+// session lease, a number (recordKeys.number) and the kind's tag, if any
 // (docs/design/etcd.md, "Key layout").
 func (l *Locker) recordKey(pfx string, s *session, req queue.Request) string {
-	key := fmt.Sprintf("%s%016x-%x", pfx, int64(s.id), s.number(pfx))
+	key := fmt.Sprintf("%s%016x-%x", pfx, int64(s.id), s.keys.number(pfx))
 	if tag := req.Tag(); tag != "" {
 		key += "~" + tag
 	}

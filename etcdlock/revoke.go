@@ -16,12 +16,11 @@ import (
 var _ lock.Revoker = (*Locker)(nil)
 
 // Revoke ends the lease of name's current holder whose token is token (see
-// [lock.Revoker]): it deletes the admitted record whose create revision is
-// token, and nothing else. The holder's Locker ends the lease with
-// [lock.ErrLost] when its watch reports the deletion (for a grant less
-// than 50ms old, when the watch starts). A token that is not a current
-// holder's returns an error wrapping [lock.ErrNotHeld], as does a retried
-// delete whose first attempt, unanswered, revoked it.
+// [lock.Revoker]) by deleting its record, guarded by the create revision;
+// the holder's Locker sees the deletion and ends the lease with
+// [lock.ErrLost]. A token that is not a current holder's returns an error
+// wrapping [lock.ErrNotHeld], as may a retried delete whose first attempt
+// went unanswered.
 func (l *Locker) Revoke(ctx context.Context, name string, token fencing.Token) error {
 	if err := l.begin(ctx, "revoke", name); err != nil {
 		return err

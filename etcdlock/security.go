@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"reflect"
 	"slices"
@@ -100,14 +101,8 @@ func (w *tlsWatch) errLocked() error {
 	if len(w.refused) < w.endpoints {
 		return nil
 	}
-	var last error
-	var addr string
-	for a, e := range w.refused {
-		if addr == "" || a < addr {
-			addr, last = a, e
-		}
-	}
-	return fmt.Errorf("%w: TLS handshake with %s: %w", lock.ErrPermission, addr, last)
+	addr := slices.Min(slices.Collect(maps.Keys(w.refused)))
+	return fmt.Errorf("%w: TLS handshake with %s: %w", lock.ErrPermission, addr, w.refused[addr])
 }
 
 // note records the outcome of a connection to addr: err is nil when it

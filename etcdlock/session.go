@@ -21,66 +21,70 @@ import (
 // A session is one etcd lease, kept alive by its own loop (keepalive.go),
 // to which every record the Locker creates while it lives is attached.
 type session struct {
-	l   *Locker
-	id  clientv3.LeaseID
-	seq atomic.Uint64 // the last number given to a record key (see number)
-
+	l     *Locker
+	id    clientv3.LeaseID
+	keys  recordKeys
 	guard guard
-	ending
-
 	watch *recordWatcher // the watches on the records of its leases
+
+	done    chan struct{} // closed by end, after err (why) and lost are set
+	endOnce sync.Once
+	err     error
+	lost    bool // ended by a loss rather than by Close
 
 	mu       sync.Mutex
 	deadline time.Time // local loss deadline
 	leases   map[*Lease]struct{}
-	spare    map[string]uint64 // by name prefix, a number to reuse (see reuse)
 }
 
-// maxSpare bounds session.spare, for a Locker that locks ever new names.
+// recordKeys numbers a session's record keys, and keeps for the next
+// acquisition of a name the number of the key a clean Release deleted
+// (docs/design/etcd.md, "Record keys").
+type recordKeys struct {
+	mu    sync.Mutex
+	seq   uint64            // the last number given
+	spare map[string]uint64 // by name prefix, a number to reuse
+}
+
+// maxSpare bounds recordKeys.spare, for a Locker that locks ever new names.
 const maxSpare = 4096
 
 // number returns the number of a new record key under pfx: one given up
 // under pfx (see reuse), else one never given before.
-func (s *session) number(pfx string) uint64 {
-	s.mu.Lock()
-	n, ok := s.spare[pfx]
-	if ok {
-		delete(s.spare, pfx)
-	}
-	s.mu.Unlock()
-	if ok {
+func (k *recordKeys) number(pfx string) uint64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if n, ok := k.spare[pfx]; ok {
+		delete(k.spare, pfx)
 		return n
 	}
-	return s.seq.Add(1)
+	k.seq++
+	return k.seq
 }
 
 // reuse offers the number of key to the next acquisition of its name. Only
 // a key nothing can write any more qualifies: its create was answered and
-// a clean Release's own transaction deleted it (docs/design/etcd.md,
-// "Record keys").
-func (s *session) reuse(key string) {
+// a clean Release's own transaction deleted it.
+func (k *recordKeys) reuse(key string) {
 	i := strings.LastIndexByte(key, '#')
 	if i < 0 {
 		return
 	}
 	pfx, rest := key[:i+1], key[i+1:]
-	if k := strings.IndexByte(rest, '~'); k >= 0 {
-		rest = rest[:k]
+	if j := strings.IndexByte(rest, '~'); j >= 0 {
+		rest = rest[:j]
 	}
 	n, err := strconv.ParseUint(rest[strings.LastIndexByte(rest, '-')+1:], 16, 64)
 	if err != nil {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.leases == nil {
-		return // ended: no more acquisitions
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.spare == nil {
+		k.spare = make(map[string]uint64)
 	}
-	if s.spare == nil {
-		s.spare = make(map[string]uint64)
-	}
-	if _, ok := s.spare[pfx]; !ok && len(s.spare) < maxSpare {
-		s.spare[pfx] = n
+	if _, ok := k.spare[pfx]; !ok && len(k.spare) < maxSpare {
+		k.spare[pfx] = n
 	}
 }
 
@@ -157,7 +161,7 @@ func newSession(l *Locker, id clientv3.LeaseID, grantSent time.Time) *session {
 	s := &session{
 		l:        l,
 		id:       id,
-		ending:   ending{done: make(chan struct{})},
+		done:     make(chan struct{}),
 		deadline: grantSent.Add(l.opts.ttl - l.opts.LossMargin),
 		leases:   make(map[*Lease]struct{}),
 	}
@@ -239,15 +243,6 @@ func (g *guard) raise(rev int64) {
 			return
 		}
 	}
-}
-
-// ending is how a session ended: done is closed by end, after err (why)
-// and lost (rather than closed) are set.
-type ending struct {
-	done    chan struct{}
-	endOnce sync.Once
-	err     error
-	lost    bool
 }
 
 // lostErr returns the error a waiter reports when its session ended:

@@ -384,15 +384,12 @@ func (a *acquisition) waitAnyChange(ctx context.Context, keys []string, fromRev 
 	return first.changed, first.err
 }
 
-// waitChange watches key until it is deleted or, with puts, written, and
-// reports whether it was (changed); false and a nil error mean look
-// again. The watch starts at the server's current revision and a read
-// covers the revisions since fromRev (docs/design/etcd.md, "Waiting for
-// a change").
+// waitChange watches key until it is deleted or, with puts, written since
+// fromRev, and reports whether it was; false and a nil error mean look
+// again (docs/design/etcd.md, "Waiting for a change").
 func (a *acquisition) waitChange(ctx context.Context, key string, fromRev int64, puts bool) (changed bool, err error) {
-	// Requiring a leader makes a watch through a member cut off from it
-	// fail rather than stay silent; the caller then reads and watches
-	// again, through whichever member the client picks.
+	// A watch through a member cut off from the leader fails rather than
+	// stay silent, and the caller looks again.
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(a.l.g.life))
 	opts := []clientv3.OpOption{clientv3.WithCreatedNotify()}
 	if !puts {
