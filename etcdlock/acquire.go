@@ -176,9 +176,8 @@ type decision struct {
 	puts, byDeletion bool
 }
 
-// decide applies the rules of package queue to v: the acquisition is
-// granted, refused (a TryAcquire that would wait), or watches the records
-// queue.Watched names.
+// decide applies the rules of package queue to v: granted, refused (a
+// TryAcquire that would wait), or watch the records queue.Watched names.
 func (a *acquisition) decide(v view) (decision, error) {
 	if v.admitted {
 		return decision{granted: true, touch: true}, nil
@@ -228,8 +227,7 @@ func (a *acquisition) fail(err error) error {
 	return a.l.discard(a.record, err)
 }
 
-// enqueue creates the acquisition's record and returns the queue as the
-// create's answer shows it.
+// enqueue creates the record and returns the queue the answer shows.
 func (a *acquisition) enqueue(ctx context.Context) (view, error) {
 	resp, err := a.create(ctx)
 	if err != nil {
@@ -237,8 +235,7 @@ func (a *acquisition) enqueue(ctx context.Context) (view, error) {
 			a.l.dropSession(a.s, telemetry.WithReason(telemetry.Expired, fmt.Errorf("%w: lease %x expired or was revoked", lock.ErrLost, int64(a.s.id))))
 			return view{}, errStaleSession
 		}
-		// The create may have been applied with its reply lost, or be
-		// applied later.
+		// The create may have been applied, or be applied later.
 		return view{}, a.l.discard(a.record, err)
 	}
 	if resp.Succeeded {

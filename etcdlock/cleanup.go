@@ -34,9 +34,8 @@ func (l *Locker) cleanup(r record) {
 }
 
 // cleanupLater keeps trying cleanupOp in the background for a TTL plus the
-// loss margin, or until the Locker closes; then, so that the record does
-// not block the lock for as long as the session lives, it ends the
-// session and revokes its lease.
+// loss margin, then ends the session and revokes its lease, which takes
+// the record.
 func (l *Locker) cleanupLater(r record) {
 	l.spawn(func() {
 		ctx, cancel := context.WithTimeout(l.g.life, l.opts.ttl+l.opts.LossMargin)

@@ -18,9 +18,8 @@ func (l *Locker) delayPrefix(name string) string {
 	return l.opts.prefix + "#delay/" + name + "/#"
 }
 
-// markerOps are the operations a create transaction adds with a
-// lock-delay: the put of the marker, then delayReads. Only a clean
-// Release deletes the marker with the record.
+// markerOps are what a create adds with a lock-delay: the put of the
+// marker, which only a clean Release deletes, then delayReads.
 func (a *acquisition) markerOps() []clientv3.Op {
 	if a.marker == "" {
 		return nil
@@ -40,8 +39,7 @@ func (a *acquisition) delayReads() []clientv3.Op {
 	}
 }
 
-// noteDelayReads keeps the answers of delayReads, the last two of rs, for
-// delay.
+// noteDelayReads keeps for delay the answers of delayReads, ending rs.
 func (a *acquisition) noteDelayReads(rs []*etcdserverpb.ResponseOp) {
 	if a.marker == "" || len(rs) < 2 {
 		return

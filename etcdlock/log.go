@@ -12,11 +12,9 @@ import (
 	"github.com/fencelock/fencelock/internal/secure"
 )
 
-// clientLogger returns a zap logger for the etcd client a Locker from
-// lock.Open creates, which sends the client's lines to the Locker's
-// logger: its information and warnings at debug level (the Locker reports
-// what they mean for its leases), its errors at warn level, its debug
-// lines not at all, and secrets removed.
+// clientLogger returns a zap logger that sends the lines of the client a
+// Locker from lock.Open creates to the Locker's logger, without secrets:
+// information and warnings at debug level, errors at warn level.
 func clientLogger(l *slog.Logger, secrets ...string) *zap.Logger {
 	return zap.New(&zapSlog{h: l.Handler(), secrets: secrets})
 }
@@ -35,8 +33,7 @@ func (z *zapSlog) level(l zapcore.Level) slog.Level {
 	return slog.LevelDebug
 }
 
-// Enabled leaves out the client's own debug lines, as its default logger
-// does: at a rate of several per request, they would drown the Locker's.
+// Enabled leaves out the client's debug lines, several per request.
 func (z *zapSlog) Enabled(l zapcore.Level) bool {
 	return l >= zapcore.InfoLevel && z.h.Enabled(context.Background(), z.level(l))
 }

@@ -19,16 +19,14 @@ const (
 	// DefaultTTL is the TTL of the etcd lease behind a Locker's session.
 	DefaultTTL = 10 * time.Second
 	// MinTTL is the shortest TTL accepted: etcd leases count whole seconds.
-	// A server that grants a longer TTL leaves the loss deadline on the
-	// configured one, which is safe.
+	// A longer TTL granted by the server leaves the deadline on this one.
 	MinTTL = time.Second
 )
 
 // backend is the value of the backend attribute of metrics and log lines.
 const backend = "etcd"
 
-// maxCloseWait bounds the lease revocation done by Close and the cleanup
-// deletes done after a cancelled call.
+// maxCloseWait bounds Close's revocation and a failed call's cleanup.
 const maxCloseWait = 5 * time.Second
 
 // Option configures a Locker. Leaving an option out means its documented

@@ -16,11 +16,10 @@ import (
 // retryDelay spaces out retries of a request that failed without an answer.
 const retryDelay = 50 * time.Millisecond
 
-// call runs op, which must be safe to repeat, until it succeeds, giving
-// each attempt a third of the TTL (at least 1s) and retrying retryable failures
-// until ctx is done, the Locker closes or, when s is not nil, the session
-// ends. A refusal (isRefusal, tlsWatch) is returned at once, wrapping
-// lock.ErrPermission. See docs/design/etcd.md, "Retries and stuck members".
+// call runs op, which must be safe to repeat, giving each attempt a third
+// of the TTL (at least 1s), until it succeeds, fails for good (a refusal
+// wraps lock.ErrPermission), ctx is done, the Locker closes or s, if not
+// nil, ends (docs/design/etcd.md, "Retries and stuck members").
 func call[T any](ctx context.Context, l *Locker, s *session, op func(context.Context) (T, error)) (T, error) {
 	var zero T
 	var sessionDone <-chan struct{}

@@ -23,10 +23,9 @@ import (
 )
 
 // isRefusal reports whether err is the cluster refusing the client (see
-// secure.Refusal), an answer a second attempt would get again: etcd's
-// auth errors, gRPC's PermissionDenied and Unauthenticated (from a proxy),
-// or a certificate a TLS handshake rejected. ErrAuthNotEnabled is not
-// one: credentials given to a cluster without auth are simply unused.
+// secure.Refusal): etcd's auth errors, gRPC's PermissionDenied and
+// Unauthenticated, or a certificate a TLS handshake rejected. Credentials
+// given to a cluster without auth are simply unused.
 func isRefusal(err error) bool {
 	for _, e := range []error{rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrUserEmpty,
 		rpctypes.ErrInvalidAuthToken, rpctypes.ErrUserNotFound} {
@@ -68,9 +67,8 @@ func isCertRefusal(err error) bool {
 	return slices.Contains([]uint64{42, 43, 44, 45, 46, 48, 49, 116}, v.Uint())
 }
 
-// tlsWatch sees the TLS connections of a client that lock.Open made, and
-// remembers per member the last handshake refused over a certificate,
-// until a connection to it works: while every endpoint refuses, calls fail
+// tlsWatch sees the TLS connections of a client that lock.Open made: while
+// every member's last handshake was refused over a certificate, calls fail
 // at once with an error wrapping lock.ErrPermission.
 type tlsWatch struct {
 	endpoints int
@@ -105,8 +103,7 @@ func (w *tlsWatch) errLocked() error {
 	return fmt.Errorf("%w: TLS handshake with %s: %w", lock.ErrPermission, addr, w.refused[addr])
 }
 
-// note records the outcome of a connection to addr: err is nil when it
-// worked.
+// note records the outcome of a connection to addr (nil: it worked).
 func (w *tlsWatch) note(addr string, err error) {
 	w.mu.Lock()
 	if err == nil {
@@ -124,8 +121,7 @@ func (w *tlsWatch) note(addr string, err error) {
 	w.mu.Unlock()
 }
 
-// context returns ctx, also cancelled once every endpoint refuses the
-// client, and the function that releases it.
+// context returns ctx, also cancelled once every endpoint refuses.
 func (w *tlsWatch) context(ctx context.Context) (context.Context, context.CancelFunc) {
 	if w == nil {
 		return ctx, func() {}
@@ -157,8 +153,7 @@ func (w *tlsWatch) onRefusal(f func()) (stop func()) {
 	}
 }
 
-// credentials wraps the client's TLS credentials so that w sees each
-// handshake and the first read after it.
+// credentials wraps the client's TLS credentials for w to see.
 func (w *tlsWatch) credentials(cfg *tls.Config) credentials.TransportCredentials {
 	return &watchedCreds{TransportCredentials: credentials.NewTLS(cfg), w: w}
 }

@@ -97,8 +97,7 @@ func (w *recordWatcher) stop(rw *recordWatch) {
 	}
 }
 
-// rewatch creates rw's watch again from fromRev, after a read found its
-// record there.
+// rewatch creates rw's watch again from fromRev, where a read found it.
 func (w *recordWatcher) rewatch(rw *recordWatch, fromRev int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -158,8 +157,7 @@ func (w *recordWatcher) closeStream(st *streamState) {
 	st.stream, st.cancelStr = nil, nil
 }
 
-// fail drops the current stream after err, queues every armed watch to be
-// created again on the next one, and backs off.
+// fail drops the stream after err, and backs off before the next one.
 func (w *recordWatcher) fail(st *streamState, err error) {
 	if err != nil && w.ctx.Err() == nil && !w.s.ended() {
 		w.s.l.opts.Logger.Debug("etcdlock: record watch stream failed", "session", fmt.Sprintf("%x", int64(w.s.id)), "err", err)
@@ -343,8 +341,7 @@ func (w *recordWatcher) reread(rw *recordWatch) {
 }
 
 // wait blocks until a record that d watches changes, and reads the queue
-// again, unless the change admits the acquisition: grant's touch then
-// confirms the record as the read would.
+// again, unless the change admits it: grant's touch then confirms it.
 func (a *acquisition) wait(ctx context.Context, d decision, rev int64) (view, error) {
 	changed, err := a.waitAnyChange(ctx, d.watch, rev, d.puts)
 	if err != nil {
