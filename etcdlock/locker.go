@@ -24,7 +24,7 @@ type Locker struct {
 	ownsClient bool
 	clk        clock.Clock          // the loss deadline's clock: clock.Real() but in unit tests
 	tel        *telemetry.Telemetry // metrics and spans; nil records nothing
-	tls        *tlsWatch            // the TLS handshakes of a client the Locker made; nil for a borrowed one
+	tls        *refusals            // the TLS handshakes of a client the Locker made; nil for a borrowed one
 	g          *group               // what Close stops, and how
 
 	sessSem chan struct{} // held while a session is being created

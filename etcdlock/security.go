@@ -67,10 +67,10 @@ func isCertRefusal(err error) bool {
 	return slices.Contains([]uint64{42, 43, 44, 45, 46, 48, 49, 116}, v.Uint())
 }
 
-// tlsWatch sees the TLS connections of a client that lock.Open made: while
+// refusals sees the TLS connections of a client that lock.Open made: while
 // every member's last handshake was refused over a certificate, calls fail
 // at once with an error wrapping lock.ErrPermission.
-type tlsWatch struct {
+type refusals struct {
 	endpoints int
 
 	mu      sync.Mutex
@@ -80,13 +80,13 @@ type tlsWatch struct {
 
 type refusalWaiter struct{ cancel func() }
 
-func newTLSWatch(endpoints int) *tlsWatch {
-	return &tlsWatch{endpoints: max(endpoints, 1), refused: map[string]error{}, waiters: map[*refusalWaiter]struct{}{}}
+func newRefusals(endpoints int) *refusals {
+	return &refusals{endpoints: max(endpoints, 1), refused: map[string]error{}, waiters: map[*refusalWaiter]struct{}{}}
 }
 
 // err returns an error wrapping lock.ErrPermission while every endpoint
 // refuses the client, and nil otherwise.
-func (w *tlsWatch) err() error {
+func (w *refusals) err() error {
 	if w == nil {
 		return nil
 	}
@@ -95,7 +95,7 @@ func (w *tlsWatch) err() error {
 	return w.errLocked()
 }
 
-func (w *tlsWatch) errLocked() error {
+func (w *refusals) errLocked() error {
 	if len(w.refused) < w.endpoints {
 		return nil
 	}
@@ -104,7 +104,7 @@ func (w *tlsWatch) errLocked() error {
 }
 
 // note records the outcome of a connection to addr (nil: it worked).
-func (w *tlsWatch) note(addr string, err error) {
+func (w *refusals) note(addr string, err error) {
 	w.mu.Lock()
 	if err == nil {
 		delete(w.refused, addr)
@@ -122,7 +122,7 @@ func (w *tlsWatch) note(addr string, err error) {
 }
 
 // context returns ctx, also cancelled once every endpoint refuses.
-func (w *tlsWatch) context(ctx context.Context) (context.Context, context.CancelFunc) {
+func (w *refusals) context(ctx context.Context) (context.Context, context.CancelFunc) {
 	if w == nil {
 		return ctx, func() {}
 	}
@@ -133,7 +133,7 @@ func (w *tlsWatch) context(ctx context.Context) (context.Context, context.Cancel
 
 // onRefusal calls f once every endpoint refuses the client (at once if
 // they already do), unless stop was called first.
-func (w *tlsWatch) onRefusal(f func()) (stop func()) {
+func (w *refusals) onRefusal(f func()) (stop func()) {
 	if w == nil {
 		return func() {}
 	}
@@ -154,13 +154,13 @@ func (w *tlsWatch) onRefusal(f func()) (stop func()) {
 }
 
 // credentials wraps the client's TLS credentials for w to see.
-func (w *tlsWatch) credentials(cfg *tls.Config) credentials.TransportCredentials {
+func (w *refusals) credentials(cfg *tls.Config) credentials.TransportCredentials {
 	return &watchedCreds{TransportCredentials: credentials.NewTLS(cfg), w: w}
 }
 
 type watchedCreds struct {
 	credentials.TransportCredentials
-	w *tlsWatch
+	w *refusals
 }
 
 func (c *watchedCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
@@ -183,7 +183,7 @@ func (c *watchedCreds) Clone() credentials.TransportCredentials {
 // close before then reads the alert the server may have sent.
 type watchedConn struct {
 	net.Conn
-	w     *tlsWatch
+	w     *refusals
 	addr  string
 	heard atomic.Bool // the first read has returned
 	first sync.Once

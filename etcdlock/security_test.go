@@ -171,7 +171,7 @@ func TestTLSWatch(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			addr := serveTLS(t, tt.server)
-			w := newTLSWatch(1)
+			w := newRefusals(1)
 			fired := make(chan struct{})
 			stop := w.onRefusal(func() { close(fired) })
 			defer stop()
@@ -208,7 +208,7 @@ func TestTLSWatch(t *testing.T) {
 // TestTLSWatchAllEndpoints checks that one member refusing is not enough:
 // the others may still take the client.
 func TestTLSWatchAllEndpoints(t *testing.T) {
-	w := newTLSWatch(2)
+	w := newRefusals(2)
 	refused := x509.UnknownAuthorityError{}
 	w.note("a:1", refused)
 	if err := w.err(); err != nil {
@@ -229,7 +229,7 @@ func TestTLSWatchAllEndpoints(t *testing.T) {
 		release()
 		t.Fatalf("a context taken while refused is not cancelled")
 	}
-	var nilWatch *tlsWatch
+	var nilWatch *refusals
 	if err := nilWatch.err(); err != nil {
 		t.Fatalf("nil watch: err() = %v", err)
 	}
@@ -267,7 +267,7 @@ func serveTLS(t *testing.T, cfg *tls.Config) string {
 
 // handshake connects to addr through w's credentials and reads the first
 // byte, as gRPC reads the server's preface.
-func handshake(t *testing.T, w *tlsWatch, cfg *tls.Config, addr string) {
+func handshake(t *testing.T, w *refusals, cfg *tls.Config, addr string) {
 	t.Helper()
 	raw, err := net.Dial("tcp", addr)
 	if err != nil {

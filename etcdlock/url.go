@@ -129,7 +129,7 @@ func urlOptions(u *url.URL, cfg lock.OpenConfig) (*options, url.Values, error) {
 // clientConfig is the configuration of the client that Open creates for
 // hosts, whose logger never repeats password. With tlsCfg, the client's
 // TLS handshakes go through the returned watch, which sees refusals.
-func clientConfig(hosts []string, o *options, password string, tlsCfg *tls.Config) (clientv3.Config, *tlsWatch) {
+func clientConfig(hosts []string, o *options, password string, tlsCfg *tls.Config) (clientv3.Config, *refusals) {
 	ccfg := clientv3.Config{
 		Endpoints: hosts,
 		Logger:    clientLogger(o.Logger, password),
@@ -142,7 +142,7 @@ func clientConfig(hosts []string, o *options, password string, tlsCfg *tls.Confi
 	if tlsCfg == nil {
 		return ccfg, nil
 	}
-	watch := newTLSWatch(len(hosts))
+	watch := newRefusals(len(hosts))
 	ccfg.TLS = tlsCfg
 	// These replace the client's own credentials: the same TLS, watched.
 	ccfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(watch.credentials(tlsCfg))}
@@ -156,7 +156,7 @@ const loginTimeout = 5 * time.Second
 // with ctx or when watch sees every member refuse the TLS handshake. Its
 // error wraps lock.ErrPermission, ctx's error or lock.ErrInvalidConfig,
 // and never repeats the password.
-func newClient(ctx context.Context, cfg clientv3.Config, watch *tlsWatch) (*clientv3.Client, error) {
+func newClient(ctx context.Context, cfg clientv3.Config, watch *refusals) (*clientv3.Client, error) {
 	life, cancel := context.WithCancel(context.Background())
 	cfg.Context = life
 	stopCtx := context.AfterFunc(ctx, cancel)
