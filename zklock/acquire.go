@@ -17,6 +17,20 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
+// Acquire blocks until it holds the lock called name, ctx ends, the Locker
+// is closed, or the session is lost. It returns a *Lease. See
+// [lock.Locker.Acquire].
+func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
+	return l.acquireKind(ctx, "acquire", name, queue.ExclusiveRequest, false)
+}
+
+// TryAcquire is Acquire without waiting: it returns an error wrapping
+// [lock.ErrLocked] at once if another lease holds name, after deleting the
+// znode it queued.
+func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
+	return l.acquireKind(ctx, "try acquire", name, queue.ExclusiveRequest, true)
+}
+
 // acquisition is one request's state: the session it works in, its
 // znode, and what it has learnt of the queue. Its loop (queueUp) is
 // decide, wait, grant.

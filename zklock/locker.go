@@ -12,7 +12,6 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/internal/config"
-	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/internal/telemetry"
 	"github.com/fencelock/fencelock/lock"
@@ -166,34 +165,6 @@ func (l *Locker) start(conn *zk.Conn) {
 	l.g.spawn(l.ss.run)
 	l.g.spawn(l.jan.run)
 	l.g.spawn(l.watch.run)
-}
-
-// Acquire blocks until it holds the lock called name, ctx ends, the Locker
-// is closed, or the session is lost. It returns a *Lease. See
-// [lock.Locker.Acquire].
-func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquireKind(ctx, "acquire", name, queue.ExclusiveRequest, false)
-}
-
-// TryAcquire is Acquire without waiting: it returns an error wrapping
-// [lock.ErrLocked] at once if another lease holds name, after deleting the
-// znode it queued.
-func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquireKind(ctx, "try acquire", name, queue.ExclusiveRequest, true)
-}
-
-// Holder reports the identity and token of the lowest znode of name, or an
-// error wrapping [lock.ErrNotHeld], after a sync: the answer shows every
-// grant and release made before the call.
-func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
-	zs, err := l.read(ctx, "holder", name, func(_ []queue.Request, i int) bool { return i == 0 })
-	if err != nil {
-		return lock.Holder{}, err
-	}
-	if len(zs) == 0 {
-		return lock.Holder{}, fmt.Errorf("zklock: holder %q: %w", name, lock.ErrNotHeld)
-	}
-	return zs[0].holder(), nil
 }
 
 // Identity returns the identity stored in the Locker's lock znodes.

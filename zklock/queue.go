@@ -13,7 +13,6 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
@@ -205,11 +204,4 @@ func (l *Locker) queue(ctx context.Context, parent string, pick func(reqs []queu
 		zs[i] = readZnode{q[i], queue.Admitted(reqs, i), r}
 	}
 	return zs, errors.Join(errs...)
-}
-
-// holderOf returns the holder a lock znode stands for, from its child
-// name, data and stat.
-func holderOf(child string, data []byte, st *zk.Stat) lock.Holder {
-	r, _ := parseChild(child)
-	return lock.Holder{Identity: string(data), Token: fencing.Token(st.Czxid), Shared: r.Shared(), Limit: r.Limit}
 }
