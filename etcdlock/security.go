@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -42,29 +41,7 @@ func isRefusal(err error) bool {
 			}
 		}
 	}
-	return isCertRefusal(err)
-}
-
-// isCertRefusal reports whether err is a TLS handshake that failed over a
-// certificate, the server's or ours.
-func isCertRefusal(err error) bool {
-	if secure.Unverified(err) {
-		return true
-	}
-	var op *net.OpError
-	if !errors.As(err, &op) || op.Op != "remote error" || op.Err == nil {
-		return false
-	}
-	// crypto/tls reports a received alert as a *net.OpError around its
-	// unexported alert type, a uint8 (RFC 8446, section 6).
-	v := reflect.ValueOf(op.Err)
-	if t := v.Type(); t.PkgPath() != "crypto/tls" || v.Kind() != reflect.Uint8 {
-		return false
-	}
-	// bad_certificate, unsupported_certificate, certificate_revoked,
-	// certificate_expired, certificate_unknown, unknown_ca, access_denied,
-	// certificate_required
-	return slices.Contains([]uint64{42, 43, 44, 45, 46, 48, 49, 116}, v.Uint())
+	return secure.CertRefusal(err)
 }
 
 // refusals sees the TLS connections of a client that lock.Open made: while
@@ -166,7 +143,7 @@ type watchedCreds struct {
 func (c *watchedCreds) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn, info, err := c.TransportCredentials.ClientHandshake(ctx, authority, raw)
 	if err != nil {
-		if isCertRefusal(err) {
+		if secure.CertRefusal(err) {
 			c.w.note(authority, err)
 		}
 		return nil, nil, err
@@ -203,7 +180,7 @@ func (c *watchedConn) saw(n int, err error) {
 	case n > 0:
 		c.heard.Store(true)
 		c.first.Do(func() { c.w.note(c.addr, nil) })
-	case err != nil && isCertRefusal(err):
+	case err != nil && secure.CertRefusal(err):
 		c.heard.Store(true)
 		c.first.Do(func() { c.w.note(c.addr, err) })
 	}

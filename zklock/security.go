@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"reflect"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -132,7 +131,7 @@ func (l *Locker) addAuth(ctx context.Context) error {
 // isRefusal reports whether err is the server refusing the client (see
 // secure.Refusal): an ACL, the credentials or a TLS handshake.
 func isRefusal(err error) bool {
-	return errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrAuthFailed) || isCertRefusal(err)
+	return errors.Is(err, zk.ErrNoAuth) || errors.Is(err, zk.ErrAuthFailed) || secure.CertRefusal(err)
 }
 
 // WithTLS makes [Dial] speak TLS to the servers' secure client ports.
@@ -193,7 +192,7 @@ func tlsDialer(base zk.Dialer, cfg *tls.Config, r *refusals) zk.Dialer {
 		_ = tc.SetDeadline(deadline)
 		if err := tc.Handshake(); err != nil {
 			raw.Close()
-			if isCertRefusal(err) {
+			if secure.CertRefusal(err) {
 				r.refuse(err)
 			}
 			return nil, err
@@ -216,44 +215,8 @@ func (c *watchedConn) Read(b []byte) (int, error) {
 	if n > 0 && !c.seen.Swap(true) {
 		c.r.err.Store(nil)
 	}
-	if err != nil && isCertRefusal(err) {
+	if err != nil && secure.CertRefusal(err) {
 		c.r.refuse(err)
 	}
 	return n, err
-}
-
-// isCertRefusal reports whether err is a TLS handshake refused over a
-// certificate, by either side.
-func isCertRefusal(err error) bool {
-	if secure.Unverified(err) {
-		return true
-	}
-	var aerr tls.AlertError
-	if errors.As(err, &aerr) {
-		return refusingAlert(uint8(aerr))
-	}
-	// A received alert is a *net.OpError with Op "remote error" around
-	// crypto/tls's unexported alert type (a uint8).
-	var oerr *net.OpError
-	for e := err; errors.As(e, &oerr); e = oerr.Err {
-		if oerr.Op == "remote error" && oerr.Err != nil {
-			if v := reflect.ValueOf(oerr.Err); v.Kind() == reflect.Uint8 {
-				return refusingAlert(uint8(v.Uint()))
-			}
-		}
-		if oerr.Err == nil {
-			break
-		}
-	}
-	return false
-}
-
-// refusingAlert reports whether a TLS alert code (RFC 8446 section 6.2)
-// refuses trust.
-func refusingAlert(code uint8) bool {
-	switch code {
-	case 40, 42, 43, 44, 45, 46, 48, 49, 116:
-		return true
-	}
-	return false
 }

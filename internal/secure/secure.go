@@ -11,8 +11,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -170,10 +173,40 @@ func Refusal(err error, refused func(error) bool) error {
 	return fmt.Errorf("%w: %w", sentinel.Permission, err)
 }
 
-// Unverified reports whether err is this side's failure to verify the
-// peer's certificate in a TLS handshake: an unknown authority, an invalid
-// or expired certificate, or a name it is not valid for.
-func Unverified(err error) bool {
+// CertRefusal reports whether err is a TLS handshake that failed over a
+// certificate: this side could not verify the peer's (unverified), or the
+// peer refused ours with an alert (RFC 8446, section 6.2). Handshake
+// failure (40) counts because ZooKeeper's server sends it when it refuses
+// a client certificate.
+func CertRefusal(err error) bool {
+	if unverified(err) {
+		return true
+	}
+	var aerr tls.AlertError
+	if errors.As(err, &aerr) {
+		return refusingAlert(uint8(aerr))
+	}
+	// A received alert is a *net.OpError "remote error" around crypto/tls's
+	// unexported alert type, a uint8.
+	var oerr *net.OpError
+	if !errors.As(err, &oerr) || oerr.Op != "remote error" || oerr.Err == nil {
+		return false
+	}
+	v := reflect.ValueOf(oerr.Err)
+	return v.Type().PkgPath() == "crypto/tls" && v.Kind() == reflect.Uint8 && refusingAlert(uint8(v.Uint()))
+}
+
+func refusingAlert(code uint8) bool {
+	// handshake_failure, bad_certificate, unsupported_certificate,
+	// certificate_revoked, certificate_expired, certificate_unknown,
+	// unknown_ca, access_denied, certificate_required
+	return slices.Contains([]uint8{40, 42, 43, 44, 45, 46, 48, 49, 116}, code)
+}
+
+// unverified reports whether err is this side's failure to verify the
+// peer's certificate: an unknown authority, an invalid or expired
+// certificate, or a name it is not valid for.
+func unverified(err error) bool {
 	var (
 		verr *tls.CertificateVerificationError
 		uerr x509.UnknownAuthorityError
