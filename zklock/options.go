@@ -25,12 +25,11 @@ const (
 	// DefaultSessionTimeout is the session timeout [Dial] asks the server
 	// for unless [WithSessionTimeout] says otherwise.
 	DefaultSessionTimeout = 10 * time.Second
-
-	// DefaultLossMarginFraction is the default loss margin as a fraction of
-	// the negotiated session timeout: one half. The arithmetic is in
-	// docs/design/zookeeper-loss.md.
-	DefaultLossMarginFraction = 2
 )
+
+// defaultLossMarginFraction: the default loss margin is half the
+// negotiated session timeout (docs/design/zookeeper-loss.md).
+const defaultLossMarginFraction = 2
 
 // minLossMarginFraction: a margin below T/3, the most the leader's view
 // of the session can lag behind the client's, is raised to it.
@@ -232,7 +231,7 @@ func (o *options) margin(timeout time.Duration) time.Duration {
 // and, when it is not the one asked for, why.
 func (o *options) clampMargin(timeout time.Duration) (time.Duration, string) {
 	if o.LossMargin == 0 {
-		return timeout / DefaultLossMarginFraction, ""
+		return timeout / defaultLossMarginFraction, ""
 	}
 	switch lo, hi := timeout/minLossMarginFraction, maxMargin(timeout); {
 	case o.LossMargin < lo:

@@ -124,7 +124,7 @@ func TestFrozenFollower(t *testing.T) {
 	t.Logf("frozen follower: %d trials, %d failures, %d trials run again; Done-to-grant margin %s", trials, failed, redone, testutil.MarginSummary(margins))
 	if expiries > 0 {
 		t.Logf("the leader's expiry log line was found in %d trials; at its earliest it expired the session %v before the holder's last answered request plus the timeout (the loss margin is %v)",
-			expiries, maxEarly, holder.SessionTimeout()/zklock.DefaultLossMarginFraction)
+			expiries, maxEarly, holder.SessionTimeout()/2) // the default margin: half the timeout
 		t.Logf("the holder's Done closed before the leader's expiry by %s", testutil.MarginSummary(beforeExpiry))
 	}
 }
