@@ -81,7 +81,7 @@ func etcdLease(lease lock.Lease) (*Lease, error) {
 // encodeFenced returns the stored form of a fenced value (internal/fenced),
 // whose byte order is token order.
 func encodeFenced(token fencing.Token, value string) string {
-	return string(fenced.Encode(token, []byte(value)))
+	return string(fenced.Encode(uint64(token), []byte(value)))
 }
 
 // PutFenced sets key to value if token is not lower than the highest token
@@ -134,7 +134,7 @@ func PutFenced(ctx context.Context, kv clientv3.KV, key, value string, token fen
 	if err != nil {
 		return 0, fmt.Errorf("etcdlock: put fenced %q: %w", key, err)
 	}
-	return 0, &fencing.StaleTokenError{Resource: key, Token: token, Highest: highest}
+	return 0, &fencing.StaleTokenError{Resource: key, Token: token, Highest: fencing.Token(highest)}
 }
 
 // GetFenced returns the value PutFenced last stored at key and its token,
@@ -157,7 +157,7 @@ func GetFenced(ctx context.Context, kv clientv3.KV, key string) (string, fencing
 	if err != nil {
 		return "", 0, fmt.Errorf("etcdlock: get fenced %q: %w", key, err)
 	}
-	return string(value), token, nil
+	return string(value), fencing.Token(token), nil
 }
 
 // checkKV refuses a nil ctx and a kv that would panic on first use.

@@ -33,6 +33,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/fencelock/fencelock/internal/sentinel"
 )
 
 // Token is a fencing token: a number that rises with every grant of a lock.
@@ -62,7 +64,7 @@ var ErrStaleToken = errors.New("stale token")
 
 // ErrInvalidToken is returned for a token that is missing, zero or not a
 // number.
-var ErrInvalidToken = errors.New("invalid token")
+var ErrInvalidToken = sentinel.InvalidToken
 
 // StaleTokenError reports a write refused because its token is lower than the
 // highest token the resource has accepted.

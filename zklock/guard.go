@@ -125,7 +125,7 @@ func SetFenced(ctx context.Context, conn *zk.Conn, path string, data []byte, tok
 	if token == 0 {
 		return nil, fmt.Errorf("zklock: set fenced %q: zero token: %w", path, fencing.ErrInvalidToken)
 	}
-	stored := fenced.Encode(token, data)
+	stored := fenced.Encode(uint64(token), data)
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, secure.Refusal(err, isRefusal))
@@ -152,8 +152,8 @@ func SetFenced(ctx context.Context, conn *zk.Conn, path string, data []byte, tok
 		if err != nil {
 			return nil, fmt.Errorf("zklock: set fenced %q: %w", path, secure.Refusal(err, isRefusal))
 		}
-		if token < highest {
-			return nil, &fencing.StaleTokenError{Resource: path, Token: token, Highest: highest}
+		if uint64(token) < highest {
+			return nil, &fencing.StaleTokenError{Resource: path, Token: token, Highest: fencing.Token(highest)}
 		}
 		stat, err = conn.Set(path, stored, stat.Version)
 		if errors.Is(err, zk.ErrBadVersion) || errors.Is(err, zk.ErrNoNode) {
@@ -189,7 +189,7 @@ func GetFenced(ctx context.Context, conn *zk.Conn, path string) ([]byte, fencing
 	if err != nil {
 		return nil, 0, fmt.Errorf("zklock: get fenced %q: %w", path, secure.Refusal(err, isRefusal))
 	}
-	return data, token, nil
+	return data, fencing.Token(token), nil
 }
 
 func checkFencedArgs(ctx context.Context, conn *zk.Conn, path string) error {

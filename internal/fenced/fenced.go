@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/sentinel"
 )
 
 // HeaderDigits is the width of the token header: enough for every uint64
@@ -19,25 +19,25 @@ import (
 const HeaderDigits = 20
 
 // Encode returns the stored form of value written with token.
-func Encode(token fencing.Token, value []byte) []byte {
-	b := fmt.Appendf(make([]byte, 0, HeaderDigits+1+len(value)), "%0*d:", HeaderDigits, uint64(token))
+func Encode(token uint64, value []byte) []byte {
+	b := fmt.Appendf(make([]byte, 0, HeaderDigits+1+len(value)), "%0*d:", HeaderDigits, token)
 	return append(b, value...)
 }
 
 // Decode splits stored into its token and value. Empty stored data is
 // token 0 with no value (a key or znode not yet written with a token).
 // Anything else without a well-formed header is an error wrapping
-// fencing.ErrInvalidToken. The value shares stored's memory.
-func Decode(stored []byte) (fencing.Token, []byte, error) {
+// fencing.ErrInvalidToken (sentinel.InvalidToken). The value shares stored's memory.
+func Decode(stored []byte) (uint64, []byte, error) {
 	if len(stored) == 0 {
 		return 0, nil, nil
 	}
 	if len(stored) <= HeaderDigits || stored[HeaderDigits] != ':' {
-		return 0, nil, fmt.Errorf("stored value has no token header (%d digits and a colon): %w", HeaderDigits, fencing.ErrInvalidToken)
+		return 0, nil, fmt.Errorf("stored value has no token header (%d digits and a colon): %w", HeaderDigits, sentinel.InvalidToken)
 	}
 	v, err := strconv.ParseUint(string(stored[:HeaderDigits]), 10, 64)
 	if err != nil {
-		return 0, nil, fmt.Errorf("stored value has a malformed token header %q: %w", stored[:HeaderDigits], fencing.ErrInvalidToken)
+		return 0, nil, fmt.Errorf("stored value has a malformed token header %q: %w", stored[:HeaderDigits], sentinel.InvalidToken)
 	}
-	return fencing.Token(v), stored[HeaderDigits+1:], nil
+	return v, stored[HeaderDigits+1:], nil
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/sentinel"
 )
 
 func FuzzDecode(f *testing.F) {
@@ -15,8 +15,8 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, stored []byte) {
 		tok, val, err := Decode(stored)
 		if err != nil {
-			if !errors.Is(err, fencing.ErrInvalidToken) {
-				t.Fatalf("Decode(%q) = %v; want an error wrapping %v", stored, err, fencing.ErrInvalidToken)
+			if !errors.Is(err, sentinel.InvalidToken) {
+				t.Fatalf("Decode(%q) = %v; want an error wrapping %v", stored, err, sentinel.InvalidToken)
 			}
 			return
 		}
@@ -39,14 +39,14 @@ func FuzzEncode(f *testing.F) {
 	f.Add(uint64(0), uint64(1<<64-1), []byte{})
 	f.Add(uint64(9), uint64(10), []byte(":\x00"))
 	f.Fuzz(func(t *testing.T, a, b uint64, value []byte) {
-		enc := Encode(fencing.Token(a), value)
+		enc := Encode(a, value)
 		tok, val, err := Decode(enc)
-		if err != nil || tok != fencing.Token(a) || !bytes.Equal(val, value) {
+		if err != nil || tok != a || !bytes.Equal(val, value) {
 			t.Fatalf("Decode(Encode(%d, %q)) = %d, %q, %v; want the same back", a, value, tok, val, err)
 		}
 		// Byte order is token order, whatever the values: etcd compares
 		// stored values against a bare header.
-		ea, eb := Encode(fencing.Token(a), value), Encode(fencing.Token(b), nil)
+		ea, eb := Encode(a, value), Encode(b, nil)
 		if c := bytes.Compare(ea[:HeaderDigits+1], eb); (c < 0) != (a < b) || (c == 0) != (a == b) {
 			t.Fatalf("headers of %d and %d compare %d", a, b, c)
 		}

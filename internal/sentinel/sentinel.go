@@ -9,7 +9,8 @@ import "errors"
 
 // The values of lock's ErrLocked, ErrNotHeld, ErrLost, ErrReleased,
 // ErrClosed, ErrIncompatible, ErrPermission, ErrInvalidName and
-// ErrInvalidConfig (which is also fencing.ErrInvalidConfig).
+// ErrInvalidConfig (which is also fencing.ErrInvalidConfig), and of
+// fencing.ErrInvalidToken.
 var (
 	Locked        = errors.New("locked by another holder")
 	NotHeld       = errors.New("not held")
@@ -20,4 +21,5 @@ var (
 	Permission    = errors.New("permission denied")
 	InvalidName   = errors.New("invalid name")
 	InvalidConfig = errors.New("invalid configuration")
+	InvalidToken  = errors.New("invalid token")
 )
