@@ -27,8 +27,11 @@ type config struct {
 	Cycles         int     `json:"uncontended_cycles_per_round"`
 	WarmCycles     int     `json:"uncontended_warmup_cycles"`
 	Clients        []int   `json:"contended_clients"`
-	WarmSec        float64 `json:"contended_warmup_sec"`
-	WindowSec      float64 `json:"contended_window_sec"` // per recipe and row, in Repeats windows (contended, lock-delay, read-write, semaphore)
+	// Holds are the contended rows' holds, in ms (contendedHolds unless
+	// FENCELOCK_BENCH_HOLDS names some).
+	Holds     []float64 `json:"contended_holds_ms"`
+	WarmSec   float64   `json:"contended_warmup_sec"`
+	WindowSec float64   `json:"contended_window_sec"` // per recipe and row, in Repeats windows (contended, lock-delay, read-write, semaphore)
 	// Repeats is the number of windows of every compared row, run in
 	// alternating order; the uncontended and TLS rows have Rounds.
 	Repeats        int `json:"contended_repeats"`
@@ -154,6 +157,10 @@ func TestBench(t *testing.T) {
 		t.Skip("set FENCELOCK_BENCH=1 to run the side-by-side benchmarks (real clusters, several minutes)")
 	}
 	cfg := loadConfig()
+	if err := filterRows(&cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("contended rows: %v clients, holds %v ms (FENCELOCK_BENCH_CLIENTS, FENCELOCK_BENCH_HOLDS)", cfg.Clients, cfg.Holds)
 	rep := &report{
 		Started:  time.Now().UTC(),
 		Command:  "cd integration && FENCELOCK_BENCH=1 go test -run '^TestBench$' -timeout 60m -v ./benchtest",

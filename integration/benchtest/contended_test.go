@@ -3,7 +3,9 @@ package benchtest
 import (
 	"fmt"
 	"io"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -40,6 +42,76 @@ func holdClients(hold time.Duration, cfg config) []int {
 	return []int{cs[0], cs[len(cs)/2], cs[len(cs)-1]}
 }
 
+// filterRows narrows the contended rows to the client counts of
+// FENCELOCK_BENCH_CLIENTS and the holds of FENCELOCK_BENCH_HOLDS (both
+// comma-separated, as "2,8,32" and "0,1ms"; empty: every row), and records
+// the holds in cfg. A value that names no row is an error.
+func filterRows(cfg *config) error {
+	if v := os.Getenv("FENCELOCK_BENCH_CLIENTS"); v != "" {
+		cs, err := parseClients(v)
+		if err != nil {
+			return fmt.Errorf("FENCELOCK_BENCH_CLIENTS: %w", err)
+		}
+		cfg.Clients = cs
+	}
+	holds := contendedHolds
+	if v := os.Getenv("FENCELOCK_BENCH_HOLDS"); v != "" {
+		var err error
+		if holds, err = parseHolds(v); err != nil {
+			return fmt.Errorf("FENCELOCK_BENCH_HOLDS: %w", err)
+		}
+	}
+	cfg.Holds = nil
+	for _, h := range holds {
+		cfg.Holds = append(cfg.Holds, ms(h))
+	}
+	return nil
+}
+
+// parseClients parses a comma-separated list of client counts, each at
+// least 2, in rising order.
+func parseClients(s string) ([]int, error) {
+	var cs []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 2 {
+			return nil, fmt.Errorf("%q is not a client count of at least 2", f)
+		}
+		if len(cs) > 0 && n <= cs[len(cs)-1] {
+			return nil, fmt.Errorf("%q: client counts must rise", s)
+		}
+		cs = append(cs, n)
+	}
+	return cs, nil
+}
+
+// parseHolds parses a comma-separated list of holds, each one of
+// contendedHolds ("0", "1ms", "10ms"), and returns them in the order the
+// rows run.
+func parseHolds(s string) ([]time.Duration, error) {
+	var hs []time.Duration
+	for _, f := range strings.Split(s, ",") {
+		h, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil || !slices.Contains(contendedHolds, h) {
+			return nil, fmt.Errorf("%q is not one of the holds %v", f, contendedHolds)
+		}
+		hs = append(hs, h)
+	}
+	return slices.DeleteFunc(slices.Clone(contendedHolds), func(h time.Duration) bool { return !slices.Contains(hs, h) }), nil
+}
+
+// holds returns the contended rows' holds (see filterRows).
+func (c config) holds() []time.Duration {
+	if c.Holds == nil {
+		return contendedHolds
+	}
+	var hs []time.Duration
+	for _, h := range c.Holds {
+		hs = append(hs, time.Duration(h*float64(time.Millisecond)))
+	}
+	return hs
+}
+
 // holdLabel names a hold in subtest names and tables.
 func holdLabel(hold time.Duration) string {
 	if hold == 0 {
@@ -55,7 +127,7 @@ func holdLabel(hold time.Duration) string {
 // the reference is taken part by part.
 func runContended(t *testing.T, rs []recipe, at placement, cfg config) []contendedResult {
 	var out []contendedResult
-	for _, hold := range contendedHolds {
+	for _, hold := range cfg.holds() {
 		for _, n := range holdClients(hold, cfg) {
 			runs := make([][]contendedRun, len(rs))
 			for rep := range cfg.Repeats {

@@ -28,7 +28,10 @@
 // FENCELOCK_BENCH_ONLY lists the measurements to run (uncontended, tls,
 // overheads, contended, lockdelay, failover, leases, waiters, shared,
 // semaphore; tls is plain vs TLS with client certificates and auth on a
-// second, secured cluster of each backend). One measurement, scale, runs
+// second, secured cluster of each backend). FENCELOCK_BENCH_CLIENTS
+// (e.g. 2,8,32) and FENCELOCK_BENCH_HOLDS (e.g. 0,1ms) narrow the
+// contended rows to those client counts and holds; the run logs the rows
+// it measures and the JSON config records them. One measurement, scale, runs
 // only when FENCELOCK_BENCH_ONLY names it: it takes about 5 minutes on
 // etcd and 10 on ZooKeeper on a 2-core machine.
 //

@@ -2,6 +2,7 @@ package benchtest
 
 import (
 	"encoding/binary"
+	"slices"
 	"testing"
 	"time"
 )
@@ -64,5 +65,43 @@ func TestFramer(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+func TestParseRows(t *testing.T) {
+	clients := []struct {
+		in   string
+		want []int
+	}{
+		{"2,8,32", []int{2, 8, 32}},
+		{" 4 ", []int{4}},
+		{"1", nil},
+		{"8,2", nil},
+		{"two", nil},
+	}
+	for _, tt := range clients {
+		got, err := parseClients(tt.in)
+		if (err != nil) != (tt.want == nil) || !slices.Equal(got, tt.want) {
+			t.Errorf("parseClients(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+	}
+	holds := []struct {
+		in   string
+		want []time.Duration
+	}{
+		{"0,1ms", []time.Duration{0, time.Millisecond}},
+		{"10ms, 0", []time.Duration{0, 10 * time.Millisecond}},
+		{"5ms", nil},
+		{"x", nil},
+	}
+	for _, tt := range holds {
+		got, err := parseHolds(tt.in)
+		if (err != nil) != (tt.want == nil) || !slices.Equal(got, tt.want) {
+			t.Errorf("parseHolds(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+	}
+	cfg := config{Holds: []float64{0, 1}}
+	if got, want := cfg.holds(), []time.Duration{0, time.Millisecond}; !slices.Equal(got, want) {
+		t.Errorf("config{Holds: [0 1]}.holds() = %v; want %v", got, want)
 	}
 }
