@@ -231,7 +231,7 @@ func (a *acquisition) decide(ctx context.Context) (decision, error) {
 			return decision{granted: true}, nil
 		}
 	}
-	q, all, cversion, touched, err := a.look(ctx)
+	q, all, touched, err := a.look(ctx)
 	if err != nil || q == nil {
 		return decision{}, err
 	}
@@ -254,7 +254,7 @@ func (a *acquisition) decide(ctx context.Context) (decision, error) {
 		a.last.checked = true
 	}
 	if queue.Admitted(reqs, i) {
-		touch := !touched && (a.touches.unsure || queue.Touches(all, i) && !a.neverWaited(q, cversion))
+		touch := !touched && (a.touches.unsure || queue.Touches(all, i))
 		return decision{granted: true, touch: touch}, nil
 	}
 	return decision{q: q, reqs: reqs, watched: queue.Watched(reqs, i), touchWakes: queue.WaitsForTouch(reqs, i)}, nil
@@ -263,28 +263,28 @@ func (a *acquisition) decide(ctx context.Context) (decision, error) {
 // look lists the queue, with a touch on a guess for a permit waiter
 // woken by a touch (docs/design/queue.md, "Herd-free waits"), and says
 // whether it touched. A nil q without an error says: look again.
-func (a *acquisition) look(ctx context.Context) (q []string, all []queue.Request, cversion int32, touched bool, err error) {
+func (a *acquisition) look(ctx context.Context) (q []string, all []queue.Request, touched bool, err error) {
 	var spec *future[*zk.Stat]
 	if a.touches.speculate {
 		a.touches.speculate = false
 		spec = start(a.l.g, setData(a.l.conn, a.z.path, []byte(a.l.o.Identity), a.z.version), nil)
 	}
-	q, all, cversion, err = a.list(ctx)
+	q, all, err = a.list(ctx)
 	if spec != nil {
 		st, serr := spec.wait(ctx, a.l.g, a.s)
 		switch {
 		case serr == nil:
 			a.z.version, touched = st.Version, true
 		case isStop(serr):
-			return nil, nil, 0, false, serr
+			return nil, nil, false, serr
 		default:
 			a.touches.unsure = true
 		}
 	}
 	if err != nil {
-		return nil, nil, 0, false, a.retry(ctx, err)
+		return nil, nil, false, a.retry(ctx, err)
 	}
-	return q, all, cversion, touched, nil
+	return q, all, touched, nil
 }
 
 // grant makes the admitted acquisition's znode a held lease, after its
@@ -495,20 +495,6 @@ func (a *acquisition) ensure(ctx context.Context, path string) error {
 	return fmt.Errorf("create %s: keeps failing", path)
 }
 
-// neverWaited reports whether the listing q of the parent, whose child
-// version is cversion, proves that no lock znode was deleted since this
-// acquisition's was created, so that nobody watches it for a touch
-// (docs/design/zookeeper.md, "Touches and the child version").
-func (a *acquisition) neverWaited(q []string, cversion int32) bool {
-	seq, later := seqNum(a.z.own), 0
-	for _, k := range q {
-		if seqNum(k) > seq {
-			later++
-		}
-	}
-	return int64(cversion)-seq-1 == int64(later)
-}
-
 // touch rewrites the acquisition's znode unchanged (queue.Touches) and
 // takes its new data version. A resent touch finds the version raised,
 // and reads the znode to confirm it is still ours.
@@ -539,19 +525,19 @@ func (a *acquisition) touch(ctx context.Context) error {
 	}
 }
 
-// list returns the lock znodes of the parent in grant order, their
-// requests, and the parent's child version. Without the token yet, it
+// list returns the lock znodes of the parent in grant order and their
+// requests. Without the token yet, it
 // also reads the own znode's stat, in the same round trip.
-func (a *acquisition) list(ctx context.Context) ([]string, []queue.Request, int32, error) {
+func (a *acquisition) list(ctx context.Context) ([]string, []queue.Request, error) {
 	l := a.l
 	if a.z.czxid != 0 {
 		kids, err := call(ctx, l.g, a.s, childrenOf(l.conn, a.parent))
 		if err != nil {
-			return nil, nil, 0, err
+			return nil, nil, err
 		}
 		a.last.kids, a.last.at = kids.names, time.Now()
 		q, reqs := lockQueue(kids.names)
-		return q, reqs, kids.stat.Cversion, nil
+		return q, reqs, nil
 	}
 	l.watch.track(a.z.path)
 	fc := start(l.g, childrenOf(l.conn, a.parent), nil)
@@ -562,18 +548,18 @@ func (a *acquisition) list(ctx context.Context) ([]string, []queue.Request, int3
 	}
 	st, errE := fe.wait(ctx, l.g, a.s)
 	if err := errors.Join(errC, errE); err != nil {
-		return nil, nil, 0, err
+		return nil, nil, err
 	}
 	if !st.ok {
-		return nil, nil, 0, a.deleted()
+		return nil, nil, a.deleted()
 	}
 	if st.stat.EphemeralOwner != a.s.id {
-		return nil, nil, 0, fmt.Errorf("%w: the queued znode %s belongs to session 0x%x, not 0x%x", lock.ErrLost, a.z.path, st.stat.EphemeralOwner, a.s.id)
+		return nil, nil, fmt.Errorf("%w: the queued znode %s belongs to session 0x%x, not 0x%x", lock.ErrLost, a.z.path, st.stat.EphemeralOwner, a.s.id)
 	}
 	a.last.kids, a.last.at = kids.names, time.Now()
 	a.z.czxid, a.z.version = st.stat.Czxid, st.stat.Version
 	q, reqs := lockQueue(kids.names)
-	return q, reqs, kids.stat.Cversion, nil
+	return q, reqs, nil
 }
 
 func (a *acquisition) deleted() error {

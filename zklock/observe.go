@@ -272,7 +272,7 @@ func (o *observation) report(child string, h lock.Holder) {
 
 // freeBetween reports whether, according to the parent's child version,
 // the last reported holder's znode was deleted before next was created
-// (docs/design/zookeeper.md, "Touches and the child version").
+// (docs/design/zookeeper.md, "The child version").
 func (o *observation) freeBetween(q []string, st *zk.Stat, next string) bool {
 	if !o.last.listed || o.last.kids[next] {
 		return false // next was already queued: a direct hand-over

@@ -477,19 +477,9 @@ func (a *acquisition) wait(ctx context.Context, d decision) (decision, error) {
 	if err != nil || fired == 0 {
 		return decision{}, err
 	}
-	i := len(d.reqs) - 1
-	switch {
-	case fired == zk.EventNodeDataChanged && d.touchWakes: // the predecessor's touch (see look)
+	if fired == zk.EventNodeDataChanged && d.touchWakes {
+		// The predecessor's touch: the listing goes with one (see look).
 		a.touches.speculate = true
-		return decision{}, nil
-	case fired != zk.EventNodeDeleted || a.l.o.LockDelay > 0: // a lock-delay needs the listing
-		return decision{}, nil
-	case len(d.watched) == 1 && a.req.Kind != queue.Permit && queue.AdmittedWithout(d.reqs, i, d.watched[0]):
-		// The last record ahead went: admitted if its znode is still there.
-		return a.confirm(ctx)
-	case queue.AdmittedByDeletion(d.reqs, i):
-		// A holder went: admitted; the touch confirms the znode.
-		return decision{granted: true, touch: true}, nil
 	}
 	return decision{}, nil
 }
@@ -596,19 +586,6 @@ func (a *acquisition) unlisted() (decision, error) {
 		return decision{}, a.deleted()
 	}
 	a.fast.marked = true
-	return decision{granted: true}, nil
-}
-
-// confirm admits the acquisition if its znode is still the one it
-// created, read from the server that reported the admitting deletion.
-func (a *acquisition) confirm(ctx context.Context) (decision, error) {
-	e, err := call(ctx, a.l.g, a.s, statOf(a.l.conn, a.z.path))
-	switch {
-	case err != nil:
-		return decision{}, a.retry(ctx, err)
-	case !e.ok || e.stat.Czxid != a.z.czxid:
-		return decision{}, a.deleted()
-	}
 	return decision{granted: true}, nil
 }
 

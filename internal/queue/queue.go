@@ -195,16 +195,6 @@ func AdmittedByDeletion(q []Request, i int) bool {
 	return r.Kind == Permit && i == r.Limit && fits(q[:i], r)
 }
 
-// AdmittedWithout reports whether the request at position i of q, not
-// admitted, is admitted once the earlier record at position j goes and
-// nothing else changes.
-func AdmittedWithout(q []Request, i, j int) bool {
-	if j < 0 || j >= i || i >= len(q) {
-		return false
-	}
-	return Admitted(slices.Delete(slices.Clone(q[:i+1]), j, j+1), i-1)
-}
-
 // Touches reports whether the request at position i of q, just admitted,
 // must touch its record (rewrite it unchanged) before its grant, to wake
 // the permit waiter of the same limit behind it. A backend may skip the

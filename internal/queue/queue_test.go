@@ -352,49 +352,6 @@ func TestAdmittedByDeletion(t *testing.T) {
 	}
 }
 
-func TestAdmittedWithout(t *testing.T) {
-	for _, tt := range []struct {
-		queue string
-		i, j  int
-		want  bool
-	}{
-		{"xx", 1, 0, true},
-		{"xxx", 2, 1, false},
-		{"xxx", 2, 0, false},
-		{"xss", 2, 0, true},
-		{"xsxs", 3, 2, false},
-		{"sxs", 2, 1, true},
-		{"sxx", 2, 1, false},
-		{"22222", 2, 0, true},
-		{"22222", 3, 2, false},
-		{"x2", 1, 0, true},  // the refused permit's record was the only one ahead
-		{"xx", 0, 0, false}, // j not ahead of i
-		{"xx", 1, 1, false},
-		{"xx", 2, 0, false},
-		{"xx", 1, -1, false},
-	} {
-		if got := AdmittedWithout(parse(tt.queue), tt.i, tt.j); got != tt.want {
-			t.Errorf("AdmittedWithout(%s, %d, %d) = %v; want %v", tt.queue, tt.i, tt.j, got, tt.want)
-		}
-	}
-	// Against the definition, in every small queue: Admitted on a copy of
-	// the queue without j (AdmittedWithout must not change q either).
-	for _, d := range allQueues(5, "xs12") {
-		q := parse(d)
-		for i := range q {
-			for j := range i {
-				after := append(slices.Clone(q[:j]), q[j+1:]...)
-				if got, want := AdmittedWithout(q, i, j), Admitted(after, i-1); got != want {
-					t.Errorf("AdmittedWithout(%s, %d, %d) = %v; want %v", d, i, j, got, want)
-				}
-				if !slices.Equal(q, parse(d)) {
-					t.Fatalf("AdmittedWithout(%s, %d, %d) changed the queue to %v", d, i, j, q)
-				}
-			}
-		}
-	}
-}
-
 func TestIncompatible(t *testing.T) {
 	tests := []struct {
 		head, r Request
