@@ -13,7 +13,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
-	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -114,14 +113,9 @@ func urlOptions(u *url.URL, cfg lock.OpenConfig) (*options, url.Values, error) {
 	if urlIdentity {
 		opts = append(opts, WithIdentity(q["identity"][0]))
 	}
-	open := config.Open{
-		Logger:         cfg.Logger,
-		MeterProvider:  cfg.MeterProvider,
-		TracerProvider: cfg.TracerProvider,
-		Identity:       cfg.Identity,
-		NameAttribute:  cfg.NameAttribute,
-	}
-	opts = append(opts, func(o *options) { o.SetOpen(open, urlIdentity) })
+	opts = append(opts, func(o *options) {
+		o.SetOpen(cfg.Logger, cfg.MeterProvider, cfg.TracerProvider, cfg.Identity, cfg.NameAttribute, urlIdentity)
+	})
 	o, err := buildOptions(opts)
 	return o, q, err
 }

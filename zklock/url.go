@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -88,12 +87,7 @@ func urlOptions(u *url.URL, cfg lock.OpenConfig) ([]Option, error) {
 	if urlIdentity {
 		opts = append(opts, WithIdentity(q["identity"][0]))
 	}
-	open := config.Open{
-		Logger:         cfg.Logger,
-		MeterProvider:  cfg.MeterProvider,
-		TracerProvider: cfg.TracerProvider,
-		Identity:       cfg.Identity,
-		NameAttribute:  cfg.NameAttribute,
-	}
-	return append(opts, func(o *options) { o.SetOpen(open, urlIdentity) }), nil
+	return append(opts, func(o *options) {
+		o.SetOpen(cfg.Logger, cfg.MeterProvider, cfg.TracerProvider, cfg.Identity, cfg.NameAttribute, urlIdentity)
+	}), nil
 }

@@ -97,37 +97,28 @@ func (c *Common) SetNameAttribute(f func(string) string) {
 	c.Telemetry.NameAttribute = f
 }
 
-// Open is what lock.Open's options gave (lock.OpenConfig), as a driver
-// passes it on. A zero field was not given.
-type Open struct {
-	Logger         *slog.Logger
-	MeterProvider  metric.MeterProvider
-	TracerProvider trace.TracerProvider
-	Identity       string
-	NameAttribute  func(name string) string
-}
-
-// SetOpen applies each field of o that is set. urlIdentity says whether
-// the URL gave an identity too, which with o.Identity is an error.
-func (c *Common) SetOpen(o Open, urlIdentity bool) {
-	if o.Logger != nil {
-		c.SetLogger(o.Logger)
+// SetOpen applies what lock.Open's options gave (the fields of
+// lock.OpenConfig, in order; a zero value was not given). urlIdentity
+// says whether the URL gave an identity too, which with id is an error.
+func (c *Common) SetOpen(l *slog.Logger, mp metric.MeterProvider, tp trace.TracerProvider, id string, name func(string) string, urlIdentity bool) {
+	if l != nil {
+		c.SetLogger(l)
 	}
-	if o.MeterProvider != nil {
-		c.SetMeterProvider(o.MeterProvider)
+	if mp != nil {
+		c.SetMeterProvider(mp)
 	}
-	if o.TracerProvider != nil {
-		c.SetTracerProvider(o.TracerProvider)
+	if tp != nil {
+		c.SetTracerProvider(tp)
 	}
-	if o.NameAttribute != nil {
-		c.SetNameAttribute(o.NameAttribute)
+	if name != nil {
+		c.SetNameAttribute(name)
 	}
-	if o.Identity != "" {
+	if id != "" {
 		if urlIdentity {
 			c.Fail("identity given both in the URL and as an option")
 			return
 		}
-		c.SetIdentity(o.Identity)
+		c.SetIdentity(id)
 	}
 }
 
