@@ -21,14 +21,14 @@ import (
 // is closed, or the session is lost. It returns a *Lease. See
 // [lock.Locker.Acquire].
 func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquireKind(ctx, "acquire", name, queue.ExclusiveRequest, false)
+	return l.acquire(ctx, "acquire", name, queue.ExclusiveRequest, false)
 }
 
 // TryAcquire is Acquire without waiting: it returns an error wrapping
 // [lock.ErrLocked] at once if another lease holds name, after deleting the
 // znode it queued.
 func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquireKind(ctx, "try acquire", name, queue.ExclusiveRequest, true)
+	return l.acquire(ctx, "try acquire", name, queue.ExclusiveRequest, true)
 }
 
 // acquisition is one request's state: the session it works in, its
@@ -82,7 +82,10 @@ type shortcuts struct {
 
 // acquire implements every Acquire method: req says which kind of grant,
 // try whether to wait, op how errors name the call.
-func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request, try bool) (*Lease, error) {
+func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request, try bool) (lock.Lease, error) {
+	if err := l.usable(ctx); err != nil {
+		return nil, fmt.Errorf("zklock: %s %q: %w", op, name, err)
+	}
 	if err := lock.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("zklock: %s: %w", op, err)
 	}
@@ -333,7 +336,7 @@ func (a *acquisition) create(ctx context.Context) (string, error) {
 		}
 	}
 	for range 8 {
-		stamp := !l.denied.stamp.Load()
+		stamp := !l.stampDenied.Load()
 		f := start(l.g, func() (created, error) { return l.createZnode(parent, prefix, marker, stamp) }, abandoned)
 		r, stop := f.await(ctx, l.g, a.s)
 		if stop != nil {
@@ -365,7 +368,7 @@ func (a *acquisition) answered(ctx context.Context, r result[created], stamp boo
 		return c.path, true, nil
 	case stamp && errors.Is(err, errStampDenied):
 		// From now on the token comes with the first listing.
-		l.denied.stamp.Store(true)
+		l.stampDenied.Store(true)
 		l.o.Logger.Debug("zklock: no write permission on a lock's parent; the token is read after the create", "parent", a.parent)
 	case errors.Is(err, zk.ErrNoNode): // no parent (or an empty container removed)
 		if err := a.ensure(ctx, a.parent); err != nil {
@@ -566,8 +569,9 @@ func (a *acquisition) deleted() error {
 	return fmt.Errorf("%w: the queued znode %s was deleted", lock.ErrLost, a.z.path)
 }
 
-// retry returns nil when a failed request may be sent again (retryable)
-// and the connection is back in the same session, else the error that
+// retry returns nil when a failed request may be sent again: the
+// connection failed under it, the caller did not stop waiting, and the
+// connection is back in the same session. Else it returns the error that
 // ends the acquisition.
 func (a *acquisition) retry(ctx context.Context, err error) error {
 	if isStop(err) {
@@ -576,7 +580,7 @@ func (a *acquisition) retry(ctx context.Context, err error) error {
 	if errors.Is(err, zk.ErrNoNode) {
 		return fmt.Errorf("%w: the lock's parent was deleted while waiting: %w", lock.ErrLost, err)
 	}
-	if !retryable(err) {
+	if !isConnErr(err) {
 		return err
 	}
 	return a.l.ss.awaitConnected(ctx, a.s)

@@ -46,12 +46,7 @@ func (j *janitor) add(c cleanup) {
 	j.wake()
 }
 
-func (j *janitor) wake() {
-	select {
-	case j.kick <- struct{}{}:
-	default:
-	}
-}
+func (j *janitor) wake() { poke(j.kick) }
 
 // wakeIfPending wakes the janitor if it has work (the connection is back).
 func (j *janitor) wakeIfPending() {
@@ -101,15 +96,12 @@ func (j *janitor) sweep(ctx context.Context) {
 }
 
 func (j *janitor) clean(ctx context.Context, c cleanup) error {
-	if c.path != "" {
-		if err := j.deleteIfOurs(ctx, c.path); err != nil {
+	found := []string{c.path}
+	if c.path == "" {
+		var err error
+		if found, err = withPrefix(ctx, j.g, nil, j.conn, c.parent, c.prefix); err != nil {
 			return err
 		}
-		return j.deleteMarker(ctx, c.marker)
-	}
-	found, err := withPrefix(ctx, j.g, nil, j.conn, c.parent, c.prefix)
-	if err != nil {
-		return err
 	}
 	for _, p := range found {
 		if err := j.deleteIfOurs(ctx, p); err != nil {

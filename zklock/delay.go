@@ -68,7 +68,8 @@ func (a *acquisition) delay(ctx context.Context) error {
 func (a *acquisition) staleMarkers(kids []string) ([]string, error) {
 	live := make(map[string]bool) // the prefixes of the lock znodes
 	own := false
-	for _, k := range queueOf(kids) {
+	q, _ := lockQueue(kids)
+	for _, k := range q {
 		live[prefixOf(k)] = true
 		own = own || k == a.z.own
 	}

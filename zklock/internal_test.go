@@ -57,9 +57,9 @@ func TestQueueOrder(t *testing.T) {
 	a := "~aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa~0000000003"
 	b := "~bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb~s4~0000000001"
 	c := "~00000000000000000000000000000000~0000000002"
-	got := queueOf([]string{a, "sub", b, c})
+	got, _ := lockQueue([]string{a, "sub", b, c})
 	if want := []string{b, c, a}; !slices.Equal(got, want) {
-		t.Errorf("queue() = %v; want %v", got, want)
+		t.Errorf("lockQueue() = %v; want %v", got, want)
 	}
 }
 

@@ -209,7 +209,7 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 // (acquisition.waitFor), unless a first release found the Locker may not
 // write its lock znodes.
 func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxid int64, marker string) error {
-	mark := marker == "" && !l.denied.mark.Load() && isExclusivePath(path)
+	mark := marker == "" && !l.markDenied.Load() && isExclusivePath(path)
 	for range 3 {
 		_, err := call(ctx, l.g, nil, func() (struct{}, error) {
 			if mark { // the data change tells the waiter behind that a holder went
@@ -218,7 +218,7 @@ func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxi
 				if len(res) > 0 && errors.Is(res[0].Error, zk.ErrNoAuth) {
 					// May not set their data: delete plainly from now on.
 					mark = false
-					l.denied.mark.Store(true)
+					l.markDenied.Store(true)
 					return struct{}{}, errMarkDenied
 				}
 				return struct{}{}, multiErr(res, err)

@@ -20,15 +20,18 @@ import (
 // Locker grants leases on locks stored under its root znode. It is safe
 // for concurrent use.
 type Locker struct {
-	conn   *zk.Conn
-	o      *options
-	tel    *telemetry.Telemetry // metrics and spans; nil records nothing
-	g      *group
-	ss     *sessions
-	jan    *janitor
-	watch  *recordWatcher
-	life   lifetime
-	denied denials
+	conn  *zk.Conn
+	o     *options
+	tel   *telemetry.Telemetry // metrics and spans; nil records nothing
+	g     *group
+	ss    *sessions
+	jan   *janitor
+	watch *recordWatcher
+	life  lifetime
+
+	// Writes found refused, and so no longer tried: the stamp of the
+	// parent (createZnode), the release mark (deleteOwn).
+	stampDenied, markDenied atomic.Bool
 }
 
 // lifetime is what Close needs to end a Locker once, after the public calls
@@ -37,13 +40,6 @@ type lifetime struct {
 	calls sync.WaitGroup // public calls in progress
 	once  sync.Once
 	down  chan struct{} // closed when the first Close has finished
-}
-
-// denials are the writes a Locker found it may not make, and so no longer
-// tries: the stamp of the parent (createZnode), the release mark
-// (deleteOwn).
-type denials struct {
-	stamp, mark atomic.Bool
 }
 
 // Dial connects to the ZooKeeper servers ("host:port", at least one) and

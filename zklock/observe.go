@@ -224,7 +224,7 @@ func (o *observation) take(ctx context.Context, names []string, st *zk.Stat) (ag
 		o.report("", lock.Holder{})
 		o.last.listed = false
 	}
-	q := queueOf(names)
+	q, _ := lockQueue(names)
 	next := ""
 	if len(q) > 0 {
 		next = q[0]
@@ -264,10 +264,7 @@ func (o *observation) report(child string, h lock.Holder) {
 	o.mu.Lock()
 	o.queue = append(o.queue, h)
 	o.mu.Unlock()
-	select {
-	case o.wake <- struct{}{}:
-	default:
-	}
+	poke(o.wake)
 }
 
 // freeBetween reports whether, according to the parent's child version,

@@ -43,29 +43,15 @@ func newPrefix(req queue.Request) string {
 // parseChild reports whether a child name is a lock znode and, if so, the
 // request it stands for.
 func parseChild(s string) (queue.Request, bool) {
-	if len(s) < minChild || len(s) > minChild+maxTagLen+1 || s[0] != marker || s[randLen-1] != marker {
+	if len(s) < minChild || len(s) > minChild+maxTagLen+1 || s[0] != marker || s[randLen-1] != marker ||
+		strings.Trim(s[1:randLen-1], "0123456789abcdef") != "" || strings.Trim(seqOf(s), "0123456789") != "" {
 		return queue.Request{}, false
 	}
-	for i := 1; i < randLen-1; i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return queue.Request{}, false
-		}
-	}
-	for i := len(s) - seqLen; i < len(s); i++ {
-		if c := s[i]; c < '0' || c > '9' {
-			return queue.Request{}, false
-		}
-	}
-	tag := s[randLen : len(s)-seqLen]
-	if tag != "" {
-		if tag[len(tag)-1] != marker {
-			return queue.Request{}, false
-		}
-		tag = tag[:len(tag)-1]
-		if tag == "" {
-			return queue.Request{}, false
-		}
+	// An empty tag, or a non-empty one followed by the marker.
+	raw := s[randLen : len(s)-seqLen]
+	tag, ok := strings.CutSuffix(raw, string(marker))
+	if raw != "" && (!ok || tag == "") {
+		return queue.Request{}, false
 	}
 	return queue.ParseTag(tag)
 }
@@ -84,13 +70,6 @@ func seqOf(child string) string { return child[len(child)-seqLen:] }
 func seqNum(child string) int64 {
 	n, _ := strconv.ParseInt(seqOf(child), 10, 64)
 	return n
-}
-
-// queueOf returns the lock znodes among names, in grant order (by sequence
-// number).
-func queueOf(names []string) []string {
-	q, _ := lockQueue(names)
-	return q
 }
 
 // lockQueue returns the lock znodes among names in grant order, and their

@@ -41,6 +41,15 @@ func (g *group) spawn(f func()) {
 	}()
 }
 
+// poke wakes the goroutine that waits on kick, a channel of one slot,
+// without blocking.
+func poke(kick chan struct{}) {
+	select {
+	case kick <- struct{}{}:
+	default:
+	}
+}
+
 type result[T any] struct {
 	v   T
 	err error
@@ -185,12 +194,6 @@ func isConnErr(err error) bool {
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.As(err, &netErr)
 }
-
-// retryable reports whether a request that failed with err may be sent
-// again (once the connection is back): the connection failed under it and
-// the caller did not stop waiting. A read may simply be sent again; a
-// create may have been applied, and its caller looks for it first.
-func retryable(err error) bool { return !isStop(err) && isConnErr(err) }
 
 // exists is the result of a read of a znode's stat.
 type exists struct {

@@ -79,9 +79,9 @@ func (o *options) creds() []authCred {
 func (o *options) secrets() []string {
 	var s []string
 	if o.digest != nil {
-		s = append(s, o.digest.password, o.digest.user+":"+o.digest.password)
+		s = append(s, o.digest.password)
 	}
-	for _, c := range o.auth {
+	for _, c := range o.creds() { // the digest's is user:password
 		s = append(s, string(c.secret))
 	}
 	return s

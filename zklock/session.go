@@ -114,12 +114,7 @@ func (d *lossDeadline) timeout() time.Duration {
 	return d.given
 }
 
-func (ss *sessions) kickState() {
-	select {
-	case ss.sig.kick <- struct{}{}:
-	default:
-	}
-}
+func (ss *sessions) kickState() { poke(ss.sig.kick) }
 
 // event takes a session event (from go-zookeeper's callback).
 func (ss *sessions) event(ev zk.Event) {
@@ -142,6 +137,7 @@ func (ss *sessions) broadcastLocked() {
 	ss.changed = make(chan struct{})
 }
 
+// endLocked ends the current session with err.
 func (ss *sessions) endLocked(err error) {
 	s := ss.cur
 	ss.cur = nil
@@ -150,12 +146,10 @@ func (ss *sessions) endLocked(err error) {
 	ss.hooks.onEnd()
 	if errors.Is(err, lock.ErrClosed) {
 		ss.journal.tel.SessionEnded(telemetry.Closed)
-	} else {
-		ss.journal.tel.SessionEnded(config.EndReason(err))
+		return
 	}
-	if !errors.Is(err, lock.ErrClosed) {
-		ss.journal.logger.Warn("zklock: session no longer trusted; its leases are lost", "session", fmt.Sprintf("0x%x", s.id), "cause", err)
-	}
+	ss.journal.tel.SessionEnded(config.EndReason(err))
+	ss.journal.logger.Warn("zklock: session no longer trusted; its leases are lost", "session", fmt.Sprintf("0x%x", s.id), "cause", err)
 }
 
 // admit registers a public call in calls unless the Locker is closed.
@@ -229,7 +223,10 @@ func (ss *sessions) reconcile(now time.Time) time.Time {
 		return time.Time{}
 	}
 	timeout := ss.timeout()
-	deadline := ss.deadlineLocked(now, timeout)
+	deadline, heard := ss.loss.ka.deadline(timeout, ss.loss.margin)
+	if !heard {
+		deadline = now
+	}
 	ss.checkLocked(now, healthy, id, deadline, timeout)
 	if ss.cur == nil && healthy {
 		if now.Before(deadline) {
@@ -246,16 +243,6 @@ func (ss *sessions) reconcile(now time.Time) time.Time {
 	}
 	if ss.cur == nil {
 		return time.Time{}
-	}
-	return deadline
-}
-
-// deadlineLocked returns the loss deadline; now before the leader was
-// heard from at all.
-func (ss *sessions) deadlineLocked(now time.Time, timeout time.Duration) time.Time {
-	deadline, ok := ss.loss.ka.deadline(timeout, ss.loss.margin)
-	if !ok {
-		return now
 	}
 	return deadline
 }

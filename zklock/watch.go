@@ -31,7 +31,7 @@ type recordWatcher struct {
 	mu      sync.Mutex
 	watched map[string]*watchEntry // the znodes of acquisitions and held leases, by path
 	waits   waits                  // the waits of acquisitions and observations
-	pending []nodeEvent            // events for held leases, for run
+	pending []leaseEvent           // events for held leases, for run
 	arming  arming                 // held leases whose watch is not set yet
 }
 
@@ -128,10 +128,10 @@ type watchEntry struct {
 	deleted bool   // a deletion event arrived before the grant
 }
 
-// nodeEvent is a watch event on a held lease's znode, for run.
-type nodeEvent struct {
-	path string
-	typ  zk.EventType
+// leaseEvent is a watch event on a held lease's znode, for run.
+type leaseEvent struct {
+	le  *Lease
+	typ zk.EventType
 }
 
 // track starts routing events on path, the znode of an acquisition, and
@@ -182,12 +182,7 @@ func (t *recordWatcher) sessionEnd() {
 	t.wake()
 }
 
-func (t *recordWatcher) wake() {
-	select {
-	case t.sig.kick <- struct{}{}:
-	default:
-	}
-}
+func (t *recordWatcher) wake() { poke(t.sig.kick) }
 
 // hold makes le a held lease, unless its session ended or the Locker
 // closed; a deletion routed before the grant ends it now. The caller
@@ -266,7 +261,7 @@ func (t *recordWatcher) route(ev zk.Event) {
 		t.mu.Unlock()
 		return
 	}
-	t.pending = append(t.pending, nodeEvent{ev.Path, ev.Type})
+	t.pending = append(t.pending, leaseEvent{e.lease, ev.Type})
 	t.mu.Unlock()
 	t.wake()
 }
@@ -348,7 +343,7 @@ func (t *recordWatcher) armDue() {
 	t.mu.Unlock()
 	for _, le := range les {
 		if le.endErr() == nil {
-			t.rearm(le)
+			t.g.spawn(func() { t.arm(le) })
 			if le.byMark {
 				t.g.spawn(le.checkMark)
 			}
@@ -377,38 +372,23 @@ func (t *recordWatcher) handleEvents() {
 	t.mu.Lock()
 	evs := t.pending
 	t.pending = nil
-	type todo struct {
-		le  *Lease
-		typ zk.EventType
-	}
-	var work []todo
-	for _, ev := range evs {
-		if e := t.watched[ev.path]; e != nil && e.lease != nil {
-			work = append(work, todo{e.lease, ev.typ})
-		}
-	}
 	t.mu.Unlock()
-	for _, w := range work {
-		if w.le.stopped() {
-			continue // Release deleted it, or is about to
+	for _, ev := range evs {
+		if ev.le.stopped() || ev.le.endErr() != nil {
+			continue // Release deleted it, or is about to; or it ended
 		}
-		switch w.typ {
+		switch ev.typ {
 		case zk.EventNodeDeleted:
-			w.le.lose(znodeDeleted(w.le.path))
+			ev.le.lose(znodeDeleted(ev.le.path))
 		case zk.EventNodeDataChanged:
 			// The znode is still there, and the watch is spent.
-			t.rearm(w.le)
+			t.g.spawn(func() { t.arm(ev.le) })
 		}
 	}
 }
 
-// rearm sets a new deletion watch on a held lease's znode, and ends the
+// arm sets a new deletion watch on a held lease's znode, and ends the
 // lease if the znode is gone.
-func (t *recordWatcher) rearm(le *Lease) {
-	t.g.spawn(func() { t.arm(le) })
-}
-
-// arm is rearm on the caller's goroutine.
 func (t *recordWatcher) arm(le *Lease) {
 	for {
 		r, err := call(t.g.bg, t.g, le.s, deletionW(t.conn, le.path))
