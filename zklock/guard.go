@@ -54,34 +54,30 @@ func GuardedMulti(ctx context.Context, conn *zk.Conn, lease lock.Lease, ops ...a
 		tel = le.l.tel
 	}
 	ctx, w := tel.StartWrite(ctx, guardedMultiHelper, le.Name(), uint64(le.czxid))
-	if err := le.endErr(); err != nil {
+	fail := func(outcome string, err error) error {
 		err = fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), secure.Refusal(err, isRefusal))
-		w.End(telemetry.Rejected, err)
-		return nil, err
+		w.End(outcome, err)
+		return err
+	}
+	if err := le.endErr(); err != nil {
+		return nil, fail(telemetry.Rejected, err)
 	}
 	if err := ctx.Err(); err != nil {
-		err = fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), secure.Refusal(err, isRefusal))
-		w.End("", err)
-		return nil, err
+		return nil, fail("", err)
 	}
 	res, err := conn.Multi(append([]any{le.CheckOp()}, ops...)...)
 	if len(res) > 0 {
 		if cerr := res[0].Error; errors.Is(cerr, zk.ErrNoNode) || errors.Is(cerr, zk.ErrBadVersion) {
 			if lerr := le.endErr(); errors.Is(lerr, lock.ErrReleased) {
-				err = fmt.Errorf("zklock: guarded multi on %q: nothing written: %w", le.Name(), lerr)
-			} else {
-				err = fmt.Errorf("zklock: guarded multi on %q: nothing written: %w: znode %s (version %d): %w",
-					le.Name(), lock.ErrLost, le.Path(), le.Version(), cerr)
+				return nil, fail(telemetry.Rejected, fmt.Errorf("nothing written: %w", lerr))
 			}
-			w.End(telemetry.Rejected, err)
-			return nil, err
+			return nil, fail(telemetry.Rejected, fmt.Errorf("nothing written: %w: znode %s (version %d): %w",
+				lock.ErrLost, le.Path(), le.Version(), cerr))
 		}
 		res = res[1:]
 	}
 	if err != nil {
-		err = fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), secure.Refusal(err, isRefusal))
-		w.End("", err)
-		return res, err
+		return res, fail("", err)
 	}
 	w.End(telemetry.Accepted, nil)
 	return res, nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencelock/fencelock/internal/clock"
 	"github.com/fencelock/fencelock/internal/secure"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -118,10 +119,8 @@ func (l *Locker) addAuth(ctx context.Context) error {
 				return fmt.Errorf("add %s credentials: %w", c.scheme, err)
 			}
 			// Do not spin on a connection that flaps.
-			select {
-			case <-time.After(10 * time.Millisecond):
-			case <-ctx.Done():
-				return context.Cause(ctx)
+			if err := clock.Sleep(ctx, 10*time.Millisecond, nil, nil, nil); err != nil {
+				return err
 			}
 		}
 	}
