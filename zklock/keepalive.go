@@ -103,10 +103,6 @@ type readBuf struct {
 	err      error
 }
 
-// buffered returns how many bytes read from the connection wait for the
-// reader.
-func (c *trackedConn) buffered() int { return c.rb.end - c.rb.pos }
-
 // readBufSize is how much one read asks for: go-zookeeper reads every
 // packet in two, which the buffer serves from one system call.
 const readBufSize = 4096

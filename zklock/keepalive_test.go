@@ -508,3 +508,7 @@ func TestTrackedConnWriteFailure(t *testing.T) {
 	// The second connection has a session too before its write fails.
 	waitSession(3)
 }
+
+// buffered returns how many bytes read from the connection wait for the
+// reader.
+func (c *trackedConn) buffered() int { return c.rb.end - c.rb.pos }

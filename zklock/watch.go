@@ -287,7 +287,6 @@ func (t *recordWatcher) run() {
 			if t.arming.timer != nil {
 				t.arming.timer.Stop()
 			}
-			clear(t.arming.due)
 			t.arming.due = nil
 			t.mu.Unlock()
 			return
