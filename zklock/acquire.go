@@ -21,14 +21,14 @@ import (
 // is closed, or the session is lost. It returns a *Lease. See
 // [lock.Locker.Acquire].
 func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquire(ctx, "acquire", name, queue.ExclusiveRequest, false)
+	return l.acquireKind(ctx, "acquire", name, queue.ExclusiveRequest, false)
 }
 
 // TryAcquire is Acquire without waiting: it returns an error wrapping
 // [lock.ErrLocked] at once if another lease holds name, after deleting the
 // znode it queued.
 func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquire(ctx, "try acquire", name, queue.ExclusiveRequest, true)
+	return l.acquireKind(ctx, "try acquire", name, queue.ExclusiveRequest, true)
 }
 
 // acquisition is one request's state: the session it works in, its
@@ -82,10 +82,7 @@ type shortcuts struct {
 
 // acquire implements every Acquire method: req says which kind of grant,
 // try whether to wait, op how errors name the call.
-func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request, try bool) (lock.Lease, error) {
-	if err := l.usable(ctx); err != nil {
-		return nil, fmt.Errorf("zklock: %s %q: %w", op, name, err)
-	}
+func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request, try bool) (*Lease, error) {
 	if err := lock.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("zklock: %s: %w", op, err)
 	}
@@ -569,9 +566,8 @@ func (a *acquisition) deleted() error {
 	return fmt.Errorf("%w: the queued znode %s was deleted", lock.ErrLost, a.z.path)
 }
 
-// retry returns nil when a failed request may be sent again: the
-// connection failed under it, the caller did not stop waiting, and the
-// connection is back in the same session. Else it returns the error that
+// retry returns nil when a failed request may be sent again (retryable)
+// and the connection is back in the same session, else the error that
 // ends the acquisition.
 func (a *acquisition) retry(ctx context.Context, err error) error {
 	if isStop(err) {
@@ -580,7 +576,7 @@ func (a *acquisition) retry(ctx context.Context, err error) error {
 	if errors.Is(err, zk.ErrNoNode) {
 		return fmt.Errorf("%w: the lock's parent was deleted while waiting: %w", lock.ErrLost, err)
 	}
-	if !isConnErr(err) {
+	if !retryable(err) {
 		return err
 	}
 	return a.l.ss.awaitConnected(ctx, a.s)

@@ -195,6 +195,12 @@ func isConnErr(err error) bool {
 		errors.As(err, &netErr)
 }
 
+// retryable reports whether a request that failed with err may be sent
+// again (once the connection is back): the connection failed under it and
+// the caller did not stop waiting. A read may simply be sent again; a
+// create may have been applied, and its caller looks for it first.
+func retryable(err error) bool { return !isStop(err) && isConnErr(err) }
+
 // exists is the result of a read of a znode's stat.
 type exists struct {
 	ok   bool

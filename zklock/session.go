@@ -225,7 +225,7 @@ func (ss *sessions) reconcile(now time.Time) time.Time {
 	timeout := ss.timeout()
 	deadline, heard := ss.loss.ka.deadline(timeout, ss.loss.margin)
 	if !heard {
-		deadline = now
+		deadline = now // the leader was never heard from
 	}
 	ss.checkLocked(now, healthy, id, deadline, timeout)
 	if ss.cur == nil && healthy {
