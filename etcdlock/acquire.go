@@ -24,25 +24,28 @@ import (
 // ended while waiting; the next call starts a new one),
 // [lock.ErrPermission] or ctx's error.
 func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquireKind(ctx, "acquire", name, queue.ExclusiveRequest, false)
+	return l.acquire(ctx, "acquire", name, queue.ExclusiveRequest, false)
 }
 
 // TryAcquire is Acquire without waiting: when another lease holds name it
 // returns an error wrapping [lock.ErrLocked], and writes nothing (unless
 // an attempt went unanswered: see "Late creates" in docs/design/etcd.md).
 func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquireKind(ctx, "try acquire", name, queue.ExclusiveRequest, true)
+	return l.acquire(ctx, "try acquire", name, queue.ExclusiveRequest, true)
 }
 
-// acquire implements every Acquire and TryAcquire method, for a valid
-// name: req says which kind of grant, try whether to wait.
-func (l *Locker) acquire(ctx context.Context, name string, req queue.Request, try bool) (*Lease, error) {
+// acquire implements every Acquire and TryAcquire method: op names the
+// call in errors, req says which kind of grant, try whether to wait.
+func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request, try bool) (lock.Lease, error) {
+	if err := l.begin(ctx, op, name); err != nil {
+		return nil, err
+	}
 	if req.Kind == queue.Permit {
 		if err := queue.CheckLimit(req.Limit); err != nil {
-			return nil, fmt.Errorf("%w: %w", lock.ErrInvalidConfig, err)
+			return nil, fmt.Errorf("etcdlock: %s %q: %w: %w", op, name, lock.ErrInvalidConfig, err)
 		}
 	}
-	ctx, op := l.tel.StartAcquire(ctx, name, req.Kind.String(), !try)
+	ctx, span := l.tel.StartAcquire(ctx, name, req.Kind.String(), !try)
 	parent := ctx
 	ctx, cancel := l.withClosing(ctx)
 	defer cancel()
@@ -54,10 +57,13 @@ func (l *Locker) acquire(ctx context.Context, name string, req queue.Request, tr
 	if le != nil {
 		token = uint64(le.rev)
 	}
-	if hold := op.End(config.Outcome(parent, err), token, err); le != nil && hold.Counts() {
+	if hold := span.End(config.Outcome(parent, err), token, err); le != nil && hold.Counts() {
 		le.st.OnEnd(func(err error) { l.countEnd(le, hold, err) })
 	}
-	return le, err
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: %s %q: %w", op, name, err)
+	}
+	return le, nil
 }
 
 // countEnd records the end of le, which ended with err. A deletion may be
@@ -104,6 +110,8 @@ var errStaleSession = fmt.Errorf("%w: the session lease was not found on the ser
 // record is what a Lease and an acquisition know of their record.
 type record struct {
 	s         *session
+	pfx       string // the prefix of the name's records
+	seq       uint64 // the key's number (recordKeys)
 	key       string
 	rev       int64  // the create revision; 0 until known
 	ambiguous bool   // a create attempt went unanswered: see cleanupOp
@@ -116,7 +124,6 @@ type acquisition struct {
 	record
 	l    *Locker
 	name string
-	pfx  string // the prefix of name's records
 	req  queue.Request
 	try  bool
 
@@ -127,10 +134,12 @@ type acquisition struct {
 }
 
 func (l *Locker) newAcquisition(s *session, name string, req queue.Request, try bool) *acquisition {
-	pfx := l.namePrefix(name)
-	a := &acquisition{record: record{s: s, key: l.recordKey(pfx, s, req)}, l: l, name: name, pfx: pfx, req: req, try: try}
+	r := record{s: s, pfx: l.namePrefix(name)}
+	r.seq = s.keys.number(r.pfx)
+	r.key = recordKey(r.pfx, s.id, r.seq, req)
+	a := &acquisition{record: r, l: l, name: name, req: req, try: try}
 	if l.opts.LockDelay > 0 {
-		a.marker = l.delayPrefix(name) + strings.TrimPrefix(a.key, pfx)
+		a.marker = l.delayPrefix(name) + strings.TrimPrefix(a.key, r.pfx)
 	}
 	return a
 }
@@ -201,10 +210,13 @@ func (a *acquisition) decide(v view) (decision, error) {
 // lease: touch if d says so, wait out a lock-delay, watch the record.
 func (a *acquisition) grant(ctx context.Context, d decision, rev int64) (*Lease, error) {
 	if d.touch {
-		var err error
-		if rev, err = a.touch(ctx); err != nil {
+		// Rewritten unchanged (queue.Touches), the record is confirmed at
+		// the write's revision.
+		resp, err := a.confirm(ctx, clientv3.OpPut(a.key, a.l.opts.Identity, clientv3.WithLease(a.s.id)))
+		if err != nil {
 			return nil, a.fail(err)
 		}
+		rev = resp.Header.Revision
 	}
 	if err := a.delay(ctx); err != nil {
 		return nil, a.fail(err)
@@ -405,16 +417,6 @@ func (a *acquisition) read(ctx context.Context) (view, error) {
 	return v, nil
 }
 
-// touch rewrites the acquisition's record unchanged (queue.Touches) and
-// returns the revision at which that confirmed the record.
-func (a *acquisition) touch(ctx context.Context) (int64, error) {
-	resp, err := a.confirm(ctx, clientv3.OpPut(a.key, a.l.opts.Identity, clientv3.WithLease(a.s.id)))
-	if err != nil {
-		return 0, err
-	}
-	return resp.Header.Revision, nil
-}
-
 // confirm applies ops, then delayReads, only while the record exists with
 // its create revision (so while the session lease lives): a write so
 // guarded never brings back a record that went.
@@ -429,17 +431,11 @@ func (a *acquisition) confirm(ctx context.Context, ops ...clientv3.Op) (*clientv
 		return nil, err
 	}
 	if !resp.Succeeded {
-		return nil, a.deleted()
+		if a.s.ended() {
+			return nil, a.s.lostErr()
+		}
+		return nil, fmt.Errorf("%w: record %q was deleted while waiting", lock.ErrLost, a.key)
 	}
 	a.noteDelayReads(resp.Responses)
 	return resp, nil
-}
-
-// deleted is the error of an acquisition whose record went while it
-// waited.
-func (a *acquisition) deleted() error {
-	if a.s.ended() {
-		return a.s.lostErr()
-	}
-	return fmt.Errorf("%w: record %q was deleted while waiting", lock.ErrLost, a.key)
 }

@@ -58,7 +58,7 @@ func TestPlace(t *testing.T) {
 		{name: "try, nothing there", try: true, resp: txnResp(23, false, nil, nil), wantErr: lock.ErrLocked},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := &acquisition{record: record{key: own, ambiguous: tc.ambiguous}, name: "x", pfx: "p/x/#", try: tc.try}
+			a := &acquisition{record: record{key: own, pfx: "p/x/#", ambiguous: tc.ambiguous}, name: "x", try: tc.try}
 			v, err := a.place(context.Background(), tc.resp)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
@@ -119,7 +119,7 @@ func TestDecide(t *testing.T) {
 		{name: "shared try, behind a writer", req: queue.SharedRequest, try: true, v: view{ahead: []*mvccpb.KeyValue{kv("p/x/#a", 3)}}, err: lock.ErrLocked},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := &acquisition{record: record{key: own}, pfx: "p/x/#", req: tc.req, try: tc.try}
+			a := &acquisition{record: record{key: own, pfx: "p/x/#"}, req: tc.req, try: tc.try}
 			got, err := a.decide(tc.v)
 			if !errors.Is(err, tc.err) {
 				t.Fatalf("decide() = %v; want %v", err, tc.err)
@@ -135,10 +135,8 @@ func TestDecide(t *testing.T) {
 // this package would not write counts as exclusive: it blocks, never
 // admits.
 func TestRequestOf(t *testing.T) {
-	l := &Locker{opts: &options{prefix: "app/"}}
-	s := &session{id: 0x1234}
 	for _, req := range []queue.Request{queue.ExclusiveRequest, queue.SharedRequest, queue.PermitRequest(1), queue.PermitRequest(40)} {
-		key := l.recordKey("jobs/x", s, req)
+		key := recordKey("app/jobs/x/#", 0x1234, 1, req)
 		if got := requestOf([]byte(key)); got != req {
 			t.Errorf("requestOf(%q) = %v; want %v", key, got, req)
 		}

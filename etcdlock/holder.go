@@ -15,19 +15,12 @@ import (
 // an error wrapping [lock.ErrNotHeld] when name is free. It is one
 // linearizable read.
 func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
-	if err := l.begin(ctx, "holder", name); err != nil {
+	resp, err := l.readRecords(ctx, "holder", name, clientv3.WithFirstCreate()...)
+	if err != nil {
 		return lock.Holder{}, err
 	}
-	var resp *clientv3.GetResponse
-	err := l.bounded(ctx, func(ctx context.Context) (err error) {
-		resp, err = l.get(ctx, nil, l.namePrefix(name), clientv3.WithFirstCreate()...)
-		return err
-	})
-	if err == nil && len(resp.Kvs) == 0 {
-		err = lock.ErrNotHeld
-	}
-	if err != nil {
-		return lock.Holder{}, fmt.Errorf("etcdlock: holder %q: %w", name, err)
+	if len(resp.Kvs) == 0 {
+		return lock.Holder{}, fmt.Errorf("etcdlock: holder %q: %w", name, lock.ErrNotHeld)
 	}
 	return holderOf(resp.Kvs[0]), nil
 }

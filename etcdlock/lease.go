@@ -164,7 +164,7 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 		return fmt.Errorf("etcdlock: release: %w", lost)
 	}
 	if itself && !le.ambiguous {
-		le.s.keys.reuse(le.key)
+		le.s.keys.reuse(le.pfx, le.seq)
 	}
 	return nil
 }

@@ -24,19 +24,11 @@ import (
 // not the revisions compacted before it read them (docs/design/etcd.md,
 // "What Observe reports").
 func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
-	if err := l.begin(ctx, "observe", name); err != nil {
+	first, err := l.readRecords(ctx, "observe", name, clientv3.WithFirstCreate()...)
+	if err != nil {
 		return nil, nil, err
 	}
-	o := &observation{l: l, ctx: ctx, pfx: l.namePrefix(name), ch: make(chan lock.Holder)}
-	var first *clientv3.GetResponse
-	err := l.bounded(ctx, func(ctx context.Context) (err error) {
-		first, err = l.get(ctx, nil, o.pfx, clientv3.WithFirstCreate()...)
-		return err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("etcdlock: observe %q: %w", name, err)
-	}
-	o.rev = first.Header.Revision
+	o := &observation{l: l, ctx: ctx, pfx: l.namePrefix(name), ch: make(chan lock.Holder), rev: first.Header.Revision}
 	o.cur, o.curKey = firstHolder(first)
 	// Close waits for the goroutine: its requests end when Close starts.
 	var cancel context.CancelFunc

@@ -24,17 +24,10 @@ func (l *Locker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, err
 // queue reads name's records in queue order, for Queue and Holders, and
 // prefixes its error for op.
 func (l *Locker) queue(ctx context.Context, op, name string) ([]lock.QueueEntry, error) {
-	if err := l.begin(ctx, op, name); err != nil {
-		return nil, err
-	}
-	var resp *clientv3.GetResponse
-	err := l.bounded(ctx, func(ctx context.Context) (err error) {
-		resp, err = l.get(ctx, nil, l.namePrefix(name), clientv3.WithPrefix(),
-			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
-		return err
-	})
+	resp, err := l.readRecords(ctx, op, name, clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
-		return nil, fmt.Errorf("etcdlock: %s %q: %w", op, name, err)
+		return nil, err
 	}
 	q := requestsOf(resp.Kvs)
 	es := make([]lock.QueueEntry, len(resp.Kvs))
@@ -44,16 +37,33 @@ func (l *Locker) queue(ctx context.Context, op, name string) ([]lock.QueueEntry,
 	return es, nil
 }
 
+// readRecords is the one read of name's records, with opts, of a call
+// that only reads them; its error is prefixed for op.
+func (l *Locker) readRecords(ctx context.Context, op, name string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if err := l.begin(ctx, op, name); err != nil {
+		return nil, err
+	}
+	var resp *clientv3.GetResponse
+	err := l.bounded(ctx, func(ctx context.Context) (err error) {
+		resp, err = l.get(ctx, nil, l.namePrefix(name), opts...)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: %s %q: %w", op, name, err)
+	}
+	return resp, nil
+}
+
 // namePrefix returns the key prefix of name's records. A '#' cannot appear
 // in a lock name, so the records of "a" ("…a/#…") and of "a/b" ("…a/b/#…")
 // never share a prefix range.
 func (l *Locker) namePrefix(name string) string { return l.opts.prefix + name + "/#" }
 
 // recordKey names one acquisition's record under pfx, name's prefix: the
-// session lease, a number (recordKeys.number) and the kind's tag, if any
-// (docs/design/etcd.md, "Key layout").
-func (l *Locker) recordKey(pfx string, s *session, req queue.Request) string {
-	key := fmt.Sprintf("%s%016x-%x", pfx, int64(s.id), s.keys.number(pfx))
+// session lease id, the number seq (recordKeys.number) and the kind's
+// tag, if any (docs/design/etcd.md, "Key layout").
+func recordKey(pfx string, id clientv3.LeaseID, seq uint64, req queue.Request) string {
+	key := fmt.Sprintf("%s%016x-%x", pfx, int64(id), seq)
 	if tag := req.Tag(); tag != "" {
 		key += "~" + tag
 	}
@@ -64,12 +74,8 @@ func (l *Locker) recordKey(pfx string, s *session, req queue.Request) string {
 // recordKey). A tag that does not parse counts as exclusive: it admits
 // no one.
 func requestOf(key []byte) queue.Request {
-	rest := key[bytes.LastIndexByte(key, '#')+1:]
-	i := bytes.IndexByte(rest, '~')
-	if i < 0 {
-		return queue.ExclusiveRequest
-	}
-	if r, ok := queue.ParseTag(string(rest[i+1:])); ok {
+	_, tag, tagged := bytes.Cut(key[bytes.LastIndexByte(key, '#')+1:], []byte("~"))
+	if r, ok := queue.ParseTag(string(tag)); tagged && ok {
 		return r
 	}
 	return queue.ExclusiveRequest

@@ -3,8 +3,6 @@ package etcdlock
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,29 +60,15 @@ func (k *recordKeys) number(pfx string) uint64 {
 	return k.seq
 }
 
-// reuse offers the number of key to the next acquisition of its name. Only
-// a key nothing can write any more qualifies: its create was answered and
-// a clean Release's own transaction deleted it.
-func (k *recordKeys) reuse(key string) {
-	i := strings.LastIndexByte(key, '#')
-	if i < 0 {
-		return
-	}
-	pfx, rest := key[:i+1], key[i+1:]
-	if j := strings.IndexByte(rest, '~'); j >= 0 {
-		rest = rest[:j]
-	}
-	n, err := strconv.ParseUint(rest[strings.LastIndexByte(rest, '-')+1:], 16, 64)
-	if err != nil {
-		return
-	}
+// reuse offers seq, the number of a key under pfx, to the next
+// acquisition of its name. Only a key nothing can write any more
+// qualifies: its create was answered and a clean Release's own
+// transaction deleted it.
+func (k *recordKeys) reuse(pfx string, seq uint64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.spare == nil {
-		k.spare = make(map[string]uint64)
-	}
 	if _, ok := k.spare[pfx]; !ok && len(k.spare) < maxSpare {
-		k.spare[pfx] = n
+		k.spare[pfx] = seq
 	}
 }
 
@@ -164,6 +148,7 @@ func newSession(l *Locker, id clientv3.LeaseID, grantSent time.Time) *session {
 		done:     make(chan struct{}),
 		deadline: grantSent.Add(l.opts.ttl - l.opts.LossMargin),
 		leases:   make(map[*Lease]struct{}),
+		keys:     recordKeys{spare: make(map[string]uint64)},
 	}
 	s.guard.key = fmt.Sprintf("%s#guard/%016x", l.opts.prefix, int64(id))
 	s.watch = &recordWatcher{s: s, wake: make(chan struct{}, 1), entries: make(map[int64]*recordWatch)}
@@ -222,9 +207,7 @@ func (s *session) add(le *Lease) error {
 func (s *session) remove(le *Lease) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.leases != nil {
-		delete(s.leases, le)
-	}
+	delete(s.leases, le) // nil once the session ended: a no-op
 }
 
 // guard is a session's guard key: every create compares its mod revision,

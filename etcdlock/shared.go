@@ -2,7 +2,6 @@ package etcdlock
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/lock"
@@ -19,14 +18,14 @@ var (
 // *Lease. Errors wrap what Acquire's do, or [lock.ErrIncompatible] when
 // name is in use as a semaphore.
 func (l *Locker) AcquireShared(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquireKind(ctx, "acquire shared", name, queue.SharedRequest, false)
+	return l.acquire(ctx, "acquire shared", name, queue.SharedRequest, false)
 }
 
 // TryAcquireShared is AcquireShared without waiting: when an exclusive
 // request holds name or waits for it, it deletes the record it created and
 // returns an error wrapping [lock.ErrLocked].
 func (l *Locker) TryAcquireShared(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquireKind(ctx, "try acquire shared", name, queue.SharedRequest, true)
+	return l.acquire(ctx, "try acquire shared", name, queue.SharedRequest, true)
 }
 
 // AcquireSemaphore blocks until it holds one of the limit permits of name
@@ -34,25 +33,14 @@ func (l *Locker) TryAcquireShared(ctx context.Context, name string) (lock.Lease,
 // do, [lock.ErrIncompatible] when name is in use as a lock or with another
 // limit, or [lock.ErrInvalidConfig] when limit is below 1.
 func (l *Locker) AcquireSemaphore(ctx context.Context, name string, limit int) (lock.Lease, error) {
-	return l.acquireKind(ctx, "acquire semaphore", name, queue.PermitRequest(limit), false)
+	return l.acquire(ctx, "acquire semaphore", name, queue.PermitRequest(limit), false)
 }
 
 // TryAcquireSemaphore is AcquireSemaphore without waiting: when limit or
 // more requests of name exist, it deletes the record it created and
 // returns an error wrapping [lock.ErrLocked].
 func (l *Locker) TryAcquireSemaphore(ctx context.Context, name string, limit int) (lock.Lease, error) {
-	return l.acquireKind(ctx, "try acquire semaphore", name, queue.PermitRequest(limit), true)
-}
-
-func (l *Locker) acquireKind(ctx context.Context, op, name string, req queue.Request, try bool) (lock.Lease, error) {
-	if err := l.begin(ctx, op, name); err != nil {
-		return nil, err
-	}
-	le, err := l.acquire(ctx, name, req, try)
-	if err != nil {
-		return nil, fmt.Errorf("etcdlock: %s %q: %w", op, name, err)
-	}
-	return le, nil
+	return l.acquire(ctx, "try acquire semaphore", name, queue.PermitRequest(limit), true)
 }
 
 // Holders returns every current holder of name in grant order, in one

@@ -340,45 +340,34 @@ func (w *recordWatcher) reread(rw *recordWatch) {
 	w.rewatch(rw, resp.Header.Revision)
 }
 
-// wait blocks until a record that d watches changes, and reads the queue
-// again, unless the change admits it: grant's touch then confirms it.
+// wait blocks until one of the records d watches changes, and reads the
+// queue again, unless the change admits it: grant's touch then confirms it.
 func (a *acquisition) wait(ctx context.Context, d decision, rev int64) (view, error) {
-	changed, err := a.waitAnyChange(ctx, d.watch, rev, d.puts)
-	if err != nil {
-		return view{}, err
-	}
-	if changed && d.byDeletion {
-		return view{admitted: true}, nil
-	}
-	return a.read(ctx)
-}
-
-// waitAnyChange is waitChange on several keys at once: the first to
-// return wins. puts is for one key only (queue.WaitsForTouch).
-func (a *acquisition) waitAnyChange(ctx context.Context, keys []string, fromRev int64, puts bool) (changed bool, err error) {
-	if len(keys) == 1 {
-		return a.waitChange(ctx, keys[0], fromRev, puts)
-	}
-	ctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	type result struct {
 		changed bool
 		err     error
 	}
-	results := make(chan result, len(keys))
-	for _, key := range keys {
+	results := make(chan result, len(d.watch))
+	for _, key := range d.watch {
 		go func() {
-			var r result
-			r.changed, r.err = a.waitChange(ctx, key, fromRev, false)
-			results <- r
+			changed, err := a.waitChange(wctx, key, rev, d.puts)
+			results <- result{changed, err}
 		}()
 	}
 	first := <-results
 	cancel()
-	for range len(keys) - 1 {
+	for range len(d.watch) - 1 {
 		<-results
 	}
-	return first.changed, first.err
+	switch {
+	case first.err != nil:
+		return view{}, first.err
+	case first.changed && d.byDeletion:
+		return view{admitted: true}, nil
+	}
+	return a.read(ctx)
 }
 
 // waitChange watches key until it is deleted or, with puts, written since
