@@ -37,6 +37,4 @@ func (l *Locker) begin(ctx context.Context, op, name string) error {
 func (le *Lease) valid() bool { return le != nil && le.l != nil && le.s != nil }
 
 // errNotLease is the error of a nil or zero *Lease.
-func errNotLease() error {
-	return fmt.Errorf("%w: *etcdlock.Lease not granted by a Locker", lock.ErrInvalidConfig)
-}
+var errNotLease = fmt.Errorf("%w: *etcdlock.Lease not granted by a Locker", lock.ErrInvalidConfig)

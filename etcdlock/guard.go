@@ -33,7 +33,7 @@ func GuardedTxn(ctx context.Context, kv clientv3.KV, lease lock.Lease, ops ...cl
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: guarded txn: %w", err)
 	}
-	ctx, w := le.l.tel.StartWrite(ctx, guardedTxnHelper, le.Name(), uint64(le.rev))
+	ctx, w := le.l.tel.StartWrite(ctx, "etcdlock.GuardedTxn", le.Name(), uint64(le.rev))
 	if err := le.st.Err(); err != nil {
 		err = fmt.Errorf("etcdlock: guarded txn on %q: %w", le.Name(), err)
 		w.End(telemetry.Rejected, err)
@@ -57,10 +57,6 @@ func GuardedTxn(ctx context.Context, kv clientv3.KV, lease lock.Lease, ops ...cl
 	return resp, err
 }
 
-// guardedTxnHelper is the helper attribute of GuardedTxn's fencing
-// decisions.
-const guardedTxnHelper = "etcdlock.GuardedTxn"
-
 // etcdLease returns lease as a *Lease, or an error wrapping
 // lock.ErrInvalidConfig.
 func etcdLease(lease lock.Lease) (*Lease, error) {
@@ -73,7 +69,7 @@ func etcdLease(lease lock.Lease) (*Lease, error) {
 	case le == nil:
 		return nil, fmt.Errorf("nil *etcdlock.Lease: %w", lock.ErrInvalidConfig)
 	case !le.valid():
-		return nil, errNotLease()
+		return nil, errNotLease
 	}
 	return le, nil
 }

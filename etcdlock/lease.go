@@ -84,7 +84,7 @@ func (le *Lease) Done() <-chan struct{} {
 // zero *Lease reports an error wrapping [lock.ErrInvalidConfig].
 func (le *Lease) Err() error {
 	if !le.valid() {
-		return fmt.Errorf("etcdlock: lease: %w", errNotLease())
+		return fmt.Errorf("etcdlock: lease: %w", errNotLease)
 	}
 	if err := le.st.Err(); err != nil {
 		return fmt.Errorf("etcdlock: %w", err)
@@ -125,7 +125,7 @@ func (le *Lease) lose(cause error) {
 // error wrapping [lock.ErrInvalidConfig].
 func (le *Lease) Release(ctx context.Context) (err error) {
 	if !le.valid() {
-		return fmt.Errorf("etcdlock: release: %w", errNotLease())
+		return fmt.Errorf("etcdlock: release: %w", errNotLease)
 	}
 	if ctx == nil {
 		return fmt.Errorf("etcdlock: release %q: %w: nil context", le.Name(), lock.ErrInvalidConfig)

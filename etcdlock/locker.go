@@ -114,12 +114,6 @@ func (l *Locker) SessionLease() (clientv3.LeaseID, bool) {
 
 func (l *Locker) closeWait() time.Duration { return min(l.opts.ttl, maxCloseWait) }
 
-func (l *Locker) isClosed() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.closed
-}
-
 // withClosing returns a context that is also cancelled when Close starts,
 // so that no request of a call outlives Close.
 func (l *Locker) withClosing(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -131,7 +125,10 @@ func (l *Locker) withClosing(ctx context.Context) (context.Context, context.Canc
 // bounded runs f with ctx (see withClosing), and reports lock.ErrClosed
 // when Close, not ctx, ended it.
 func (l *Locker) bounded(ctx context.Context, f func(context.Context) error) error {
-	if l.isClosed() {
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if closed {
 		return lock.ErrClosed
 	}
 	cctx, cancel := l.withClosing(ctx)

@@ -55,7 +55,7 @@ func (driver) Open(ctx context.Context, u *url.URL, cfg lock.OpenConfig) (lock.L
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
-	creds, hasCreds, err := secure.CredentialsFromURL(u, q, os.Getenv)
+	creds, _, err := secure.CredentialsFromURL(u, q, os.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
@@ -66,14 +66,11 @@ func (driver) Open(ctx context.Context, u *url.URL, cfg lock.OpenConfig) (lock.L
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("etcdlock: open: %w", err)
 	}
-	ccfg, watch := clientConfig(hosts, o, creds.Password, tlsCfg)
-	if hasCreds {
-		ccfg.Username, ccfg.Password = creds.User, creds.Password
-	}
+	ccfg, watch := clientConfig(hosts, o, creds, tlsCfg)
 	client, err := newClient(ctx, ccfg, watch)
 	if err != nil {
 		who := strings.Join(hosts, ",")
-		if hasCreds {
+		if creds.User != "" {
 			who += fmt.Sprintf(" as user %q", creds.User)
 		}
 		return nil, fmt.Errorf("etcdlock: open %s: %w", who, err)
@@ -121,12 +118,15 @@ func urlOptions(u *url.URL, cfg lock.OpenConfig) (*options, url.Values, error) {
 }
 
 // clientConfig is the configuration of the client that Open creates for
-// hosts, whose logger never repeats password. With tlsCfg, the client's
-// TLS handshakes go through the returned watch, which sees refusals.
-func clientConfig(hosts []string, o *options, password string, tlsCfg *tls.Config) (clientv3.Config, *refusals) {
+// hosts, with creds if any, whose logger never repeats the password. With
+// tlsCfg, the client's TLS handshakes go through the returned watch, which
+// sees refusals.
+func clientConfig(hosts []string, o *options, creds secure.Credentials, tlsCfg *tls.Config) (clientv3.Config, *refusals) {
 	ccfg := clientv3.Config{
 		Endpoints: hosts,
-		Logger:    clientLogger(o.Logger, password),
+		Username:  creds.User,
+		Password:  creds.Password,
+		Logger:    clientLogger(o.Logger, creds.Password),
 		// 5s is the server's default minimum ping interval.
 		DialKeepAliveTime:    5 * time.Second,
 		DialKeepAliveTimeout: 2 * time.Second,

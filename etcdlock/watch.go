@@ -100,14 +100,10 @@ func (w *recordWatcher) stop(rw *recordWatch) {
 // rewatch creates rw's watch again from fromRev, where a read found it.
 func (w *recordWatcher) rewatch(rw *recordWatch, fromRev int64) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if rw.stopped {
-		return
-	}
 	rw.fromRev = fromRev
 	rw.gen = 0
-	w.creates = append(w.creates, rw)
-	w.signal()
+	w.mu.Unlock()
+	w.arm(rw)
 }
 
 // streamState is what run keeps about the current watch stream.
