@@ -92,12 +92,8 @@ func (k *keepalive) run() {
 // answering is left for the next one.
 func (k *keepalive) start(rpcCtx context.Context, inflight *sync.WaitGroup) {
 	sent := k.clk.Now()
-	until := sent.Add(k.interval / 2)
-	if k.deadline.Before(until) {
-		until = k.deadline
-	}
 	// A bound on the keepalive's clock, turned into a real timeout.
-	ctx, cancel := context.WithTimeout(rpcCtx, until.Sub(sent))
+	ctx, cancel := context.WithTimeout(rpcCtx, min(k.interval/2, k.deadline.Sub(sent)))
 	inflight.Add(1)
 	go func() {
 		defer inflight.Done()
