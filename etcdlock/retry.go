@@ -9,8 +9,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencelock/fencelock/internal/clock"
 	"github.com/fencelock/fencelock/internal/secure"
+	"github.com/fencelock/fencelock/lock"
 )
 
 // retryDelay spaces out retries of a request that failed without an answer.
@@ -48,11 +48,18 @@ func call[T any](ctx context.Context, l *Locker, s *session, op func(context.Con
 		case !retryable(err):
 			return zero, secure.Refusal(err, isRefusal)
 		}
-		if serr := clock.Sleep(ctx, delay, l.g.closing.Done(), sessionDone, s.lostErr); serr != nil {
-			if ctx.Err() != nil {
-				return zero, errors.Join(ctx.Err(), err)
-			}
-			return zero, serr
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return zero, errors.Join(ctx.Err(), err)
+		case <-l.g.closing.Done():
+			t.Stop()
+			return zero, lock.ErrClosed
+		case <-sessionDone:
+			t.Stop()
+			return zero, s.lostErr()
 		}
 	}
 }
