@@ -21,14 +21,14 @@ import (
 // is closed, or the session is lost. It returns a *Lease. See
 // [lock.Locker.Acquire].
 func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquireKind(ctx, "acquire", name, queue.ExclusiveRequest, false)
+	return l.acquire(ctx, "acquire", name, queue.ExclusiveRequest, false)
 }
 
 // TryAcquire is Acquire without waiting: it returns an error wrapping
 // [lock.ErrLocked] at once if another lease holds name, after deleting the
 // znode it queued.
 func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquireKind(ctx, "try acquire", name, queue.ExclusiveRequest, true)
+	return l.acquire(ctx, "try acquire", name, queue.ExclusiveRequest, true)
 }
 
 // acquisition is one request's state: the session it works in, its
@@ -82,7 +82,10 @@ type shortcuts struct {
 
 // acquire implements every Acquire method: req says which kind of grant,
 // try whether to wait, op how errors name the call.
-func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request, try bool) (*Lease, error) {
+func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request, try bool) (lock.Lease, error) {
+	if err := l.usable(ctx); err != nil {
+		return nil, fmt.Errorf("zklock: %s %q: %w", op, name, err)
+	}
 	if err := lock.ValidateName(name); err != nil {
 		return nil, fmt.Errorf("zklock: %s: %w", op, err)
 	}

@@ -2,7 +2,6 @@ package zklock
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/lock"
@@ -19,13 +18,13 @@ var (
 // *Lease. Errors wrap what Acquire's do, or [lock.ErrIncompatible] when
 // name is in use as a semaphore.
 func (l *Locker) AcquireShared(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquireKind(ctx, "acquire shared", name, queue.SharedRequest, false)
+	return l.acquire(ctx, "acquire shared", name, queue.SharedRequest, false)
 }
 
 // TryAcquireShared is AcquireShared without waiting: it returns an error
 // wrapping [lock.ErrLocked] at once when it would wait.
 func (l *Locker) TryAcquireShared(ctx context.Context, name string) (lock.Lease, error) {
-	return l.acquireKind(ctx, "try acquire shared", name, queue.SharedRequest, true)
+	return l.acquire(ctx, "try acquire shared", name, queue.SharedRequest, true)
 }
 
 // AcquireSemaphore blocks until it holds one of the limit permits of name
@@ -33,24 +32,13 @@ func (l *Locker) TryAcquireShared(ctx context.Context, name string) (lock.Lease,
 // do, [lock.ErrIncompatible] when name is in use as a lock or with another
 // limit, or [lock.ErrInvalidConfig] when limit is below 1.
 func (l *Locker) AcquireSemaphore(ctx context.Context, name string, limit int) (lock.Lease, error) {
-	return l.acquireKind(ctx, "acquire semaphore", name, queue.PermitRequest(limit), false)
+	return l.acquire(ctx, "acquire semaphore", name, queue.PermitRequest(limit), false)
 }
 
 // TryAcquireSemaphore is AcquireSemaphore without waiting: it returns an
 // error wrapping [lock.ErrLocked] at once when it would wait.
 func (l *Locker) TryAcquireSemaphore(ctx context.Context, name string, limit int) (lock.Lease, error) {
-	return l.acquireKind(ctx, "try acquire semaphore", name, queue.PermitRequest(limit), true)
-}
-
-func (l *Locker) acquireKind(ctx context.Context, op, name string, req queue.Request, try bool) (lock.Lease, error) {
-	if err := l.usable(ctx); err != nil {
-		return nil, fmt.Errorf("zklock: %s %q: %w", op, name, err)
-	}
-	le, err := l.acquire(ctx, op, name, req, try)
-	if err != nil {
-		return nil, err
-	}
-	return le, nil
+	return l.acquire(ctx, "try acquire semaphore", name, queue.PermitRequest(limit), true)
 }
 
 // Holders returns every current holder of name in grant order, or an
