@@ -62,11 +62,12 @@ optin_note='opt-in tests: TestBench (make bench), TestChaos (make chaos)'
 # Tests the containers stage does not repeat, because the process stage
 # runs them: the provider-neutral tests of package cluster, and the long
 # timing proofs and scale checks (TestFrozen*: 30 frozen-member trials per
-# variant; the held-leases goroutine counts), which measure the library,
+# variant; the held-leases goroutine counts; the share of 40 short grants
+# an observer reports, TestObserveShortGrants), which measure the library,
 # not the way its servers were started. The partition proofs
 # (TestZKPartition, TestEtcdPartition, TestPeerCut) need the process
 # provider: the harness cuts a member off from its peers by its cgroup.
-neutral_skip='^(TestBench|TestChaos|TestFaultCheckers|TestProxy.*|TestLastLines|TestBuildOptions|TestReserveLoopbackPorts|TestFromEnv|TestSkipUnlessRequested|TestFrozen.*|TestHeldLeasesGoroutines|TestZKHeldLeasesGoroutines|TestZKPartition|TestEtcdPartition|TestPeerCut)$'
+neutral_skip='^(TestBench|TestChaos|TestFaultCheckers|TestProxy.*|TestLastLines|TestBuildOptions|TestReserveLoopbackPorts|TestFromEnv|TestSkipUnlessRequested|TestFrozen.*|TestObserveShortGrants|TestHeldLeasesGoroutines|TestZKHeldLeasesGoroutines|TestZKPartition|TestEtcdPartition|TestPeerCut)$'
 
 # Local images by default, built by integration/images/build.sh; other
 # names (official images, with registry access) are pulled by the tests.
