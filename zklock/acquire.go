@@ -83,16 +83,17 @@ type shortcuts struct {
 // acquire implements every Acquire method: req says which kind of grant,
 // try whether to wait, op how errors name the call.
 func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request, try bool) (lock.Lease, error) {
-	if err := l.usable(ctx); err != nil {
-		return nil, fmt.Errorf("zklock: %s %q: %w", op, name, err)
+	if err := l.enterName(ctx, op, name); err != nil {
+		return nil, err
 	}
-	if err := lock.ValidateName(name); err != nil {
-		return nil, fmt.Errorf("zklock: %s: %w", op, err)
-	}
+	defer l.leave()
 	if req.Kind == queue.Permit {
 		if err := queue.CheckLimit(req.Limit); err != nil {
 			return nil, fmt.Errorf("zklock: %s %q: %w: %w", op, name, lock.ErrInvalidConfig, err)
 		}
+	}
+	if why := l.o.layout.refuses(req); why != "" {
+		return nil, fmt.Errorf("zklock: %s %q: %w: %s", op, name, lock.ErrIncompatible, why)
 	}
 	ctx, tel := l.tel.StartAcquire(ctx, name, req.Kind.String(), !try)
 	a := &acquisition{l: l, name: name, parent: l.parent(name), req: req, try: try}
@@ -152,10 +153,6 @@ func (l *Locker) countEnd(le *Lease, hold telemetry.Hold, err error) {
 // run creates the acquisition's znode in a session of the Locker and
 // queues it up; on error it deletes the znode.
 func (a *acquisition) run(ctx context.Context) (*Lease, error) {
-	if err := a.l.enter(); err != nil {
-		return nil, err
-	}
-	defer a.l.leave()
 	if err := context.Cause(ctx); err != nil {
 		return nil, err
 	}
@@ -165,7 +162,7 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 		if err != nil {
 			return nil, err
 		}
-		a.z.prefix = newPrefix(a.req)
+		a.z.prefix = newPrefix(a.l.o.layout, a.req)
 		a.z.path, err = a.create(ctx)
 		if err == nil {
 			break

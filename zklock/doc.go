@@ -50,6 +50,16 @@
 // clean Release; give every Locker of a name the same delay. [lock.Open]
 // takes "zk://" URLs; see the driver's Open for every key.
 //
+// # Other recipes
+//
+// Every Locker counts the lock records of Curator, go-zookeeper and Kazoo
+// in its queue. [WithLayout] ([LayoutCurator], [LayoutCuratorReadWrite],
+// [LayoutCuratorLatch]) makes its own records theirs, so that both
+// exclude each other on a name while a fleet migrates. Such a layout
+// refuses semaphores, and shared locks but for curator-rw, with
+// [lock.ErrIncompatible], and a lock-delay. Holder reports a foreign
+// holder's token, its czxid; Revoke deletes its record unbeknown to it.
+//
 // # Security
 //
 // [WithTLS] speaks TLS to the servers' secure client ports; [WithDigest]

@@ -67,7 +67,9 @@ func FuzzRoot(f *testing.F) {
 // and the names newPrefix makes parse back to their request.
 func FuzzChildName(f *testing.F) {
 	for _, s := range []string{"~0123456789abcdef0123456789abcdef~0000000042", "~0123456789abcdef0123456789abcdef~r~0000000042",
-		"~0123456789abcdef0123456789abcdef~s12~0000000001", "~~0000000001", "sub", "~0123456789abcdef0123456789abcdef~s0~0000000042"} {
+		"~0123456789abcdef0123456789abcdef~s12~0000000001", "~~0000000001", "sub", "~0123456789abcdef0123456789abcdef~s0~0000000042",
+		"_c_0123456789abcdef0123456789abcdef-lock-0000000001", "_c_5bd6ab9e-2ba5-4e0a-8a47-7c6c8a0c1f3d-__READ__0000000001",
+		"0123456789abcdef0123456789abcdef__rlock__0000000003", "x-latch-000000001", "~delay~~01~0000000001"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
@@ -75,7 +77,28 @@ func FuzzChildName(f *testing.F) {
 		if !ok {
 			return
 		}
-		if newPrefix(req)[randLen:]+seqOf(name) != name[randLen:] {
+		if strings.Trim(seqOf(name), "0123456789") != "" {
+			t.Fatalf("parseChild(%q) = %v, true; its sequence number is not 10 digits", name, req)
+		}
+		for _, y := range []Layout{LayoutCurator, LayoutCuratorReadWrite, LayoutCuratorLatch} {
+			if y.refuses(req) == "" {
+				if back, ok := parseChild(newPrefix(y, req) + seqOf(name)); !ok || back != req {
+					t.Fatalf("layout %s writes a record of %v that parses as %v, %v", y, req, back, ok)
+				}
+			}
+		}
+		if name[0] != marker {
+			// Another recipe's record: its name before the sequence says its kind.
+			i := len(recipeKinds) - 1
+			for i >= 0 && !strings.HasSuffix(prefixOf(name), recipeKinds[i].name) {
+				i--
+			}
+			if i < 0 || recipeKinds[i].req != req {
+				t.Fatalf("parseChild(%q) = %v, true; it has no recipe's name for that kind", name, req)
+			}
+			return
+		}
+		if newPrefix(LayoutFencelock, req)[randLen:]+seqOf(name) != name[randLen:] {
 			t.Fatalf("parseChild(%q) = %v, which newPrefix would not write so", name, req)
 		}
 		if req.Kind == queue.Permit && queue.CheckLimit(req.Limit) != nil {

@@ -3,12 +3,15 @@ package zklock
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"regexp"
 	"slices"
 	"testing"
 
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencelock/fencelock/internal/queue"
+	"github.com/fencelock/fencelock/lock"
 )
 
 func TestLockChildPattern(t *testing.T) {
@@ -18,7 +21,7 @@ func TestLockChildPattern(t *testing.T) {
 		ok   bool
 	}{
 		{good, true},
-		{"_c_0123456789abcdef0123456789abcdef-lock-0000000042", false},
+		{"_c_0123456789abcdef0123456789abcdef-lock-00000000x2", false},
 		{"b", false},
 		{"~0123456789abcdef0123456789abcdeF~0000000042", false},
 		{"~0123456789abcdef0123456789abcdef~000000004x", false},
@@ -31,9 +34,20 @@ func TestLockChildPattern(t *testing.T) {
 		}
 	}
 	for _, req := range []queue.Request{queue.ExclusiveRequest, queue.SharedRequest, queue.PermitRequest(1), queue.PermitRequest(queue.MaxLimit)} {
-		p := newPrefix(req)
+		p := newPrefix(LayoutFencelock, req)
 		if got, ok := parseChild(p + "0000000000"); !ok || got != req {
 			t.Errorf("parseChild(newPrefix(%v) + sequence) = %v, %v; want %v, true", req, got, ok, req)
+		}
+	}
+	for _, y := range []Layout{LayoutCurator, LayoutCuratorReadWrite, LayoutCuratorLatch} {
+		for _, req := range []queue.Request{queue.ExclusiveRequest, queue.SharedRequest} {
+			if y.refuses(req) != "" {
+				continue
+			}
+			p := newPrefix(y, req)
+			if got, ok := parseChild(p + "0000000007"); !ok || got != req || !curatorName.MatchString(p+"0000000007") {
+				t.Errorf("parseChild(newPrefix(%s, %v) + sequence) = %v, %v; want %v, true, a name of Curator's shape", y, req, got, ok, req)
+			}
 		}
 	}
 	tagged := map[string]bool{
@@ -49,6 +63,67 @@ func TestLockChildPattern(t *testing.T) {
 	for name, ok := range tagged {
 		if _, got := parseChild(name); got != ok {
 			t.Errorf("parseChild(%q) ok = %v; want %v", name, got, ok)
+		}
+	}
+}
+
+// curatorName is the shape of the records of Curator's recipes: "_c_",
+// a version 4 UUID, '-', the recipe's name, the sequence number.
+var curatorName = regexp.MustCompile(`^_c_[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}-(lock-|latch-|__WRIT__|__READ__)[0-9]{10}$`)
+
+// TestForeignChildren checks the parse of the other recipes' records.
+func TestForeignChildren(t *testing.T) {
+	x, r := queue.ExclusiveRequest, queue.SharedRequest
+	tests := []struct {
+		name string
+		want queue.Request
+		ok   bool
+	}{
+		{"_c_0123456789abcdef0123456789abcdef-lock-0000000042", x, true},     // go-zookeeper
+		{"_c_5bd6ab9e-2ba5-4e0a-8a47-7c6c8a0c1f3d-lock-0000000042", x, true}, // Curator InterProcessMutex
+		{"_c_5bd6ab9e-2ba5-4e0a-8a47-7c6c8a0c1f3d-latch-0000000001", x, true},
+		{"_c_5bd6ab9e-2ba5-4e0a-8a47-7c6c8a0c1f3d-__WRIT__0000000001", x, true},
+		{"_c_5bd6ab9e-2ba5-4e0a-8a47-7c6c8a0c1f3d-__READ__0000000001", r, true},
+		{"0123456789abcdef0123456789abcdef__lock__0000000003", x, true}, // Kazoo
+		{"0123456789abcdef0123456789abcdef__rlock__0000000003", r, true},
+		{"-lock-0000000003", x, true},
+		{"_c_0123456789abcdef0123456789abcdef-lock-000000042", x, false},
+		{"_c_0123456789abcdef0123456789abcdef-lock-00000000420", x, false},
+		{"_c_0123456789abcdef0123456789abcdef-lock0000000042", x, false},
+		{"_c_0123456789abcdef0123456789abcdef-lease-0000000042", x, false},
+		{"0123456789abcdef0123456789abcdef__READ__000000000a", x, false},
+		{"lock-0000000042", x, false},
+		{"0000000042", x, false},
+		{"__lock__", x, false},
+		{"nightly", x, false},
+		{"~delay~_c_0123456789abcdef0123456789abcdef-lock-", x, false},
+	}
+	for _, tt := range tests {
+		got, ok := parseChild(tt.name)
+		if ok != tt.ok || ok && got != tt.want {
+			t.Errorf("parseChild(%q) = %v, %v; want %v, %v", tt.name, got, ok, tt.want, tt.ok)
+		}
+	}
+	q, reqs := lockQueue([]string{"b__rlock__0000000009", "~aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa~0000000003", "_c_x-lock-0000000001", "sub"})
+	if want := []string{"_c_x-lock-0000000001", "~aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa~0000000003", "b__rlock__0000000009"}; !slices.Equal(q, want) || reqs[2] != r {
+		t.Errorf("lockQueue() = %v, %v; want %v, the last shared", q, reqs, want)
+	}
+	for p, want := range map[string]bool{"/r/a/~aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa~0000000003": true, "/r/a/_c_x-lock-0000000001": false,
+		"/r/a/~aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa~r~0000000003": false} {
+		if got := marksRelease(p); got != want {
+			t.Errorf("marksRelease(%q) = %v; want %v", p, got, want)
+		}
+	}
+}
+
+// TestLockNameShapes checks that a lock cannot be named so that its
+// parent znode would be taken for a record of another lock.
+func TestLockNameShapes(t *testing.T) {
+	for name, ok := range map[string]bool{"jobs": true, "jobs/nightly-lock-1": true, "x-lock-0000000001": true,
+		"jobs/x-lock-0000000001": false, "a/b__READ__0000000001/c": false} {
+		err := validName(name)
+		if (err == nil) != ok || err != nil && !errors.Is(err, lock.ErrInvalidName) {
+			t.Errorf("validName(%q) = %v; want ok %v, else an error wrapping %v", name, err, ok, lock.ErrInvalidName)
 		}
 	}
 }
@@ -111,5 +186,31 @@ func TestFreeBetween(t *testing.T) {
 	// An unexplained change in between: unsure, so no free state.
 	if o.freeBetween([]string{x2}, &zk.Stat{Cversion: 9}, x2) {
 		t.Errorf("freeBetween(unexplained changes) = true; want false")
+	}
+}
+
+// TestLayoutRefuses checks which kinds of request each layout refuses.
+func TestLayoutRefuses(t *testing.T) {
+	x, r, s := queue.ExclusiveRequest, queue.SharedRequest, queue.PermitRequest(2)
+	for _, tt := range []struct {
+		y       Layout
+		refused []queue.Request
+		allowed []queue.Request
+	}{
+		{LayoutFencelock, nil, []queue.Request{x, r, s}},
+		{LayoutCurator, []queue.Request{r, s}, []queue.Request{x}},
+		{LayoutCuratorLatch, []queue.Request{r, s}, []queue.Request{x}},
+		{LayoutCuratorReadWrite, []queue.Request{s}, []queue.Request{x, r}},
+	} {
+		for _, req := range tt.refused {
+			if tt.y.refuses(req) == "" {
+				t.Errorf("%s.refuses(%v) = \"\"; want a reason", tt.y, req)
+			}
+		}
+		for _, req := range tt.allowed {
+			if why := tt.y.refuses(req); why != "" {
+				t.Errorf("%s.refuses(%v) = %q; want \"\"", tt.y, req, why)
+			}
+		}
 	}
 }

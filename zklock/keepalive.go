@@ -328,7 +328,7 @@ func watchRequestPath(p []byte, op int32) ([]byte, bool) {
 // isLockPath reports whether path's last segment is a lock znode's name.
 func isLockPath(path []byte) bool {
 	i := bytes.LastIndexByte(path, '/')
-	if i < 0 || i+1 >= len(path) || path[i+1] != marker {
+	if i < 0 {
 		return false
 	}
 	_, ok := parseChild(string(path[i+1:]))

@@ -209,7 +209,7 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 // (acquisition.waitFor), unless a first release found the Locker may not
 // write its lock znodes.
 func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxid int64, marker string) error {
-	mark := marker == "" && !l.markDenied.Load() && isExclusivePath(path)
+	mark := marker == "" && !l.markDenied.Load() && marksRelease(path)
 	for range 3 {
 		_, err := call(ctx, l.g, nil, func() (struct{}, error) {
 			if mark { // the data change tells the waiter behind that a holder went

@@ -226,11 +226,26 @@ func (l *Locker) enterName(ctx context.Context, op, name string) error {
 	if err := l.usable(ctx); err != nil {
 		return fmt.Errorf("zklock: %s %q: %w", op, name, err)
 	}
-	if err := lock.ValidateName(name); err != nil {
+	if err := validName(name); err != nil {
 		return fmt.Errorf("zklock: %s: %w", op, err)
 	}
 	if err := l.enter(); err != nil {
 		return fmt.Errorf("zklock: %s %q: %w", op, name, err)
+	}
+	return nil
+}
+
+// validName is lock.ValidateName, and also refuses a name with a
+// segment after the first that the listings of its parent's lock would
+// take for one of its records (parseChild).
+func validName(name string) error {
+	if err := lock.ValidateName(name); err != nil {
+		return err
+	}
+	for _, seg := range strings.Split(name, "/")[1:] {
+		if _, ok := parseChild(seg); ok {
+			return fmt.Errorf("%w: %q: segment %q has the shape of a lock record", lock.ErrInvalidName, name, seg)
+		}
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/fencelock/fencelock/internal/clock"
 	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/nilcheck"
+	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -59,6 +60,47 @@ type options struct {
 	dialer         zk.Dialer       // nil: net.DialTimeout
 	hosts          zk.HostProvider // nil: go-zookeeper's DNS host provider
 	clock          clock.Clock     // the loss deadline's and keepalive's; unit tests set a fake
+	layout         Layout
+}
+
+// Layout is how a Locker names its lock znodes, so that it can contend
+// with another recipe's clients on the same lock. Whatever the layout, a
+// Locker counts the records of every layout and of those recipes; see
+// "Layouts" in docs/design/zookeeper.md.
+type Layout string
+
+// The layouts: fencelock's own (the default, every kind of request), and
+// the records of Curator's InterProcessMutex, LeaderSelector and of
+// go-zookeeper's Lock (locks only), of Curator's InterProcessReadWriteLock
+// (locks and read-write locks) and of its LeaderLatch (locks only).
+const (
+	LayoutFencelock        Layout = "fencelock"
+	LayoutCurator          Layout = "curator"
+	LayoutCuratorReadWrite Layout = "curator-rw"
+	LayoutCuratorLatch     Layout = "curator-latch"
+)
+
+// refuses says why layout y has no record for req, or "".
+func (y Layout) refuses(req queue.Request) string {
+	if y == LayoutFencelock || recipeKind(y, req) >= 0 {
+		return ""
+	}
+	return fmt.Sprintf("layout %s has no %s requests", y, req.Kind)
+}
+
+// WithLayout sets the layout of the Locker's lock znodes (default
+// [LayoutFencelock]). A Curator layout refuses shared or semaphore
+// requests it has no record for with [lock.ErrIncompatible], and cannot
+// be combined with [WithLockDelay].
+func WithLayout(y Layout) Option {
+	return func(o *options) {
+		switch y {
+		case LayoutFencelock, LayoutCurator, LayoutCuratorReadWrite, LayoutCuratorLatch:
+			o.layout = y
+		default:
+			o.Fail("layout %q: want fencelock, curator, curator-rw or curator-latch", y)
+		}
+	}
 }
 
 // WithRoot sets the znode under which locks live (default [DefaultRoot]).
@@ -207,6 +249,7 @@ func buildOptions(opts []Option) (*options, error) {
 		root:           DefaultRoot,
 		sessionTimeout: DefaultSessionTimeout,
 		clock:          clock.Real(),
+		layout:         LayoutFencelock,
 	}
 	if err := config.Apply(o, &o.Common, opts); err != nil {
 		return nil, err
@@ -214,6 +257,9 @@ func buildOptions(opts []Option) (*options, error) {
 	o.Logger = o.Logger.With(config.LogBackend, backend)
 	if o.acl == nil {
 		o.acl = o.defaultACL()
+	}
+	if o.layout != LayoutFencelock && o.LockDelay > 0 {
+		return nil, fmt.Errorf("%w: lock-delay with layout %s: its markers would be records the recipe cannot parse", lock.ErrInvalidConfig, o.layout)
 	}
 	if o.LossMargin != 0 && o.LossMargin > maxMargin(o.sessionTimeout) {
 		return nil, fmt.Errorf("%w: loss margin %v: must be at most five sixths of the session timeout %v", lock.ErrInvalidConfig, o.LossMargin, o.sessionTimeout)

@@ -43,6 +43,10 @@ func TestDialInvalidConfig(t *testing.T) {
 		{"nil logger", servers, []Option{WithLogger(nil)}},
 		{"nil dialer", servers, []Option{WithDialer(nil)}},
 		{"nil option", servers, []Option{nil}},
+		{"empty layout", servers, []Option{WithLayout("")}},
+		{"unknown layout", servers, []Option{WithLayout("Curator")}},
+		{"lock delay with curator", servers, []Option{WithLayout(LayoutCurator), WithLockDelay(time.Second)}},
+		{"lock delay with curator-rw", servers, []Option{WithLockDelay(time.Second), WithLayout(LayoutCuratorReadWrite)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -18,9 +18,12 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// A lock's znodes are named "~<32 hex digits>~" (the protection prefix),
-// then a kind's tag and '~' (queue.Request.Tag), then the sequence number;
-// other children are ignored (docs/design/zookeeper.md, "Layout").
+// In the default layout a lock's znodes are named "~<32 hex digits>~"
+// (the protection prefix), then a kind's tag and '~' (queue.Request.Tag),
+// then the sequence number. The records of the recipes a Locker contends
+// with (and of its Curator layouts) end in one of recipeKinds' names and
+// the sequence number. Other children are ignored
+// (docs/design/zookeeper.md, "Layout" and "Layouts").
 const (
 	marker    = '~'
 	randLen   = 1 + 32 + 1
@@ -29,10 +32,42 @@ const (
 	maxTagLen = 11 // "s" and a limit of up to 10 digits
 )
 
-// newPrefix returns a fresh protection prefix for a request.
-func newPrefix(req queue.Request) string {
+// recipeKinds are the names before the sequence number of the other
+// recipes' records, with their kind and the layout that writes them:
+// Curator's locks (and go-zookeeper's), latches and read-write locks, and
+// Kazoo's locks.
+var recipeKinds = []struct {
+	name   string
+	req    queue.Request
+	layout Layout
+}{
+	{"-lock-", queue.ExclusiveRequest, LayoutCurator}, {"-latch-", queue.ExclusiveRequest, LayoutCuratorLatch},
+	{"__WRIT__", queue.ExclusiveRequest, LayoutCuratorReadWrite}, {"__READ__", queue.SharedRequest, LayoutCuratorReadWrite},
+	{"__lock__", queue.ExclusiveRequest, ""}, {"__rlock__", queue.SharedRequest, ""},
+}
+
+// recipeKind returns the index in recipeKinds of the records of req in
+// layout y, or -1 if it has none.
+func recipeKind(y Layout, req queue.Request) int {
+	for i, k := range recipeKinds {
+		if k.layout == y && k.req == req {
+			return i
+		}
+	}
+	return -1
+}
+
+// newPrefix returns a fresh protection prefix for a request in layout y
+// (which has a record for it): in a Curator layout, "_c_", a random UUID,
+// '-' and the recipe's name.
+func newPrefix(y Layout, req queue.Request) string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails
+	if y != LayoutFencelock {
+		b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80 // a version 4 UUID
+		name := strings.TrimPrefix(recipeKinds[recipeKind(y, req)].name, "-")
+		return fmt.Sprintf("_c_%x-%x-%x-%x-%x-%s", b[:4], b[4:6], b[6:8], b[8:10], b[10:], name)
+	}
 	p := string(marker) + hex.EncodeToString(b) + string(marker)
 	if tag := req.Tag(); tag != "" {
 		p += tag + string(marker)
@@ -43,8 +78,18 @@ func newPrefix(req queue.Request) string {
 // parseChild reports whether a child name is a lock znode and, if so, the
 // request it stands for.
 func parseChild(s string) (queue.Request, bool) {
-	if len(s) < minChild || len(s) > minChild+maxTagLen+1 || s[0] != marker || s[randLen-1] != marker ||
-		strings.Trim(s[1:randLen-1], "0123456789abcdef") != "" || strings.Trim(seqOf(s), "0123456789") != "" {
+	if len(s) <= seqLen || strings.Trim(seqOf(s), "0123456789") != "" {
+		return queue.Request{}, false
+	}
+	if s[0] != marker {
+		for _, k := range recipeKinds {
+			if strings.HasSuffix(prefixOf(s), k.name) {
+				return k.req, true
+			}
+		}
+		return queue.Request{}, false
+	}
+	if len(s) < minChild || len(s) > minChild+maxTagLen+1 || s[randLen-1] != marker || strings.Trim(s[1:randLen-1], "0123456789abcdef") != "" {
 		return queue.Request{}, false
 	}
 	// An empty tag, or a non-empty one followed by the marker.
@@ -56,11 +101,14 @@ func parseChild(s string) (queue.Request, bool) {
 	return queue.ParseTag(tag)
 }
 
-// isExclusivePath reports whether path is the znode of an exclusive
-// request: a lock's, or a read-write lock's writer's.
-func isExclusivePath(path string) bool {
-	r, ok := parseChild(path[strings.LastIndexByte(path, '/')+1:])
-	return ok && r.Kind == queue.Exclusive
+// marksRelease reports whether path is the znode of an exclusive request
+// in the default layout, whose release is marked (acquisition.waitFor).
+// Curator asks a holder to release by setting its data, so the data of
+// other records says nothing about a release.
+func marksRelease(path string) bool {
+	child := path[strings.LastIndexByte(path, '/')+1:]
+	r, ok := parseChild(child)
+	return ok && child[0] == marker && r.Kind == queue.Exclusive
 }
 
 // seqOf returns a lock znode's sequence number.

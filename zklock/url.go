@@ -15,10 +15,10 @@ func init() { lock.Register("zk", driver{}) }
 // driver opens Lockers for URLs such as
 // "zk://h1:2181,h2:2181/myapp/locks?session_timeout=10s&identity=worker-1".
 // The path is the root ([WithRoot]). The query keys are session_timeout,
-// loss_margin, lock_delay and identity (the options of those names), and
-// the keys of package secure: user information or password_env go to
-// [WithDigest], tls, ca_file, cert_file, key_file and server_name to
-// [WithTLS]. Bad values are errors wrapping [lock.ErrInvalidConfig] that
+// loss_margin, lock_delay, identity and layout (the options of those
+// names), and the keys of package secure: user information or
+// password_env go to [WithDigest], tls, ca_file, cert_file, key_file and
+// server_name to [WithTLS]. Bad values are errors wrapping [lock.ErrInvalidConfig] that
 // never show a secret. The options of lock.Open map to the options of
 // the same names; an identity given both there and in the URL is an
 // error.
@@ -51,7 +51,7 @@ func urlOptions(u *url.URL, cfg lock.OpenConfig) ([]Option, error) {
 	if err != nil {
 		return nil, err
 	}
-	q, err := lock.CheckQuery(u, append([]string{"session_timeout", "loss_margin", "lock_delay", "identity"}, secure.QueryKeys...)...)
+	q, err := lock.CheckQuery(u, append([]string{"session_timeout", "loss_margin", "lock_delay", "identity", "layout"}, secure.QueryKeys...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -82,6 +82,9 @@ func urlOptions(u *url.URL, cfg lock.OpenConfig) ([]Option, error) {
 		} else if ok {
 			opts = append(opts, k.with(d))
 		}
+	}
+	if y, ok := q["layout"]; ok {
+		opts = append(opts, WithLayout(Layout(y[0])))
 	}
 	_, urlIdentity := q["identity"]
 	if urlIdentity {

@@ -2,6 +2,7 @@ package zklock
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -49,5 +50,29 @@ func TestURLOptionsOpenConfig(t *testing.T) {
 	}
 	if f := o.Telemetry.NameAttribute; f == nil || f("x") != "mapped" {
 		t.Errorf("NameAttribute not the one given")
+	}
+}
+
+// TestURLLayout checks the layout key: each layout by its name, bad
+// names and a lock-delay with a Curator layout refused.
+func TestURLLayout(t *testing.T) {
+	for query, want := range map[string]Layout{"": LayoutFencelock, "?layout=fencelock": LayoutFencelock,
+		"?layout=curator": LayoutCurator, "?layout=curator-rw": LayoutCuratorReadWrite, "?layout=curator-latch": LayoutCuratorLatch,
+		"?layout=": "", "?layout=zk": "", "?layout=curator&layout=curator": "", "?layout=curator&lock_delay=1s": ""} {
+		u, err := url.Parse("zk://127.0.0.1:1/app" + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts, err := urlOptions(u, lock.OpenConfig{})
+		var o *options
+		if err == nil {
+			o, err = buildOptions(opts)
+		}
+		switch {
+		case want == "" && !errors.Is(err, lock.ErrInvalidConfig):
+			t.Errorf("%s: options = %v; want an error wrapping %v", query, err, lock.ErrInvalidConfig)
+		case want != "" && (err != nil || o.layout != want):
+			t.Errorf("%s: options = %v, %v; want layout %q", query, o, err, want)
+		}
 	}
 }

@@ -551,7 +551,7 @@ func (a *acquisition) waitFor(ctx context.Context, pred string, head bool) (deci
 		return decision{}, err
 	}
 	switch {
-	case ev == zk.EventNodeDataChanged, ev == zk.EventNodeDeleted && head:
+	case ev == zk.EventNodeDataChanged && pred[0] == marker, ev == zk.EventNodeDeleted && head:
 		return a.unlisted()
 	default:
 		return decision{}, nil // look again
