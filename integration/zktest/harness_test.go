@@ -235,7 +235,8 @@ func (a *admin) records(t *testing.T, root, name string) []string {
 	for _, k := range kids {
 		// Lock-delay markers ("~delay~<prefix>", see zklock's package
 		// documentation) are not records: zklock's listings ignore them.
-		if strings.HasPrefix(k, "~") && !strings.HasPrefix(k, "~delay~") {
+		// Records of a Curator layout begin with Curator's "_c_".
+		if strings.HasPrefix(k, "~") && !strings.HasPrefix(k, "~delay~") || strings.HasPrefix(k, "_c_") {
 			out = append(out, k)
 		}
 	}
