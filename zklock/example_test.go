@@ -50,3 +50,36 @@ func ExampleLease_CheckOp() {
 		fmt.Println(err)
 	}
 }
+
+// Moving from Curator one service at a time: a Java service locks
+// "/myapp/locks/orders" with new InterProcessMutex(client,
+// "/myapp/locks/orders"). A Go service given layout curator
+// ("zk://...?layout=curator" with lock.Open) writes the same records in
+// the same znode, so the two exclude each other, in arrival order, and
+// zk.Lock or Kazoo (extra_lock_patterns=["-lock-"]) clients too. Once the
+// last Curator client is gone, drop the layout Locker by Locker: every
+// layout reads the others' records. (It needs a ZooKeeper ensemble, so
+// it has no Output and is compiled but not run.)
+func Example_fromCurator() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := zklock.Dial(ctx, []string{"127.0.0.1:2181"},
+		zklock.WithRoot("/myapp/locks"), zklock.WithLayout(zklock.LayoutCurator))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer l.Close()
+
+	// Waits while a Curator client holds /myapp/locks/orders.
+	lease, err := l.Acquire(ctx, "orders")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer lease.Release(context.Background())
+	// The token rises across both kinds of holder: it is the czxid of the
+	// grant's znode, whoever created it (Holder reports a Curator
+	// holder's), so a resource that checks tokens can fence both.
+	fmt.Println("holding orders with token", lease.Token())
+}
