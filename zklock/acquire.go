@@ -92,8 +92,8 @@ func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request
 			return nil, fmt.Errorf("zklock: %s %q: %w: %w", op, name, lock.ErrInvalidConfig, err)
 		}
 	}
-	if why := l.o.layout.refuses(req); why != "" {
-		return nil, fmt.Errorf("zklock: %s %q: %w: %s", op, name, lock.ErrIncompatible, why)
+	if _, ok := recipeName(l.o.layout, req); !ok {
+		return nil, fmt.Errorf("zklock: %s %q: %w: layout %s has no %s requests", op, name, lock.ErrIncompatible, l.o.layout, req.Kind)
 	}
 	ctx, tel := l.tel.StartAcquire(ctx, name, req.Kind.String(), !try)
 	a := &acquisition{l: l, name: name, parent: l.parent(name), req: req, try: try}

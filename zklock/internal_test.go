@@ -41,7 +41,7 @@ func TestLockChildPattern(t *testing.T) {
 	}
 	for _, y := range []Layout{LayoutCurator, LayoutCuratorReadWrite, LayoutCuratorLatch} {
 		for _, req := range []queue.Request{queue.ExclusiveRequest, queue.SharedRequest} {
-			if y.refuses(req) != "" {
+			if _, ok := recipeName(y, req); !ok {
 				continue
 			}
 			p := newPrefix(y, req)
@@ -119,7 +119,7 @@ func TestForeignChildren(t *testing.T) {
 // TestLockNameShapes checks that a lock cannot be named so that its
 // parent znode would be taken for a record of another lock.
 func TestLockNameShapes(t *testing.T) {
-	for name, ok := range map[string]bool{"jobs": true, "jobs/nightly-lock-1": true, "x-lock-0000000001": true,
+	for name, ok := range map[string]bool{"jobs": true, "jobs/nightly-lock-1": true, "x-lock-0000000001": false,
 		"jobs/x-lock-0000000001": false, "a/b__READ__0000000001/c": false} {
 		err := validName(name)
 		if (err == nil) != ok || err != nil && !errors.Is(err, lock.ErrInvalidName) {
@@ -203,13 +203,13 @@ func TestLayoutRefuses(t *testing.T) {
 		{LayoutCuratorReadWrite, []queue.Request{s}, []queue.Request{x, r}},
 	} {
 		for _, req := range tt.refused {
-			if tt.y.refuses(req) == "" {
-				t.Errorf("%s.refuses(%v) = \"\"; want a reason", tt.y, req)
+			if _, ok := recipeName(tt.y, req); ok {
+				t.Errorf("recipeName(%s, %v) ok = true; want false", tt.y, req)
 			}
 		}
 		for _, req := range tt.allowed {
-			if why := tt.y.refuses(req); why != "" {
-				t.Errorf("%s.refuses(%v) = %q; want \"\"", tt.y, req, why)
+			if _, ok := recipeName(tt.y, req); !ok {
+				t.Errorf("recipeName(%s, %v) ok = false; want true", tt.y, req)
 			}
 		}
 	}

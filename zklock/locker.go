@@ -235,14 +235,14 @@ func (l *Locker) enterName(ctx context.Context, op, name string) error {
 	return nil
 }
 
-// validName is lock.ValidateName, and also refuses a name with a
-// segment after the first that the listings of its parent's lock would
-// take for one of its records (parseChild).
+// validName is lock.ValidateName, and refuses a name with a segment that
+// parseChild would take for a lock record (the znode of "a/b" is a child
+// of that of "a"; and see isLockPath).
 func validName(name string) error {
 	if err := lock.ValidateName(name); err != nil {
 		return err
 	}
-	for _, seg := range strings.Split(name, "/")[1:] {
+	for _, seg := range strings.Split(name, "/") {
 		if _, ok := parseChild(seg); ok {
 			return fmt.Errorf("%w: %q: segment %q has the shape of a lock record", lock.ErrInvalidName, name, seg)
 		}

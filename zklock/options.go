@@ -13,7 +13,6 @@ import (
 	"github.com/fencelock/fencelock/internal/clock"
 	"github.com/fencelock/fencelock/internal/config"
 	"github.com/fencelock/fencelock/internal/nilcheck"
-	"github.com/fencelock/fencelock/internal/queue"
 	"github.com/fencelock/fencelock/lock"
 )
 
@@ -63,30 +62,21 @@ type options struct {
 	layout         Layout
 }
 
-// Layout is how a Locker names its lock znodes, so that it can contend
-// with another recipe's clients on the same lock. Whatever the layout, a
-// Locker counts the records of every layout and of those recipes; see
-// "Layouts" in docs/design/zookeeper.md.
+// Layout is how a Locker names its lock znodes: fencelock's own (the
+// default, for every kind of request), or the records of Curator's
+// InterProcessMutex, LeaderSelector and go-zookeeper's Lock (locks
+// only), Curator's InterProcessReadWriteLock (locks and read-write locks)
+// or its LeaderLatch (locks only). Every layout counts the records of all
+// of them: see "Layouts" in docs/design/zookeeper.md.
 type Layout string
 
-// The layouts: fencelock's own (the default, every kind of request), and
-// the records of Curator's InterProcessMutex, LeaderSelector and of
-// go-zookeeper's Lock (locks only), of Curator's InterProcessReadWriteLock
-// (locks and read-write locks) and of its LeaderLatch (locks only).
+// The layouts.
 const (
 	LayoutFencelock        Layout = "fencelock"
 	LayoutCurator          Layout = "curator"
 	LayoutCuratorReadWrite Layout = "curator-rw"
 	LayoutCuratorLatch     Layout = "curator-latch"
 )
-
-// refuses says why layout y has no record for req, or "".
-func (y Layout) refuses(req queue.Request) string {
-	if y == LayoutFencelock || recipeKind(y, req) >= 0 {
-		return ""
-	}
-	return fmt.Sprintf("layout %s has no %s requests", y, req.Kind)
-}
 
 // WithLayout sets the layout of the Locker's lock znodes (default
 // [LayoutFencelock]). A Curator layout refuses shared or semaphore

@@ -46,15 +46,15 @@ var recipeKinds = []struct {
 	{"__lock__", queue.ExclusiveRequest, ""}, {"__rlock__", queue.SharedRequest, ""},
 }
 
-// recipeKind returns the index in recipeKinds of the records of req in
-// layout y, or -1 if it has none.
-func recipeKind(y Layout, req queue.Request) int {
-	for i, k := range recipeKinds {
+// recipeName returns the name that layout y writes after the UUID of the
+// record of req, and whether y has a record for req.
+func recipeName(y Layout, req queue.Request) (string, bool) {
+	for _, k := range recipeKinds {
 		if k.layout == y && k.req == req {
-			return i
+			return strings.TrimPrefix(k.name, "-"), true
 		}
 	}
-	return -1
+	return "", y == LayoutFencelock
 }
 
 // newPrefix returns a fresh protection prefix for a request in layout y
@@ -65,7 +65,7 @@ func newPrefix(y Layout, req queue.Request) string {
 	_, _ = rand.Read(b) // crypto/rand.Read never fails
 	if y != LayoutFencelock {
 		b[6], b[8] = b[6]&0x0f|0x40, b[8]&0x3f|0x80 // a version 4 UUID
-		name := strings.TrimPrefix(recipeKinds[recipeKind(y, req)].name, "-")
+		name, _ := recipeName(y, req)
 		return fmt.Sprintf("_c_%x-%x-%x-%x-%x-%s", b[:4], b[4:6], b[6:8], b[8:10], b[10:], name)
 	}
 	p := string(marker) + hex.EncodeToString(b) + string(marker)
