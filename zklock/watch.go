@@ -527,8 +527,9 @@ func (a *acquisition) byMark(d decision) bool {
 }
 
 // waitFor grants the acquisition without another request on the release
-// mark of pred (byMark), or on any going of pred when it headed the
-// listing (head). See docs/design/zookeeper.md, "Acquisition".
+// mark of pred (byMark; a data change of another layout's record is no
+// mark), or on any going of pred when it headed the listing (head). See
+// docs/design/zookeeper.md, "Acquisition" and "Layouts".
 func (a *acquisition) waitFor(ctx context.Context, pred string, head bool) (decision, error) {
 	fired := make(chan zk.Event, 1)
 	read, stop := a.l.watch.reader(a.parent+"/"+pred, true, fired)
