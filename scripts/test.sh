@@ -182,6 +182,24 @@ needed_packages() {
 		if has "$backends" zookeeper && [[ -z ${FENCELOCK_ZK_CLASSPATH:-} ]] && [[ ! -f /usr/share/java/zookeeper.jar ]]; then
 			need+=(zookeeper)
 		fi
+		# The interop tests (integration/interoptest) run the ZooKeeper
+		# lock recipes users already run: Curator, whose client program
+		# they compile with javac, and Kazoo, under Debian's python3
+		# (integration/internal/foreign).
+		if has "$backends" zookeeper; then
+			if [[ -z ${FENCELOCK_CURATOR_CLASSPATH:-} ]]; then
+				local jar
+				for jar in recipes framework client; do
+					[[ -f /usr/share/java/curator-$jar.jar ]] || need+=("libcurator-$jar-java")
+				done
+			fi
+			if ! command -v javac >/dev/null && [[ ! -x ${JAVA_HOME:-/nonexistent}/bin/javac ]]; then
+				need+=(default-jdk-headless)
+			fi
+			if [[ -z ${FENCELOCK_KAZOO_PYTHON:-} ]] && [[ ! -f /usr/lib/python3/dist-packages/kazoo/recipe/lock.py ]]; then
+				need+=(python3-kazoo)
+			fi
+		fi
 		# The partition tests cut a member off from its peers with it
 		# (integration/cluster/peercut.go).
 		if ! command -v iptables >/dev/null && [[ ! -x /usr/sbin/iptables ]]; then
