@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -27,9 +28,10 @@ const hold = time.Millisecond
 // env is one ensemble shared by a test's subtests, and a plain connection
 // to look at it behind the clients' backs.
 type env struct {
-	c     *cluster.Cluster
-	admin *zk.Conn
-	root  string // the lock root of this test: fencelock's WithRoot
+	c       *cluster.Cluster
+	admin   *zk.Conn
+	barrier func(t testing.TB) // makes admin's reads see every answered write
+	root    string             // the lock root of this test: fencelock's WithRoot
 }
 
 // newEnv starts a 3-server ensemble for t.
@@ -38,10 +40,12 @@ func newEnv(t *testing.T) *env {
 	c := cluster.FromEnv(t).Start(t, cluster.ZooKeeper)
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
+	admin := testutil.ZKConn(t, c.Endpoints(), 10*time.Second, nil)
 	return &env{
-		c:     c,
-		admin: testutil.ZKConn(t, c.Endpoints(), 10*time.Second, nil),
-		root:  "/interop-" + hex.EncodeToString(b),
+		c:       c,
+		admin:   admin,
+		barrier: testutil.ZKReadBarrier(t, admin),
+		root:    "/interop-" + hex.EncodeToString(b),
 	}
 }
 
@@ -56,8 +60,9 @@ func (e *env) dir(t *testing.T) (name, path string) {
 // children lists path's children, sorted; none when path does not exist.
 func (e *env) children(t *testing.T, path string) []string {
 	t.Helper()
+	e.barrier(t)
 	kids, _, err := e.admin.Children(path)
-	if err != nil && err != zk.ErrNoNode {
+	if err != nil && !errors.Is(err, zk.ErrNoNode) {
 		t.Fatalf("Children(%s) = %v", path, err)
 	}
 	slices.Sort(kids)
@@ -97,15 +102,14 @@ func (e *env) checkEmpty(t *testing.T, path string) {
 	}
 }
 
-// contenders returns the fleet's clients as fleet contenders.
-func contenders[C fleet.Contender](groups ...[]C) []fleet.Contender {
-	var cs []fleet.Contender
-	for _, g := range groups {
-		for _, c := range g {
-			cs = append(cs, c)
-		}
+// fleetOf returns clients as fleet contenders, and every further group
+// after them.
+func fleetOf[C fleet.Contender](cs []C, more ...[]fleet.Contender) []fleet.Contender {
+	var out []fleet.Contender
+	for _, c := range cs {
+		out = append(out, c)
 	}
-	return cs
+	return slices.Concat(append([][]fleet.Contender{out}, more...)...)
 }
 
 // run runs a fleet of cs for the given grants and returns what it saw.

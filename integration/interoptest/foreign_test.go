@@ -19,33 +19,33 @@ func TestZKForeign(t *testing.T) {
 	t.Run("curator-mutex", func(t *testing.T) {
 		_, path := e.dir(t)
 		cs := foreign.Fleet(t, e.c, foreign.CuratorMutex, path, 4, foreign.Options{})
-		fleet.Check(t, run(t, contenders(cs), grants), grants)
+		fleet.Check(t, run(t, fleetOf(cs), grants), grants)
 		e.closeAll(t, path, cs...)
 	})
 	t.Run("curator-rw", func(t *testing.T) {
 		_, path := e.dir(t)
 		rs := foreign.Fleet(t, e.c, foreign.CuratorRead, path, 3, foreign.Options{})
 		ws := foreign.Fleet(t, e.c, foreign.CuratorWrite, path, 2, foreign.Options{})
-		fleet.Check(t, run(t, contenders(rs, ws), grants), grants)
+		fleet.Check(t, run(t, fleetOf(rs, fleetOf(ws)), grants), grants)
 		e.closeAll(t, path, append(rs, ws...)...)
 	})
 	t.Run("curator-latch", func(t *testing.T) {
 		_, path := e.dir(t)
 		cs := foreign.Fleet(t, e.c, foreign.CuratorLatch, path, 3, foreign.Options{})
-		fleet.Check(t, run(t, contenders(cs), 60), 60)
+		fleet.Check(t, run(t, fleetOf(cs), 60), 60)
 		e.closeAll(t, path, cs...)
 	})
 	t.Run("kazoo-lock", func(t *testing.T) {
 		_, path := e.dir(t)
 		cs := foreign.Fleet(t, e.c, foreign.KazooLock, path, 4, foreign.Options{})
-		fleet.Check(t, run(t, contenders(cs), grants), grants)
+		fleet.Check(t, run(t, fleetOf(cs), grants), grants)
 		e.closeAll(t, path, cs...)
 	})
 	t.Run("curator-kazoo-control", func(t *testing.T) {
 		_, path := e.dir(t)
 		cs := foreign.Fleet(t, e.c, foreign.CuratorMutex, path, 4, foreign.Options{})
 		ks := foreign.Fleet(t, e.c, foreign.KazooLock, path, 4, foreign.Options{})
-		r := run(t, contenders(cs, ks), grants/2)
+		r := run(t, fleetOf(cs, fleetOf(ks)), grants/2)
 		t.Logf("fleet: %v", r)
 		if r.Overlaps == 0 || len(r.Errors) != 0 {
 			t.Errorf("Curator mutexes with Kazoo locks: %d overlaps, errors %v; "+
