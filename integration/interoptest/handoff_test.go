@@ -17,7 +17,7 @@ import (
 
 // TestZKHolderEnds ends a holder without a release — a foreign client
 // killed with SIGKILL or cut off by its proxies, a fencelock Locker cut
-// off by its dialer — while a client of the other kind waits, and checks
+// off by its dialer or its process killed — while a client of the other kind waits, and checks
 // that the waiter is granted only once the servers dropped the holder's
 // record at its session's expiry (handoff), and that nothing is left
 // once the rest closed.
@@ -54,6 +54,10 @@ func TestZKHolderEnds(t *testing.T) {
 	t.Run("fencelock-partitioned", func(t *testing.T) {
 		t.Parallel()
 		fencelockPartitioned(t, e)
+	})
+	t.Run("fencelock-killed", func(t *testing.T) {
+		t.Parallel()
+		fencelockKilled(t, e)
 	})
 }
 
