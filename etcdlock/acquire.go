@@ -40,6 +40,9 @@ func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request
 	if err := l.begin(ctx, op, name); err != nil {
 		return nil, err
 	}
+	if req.Kind != queue.Exclusive && l.opts.layout == LayoutConcurrency {
+		return nil, fmt.Errorf("etcdlock: %s %q: %w: layout %s has no shared locks or semaphores", op, name, lock.ErrIncompatible, LayoutConcurrency)
+	}
 	if req.Kind == queue.Permit {
 		if err := queue.CheckLimit(req.Limit); err != nil {
 			return nil, fmt.Errorf("etcdlock: %s %q: %w: %w", op, name, lock.ErrInvalidConfig, err)
@@ -94,7 +97,11 @@ func (l *Locker) acquireRetry(ctx context.Context, name string, req queue.Reques
 		if err != nil {
 			return nil, err
 		}
-		le, err := l.newAcquisition(s, name, req, try).run(ctx)
+		a := l.newAcquisition(s, name, req, try)
+		if err := a.reserve(ctx); err != nil {
+			return nil, err
+		}
+		le, err := a.run(ctx)
 		// A session the server already expired, which the keepalive loop
 		// has not noticed yet, fails the create before anything was
 		// written: start a new session once.
@@ -113,9 +120,10 @@ type record struct {
 	pfx       string // the prefix of the name's records
 	seq       uint64 // the key's number (recordKeys)
 	key       string
-	rev       int64  // the create revision; 0 until known
-	ambiguous bool   // a create attempt went unanswered: see cleanupOp
-	marker    string // the lock-delay marker written with it, if any
+	rev       int64         // the create revision; 0 until known
+	ambiguous bool          // a create attempt went unanswered: see cleanupOp
+	marker    string        // the lock-delay marker written with it, if any
+	slot      chan struct{} // its reservation of key (reserve), if any
 }
 
 // acquisition is one acquisition of any kind within one session: decide,
@@ -137,9 +145,12 @@ func (l *Locker) newAcquisition(s *session, name string, req queue.Request, try 
 	r := record{s: s, pfx: l.namePrefix(name)}
 	r.seq = s.keys.number(r.pfx)
 	r.key = recordKey(r.pfx, s.id, r.seq, req)
+	if l.opts.layout == LayoutConcurrency {
+		r.key = fmt.Sprintf("%s%x", r.pfx, int64(s.id)) // concurrency.Mutex's
+	}
 	a := &acquisition{record: r, l: l, name: name, req: req, try: try}
 	if l.opts.LockDelay > 0 {
-		a.marker = l.delayPrefix(name) + strings.TrimPrefix(a.key, r.pfx)
+		a.marker = l.delayPrefix(r.pfx) + strings.TrimPrefix(a.key, r.pfx)
 	}
 	return a
 }
@@ -234,6 +245,7 @@ func (a *acquisition) grant(ctx context.Context, d decision, rev int64) (*Lease,
 // err.
 func (a *acquisition) fail(err error) error {
 	if a.rev == 0 && !a.ambiguous && (errors.Is(err, lock.ErrLocked) || errors.Is(err, lock.ErrIncompatible)) {
+		a.free()
 		return err
 	}
 	return a.l.discard(a.record, err)

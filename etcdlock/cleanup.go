@@ -27,10 +27,12 @@ func (l *Locker) cleanup(r record) {
 	ctx, cancel := context.WithTimeout(l.g.life, min(l.closeWait(), 2*time.Second))
 	_, err := call(ctx, l, nil, l.cleanupOp(r))
 	cancel()
-	if err != nil {
-		l.opts.Logger.Debug("etcdlock: cleanup failed; retrying in the background", "key", r.key, "err", err)
-		l.cleanupLater(r)
+	if err == nil {
+		r.free()
+		return
 	}
+	l.opts.Logger.Debug("etcdlock: cleanup failed; retrying in the background", "key", r.key, "err", err)
+	l.cleanupLater(r)
 }
 
 // cleanupLater keeps trying cleanupOp in the background for a TTL plus the
@@ -41,6 +43,9 @@ func (l *Locker) cleanupLater(r record) {
 		ctx, cancel := context.WithTimeout(l.g.life, l.opts.ttl+l.opts.LossMargin)
 		defer cancel()
 		_, err := call(ctx, l, nil, l.cleanupOp(r))
+		if err == nil {
+			r.free()
+		}
 		if err == nil || l.g.life.Err() != nil || r.s.ended() {
 			return
 		}

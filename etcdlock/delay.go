@@ -11,11 +11,12 @@ import (
 	"github.com/fencelock/fencelock/internal/clock"
 )
 
-// delayPrefix returns the key prefix of name's lock-delay markers, outside
-// every name's record range: no lock name starts with '#'. A marker has
-// no lease: it outlives the session of the grant that wrote it.
-func (l *Locker) delayPrefix(name string) string {
-	return l.opts.prefix + "#delay/" + name + "/#"
+// delayPrefix returns the key prefix of the lock-delay markers of the
+// records under pfx, outside every name's record range: no lock name
+// starts with '#'. A marker has no lease: it outlives the session of the
+// grant that wrote it.
+func (l *Locker) delayPrefix(pfx string) string {
+	return l.opts.prefix + "#delay/" + strings.TrimPrefix(pfx, l.opts.prefix)
 }
 
 // markerOps are what a create adds with a lock-delay: the put of the
@@ -34,7 +35,7 @@ func (a *acquisition) delayReads() []clientv3.Op {
 		return nil
 	}
 	return []clientv3.Op{
-		clientv3.OpGet(a.l.delayPrefix(a.name), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(a.l.delayPrefix(a.pfx), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(a.pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 	}
 }
@@ -70,7 +71,7 @@ func (a *acquisition) delay(ctx context.Context) error {
 			return err
 		}
 	}
-	dp := a.l.delayPrefix(a.name)
+	dp := a.l.delayPrefix(a.pfx)
 	var stale []clientv3.Op
 	for _, k := range a.markers {
 		if k != a.marker && !a.records[strings.TrimPrefix(k, dp)] {

@@ -54,7 +54,12 @@
 // Everything the Locker writes is under its prefix: one record per
 // request, "<prefix><name>/#<lease>-<seq>", one guard per session and,
 // with a lock-delay, markers under "<prefix>#delay/<name>/". A record key
-// may be reused: tell grants apart by their tokens.
+// may be reused: tell grants apart by their tokens. With [LayoutConcurrency]
+// a record is concurrency.Mutex's, "<prefix><name>/<lease>": a Locker,
+// etcd's Mutex and Election and etcdctl lock exclude each other on a name;
+// every grant's token is its key's create revision; Holder, Queue, Observe
+// and Revoke see the recipes' records. It has no shared locks or
+// semaphores, and a crashed foreign holder leaves no lock-delay marker.
 //
 // The role an application needs is read and write on its prefix. TLS and
 // credentials come from the URL or from the client given to New. A call

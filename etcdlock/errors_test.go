@@ -28,12 +28,12 @@ func TestErrorPrefixOnce(t *testing.T) {
 	}
 	s := newSession(l, 7, time.Now())
 	s.end(fmt.Errorf("%w: test", lock.ErrLost), true) // no request goes out for its leases
-	lost := &Lease{l: l, record: record{s: s, key: l.namePrefix("x") + "7-1", rev: 5}, watch: &recordWatch{}}
+	lost := &Lease{l: l, record: record{s: s, pfx: l.namePrefix("x"), key: l.namePrefix("x") + "7-1", rev: 5}, watch: &recordWatch{}}
 	if got := lost.Name(); got != "x" {
 		t.Errorf("Name() = %q; want %q", got, "x")
 	}
-	lost.lose(fmt.Errorf("%w: its record was deleted", lock.ErrLost))
-	released := &Lease{l: l, record: record{s: s, key: l.namePrefix("y") + "7-2", rev: 6}, watch: &recordWatch{}}
+	lost.lose(fmt.Errorf("%w: its record was deleted", lock.ErrLost), true)
+	released := &Lease{l: l, record: record{s: s, pfx: l.namePrefix("y"), key: l.namePrefix("y") + "7-2", rev: 6}, watch: &recordWatch{}}
 	released.end(lock.ErrReleased)
 
 	tests := []struct {

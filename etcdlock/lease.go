@@ -34,7 +34,7 @@ func (le *Lease) Name() string {
 	if le == nil || le.l == nil {
 		return ""
 	}
-	return names.Between(le.key, len(le.l.opts.prefix), "/#")
+	return names.Between(le.pfx, len(le.l.opts.prefix), "/")
 }
 
 // Token returns the lease's fencing token: the create revision of its
@@ -107,12 +107,16 @@ func (le *Lease) end(cause error) bool {
 }
 
 // lose ends the lease with cause, a deletion of its record by someone else
-// while the session lives, unless Release is deleting it. An ambiguous
-// lease's late create could bring the record back: its end is written in
-// the background (see cleanupOp).
-func (le *Lease) lose(cause error) {
-	if !le.st.Releasing() && le.end(cause) && le.ambiguous && !le.s.ended() {
-		le.l.cleanupLater(record{s: le.s, key: le.key, ambiguous: true})
+// (gone) or a failure to see it while the session lives, unless Release is
+// deleting it. An ambiguous lease's late create could bring the record
+// back: its end is written in the background (see cleanupOp).
+func (le *Lease) lose(cause error, gone bool) {
+	switch {
+	case le.st.Releasing() || !le.end(cause):
+	case le.ambiguous && !le.s.ended():
+		le.l.cleanupLater(record{s: le.s, key: le.key, ambiguous: true, slot: le.slot})
+	case gone:
+		le.free()
 	}
 }
 
@@ -135,9 +139,12 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 	ended, first := le.st.BeginRelease()
 	switch {
 	case ended != nil:
-		if errors.Is(ended, lock.ErrLost) && !le.s.ended() {
+		// An ambiguous lease's record is deleted by lose's cleanup.
+		if errors.Is(ended, lock.ErrLost) && !le.s.ended() && !le.ambiguous {
 			ctx, cancel := context.WithTimeout(ctx, le.l.closeWait())
-			_, _, _ = le.deleteRecord(ctx, false)
+			if _, _, err := le.deleteRecord(ctx, false); err == nil {
+				le.free()
+			}
 			cancel()
 		}
 		return fmt.Errorf("etcdlock: release: %w", ended)
@@ -152,13 +159,14 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 		return fmt.Errorf("etcdlock: release: %w", le.st.Err())
 	}
 	deleted, itself, err := le.deleteRecord(ctx, true)
-	switch {
-	case err != nil:
+	if err != nil {
 		r := le.record
 		r.marker = "" // a release not confirmed is not clean: its marker stays
 		le.l.cleanupLater(r)
 		return fmt.Errorf("etcdlock: release %q: delete of the record not confirmed (retried in the background): %w", le.Name(), err)
-	case !deleted:
+	}
+	le.free()
+	if !deleted {
 		lost := fmt.Errorf("lease %q (token %d): %w: record %q was already gone at release", le.Name(), le.rev, lock.ErrLost, le.key)
 		le.st.LostAtRelease(lost)
 		return fmt.Errorf("etcdlock: release: %w", lost)

@@ -38,15 +38,21 @@ type options struct {
 	config.Common // identity, logger, loss margin (0: the default, TTL/5)
 	prefix        string
 	ttl           time.Duration
+	layout        Layout
 }
 
 // WithPrefix sets the key prefix under which the Locker keeps its records
 // (default [DefaultPrefix]). It accepts the paths zklock.WithRoot does and
 // uses them as written, plus a trailing slash: "/app/locks" and
-// "app/locks" are two key spaces. One prefix should not be nested inside
-// another (docs/design/etcd.md, "Key layout").
+// "app/locks" are two key spaces. "" and "/" are the empty prefixes, for
+// keys "<name>/…" and "/<name>/…" (etcdctl lock's, say). One prefix should
+// not be nested inside another (docs/design/etcd.md, "Key layout").
 func WithPrefix(prefix string) Option {
 	return func(o *options) {
+		if prefix == "" || prefix == "/" {
+			o.prefix = prefix
+			return
+		}
 		ns, ok := o.SetNamespace("prefix", prefix)
 		if !ok {
 			return
@@ -144,10 +150,40 @@ func WithLockDelay(d time.Duration) Option {
 	}
 }
 
+// A Layout is where a Locker's records live and what they look like.
+type Layout string
+
+// The layouts (docs/design/etcd.md, "Layouts").
+const (
+	// LayoutFencelock, the default: records "<prefix><name>/#<lease>-<n>".
+	LayoutFencelock Layout = "fencelock"
+	// LayoutConcurrency: the record of etcd's concurrency.Mutex and
+	// Election, "<prefix><name>/<lease>", so that a Locker and those
+	// recipes (etcdctl lock too) exclude each other on a name; every key
+	// under "<prefix><name>/" is in the queue. One record per session and
+	// name: a second acquisition of a name through one Locker waits, in
+	// the Locker, until the first's record is gone. Shared and semaphore
+	// requests are refused with [lock.ErrIncompatible].
+	LayoutConcurrency Layout = "concurrency"
+)
+
+// WithLayout sets the Locker's layout (default [LayoutFencelock]).
+// Lockers of one name must agree: the default layout does not see the
+// other's records. Switch a name's layout when no Locker holds or waits on
+// it, or move to a new name or prefix.
+func WithLayout(layout Layout) Option {
+	return func(o *options) {
+		if layout != LayoutFencelock && layout != LayoutConcurrency {
+			o.Fail("layout %q: must be %q or %q", layout, LayoutFencelock, LayoutConcurrency)
+		}
+		o.layout = layout
+	}
+}
+
 // buildOptions applies opts over the defaults and checks the result. Its
 // errors carry no package prefix.
 func buildOptions(opts []Option) (*options, error) {
-	o := &options{prefix: DefaultPrefix, ttl: DefaultTTL}
+	o := &options{prefix: DefaultPrefix, ttl: DefaultTTL, layout: LayoutFencelock}
 	if err := config.Apply(o, &o.Common, opts); err != nil {
 		return nil, err
 	}

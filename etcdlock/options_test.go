@@ -40,8 +40,9 @@ func TestNewOptions(t *testing.T) {
 		{name: "ttl", opts: []Option{WithTTL(3 * time.Second)}, prefix: DefaultPrefix, ttl: 3 * time.Second, lossMargin: 600 * time.Millisecond},
 		{name: "ttl and margin", opts: []Option{WithTTL(4 * time.Second), WithLossMargin(time.Second)}, prefix: DefaultPrefix, ttl: 4 * time.Second, lossMargin: time.Second},
 		{name: "margin half the ttl", opts: []Option{WithTTL(2 * time.Second), WithLossMargin(time.Second)}, prefix: DefaultPrefix, ttl: 2 * time.Second, lossMargin: time.Second},
-		{name: "empty prefix", opts: []Option{WithPrefix("")}, wantErr: true},
-		{name: "slash prefix", opts: []Option{WithPrefix("/")}, wantErr: true},
+		{name: "empty prefix", opts: []Option{WithPrefix("")}, prefix: "", ttl: DefaultTTL, lossMargin: 2 * time.Second},
+		{name: "slash prefix", opts: []Option{WithPrefix("/")}, prefix: "/", ttl: DefaultTTL, lossMargin: 2 * time.Second},
+		{name: "double slash prefix", opts: []Option{WithPrefix("//")}, wantErr: true},
 		{name: "bad prefix byte", opts: []Option{WithPrefix("a#b")}, wantErr: true},
 		{name: "zero ttl", opts: []Option{WithTTL(0)}, wantErr: true},
 		{name: "negative ttl", opts: []Option{WithTTL(-time.Second)}, wantErr: true},
@@ -262,7 +263,8 @@ func TestOpenURL(t *testing.T) {
 }
 
 // namespaceForms are the namespaces both backends must treat alike:
-// zklock's options test has the same list.
+// zklock's options test has the same list, and "" and "/" too, which
+// etcdlock alone accepts (see TestNewOptions).
 var namespaceForms = []struct {
 	in     string
 	prefix string // "" when it must be refused
@@ -274,8 +276,6 @@ var namespaceForms = []struct {
 	{"/my-lock/", "/my-lock/"}, // etcd's concurrency.NewMutex(s, "/my-lock/")
 	{"registry", "registry/"},
 	{"/tenant:42/locks", "/tenant:42/locks/"},
-	{"", ""},
-	{"/", ""},
 	{"//", ""},
 	{"//app", ""},
 	{"app//locks", ""},

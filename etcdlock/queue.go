@@ -56,8 +56,14 @@ func (l *Locker) readRecords(ctx context.Context, op, name string, opts ...clien
 
 // namePrefix returns the key prefix of name's records. A '#' cannot appear
 // in a lock name, so the records of "a" ("…a/#…") and of "a/b" ("…a/b/#…")
-// never share a prefix range.
-func (l *Locker) namePrefix(name string) string { return l.opts.prefix + name + "/#" }
+// never share a prefix range; with LayoutConcurrency, as for concurrency's
+// Mutex, the range "…a/" holds those of "a/b".
+func (l *Locker) namePrefix(name string) string {
+	if l.opts.layout == LayoutConcurrency {
+		return l.opts.prefix + name + "/"
+	}
+	return l.opts.prefix + name + "/#"
+}
 
 // recordKey names one acquisition's record under pfx, name's prefix: the
 // session lease id, the number seq (recordKeys.number) and the kind's

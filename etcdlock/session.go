@@ -40,8 +40,9 @@ type session struct {
 // (docs/design/etcd.md, "Record keys").
 type recordKeys struct {
 	mu    sync.Mutex
-	seq   uint64            // the last number given
-	spare map[string]uint64 // by name prefix, a number to reuse
+	seq   uint64                   // the last number given
+	spare map[string]uint64        // by name prefix, a number to reuse
+	busy  map[string]chan struct{} // reserved keys (reserve)
 }
 
 // maxSpare bounds recordKeys.spare, for a Locker that locks ever new names.
@@ -69,6 +70,49 @@ func (k *recordKeys) reuse(pfx string, seq uint64) {
 	defer k.mu.Unlock()
 	if _, ok := k.spare[pfx]; !ok && len(k.spare) < maxSpare {
 		k.spare[pfx] = seq
+	}
+}
+
+// reserve reserves the record's key with LayoutConcurrency, whose key is
+// the same for every acquisition of a name in a session: it waits until
+// no earlier record of the session may still be written at the key, or
+// fails with lock.ErrLocked in a TryAcquire.
+func (a *acquisition) reserve(ctx context.Context) error {
+	k := &a.s.keys
+	for a.l.opts.layout == LayoutConcurrency {
+		k.mu.Lock()
+		held, busy := k.busy[a.key]
+		if !busy {
+			a.slot = make(chan struct{})
+			k.busy[a.key] = a.slot
+		}
+		k.mu.Unlock()
+		switch {
+		case !busy:
+			return nil
+		case a.try:
+			return lock.ErrLocked
+		}
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-a.s.done:
+			return a.s.lostErr()
+		}
+	}
+	return nil
+}
+
+// free ends r's reservation of its key, if it holds one: nothing of r
+// can be written any more.
+func (r *record) free() {
+	k := &r.s.keys
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if r.slot != nil && k.busy[r.key] == r.slot {
+		delete(k.busy, r.key)
+		close(r.slot)
 	}
 }
 
@@ -148,7 +192,7 @@ func newSession(l *Locker, id clientv3.LeaseID, grantSent time.Time) *session {
 		done:     make(chan struct{}),
 		deadline: grantSent.Add(l.opts.ttl - l.opts.LossMargin),
 		leases:   make(map[*Lease]struct{}),
-		keys:     recordKeys{spare: make(map[string]uint64)},
+		keys:     recordKeys{spare: make(map[string]uint64), busy: make(map[string]chan struct{})},
 	}
 	s.guard.key = fmt.Sprintf("%s#guard/%016x", l.opts.prefix, int64(id))
 	s.watch = &recordWatcher{s: s, wake: make(chan struct{}, 1), entries: make(map[int64]*recordWatch)}

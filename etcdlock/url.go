@@ -25,13 +25,13 @@ type driver struct{}
 // Open implements [lock.Driver] for URLs of the form
 //
 //	etcd://[user[:password]@]host:port[,host:port...][/prefix]?ttl=10s&identity=name&loss_margin=2s&lock_delay=5s
-//	    &ca_file=ca.crt&cert_file=client.crt&key_file=client.key&server_name=etcd.example
-//	    &tls=true&password_env=VAR
+//	    &layout=concurrency&ca_file=ca.crt&cert_file=client.crt&key_file=client.key
+//	    &server_name=etcd.example&tls=true&password_env=VAR
 //
 // The path is given to [WithPrefix] as is ("etcd://h:2379//app/locks" is
-// "/app/locks"); ttl, identity, loss_margin and lock_delay map to the
-// options of those names, and so do cfg's fields (an identity in both is
-// an error). TLS is on with any of ca_file, cert_file and key_file,
+// "/app/locks"); ttl, identity, loss_margin, lock_delay and layout map to
+// the options of those names, and so do cfg's fields (an identity in both
+// is an error). TLS is on with any of ca_file, cert_file and key_file,
 // server_name or tls=true (the system's roots). The user information is
 // etcd's user and password, or the user alone with password_env naming
 // the variable that holds the password.
@@ -88,7 +88,7 @@ func urlOptions(u *url.URL, cfg lock.OpenConfig) (*options, url.Values, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	q, err := lock.CheckQuery(u, append([]string{"ttl", "identity", "loss_margin", "lock_delay"}, secure.QueryKeys...)...)
+	q, err := lock.CheckQuery(u, append([]string{"ttl", "identity", "loss_margin", "lock_delay", "layout"}, secure.QueryKeys...)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -105,6 +105,9 @@ func urlOptions(u *url.URL, cfg lock.OpenConfig) (*options, url.Values, error) {
 		} else if ok {
 			opts = append(opts, d.opt(v))
 		}
+	}
+	if v, ok := q["layout"]; ok {
+		opts = append(opts, WithLayout(Layout(v[0])))
 	}
 	_, urlIdentity := q["identity"]
 	if urlIdentity {

@@ -301,7 +301,7 @@ func (w *recordWatcher) handle(resp *pb.WatchResponse, gen int) error {
 		if ev.Type != mvccpb.DELETE || string(ev.Kv.Key) != rw.le.key {
 			continue
 		}
-		rw.le.lose(recordDeletedCause(rw.le.key, ev.Kv.ModRevision))
+		rw.le.lose(recordDeletedCause(rw.le.key, ev.Kv.ModRevision), true)
 		return nil
 	}
 	if resp.Canceled {
@@ -324,12 +324,12 @@ func (w *recordWatcher) reread(rw *recordWatch) {
 	if err != nil {
 		if !errors.Is(err, lock.ErrClosed) && l.g.life.Err() == nil && !w.s.ended() {
 			// A silent lease would be worse than a lost one.
-			le.lose(telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: record %q could not be read after its watch was cancelled: %w", lock.ErrLost, le.key, err)))
+			le.lose(telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: record %q could not be read after its watch was cancelled: %w", lock.ErrLost, le.key, err)), false)
 		}
 		return
 	}
 	if len(resp.Kvs) == 0 || resp.Kvs[0].CreateRevision != le.rev {
-		le.lose(telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: record %q is gone", lock.ErrLost, le.key)))
+		le.lose(telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: record %q is gone", lock.ErrLost, le.key)), true)
 		return
 	}
 	l.opts.Logger.Debug("etcdlock: record watch created again", "key", le.key, "from_revision", resp.Header.Revision+1)
