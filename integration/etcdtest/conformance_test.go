@@ -23,6 +23,7 @@ type harness struct {
 	admin     *clientv3.Client
 	prefix    string
 	opts      []etcdlock.Option // given to every Locker of NewLocker, after the harness's own
+	records   string            // what ends a name's record prefix: "/#", or "/" for LayoutConcurrency
 
 	mu    sync.Mutex
 	gates map[*etcdlock.Locker]*testutil.Gate
@@ -127,7 +128,7 @@ func (h *harness) Records(t *testing.T, name string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pfx := h.prefix + "/" + name + "/#"
+	pfx := h.prefix + "/" + name + h.records
 	resp, err := h.admin.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		t.Fatalf("Get(%q) = %v", pfx, err)
@@ -141,6 +142,18 @@ func (h *harness) Records(t *testing.T, name string) []string {
 
 func TestEtcdConformance(t *testing.T) {
 	c := startCluster(t)
-	h := &harness{endpoints: c.Endpoints(), admin: newClient(t, c.Endpoints()), prefix: "conformance", gates: map[*etcdlock.Locker]*testutil.Gate{}}
+	h := &harness{endpoints: c.Endpoints(), admin: newClient(t, c.Endpoints()), prefix: "conformance", records: "/#", gates: map[*etcdlock.Locker]*testutil.Gate{}}
 	locktest.TestLockerWith(t, h, locktest.Options{RequireOptional: true})
+}
+
+// TestEtcdConformanceConcurrency runs the suite on Lockers with the
+// records of etcd's concurrency.Mutex: keyed by the session, so that a
+// Locker's own acquisitions of a name take turns in it and a name's
+// range holds the names below it, and with no shared or semaphore
+// requests (the suite checks that they are refused).
+func TestEtcdConformanceConcurrency(t *testing.T) {
+	c := startCluster(t)
+	h := &harness{endpoints: c.Endpoints(), admin: newClient(t, c.Endpoints()), prefix: "conformance-concurrency", records: "/",
+		opts: []etcdlock.Option{etcdlock.WithLayout(etcdlock.LayoutConcurrency)}, gates: map[*etcdlock.Locker]*testutil.Gate{}}
+	locktest.TestLockerWith(t, h, locktest.Options{RequireOptional: true, RefusesShared: true, RefusesSemaphores: true, SessionKeyed: true})
 }

@@ -138,7 +138,7 @@ func TestLockDelayHolderProcess(t *testing.T) { testutil.LockDelayHolder(t) }
 // grant by 50ms).
 func TestEtcdConformanceLockDelay(t *testing.T) {
 	c := startCluster(t)
-	h := &harness{endpoints: c.Endpoints(), admin: newClient(t, c.Endpoints()), prefix: "conformance-lockdelay",
+	h := &harness{endpoints: c.Endpoints(), admin: newClient(t, c.Endpoints()), prefix: "conformance-lockdelay", records: "/#",
 		opts: []etcdlock.Option{etcdlock.WithLockDelay(50 * time.Millisecond)}, gates: map[*etcdlock.Locker]*testutil.Gate{}}
 	locktest.TestLockerWith(t, h, locktest.Options{RequireOptional: true})
 }

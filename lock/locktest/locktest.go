@@ -119,6 +119,20 @@ type Options struct {
 	// backend's own conformance test sets it, so that a harness that
 	// loses an interface cannot quietly drop checks.
 	RequireOptional bool
+
+	// RefusesShared and RefusesSemaphores say that the Locker refuses
+	// shared or semaphore requests by design (a layout of a recipe that
+	// has none) with an error wrapping [lock.ErrIncompatible]: the
+	// subtests that need them give way to Refused, which checks that.
+	RefusesShared, RefusesSemaphores bool
+
+	// SessionKeyed says that the Locker keys its record of a name by its
+	// session alone, as etcd's concurrency.Mutex does: an acquisition
+	// behind another of the same Locker waits in the Locker, with no
+	// record (the suite waits Settle for it to queue), and the records of
+	// the names below a name count as its own, which IndependentNames
+	// then checks instead of their independence.
+	SessionKeyed bool
 }
 
 func (o Options) withDefaults() Options {
@@ -163,8 +177,14 @@ func TestLockerWith(t *testing.T, h Harness, opts Options) {
 		needsHealth: is[lock.HealthChecker](probe),
 	}
 	noErr(t, "Close() of an unused Locker", probe.Close())
+	// A request the Locker refuses is for Refused alone to make.
+	s.has[needsShared] = s.has[needsShared] && !s.o.RefusesShared
+	s.has[needsSem] = s.has[needsSem] && !s.o.RefusesSemaphores
 	var missing []string
 	for _, st := range s.subtests() {
+		if s.refuses(st) {
+			continue // Refused checks that the Locker refuses the request
+		}
 		if m := s.missing(st.needs); m != "" {
 			missing = append(missing, fmt.Sprintf("%s (needs %s)", st.name, m))
 			continue

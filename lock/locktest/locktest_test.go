@@ -51,6 +51,36 @@ func TestMemoryBareLocker(t *testing.T) {
 		locktest.Options{Settle: 20 * time.Millisecond})
 }
 
+// refusingHarness hands out Memory Lockers that refuse shared and
+// semaphore requests, as a layout of a recipe without them does.
+type refusingHarness struct{ h locktest.Harness }
+
+type refusing struct{ *locktest.MemLocker }
+
+func (r refusingHarness) NewLocker(t *testing.T, identity string) lock.Locker {
+	return refusing{r.h.NewLocker(t, identity).(*locktest.MemLocker)}
+}
+
+var errNoKinds = fmt.Errorf("%w: exclusive only", lock.ErrIncompatible)
+
+func (refusing) AcquireShared(context.Context, string) (lock.Lease, error)    { return nil, errNoKinds }
+func (refusing) TryAcquireShared(context.Context, string) (lock.Lease, error) { return nil, errNoKinds }
+func (refusing) AcquireSemaphore(context.Context, string, int) (lock.Lease, error) {
+	return nil, errNoKinds
+}
+func (refusing) TryAcquireSemaphore(context.Context, string, int) (lock.Lease, error) {
+	return nil, errNoKinds
+}
+
+// TestMemoryRefusing runs the suite on Lockers that refuse shared and
+// semaphore requests: with the Options that say so, Refused replaces the
+// subtests that need them (a Locker that does not refuse fails it: see
+// the fault claims-refusal).
+func TestMemoryRefusing(t *testing.T) {
+	locktest.TestLockerWith(t, refusingHarness{locktest.MemoryHarness(locktest.NewMemory())},
+		locktest.Options{RefusesShared: true, RefusesSemaphores: true})
+}
+
 // The suite is only worth something if it fails for Lockers that break the
 // contract. Each case below runs one subtest of the suite, in a child
 // process (a failing subtest cannot be contained in-process), against the
@@ -71,6 +101,11 @@ func TestFaulty(t *testing.T) {
 		opts.ObserveMaySkip = true
 		os.Setenv(faultEnv, fault)
 	}
+	// Options that claim a refusal the Locker does not make.
+	if fault == "claims-refusal" {
+		opts.RefusesShared, opts.RefusesSemaphores = true, true
+	}
+	opts.SessionKeyed = fault == "claims-session-keyed"
 	// A harness that lacks the optional interfaces its backend's own
 	// test requires.
 	if fault == "required-missing" {
@@ -169,6 +204,8 @@ func TestSuiteCatchesFaults(t *testing.T) {
 		{"holders-not-shared", "Holders", true, "two readers and a queued writer"},
 		{"healthy-after-close", "Healthy", true, "Healthy() after Close = <nil>"},
 		{"healthy-stays-lost", "HealthyAfterExpiry", true, "Healthy() after the session expired = "},
+		{"claims-refusal", "Refused", true, "want nil, an error wrapping incompatible request"},
+		{"claims-session-keyed", "IndependentNames", true, "while a name below it is held = "},
 		{"required-missing", "AcquireRelease", true, "SessionFreezer (Harness)), HealthyAfterExpiry (needs lock.HealthChecker (Locker) and SessionExpirer (Harness)); Options.RequireOptional is set"},
 	}
 	for _, tt := range tests {

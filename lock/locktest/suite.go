@@ -97,7 +97,19 @@ func (s *suite) subtests() []subtest {
 		{"QueueShared", s.testQueueShared, n(needsQueue, needsShared)},
 		{"Healthy", s.testHealthy, n(needsHealth)},
 		{"HealthyAfterExpiry", s.testHealthyAfterExpiry, n(needsHealth, needsExpirer)},
+		{"Refused", s.testRefused, nil},
 	}
+}
+
+// refuses reports whether st gives way to what Options says the Locker
+// refuses: it needs a refused request, or it is Refused and Options
+// names no refusal.
+func (s *suite) refuses(st subtest) bool {
+	if st.name == "Refused" {
+		return !s.o.RefusesShared && !s.o.RefusesSemaphores
+	}
+	return s.o.RefusesShared && slices.Contains(st.needs, needsShared) ||
+		s.o.RefusesSemaphores && slices.Contains(st.needs, needsSem)
 }
 
 // missing returns needs joined by " and " if one is absent, else "".
@@ -253,6 +265,10 @@ func goAcquire(ctx context.Context, l lock.Locker, name string, k kind) <-chan r
 func (s *suite) enqueue(t *testing.T, ctx context.Context, l lock.Locker, name string, k kind, n int, what string) <-chan result {
 	t.Helper()
 	ch := goAcquire(ctx, l, name, k)
+	if s.o.SessionKeyed {
+		time.Sleep(s.o.Settle) // it may wait with no record
+		return ch
+	}
 	s.waitRecords(t, name, n, what)
 	return ch
 }
