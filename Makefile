@@ -50,6 +50,7 @@ GO ?= go
 CACHE_BIN := integration/.cache/bin
 ETCD_BIN := $(CACHE_BIN)/etcd
 ETCD_SRC := integration/tools/etcd/main.go integration/tools/etcd/go.mod integration/tools/etcd/go.sum
+ETCDCTL_BIN := $(CACHE_BIN)/etcdctl
 
 # The results make bench writes (FENCELOCK_BENCH_OUT is relative to
 # integration/ unless absolute) and where their charts go.
@@ -68,6 +69,12 @@ $(ETCD_BIN): $(ETCD_SRC)
 	cd integration/tools/etcd && CGO_ENABLED=0 $(GO) build -trimpath -o ../../.cache/bin/etcd.tmp .
 	mv $(CACHE_BIN)/etcd.tmp $(ETCD_BIN)
 	@$(ETCD_BIN) --version | head -1
+
+# etcd's own client, for the tests that run "etcdctl lock" beside Lockers.
+$(ETCDCTL_BIN): integration/tools/etcd/etcdctl/main.go $(ETCD_SRC)
+	@mkdir -p $(CACHE_BIN)
+	cd integration/tools/etcd/etcdctl && CGO_ENABLED=0 $(GO) build -trimpath -o ../../../.cache/bin/etcdctl.tmp .
+	mv $(CACHE_BIN)/etcdctl.tmp $(ETCDCTL_BIN)
 
 images: $(ETCD_BIN)
 	integration/images/build.sh

@@ -385,9 +385,9 @@ stage_deps() {
 	t=$SECONDS
 	if prepare_process || prepare_containers; then
 		if [[ -n $dry_run ]]; then
-			echo "dry run: would run: make integration/.cache/bin/etcd"
+			echo "dry run: would run: make integration/.cache/bin/etcd integration/.cache/bin/etcdctl"
 		else
-			run make --no-print-directory -s "integration/.cache/bin/etcd"
+			run make --no-print-directory -s "integration/.cache/bin/etcd" "integration/.cache/bin/etcdctl"
 		fi
 	fi
 	local t_etcd=$((SECONDS - t))
