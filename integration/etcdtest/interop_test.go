@@ -510,3 +510,51 @@ func TestInteropPartition(t *testing.T) {
 		}
 	})
 }
+
+// TestInteropExample runs the calls of etcdlock's
+// Example_fromConcurrencyMutex against a cluster, and checks what it
+// prints.
+func TestInteropExample(t *testing.T) {
+	c := startCluster(t)
+	client := newClient(t, c.Endpoints())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out strings.Builder
+
+	session, err := concurrency.NewSession(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer session.Close()
+	old := concurrency.NewMutex(session, "/myapp/locks/jobs/nightly")
+	if err := old.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	locker, err := etcdlock.New(client, etcdlock.WithPrefix("/myapp/locks"), etcdlock.WithLayout(etcdlock.LayoutConcurrency))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close()
+	h, err := locker.Holder(ctx, "jobs/nightly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&out, "held by a Mutex (identity %q)\n", h.Identity)
+	if _, err := locker.TryAcquire(ctx, "jobs/nightly"); errors.Is(err, lock.ErrLocked) {
+		fmt.Fprintln(&out, "TryAcquire: locked")
+	}
+	if err := old.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := locker.Acquire(ctx, "jobs/nightly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	fmt.Fprintln(&out, "acquired after the Mutex, with a greater token:", l.Token() > h.Token)
+
+	want := "held by a Mutex (identity \"\")\nTryAcquire: locked\nacquired after the Mutex, with a greater token: true\n"
+	if out.String() != want {
+		t.Errorf("the example printed\n%s\nwant\n%s", out.String(), want)
+	}
+}
