@@ -57,36 +57,31 @@ func (l *Locker) cleanupLater(r record) {
 
 // cleanupOp deletes a record, guarded by its create revision when known,
 // and its lock-delay marker if r names one (no lease was granted, so no
-// holder's writes are in flight).
+// holder's writes are in flight). After an ambiguous create, whatever
+// record is at the key goes, and the session's guard is written
+// (docs/design/etcd.md, "Late creates"); a session lease that is gone
+// counts as done.
 func (l *Locker) cleanupOp(r record) func(context.Context) (*clientv3.TxnResponse, error) {
+	var ifRev []clientv3.Cmp
 	var marker []clientv3.Op
 	if r.marker != "" {
 		marker = append(marker, clientv3.OpDelete(r.marker))
 	}
-	if r.ambiguous {
-		// Whatever record is at the key goes, and the session's guard is
-		// written (docs/design/etcd.md, "Late creates"). A session lease
-		// that is gone counts as done.
-		return func(ctx context.Context) (*clientv3.TxnResponse, error) {
-			resp, err := l.client.Txn(ctx).
-				Then(append([]clientv3.Op{clientv3.OpDelete(r.key), clientv3.OpPut(r.s.guard.key, "", clientv3.WithLease(r.s.id))}, marker...)...).
-				Commit()
-			if isLeaseNotFound(err) {
-				return nil, nil
-			}
-			if err == nil {
-				r.s.guard.raise(resp.Header.Revision)
-			}
-			return resp, err
-		}
-	}
-	var ifRev []clientv3.Cmp
-	if r.rev > 0 {
+	then := append([]clientv3.Op{clientv3.OpDelete(r.key)}, marker...)
+	switch {
+	case r.ambiguous:
+		then = append(then, clientv3.OpPut(r.s.guard.key, "", clientv3.WithLease(r.s.id)))
+	case r.rev > 0:
 		ifRev = append(ifRev, clientv3.Compare(clientv3.CreateRevision(r.key), "=", r.rev))
 	}
 	return func(ctx context.Context) (*clientv3.TxnResponse, error) {
-		return l.client.Txn(ctx).If(ifRev...).
-			Then(append([]clientv3.Op{clientv3.OpDelete(r.key)}, marker...)...).
-			Else(marker...).Commit()
+		resp, err := l.client.Txn(ctx).If(ifRev...).Then(then...).Else(marker...).Commit()
+		if isLeaseNotFound(err) {
+			return nil, nil
+		}
+		if err == nil && r.ambiguous {
+			r.s.guard.raise(resp.Header.Revision)
+		}
+		return resp, err
 	}
 }

@@ -82,7 +82,7 @@ func (l *Locker) Identity() string {
 	return l.opts.Identity
 }
 
-// Prefix returns the key prefix of the Locker's records, ending in "/".
+// Prefix returns the key prefix of the Locker's records: "" or ending in "/".
 func (l *Locker) Prefix() string {
 	if l.usable(context.Background()) != nil {
 		return ""

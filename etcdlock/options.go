@@ -150,27 +150,22 @@ func WithLockDelay(d time.Duration) Option {
 	}
 }
 
-// A Layout is where a Locker's records live and what they look like.
+// A Layout is the shape and place of a Locker's records (see the package
+// doc, "Keys and security", and docs/design/etcd.md, "Layouts").
 type Layout string
 
-// The layouts (docs/design/etcd.md, "Layouts").
 const (
 	// LayoutFencelock, the default: records "<prefix><name>/#<lease>-<n>".
 	LayoutFencelock Layout = "fencelock"
-	// LayoutConcurrency: the record of etcd's concurrency.Mutex and
-	// Election, "<prefix><name>/<lease>", so that a Locker and those
-	// recipes (etcdctl lock too) exclude each other on a name; every key
-	// under "<prefix><name>/" is in the queue. One record per session and
-	// name: a second acquisition of a name through one Locker waits, in
-	// the Locker, until the first's record is gone. Shared and semaphore
-	// requests are refused with [lock.ErrIncompatible].
+	// LayoutConcurrency: etcd's concurrency.Mutex records,
+	// "<prefix><name>/<lease>"; exclusive locks only, a second acquisition
+	// of a name through one Locker waits in it for the first's record.
 	LayoutConcurrency Layout = "concurrency"
 )
 
-// WithLayout sets the Locker's layout (default [LayoutFencelock]).
-// Lockers of one name must agree: the default layout does not see the
-// other's records. Switch a name's layout when no Locker holds or waits on
-// it, or move to a new name or prefix.
+// WithLayout sets the Locker's layout (default [LayoutFencelock]). The
+// default layout does not see the other's records: switch a name's
+// layout when no Locker holds or waits on it, or move to a new name.
 func WithLayout(layout Layout) Option {
 	return func(o *options) {
 		if layout != LayoutFencelock && layout != LayoutConcurrency {
