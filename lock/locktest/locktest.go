@@ -33,6 +33,7 @@ package locktest
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -121,17 +122,14 @@ type Options struct {
 	RequireOptional bool
 
 	// RefusesShared and RefusesSemaphores say that the Locker refuses
-	// shared or semaphore requests by design (a layout of a recipe that
-	// has none) with an error wrapping [lock.ErrIncompatible]: the
-	// subtests that need them give way to Refused, which checks that.
+	// those requests by design (a layout of a recipe that has none) with
+	// [lock.ErrIncompatible]; the subtest Refused checks that it does.
 	RefusesShared, RefusesSemaphores bool
 
-	// SessionKeyed says that the Locker keys its record of a name by its
-	// session alone, as etcd's concurrency.Mutex does: an acquisition
-	// behind another of the same Locker waits in the Locker, with no
-	// record (the suite waits Settle for it to queue), and the records of
-	// the names below a name count as its own, which IndependentNames
-	// then checks instead of their independence.
+	// SessionKeyed says that the Locker keys a name's record by its
+	// session alone, like etcd's concurrency.Mutex: a second acquisition
+	// of a name through a Locker waits with no record, and a held name
+	// below a name holds it too (IndependentNames checks that).
 	SessionKeyed bool
 }
 
@@ -178,18 +176,22 @@ func TestLockerWith(t *testing.T, h Harness, opts Options) {
 	}
 	noErr(t, "Close() of an unused Locker", probe.Close())
 	// A request the Locker refuses is for Refused alone to make.
+	refused := map[string]bool{needsShared: s.o.RefusesShared, needsSem: s.o.RefusesSemaphores}
 	s.has[needsShared] = s.has[needsShared] && !s.o.RefusesShared
 	s.has[needsSem] = s.has[needsSem] && !s.o.RefusesSemaphores
 	var missing []string
 	for _, st := range s.subtests() {
-		if s.refuses(st) {
-			continue // Refused checks that the Locker refuses the request
+		if slices.ContainsFunc(st.needs, func(n string) bool { return refused[n] }) {
+			continue
 		}
 		if m := s.missing(st.needs); m != "" {
 			missing = append(missing, fmt.Sprintf("%s (needs %s)", st.name, m))
 			continue
 		}
 		t.Run(st.name, st.fn)
+	}
+	if s.o.RefusesShared || s.o.RefusesSemaphores {
+		t.Run("Refused", s.testRefused)
 	}
 	if len(missing) > 0 {
 		msg := "locktest: checks not applicable to this backend: " + strings.Join(missing, ", ")

@@ -97,19 +97,7 @@ func (s *suite) subtests() []subtest {
 		{"QueueShared", s.testQueueShared, n(needsQueue, needsShared)},
 		{"Healthy", s.testHealthy, n(needsHealth)},
 		{"HealthyAfterExpiry", s.testHealthyAfterExpiry, n(needsHealth, needsExpirer)},
-		{"Refused", s.testRefused, nil},
 	}
-}
-
-// refuses reports whether st gives way to what Options says the Locker
-// refuses: it needs a refused request, or it is Refused and Options
-// names no refusal.
-func (s *suite) refuses(st subtest) bool {
-	if st.name == "Refused" {
-		return !s.o.RefusesShared && !s.o.RefusesSemaphores
-	}
-	return s.o.RefusesShared && slices.Contains(st.needs, needsShared) ||
-		s.o.RefusesSemaphores && slices.Contains(st.needs, needsSem)
 }
 
 // missing returns needs joined by " and " if one is absent, else "".
