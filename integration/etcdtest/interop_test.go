@@ -100,6 +100,7 @@ type etcdctlClient struct {
 	endpoints       []string
 	cmd             *exec.Cmd
 	stderr          bytes.Buffer
+	key             string // of its grant
 }
 
 func (c *etcdctlClient) Name() string { return c.name }
@@ -131,6 +132,7 @@ func (c *etcdctlClient) Lock(ctx context.Context) (int64, error) {
 		_ = c.cmd.Wait()
 		return 0, fmt.Errorf("etcdctl lock printed %q (%v), stderr %q", line, err, c.stderr.String())
 	}
+	c.key = string(got.Kvs[0].Key)
 	return got.Kvs[0].CreateRevision, nil
 }
 
@@ -434,10 +436,10 @@ func deletedBy(t *testing.T, dels <-chan *clientv3.Event, key string) int64 {
 	}
 }
 
-// TestInteropPartition cuts a holder off from the cluster: the lock goes
-// to a waiter of the other kind only once the server deleted the holder's
-// key, when its session lease expired, and a Locker's lease ends (Done)
-// before that.
+// TestInteropPartition cuts a holder off from the cluster, or kills it:
+// the lock goes to a waiter of the other kind only once the server
+// deleted the holder's key, when its session lease expired, and a
+// Locker's lease ends (Done) before that.
 func TestInteropPartition(t *testing.T) {
 	c := startCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -472,6 +474,39 @@ func TestInteropPartition(t *testing.T) {
 		if ttl, err := admin.TimeToLive(ctx, s.Lease()); err != nil || ttl.TTL != -1 {
 			t.Errorf("TimeToLive of the Mutex's lease = %v, %v; want it expired (-1): the fault did not happen", ttl, err)
 		}
+		mustReleaseLease(t, ctx, waiter.le)
+	})
+	t.Run("etcdctl-holder-killed", func(t *testing.T) {
+		holder := &etcdctlClient{name: "etcdctl", bin: etcdctlBinary(t), lock: "/interop/c", endpoints: c.Endpoints()}
+		tok, err := holder.Lock(ctx)
+		if err != nil {
+			t.Fatalf("etcdctl lock: %v", err)
+		}
+		key := holder.key
+		waiter := interopLockers(t, c.Endpoints(), "/interop", "c", 1)[0].(*lockerClient)
+		granted := make(chan error, 1)
+		go func() {
+			_, err := waiter.Lock(ctx)
+			granted <- err
+		}()
+		if q := waitQueue(t, ctx, waiter.l, "c", 2); q[0].Holder != (lock.Holder{Token: fencingToken(tok)}) {
+			t.Errorf("Queue()[0] = %+v; want the etcdctl holder, no identity, token %d", q[0], tok)
+		}
+		if err := holder.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := holder.cmd.Wait(); err == nil {
+			t.Errorf("etcdctl lock exited cleanly; want it killed")
+		}
+		killed := time.Now()
+		if err := <-granted; err != nil {
+			t.Fatalf("the waiting Locker = %v", err)
+		}
+		t.Logf("the Locker was granted %v after the etcdctl holder was killed", time.Since(killed).Round(time.Millisecond))
+		if _, err := createRevision(ctx, admin, key); err == nil {
+			t.Fatalf("the Locker was granted while the killed etcdctl's key %q still existed", key)
+		}
+		deletedBy(t, dels, key)
 		mustReleaseLease(t, ctx, waiter.le)
 	})
 	t.Run("locker-holder-cut", func(t *testing.T) {
