@@ -14,13 +14,10 @@ import (
 type Clock interface {
 	Now() time.Time
 	NewTimer(d time.Duration) Timer
-	AfterFunc(d time.Duration, f func()) Timer
 }
 
 // Timer is a *time.Timer behind an interface.
 type Timer interface {
-	// C returns the channel the timer fires on; nil for a timer made by
-	// AfterFunc.
 	C() <-chan time.Time
 	Stop() bool
 	Reset(d time.Duration) bool
@@ -34,10 +31,6 @@ type realClock struct{}
 func (realClock) Now() time.Time { return time.Now() }
 
 func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
-
-func (realClock) AfterFunc(d time.Duration, f func()) Timer {
-	return realTimer{time.AfterFunc(d, f)}
-}
 
 type realTimer struct{ t *time.Timer }
 

@@ -1,20 +1,16 @@
 package clock
 
 import (
-	"cmp"
-	"slices"
 	"sync"
 	"time"
 )
 
 // Fake is a Clock whose time moves only by [Fake.Advance], which fires the
-// timers due, in deadline (then arming) order. It is safe for concurrent
-// use.
+// timers due. It is safe for concurrent use.
 type Fake struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
 	now    time.Time
-	seq    uint64
 	timers map[*fakeTimer]struct{}
 }
 
@@ -39,36 +35,19 @@ func (f *Fake) NewTimer(d time.Duration) Timer {
 	return t
 }
 
-// AfterFunc returns a timer that calls fn in its own goroutine d later.
-func (f *Fake) AfterFunc(d time.Duration, fn func()) Timer {
-	t := &fakeTimer{f: f, fn: fn}
-	f.arm(t, d)
-	return t
-}
-
 // Advance moves the fake time forward by d and fires every timer whose
 // deadline has been reached. A negative d is ignored.
 func (f *Fake) Advance(d time.Duration) {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.now = f.now.Add(max(d, 0))
-	var due []*fakeTimer
 	for t := range f.timers {
 		if !t.at.After(f.now) {
-			due = append(due, t)
+			delete(f.timers, t)
+			t.fire(f.now)
 		}
 	}
-	slices.SortFunc(due, func(a, b *fakeTimer) int {
-		return cmp.Or(a.at.Compare(b.at), cmp.Compare(a.seq, b.seq))
-	})
-	for _, t := range due {
-		delete(f.timers, t)
-	}
-	now := f.now
 	f.cond.Broadcast()
-	f.mu.Unlock()
-	for _, t := range due {
-		t.fire(now)
-	}
 }
 
 // Timers returns the number of timers armed and not yet fired or stopped.
@@ -90,33 +69,23 @@ func (f *Fake) WaitTimers(n int) {
 
 func (f *Fake) arm(t *fakeTimer, d time.Duration) {
 	f.mu.Lock()
-	f.seq++
-	t.seq = f.seq
+	defer f.mu.Unlock()
 	t.at = f.now.Add(d)
 	if d <= 0 {
-		now := f.now
-		f.mu.Unlock()
-		t.fire(now)
+		t.fire(f.now)
 		return
 	}
 	f.timers[t] = struct{}{}
 	f.cond.Broadcast()
-	f.mu.Unlock()
 }
 
 type fakeTimer struct {
-	f   *Fake
-	c   chan time.Time // nil for AfterFunc
-	fn  func()
-	at  time.Time
-	seq uint64
+	f  *Fake
+	c  chan time.Time
+	at time.Time
 }
 
 func (t *fakeTimer) fire(now time.Time) {
-	if t.fn != nil {
-		go t.fn()
-		return
-	}
 	select {
 	case t.c <- now:
 	default: // a fired timer not yet read keeps its first value
@@ -138,11 +107,9 @@ func (t *fakeTimer) Stop() bool {
 // armed. As with time.Timer, a value not yet received from C is dropped.
 func (t *fakeTimer) Reset(d time.Duration) bool {
 	armed := t.Stop()
-	if t.c != nil {
-		select {
-		case <-t.c:
-		default:
-		}
+	select {
+	case <-t.c:
+	default:
 	}
 	t.f.arm(t, d)
 	return armed
