@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,11 +57,8 @@ func do(ctx context.Context, l Locker, op, name string, fn func(context.Context,
 		// backend's prefix; it is not wrapped again.
 		ended := endedErr(lease)
 		rerr := release(ctx, lease, DefaultDoReleaseTimeout)
-		switch {
-		case ended != nil:
-			err = errors.Join(err, ended)
-		case rerr != nil:
-			err = errors.Join(err, rerr)
+		if after := cmp.Or(ended, rerr); after != nil {
+			err = errors.Join(err, after)
 		}
 	}()
 	return fn(lctx, lease)

@@ -165,15 +165,12 @@ func NewElection(l Locker, name string, cfg ElectionConfig) (*Election, error) {
 	if cfg.MeterProvider != nil && nilcheck.IsNil(cfg.MeterProvider) {
 		return nil, fmt.Errorf("lock: election %q: %w: MeterProvider is a typed nil", name, ErrInvalidConfig)
 	}
-	e := &Election{l: l, name: name, cfg: cfg}
-	if cfg.MeterProvider != nil {
-		// A refused instrument stays a no-op.
-		e.tel, _ = telemetry.New("", telemetry.Config{MeterProvider: cfg.MeterProvider, NameAttribute: cfg.NameAttribute})
-	}
 	if _, ok := l.(Observer); !ok && cfg.OnNewLeader != nil {
 		return nil, fmt.Errorf("lock: election %q: %w: OnNewLeader is set but %T does not implement lock.Observer", name, ErrInvalidConfig, l)
 	}
-	return e, nil
+	// Without a provider tel is nil; a refused instrument stays a no-op.
+	tel, _ := telemetry.New("", telemetry.Config{MeterProvider: cfg.MeterProvider, NameAttribute: cfg.NameAttribute})
+	return &Election{l: l, name: name, cfg: cfg, tel: tel}, nil
 }
 
 // Name returns the election's name, which is the name of its lock ("" for
@@ -335,10 +332,7 @@ func (e *Election) watchLeader(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err == nil {
-			err = errors.New("watch ended")
-		}
-		e.report(fmt.Errorf("lock: election %q: observe: %w", e.name, err))
+		e.report(fmt.Errorf("lock: election %q: observe: %w", e.name, cmp.Or(err, errors.New("watch ended"))))
 		if !e.pause(ctx, failures) {
 			return
 		}

@@ -208,9 +208,6 @@ func Open(ctx context.Context, rawURL string, opts ...OpenOption) (Locker, error
 // describe returns u for an error message, without its user information,
 // so that no password (nor user name) ever appears in an error.
 func describe(u *url.URL) string {
-	if u == nil {
-		return ""
-	}
 	c := *u
 	c.User = nil
 	return c.String()
