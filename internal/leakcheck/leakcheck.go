@@ -78,15 +78,11 @@ func leaked() []string {
 // and its "created by" line against ignored; testing's entries match
 // anywhere in the stack.
 func isIgnored(stack string) bool {
-	lines := strings.Split(stack, "\n")
-	var top, creator string
-	if len(lines) > 1 {
-		top = lines[1]
-	}
-	for _, l := range lines {
-		if strings.HasPrefix(l, "created by ") {
-			creator = l
-		}
+	_, frames, _ := strings.Cut(stack, "\n") // after "goroutine N [state]:"
+	top, _, _ := strings.Cut(frames, "\n")
+	var creator string
+	if i := strings.Index(stack, "\ncreated by "); i >= 0 {
+		creator, _, _ = strings.Cut(stack[i+1:], "\n")
 	}
 	return slices.ContainsFunc(ignored, func(p string) bool {
 		return strings.Contains(top, p) || strings.Contains(creator, p) || strings.HasPrefix(p, "testing.") && strings.Contains(stack, p)
