@@ -151,19 +151,16 @@ func Handler(g *fencing.Guard, resourceOf func(*http.Request) string, next http.
 		if ctx != r.Context() {
 			r = r.WithContext(ctx)
 		}
-		decision := telemetry.Rejected
 		err = g.Apply(resourceOf(r), tok, func() error {
-			decision = telemetry.Accepted
 			next.ServeHTTP(w, r)
 			return nil
 		})
-		if err != nil && !errors.Is(err, fencing.ErrStaleToken) {
-			decision = ""
-		}
-		wr.End(decision, err)
-		if err != nil {
+		if err != nil { // a stale token: g, tok and the write are valid
+			wr.End(telemetry.Rejected, err)
 			WriteError(w, err)
+			return
 		}
+		wr.End(telemetry.Accepted, nil)
 	}), nil
 }
 
