@@ -304,12 +304,8 @@ func (t *Telemetry) leaseOpts(kind, label string, key attribute.Key, val string)
 	return t.opts(setKey{k1: KeyKind, v1: kind, k2: key, v2: val, nameKey: KeyLock, name: label})
 }
 
-// span starts a span named name when spans are on; otherwise it returns
-// ctx and a nil span, which endSpan ignores.
+// span starts a span named name; spans must be on (t.tracer not nil).
 func (t *Telemetry) span(ctx context.Context, name, lockName string, kv ...attribute.KeyValue) (context.Context, trace.Span) {
-	if t == nil || t.tracer == nil {
-		return ctx, nil
-	}
 	if t.backend != "" {
 		kv = append(kv, KeyBackend.String(t.backend))
 	}
