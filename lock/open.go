@@ -229,16 +229,11 @@ func URLHosts(u *url.URL) ([]string, error) {
 	hosts := strings.Split(u.Host, ",")
 	for _, h := range hosts {
 		i := strings.LastIndexByte(h, ':')
-		if h == "" || i <= 0 || !validPort(h[i+1:]) {
+		if port, err := strconv.ParseUint(h[i+1:], 10, 16); i <= 0 || err != nil || port == 0 {
 			return nil, fmt.Errorf("%s URL %q: %w: host %q is not host:port", u.Scheme, describe(u), ErrInvalidConfig, h)
 		}
 	}
 	return hosts, nil
-}
-
-func validPort(p string) bool {
-	n, err := strconv.ParseUint(p, 10, 16)
-	return err == nil && n > 0 && p[0] != '+'
 }
 
 // URLPath returns the namespace of a backend URL: its path without the
