@@ -29,8 +29,6 @@ var ignored = []string{
 	"runtime/trace.Start",
 	"google.golang.org/grpc/internal/grpcsync.NewCallbackSerializer",
 	"google.golang.org/grpc/internal/transport.(*controlBuffer)",
-	"go.opencensus.io/stats/view.(*worker).start",
-	"github.com/golang/glog.",
 	"go.uber.org/zap/zapcore.(*bufferWriter)",
 }
 
