@@ -7,10 +7,8 @@ package sentinel
 
 import "errors"
 
-// The values of lock's ErrLocked, ErrNotHeld, ErrLost, ErrReleased,
-// ErrClosed, ErrIncompatible, ErrPermission, ErrInvalidName and
-// ErrInvalidConfig (which is also fencing.ErrInvalidConfig), and of
-// fencing.ErrInvalidToken.
+// The values of lock's Err<Name> (ErrInvalidConfig is fencing's too) and
+// of fencing.ErrInvalidToken.
 var (
 	Locked        = errors.New("locked by another holder")
 	NotHeld       = errors.New("not held")
