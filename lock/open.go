@@ -171,13 +171,9 @@ func Open(ctx context.Context, rawURL string, opts ...OpenOption) (Locker, error
 		Identity: c.Identity, NameAttribute: c.Telemetry.NameAttribute}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		// url.Error repeats the whole URL, password included: keep only
-		// what was wrong.
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
-		return nil, fmt.Errorf("lock: open: %w: malformed URL: %w", ErrInvalidConfig, err)
+		// Parse's *url.Error repeats the whole URL, password included:
+		// keep only what it wraps, which says what was wrong.
+		return nil, fmt.Errorf("lock: open: %w: malformed URL: %w", ErrInvalidConfig, errors.Unwrap(err))
 	}
 	if u.Scheme == "" {
 		return nil, fmt.Errorf("lock: open %q: %w: no scheme (want one of %s)", describe(u), ErrInvalidConfig, strings.Join(Schemes(), ", "))
