@@ -138,6 +138,7 @@ type backendReport struct {
 	Semaphore     []sharedResult      `json:"semaphore"`
 	TLS           []uncontendedResult `json:"tls,omitempty"`       // plain vs TLS (tls_test.go)
 	LockDelay     []contendedResult   `json:"lockdelay,omitempty"` // without and with a lock-delay (lockdelay_test.go)
+	Interop       []contendedResult   `json:"interop,omitempty"`   // the reference, fencelock in its layout, mixed (interop_test.go)
 	Overheads     []overheadResult    `json:"overheads,omitempty"` // metrics, tracing and TLS on/off (overhead_test.go)
 	Targets       []target            `json:"targets"`
 	Scale         *scaleReport        `json:"scale,omitempty"` // scale_test.go
@@ -300,6 +301,10 @@ func runBackend(t *testing.T, kind cluster.Kind, cfg config) *backendReport {
 		skipUnlessSelected(t, "lockdelay")
 		br.LockDelay = runLockDelay(t, kind, byRole(roleFencelock)[0], at, cfg)
 	})
+	t.Run("interop", func(t *testing.T) {
+		skipUnlessSelected(t, "interop")
+		br.Interop = runInterop(t, kind, byRole(roleReference)[0], at, cfg)
+	})
 	t.Run("failover", func(t *testing.T) {
 		skipUnlessSelected(t, "failover")
 		for _, r := range locks {
@@ -385,6 +390,7 @@ func printBackend(w io.Writer, br *backendReport, cfg config) {
 
 	printContended(w, br, cfg)
 	printLockDelay(w, br.LockDelay, cfg)
+	printInterop(w, br.Interop, cfg)
 
 	fmt.Fprintf(w, "\nFailover: holder in a child process killed with SIGKILL, TTL/session timeout %.0fs for every recipe, time from kill to the next grant:\n", cfg.FailoverTTLSec)
 	fmt.Fprintln(tw, "recipe\t trials ms\t median ms\t median vs ref\t")
@@ -510,6 +516,7 @@ func checkTargets(br *backendReport, cfg config) []target {
 		}
 	}
 	out = append(out, sharedTargets(br)...)
+	out = append(out, interopTargets(br.Interop)...)
 	if o, ok := find(br.Overheads, func(x overheadResult) bool { return x.What == "metrics" }); ok {
 		out = append(out, target{"metrics cost at most 2% of an uncontended acquire+release (upper end of the 95% interval)",
 			fmt.Sprintf("%.4f× [%.4f, %.4f], %d block pairs", o.Ratio, o.Low, o.High, o.Pairs), o.High <= 1.02})

@@ -26,8 +26,10 @@
 // FENCELOCK_BENCH_QUICK=1 shrinks every measurement for a smoke run,
 // FENCELOCK_BENCH_BACKENDS=etcd (or zookeeper) runs one backend only, and
 // FENCELOCK_BENCH_ONLY lists the measurements to run (uncontended, tls,
-// overheads, contended, lockdelay, failover, leases, waiters, shared,
-// semaphore; tls is plain vs TLS with client certificates and auth on a
+// overheads, contended, lockdelay, interop, failover, leases, waiters,
+// shared, semaphore; interop is the reference recipe, fencelock in the
+// layout that contends with it and a fleet mixing the two on the same
+// records; tls is plain vs TLS with client certificates and auth on a
 // second, secured cluster of each backend). FENCELOCK_BENCH_CLIENTS
 // (e.g. 2,8,32) and FENCELOCK_BENCH_HOLDS (e.g. 0,1ms) narrow the
 // contended rows to those client counts and holds; the run logs the rows

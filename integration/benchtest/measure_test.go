@@ -302,7 +302,10 @@ type contendedResult struct {
 	// the same hold and client count (or, for a lock-delay row, with the
 	// same recipe without it), window by window.
 	Ratio *windowRatio `json:"ratio,omitempty"`
-	seq   []int64
+	// Slower compares a mixed fleet's grants_per_sec with the slower of
+	// its two recipes' (interop_test.go).
+	Slower *windowRatio `json:"slower,omitempty"`
+	seq    []int64
 }
 
 // contendedWindow is what one window of a contended row measured.
@@ -358,6 +361,7 @@ func measureContended(t *testing.T, r recipe, clients int, hold time.Duration, a
 	defer cancel()
 	row := fmt.Sprintf("%s, %d clients, hold %v", r.name, clients, hold)
 	reg, win := newRegister(row, 0), newRowWindow()
+	reg.mixed = r.mixed
 	var (
 		mu              sync.Mutex
 		lastRelease     time.Time
@@ -551,7 +555,10 @@ type failoverResult struct {
 	// Ratio compares the trials with the reference's, trial by trial
 	// (median_ms; each recipe's trials run one after another).
 	Ratio *windowRatio `json:"ratio,omitempty"`
-	seq   []int64
+	// Slower compares a mixed fleet's grants_per_sec with the slower of
+	// its two recipes' (interop_test.go).
+	Slower *windowRatio `json:"slower,omitempty"`
+	seq    []int64
 }
 
 // holderEnv carries a holderSpec to the child process that holds the lock

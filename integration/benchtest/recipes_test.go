@@ -40,6 +40,9 @@ type recipe struct {
 	// records counts the records queued on name, the holder's included.
 	// It is nil for recipes whose waiters write nothing.
 	records func(ctx context.Context, name string) (int, error)
+	// mixed is set on a fleet of two recipes on one lock, only one of
+	// which has tokens (interop_test.go).
+	mixed bool
 }
 
 // conn is one connection of a recipe.

@@ -55,10 +55,13 @@ func (k grantKind) String() string {
 // the register instead, under the same lock as the occupancy check. That
 // number can never be stale, so for them only the occupancy check can
 // fail; it is taken so that every recipe's critical section does the same
-// work.
+// work. In a mixed row (fencelock and the reference on one lock), whose
+// counter would be out of step with the tokens, those grants are checked
+// by occupancy only.
 type register struct {
 	row   string // the row, for the messages: recipe, clients, hold
 	limit int    // permits at once on a semaphore row, 0 otherwise
+	mixed bool   // grants without a token meet grants with one
 	start time.Time
 	guard fencing.Guard // exclusive grants' tokens, per name
 
@@ -112,12 +115,15 @@ func (r *register) enter(name string, client int, k grantKind, tok fencing.Token
 		s = &registerSlot{inside: map[int]registerHolder{}}
 		r.names[name] = s
 	}
-	if tok == 0 {
+	untokened := tok == 0
+	if untokened {
 		r.seq++
 		tok = r.seq
 	}
 	h := registerHolder{client: client, kind: k, token: tok, at: at}
-	if err := r.tokenCheck(name, s, h); err != nil {
+	if untokened && r.mixed {
+		h.token = 0 // never compared: see register
+	} else if err := r.tokenCheck(name, s, h); err != nil {
 		r.violate("client %d entered %q at +%.3fs (%s, token %d): %v", client, name, at.Seconds(), k, tok, err)
 	}
 	if others := r.conflicts(s, client, k); len(others) > 0 {
