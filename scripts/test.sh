@@ -491,7 +491,7 @@ fi
 if wants_containers; then
 	say "integration tests, containers provider"
 	FENCELOCK_PROVIDER=containers gotest containers containers integration -race -count=1 -timeout 30m \
-		-skip "$neutral_skip" "${run_filter[@]}" ./cluster ./etcdtest ./zktest ./guardtest ./electiontest || step_failed
+		-skip "$neutral_skip" "${run_filter[@]}" ./cluster ./etcdtest ./zktest ./guardtest ./electiontest ./interoptest || step_failed
 	# The short fault pass: kill, pause (docker pause) and restart members,
 	# freeze and kill clients, with the fenced register checking. The
 	# read-write and semaphore workloads run in the process stage only
