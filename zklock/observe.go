@@ -179,21 +179,17 @@ func (o *observation) list(ctx context.Context) (<-chan zk.Event, func(), error)
 		if err == nil {
 			again, err = o.take(ctx, kids.names, kids.stat)
 		}
-		switch {
-		case errors.Is(err, zk.ErrNoNode):
-			stop()
-			w, stop, again, err := o.absent(ctx)
-			if again {
-				continue // created meanwhile
-			}
-			return w, stop, err
-		case err != nil || again:
-			stop()
-			if err != nil {
-				return nil, nil, err
-			}
-		default:
+		if err == nil && !again {
 			return w, stop, nil
+		}
+		stop()
+		if errors.Is(err, zk.ErrNoNode) {
+			// Unless the parent was created meanwhile: list again.
+			if w, stop, again, err := o.absent(ctx); !again {
+				return w, stop, err
+			}
+		} else if err != nil {
+			return nil, nil, err
 		}
 	}
 }

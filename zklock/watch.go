@@ -232,38 +232,33 @@ const ownWatchDelay = 50 * time.Millisecond
 // route handles one event of the connection's global stream. It runs on
 // go-zookeeper's reading goroutine, so it only records and wakes.
 func (t *recordWatcher) route(ev zk.Event) {
-	switch ev.Type {
-	case zk.EventNodeDeleted, zk.EventNodeChildrenChanged, zk.EventNodeDataChanged, zk.EventNodeCreated:
-		t.mu.Lock()
-		if ev.Type == zk.EventNodeDeleted || ev.Type == zk.EventNodeChildrenChanged {
-			notifyWaitersLocked(t.waits.children, ev.Path, ev)
-		}
-		if ev.Type != zk.EventNodeChildrenChanged {
-			notifyWaitersLocked(t.waits.change, ev.Path, ev)
-		}
-		t.mu.Unlock()
-	}
-	if ev.Type != zk.EventNodeDeleted && ev.Type != zk.EventNodeDataChanged {
-		return
-	}
 	t.mu.Lock()
-	e := t.watched[ev.Path]
-	switch {
-	case e == nil:
-		t.mu.Unlock()
+	defer t.mu.Unlock()
+	switch ev.Type {
+	case zk.EventNodeChildrenChanged:
+		notifyWaitersLocked(t.waits.children, ev.Path, ev)
 		return
+	case zk.EventNodeCreated:
+		notifyWaitersLocked(t.waits.change, ev.Path, ev)
+		return
+	case zk.EventNodeDeleted:
+		notifyWaitersLocked(t.waits.children, ev.Path, ev)
+		notifyWaitersLocked(t.waits.change, ev.Path, ev)
+	case zk.EventNodeDataChanged:
+		notifyWaitersLocked(t.waits.change, ev.Path, ev)
+	default:
+		return
+	}
+	switch e := t.watched[ev.Path]; {
+	case e == nil:
 	case e.lease == nil:
 		// Not granted yet: a deletion is acted on at the grant; a data
 		// change needs nothing, since the lease's watch is set after it.
-		if ev.Type == zk.EventNodeDeleted {
-			e.deleted = true
-		}
-		t.mu.Unlock()
-		return
+		e.deleted = e.deleted || ev.Type == zk.EventNodeDeleted
+	default:
+		t.pending = append(t.pending, leaseEvent{e.lease, ev.Type})
+		t.wake()
 	}
-	t.pending = append(t.pending, leaseEvent{e.lease, ev.Type})
-	t.mu.Unlock()
-	t.wake()
 }
 
 // run ends the leases of ended sessions and acts on the events routed to
