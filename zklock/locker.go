@@ -37,9 +37,9 @@ type Locker struct {
 // lifetime is what Close needs to end a Locker once, after the public calls
 // in progress.
 type lifetime struct {
-	calls sync.WaitGroup // public calls in progress
-	once  sync.Once
-	down  chan struct{} // closed when the first Close has finished
+	calls  sync.WaitGroup // public calls in progress
+	closed atomic.Bool    // a Close has begun
+	down   chan struct{}  // closed when the first Close has finished
 }
 
 // Dial connects to the ZooKeeper servers ("host:port", at least one) and
@@ -198,9 +198,7 @@ func (l *Locker) Close() error {
 	if err := l.usable(context.Background()); err != nil {
 		return fmt.Errorf("zklock: close: %w", err)
 	}
-	first := false
-	l.life.once.Do(func() { first = true })
-	if !first {
+	if !l.life.closed.CompareAndSwap(false, true) {
 		<-l.life.down
 		return nil
 	}

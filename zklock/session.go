@@ -105,13 +105,11 @@ func newSessions(clk clock.Clock, ka *keepalive, o *options, closing <-chan stru
 
 // timeout returns the session timeout the server negotiated (before the
 // first handshake, the one asked for).
-func (ss *sessions) timeout() time.Duration { return ss.loss.timeout() }
-
-func (d *lossDeadline) timeout() time.Duration {
-	if t := d.ka.negotiated(); t > 0 {
+func (ss *sessions) timeout() time.Duration {
+	if t := ss.loss.ka.negotiated(); t > 0 {
 		return t
 	}
-	return d.given
+	return ss.loss.given
 }
 
 func (ss *sessions) kickState() { poke(ss.sig.kick) }
