@@ -525,9 +525,9 @@ func (a *acquisition) touch(ctx context.Context) error {
 	}
 }
 
-// list returns the lock znodes of the parent in grant order and their
-// requests. Without the token yet, it
-// also reads the own znode's stat, in the same round trip.
+// list returns the parent's lock znodes in grant order and their
+// requests; without the token yet, it reads the own znode's stat in the
+// same round trip.
 func (a *acquisition) list(ctx context.Context) ([]string, []queue.Request, error) {
 	l := a.l
 	if a.z.czxid != 0 {

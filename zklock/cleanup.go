@@ -38,7 +38,6 @@ func newJanitor(g *group, logger *slog.Logger) *janitor {
 	return &janitor{g: g, logger: logger, kick: make(chan struct{}, 1)}
 }
 
-// add queues c and wakes the janitor.
 func (j *janitor) add(c cleanup) {
 	j.mu.Lock()
 	j.pending = append(j.pending, c)
@@ -47,16 +46,6 @@ func (j *janitor) add(c cleanup) {
 }
 
 func (j *janitor) wake() { poke(j.kick) }
-
-// wakeIfPending wakes the janitor if it has work (the connection is back).
-func (j *janitor) wakeIfPending() {
-	j.mu.Lock()
-	n := len(j.pending)
-	j.mu.Unlock()
-	if n > 0 {
-		j.wake()
-	}
-}
 
 func (j *janitor) run() {
 	for {
@@ -132,8 +121,6 @@ func withPrefix(ctx context.Context, g *group, s *session, conn *zk.Conn, parent
 	return found, err
 }
 
-// deleteMarker deletes a discarded acquisition's lock-delay marker, if
-// there is one.
 func (j *janitor) deleteMarker(ctx context.Context, marker string) error {
 	if marker == "" {
 		return nil

@@ -206,9 +206,8 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 // czxid, guarded by its version, with its lock-delay marker (unless empty)
 // in the same Multi. It returns zk.ErrNoNode if it is gone. Without a
 // marker, an exclusive request of the default layout is released with
-// the release mark
-// (acquisition.waitFor), unless a first release found the Locker may
-// not write its lock znodes.
+// the release mark (acquisition.waitFor), unless a first release found
+// the Locker may not write its lock znodes.
 func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxid int64, marker string) error {
 	mark := marker == "" && !l.markDenied.Load() && marksRelease(path)
 	for range 3 {

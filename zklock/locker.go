@@ -124,7 +124,6 @@ func (l *Locker) connect(servers []string) (*zk.Conn, error) {
 	return conn, err
 }
 
-// checkServers checks Dial's server list.
 func checkServers(servers []string) error {
 	if len(servers) == 0 {
 		return fmt.Errorf("%w: empty server list", lock.ErrInvalidConfig)
@@ -151,7 +150,7 @@ func newLocker(o *options) *Locker {
 	l.ss.journal.tel = tel
 	l.jan = newJanitor(g, o.Logger)
 	l.watch = newRecordWatcher(g, l.ss, l.jan)
-	l.ss.hooks.onEnd, l.ss.hooks.onHealthy = l.watch.sessionEnd, l.jan.wakeIfPending
+	l.ss.hooks.onEnd, l.ss.hooks.onHealthy = l.watch.sessionEnd, l.jan.wake
 	return l
 }
 
@@ -250,7 +249,6 @@ func validName(name string) error {
 
 func (l *Locker) leave() { l.life.calls.Done() }
 
-// keepaliveInterval is how often keepalive sends a request.
 func (l *Locker) keepaliveInterval() time.Duration {
 	return max(l.SessionTimeout()/keepaliveFraction, time.Millisecond)
 }

@@ -114,7 +114,6 @@ func marksRelease(path string) bool {
 // seqOf returns a lock znode's sequence number.
 func seqOf(child string) string { return child[len(child)-seqLen:] }
 
-// seqNum returns a lock znode's sequence number as a number.
 func seqNum(child string) int64 {
 	n, _ := strconv.ParseInt(seqOf(child), 10, 64)
 	return n

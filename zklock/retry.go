@@ -231,7 +231,6 @@ func statOf(conn *zk.Conn, path string) func() (exists, error) {
 	}
 }
 
-// setData sets the data of the znode at path if its version is version.
 func setData(conn *zk.Conn, path string, data []byte, version int32) func() (*zk.Stat, error) {
 	return func() (*zk.Stat, error) {
 		return conn.Set(path, data, version)

@@ -155,7 +155,6 @@ type refusals struct {
 	notify func()
 }
 
-// refuse records a refusal.
 func (r *refusals) refuse(err error) {
 	err = fmt.Errorf("%w: %w", lock.ErrPermission, err)
 	r.err.Store(&err)
@@ -164,7 +163,6 @@ func (r *refusals) refuse(err error) {
 	}
 }
 
-// last returns the latest refusal, or nil.
 func (r *refusals) last() error {
 	if p := r.err.Load(); p != nil {
 		return *p

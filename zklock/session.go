@@ -29,7 +29,6 @@ type session struct {
 // endErr returns why s ended; it is read once done is closed.
 func (s *session) endErr() error { return s.err }
 
-// ended reports whether s has ended.
 func ended(s *session) bool {
 	select {
 	case <-s.done:
@@ -135,7 +134,6 @@ func (ss *sessions) broadcastLocked() {
 	ss.changed = make(chan struct{})
 }
 
-// endLocked ends the current session with err.
 func (ss *sessions) endLocked(err error) {
 	s := ss.cur
 	ss.cur = nil
@@ -173,7 +171,6 @@ func (ss *sessions) close() {
 	ss.broadcastLocked()
 }
 
-// id returns the id of the current session, or 0.
 func (ss *sessions) id() int64 {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -341,7 +338,6 @@ func (ss *sessions) awaitConnected(ctx context.Context, s *session) error {
 	}
 }
 
-// isClosed reports whether close was called.
 func (ss *sessions) isClosed() bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()

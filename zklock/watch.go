@@ -89,7 +89,6 @@ func (t *recordWatcher) wantsChildren(path []byte) bool { return t.wants(t.waits
 
 func (t *recordWatcher) wantsChange(path []byte) bool { return t.wants(t.waits.change, path) }
 
-// wants reports whether a wait in m for the znode at path is registered.
 func (t *recordWatcher) wants(m map[string][]chan zk.Event, path []byte) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -146,7 +145,6 @@ func (t *recordWatcher) track(path string) {
 	t.mu.Unlock()
 }
 
-// untrack stops routing events on path.
 func (t *recordWatcher) untrack(path string) {
 	t.mu.Lock()
 	delete(t.watched, path)
@@ -212,7 +210,6 @@ func (t *recordWatcher) hold(le *Lease) error {
 	return nil
 }
 
-// held returns the held leases.
 func (t *recordWatcher) held() []*Lease {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -345,7 +342,6 @@ func (t *recordWatcher) armDue() {
 	}
 }
 
-// endSessionLeases ends every lease whose session has ended.
 func (t *recordWatcher) endSessionLeases() {
 	for _, le := range t.held() {
 		if !ended(le.s) || le.stopped() {
@@ -361,7 +357,6 @@ func (t *recordWatcher) endSessionLeases() {
 	}
 }
 
-// handleEvents acts on the events routed to held leases.
 func (t *recordWatcher) handleEvents() {
 	t.mu.Lock()
 	evs := t.pending
