@@ -189,7 +189,7 @@ func (a *acquisition) run(ctx context.Context) (*Lease, error) {
 func (a *acquisition) queueUp(ctx context.Context) (*Lease, error) {
 	for {
 		d, err := a.decide(ctx)
-		if err == nil && d.waiting() {
+		if err == nil && !d.granted && len(d.watched) > 0 {
 			if a.try {
 				return nil, lock.ErrLocked
 			}
@@ -215,8 +215,6 @@ type decision struct {
 	watched    []int           // indexes in q of the records to wait for (queue.Watched)
 	touchWakes bool            // the touch of the first wakes the waiter too (queue.WaitsForTouch)
 }
-
-func (d decision) waiting() bool { return !d.granted && len(d.watched) > 0 }
 
 // decide lists the queue (but for a znode created alone) and says, by the
 // rules of package queue, whether the request is admitted or which

@@ -221,11 +221,9 @@ func (o *observation) take(ctx context.Context, names []string, st *zk.Stat) (ag
 		o.last.listed = false
 	}
 	q, _ := lockQueue(names)
-	next := ""
-	if len(q) > 0 {
-		next = q[0]
-	}
-	if next != "" && (next != o.last.holder || !o.last.reported) {
+	if len(q) == 0 {
+		o.report("", lock.Holder{})
+	} else if next := q[0]; next != o.last.holder || !o.last.reported {
 		if o.last.holder != "" && o.freeBetween(q, st, next) {
 			o.report("", lock.Holder{})
 		}
@@ -237,8 +235,6 @@ func (o *observation) take(ctx context.Context, names []string, st *zk.Stat) (ag
 			return false, err
 		}
 		o.report(next, holderOf(next, g.data, g.stat))
-	} else if next == "" {
-		o.report("", lock.Holder{})
 	}
 	o.last.listed = true
 	o.last.parentCzxid = st.Czxid

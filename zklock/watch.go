@@ -262,19 +262,9 @@ func (t *recordWatcher) route(ev zk.Event) {
 // held leases; at Close it ends every lease left.
 func (t *recordWatcher) run() {
 	for {
-		closing := false
 		select {
 		case <-t.g.closing:
-			closing = true
-		case <-t.sig.kick:
-		}
-		if t.sig.sessionEnded.Swap(false) || closing {
 			t.endSessionLeases()
-		}
-		if t.sig.reconnected.Swap(false) && !closing {
-			t.rearmAll()
-		}
-		if closing {
 			t.mu.Lock()
 			if t.arming.timer != nil {
 				t.arming.timer.Stop()
@@ -282,6 +272,13 @@ func (t *recordWatcher) run() {
 			t.arming.due = nil
 			t.mu.Unlock()
 			return
+		case <-t.sig.kick:
+		}
+		if t.sig.sessionEnded.Swap(false) {
+			t.endSessionLeases()
+		}
+		if t.sig.reconnected.Swap(false) {
+			t.rearmAll()
 		}
 		t.handleEvents()
 		t.armDue()
