@@ -219,7 +219,7 @@ func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxi
 					// May not set their data: delete plainly from now on.
 					mark = false
 					l.markDenied.Store(true)
-					return struct{}{}, errMarkDenied
+					return struct{}{}, errSendAgain
 				}
 				return struct{}{}, multiErr(res, err)
 			}
@@ -229,11 +229,11 @@ func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxi
 			res, err := l.conn.Multi(&zk.DeleteRequest{Path: path, Version: version}, &zk.DeleteRequest{Path: marker, Version: -1})
 			if len(res) == 2 && multiErr(res[:1], nil) == nil && errors.Is(res[1].Error, zk.ErrNoNode) {
 				marker = ""
-				return struct{}{}, errMarkerGone
+				return struct{}{}, errSendAgain
 			}
 			return struct{}{}, multiErr(res, err)
 		})
-		if errors.Is(err, errMarkerGone) || errors.Is(err, errMarkDenied) {
+		if errors.Is(err, errSendAgain) {
 			continue
 		}
 		if !errors.Is(err, zk.ErrBadVersion) {
@@ -252,10 +252,9 @@ func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxi
 	return fmt.Errorf("znode %s keeps changing", path)
 }
 
-var (
-	errMarkerGone = errors.New("lock-delay marker gone")
-	errMarkDenied = errors.New("no write permission on the lock znode")
-)
+// errSendAgain says that deleteOwn's Multi failed for a part it leaves
+// out from now on (a marker gone, a release mark refused): send it again.
+var errSendAgain = errors.New("send the delete again")
 
 // stopped reports whether Release has taken over.
 func (le *Lease) stopped() bool { return le.st.Releasing() }

@@ -137,9 +137,7 @@ type leaseEvent struct {
 // forgets what earlier events said.
 func (t *recordWatcher) track(path string) {
 	t.mu.Lock()
-	if e := t.watched[path]; e != nil && e.lease == nil {
-		e.deleted = false
-	} else if e == nil {
+	if e := t.watched[path]; e == nil || e.lease == nil {
 		t.watched[path] = &watchEntry{}
 	}
 	t.mu.Unlock()
@@ -196,15 +194,9 @@ func (t *recordWatcher) hold(le *Lease) error {
 		return lock.ErrClosed
 	}
 	e := t.watched[le.path]
-	if e == nil {
-		e = &watchEntry{}
-		t.watched[le.path] = e
-	}
-	e.lease = le
-	deleted := e.deleted
-	e.deleted = false
+	t.watched[le.path] = &watchEntry{lease: le}
 	t.mu.Unlock()
-	if deleted {
+	if e != nil && e.deleted {
 		le.lose(znodeDeleted(le.path))
 	}
 	return nil
