@@ -98,11 +98,7 @@ func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request
 	ctx, tel := l.tel.StartAcquire(ctx, name, req.Kind.String(), !try)
 	a := &acquisition{l: l, name: name, parent: l.parent(name), req: req, try: try}
 	le, err := a.run(ctx)
-	var token uint64
-	if le != nil {
-		token = uint64(le.czxid)
-	}
-	if hold := tel.End(config.Outcome(ctx, err), token, err); le != nil && hold.Counts() {
+	if hold := tel.End(config.Outcome(ctx, err), uint64(le.Token()), err); le != nil && hold.Counts() {
 		le.st.OnEnd(func(err error) { l.countEnd(le, hold, err) })
 	}
 	if err != nil {

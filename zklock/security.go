@@ -41,15 +41,13 @@ func WithDigest(user, password string) Option {
 		switch {
 		case user == "":
 			o.Fail("digest: empty user")
-			return
 		case strings.ContainsRune(user, ':'):
 			o.Fail("digest: user %q contains ':'", user)
-			return
 		case password == "":
 			o.Fail("digest: empty password for user %q", user)
-			return
+		default:
+			o.digest = &digest{user: user, password: password}
 		}
-		o.digest = &digest{user: user, password: password}
 	}
 }
 
