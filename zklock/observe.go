@@ -82,7 +82,8 @@ func (o *observation) run(ctx context.Context) {
 		cancel()
 		<-followed
 	}()
-	for {
+	var err error
+	for err == nil {
 		var send chan lock.Holder
 		var head lock.Holder
 		o.mu.Lock()
@@ -90,7 +91,6 @@ func (o *observation) run(ctx context.Context) {
 			send, head = o.out, o.queue[0]
 		}
 		o.mu.Unlock()
-		var err error
 		select {
 		case send <- head:
 			o.mu.Lock()
@@ -102,13 +102,10 @@ func (o *observation) run(ctx context.Context) {
 		case <-o.l.g.closing:
 			err = lock.ErrClosed
 		}
-		if err != nil {
-			o.mu.Lock()
-			o.err = fmt.Errorf("zklock: observe %q: %w", o.name, err)
-			o.mu.Unlock()
-			return
-		}
 	}
+	o.mu.Lock()
+	o.err = fmt.Errorf("zklock: observe %q: %w", o.name, err)
+	o.mu.Unlock()
 }
 
 // observeRetryMin and observeRetryMax bound the backoff of an observation

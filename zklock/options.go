@@ -111,15 +111,14 @@ func WithRoot(root string) Option {
 // the Locker reads the negotiated value from the handshake.
 func WithSessionTimeout(d time.Duration) Option {
 	return func(o *options) {
-		if d <= 0 {
+		switch {
+		case d <= 0:
 			o.Fail("session timeout %v: must be positive", d)
-			return
-		}
-		if d < time.Millisecond || d > 24*time.Hour {
+		case d < time.Millisecond || d > 24*time.Hour:
 			o.Fail("session timeout %v: out of range", d)
-			return
+		default:
+			o.sessionTimeout = d
 		}
-		o.sessionTimeout = d
 	}
 }
 
