@@ -49,18 +49,12 @@ func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request
 		}
 	}
 	ctx, span := l.tel.StartAcquire(ctx, name, req.Kind.String(), !try)
-	parent := ctx
-	ctx, cancel := l.withClosing(ctx)
-	defer cancel()
-	le, err := l.acquireRetry(ctx, name, req, try)
-	if err != nil && parent.Err() == nil && l.g.closing.Err() != nil {
-		err = lock.ErrClosed
-	}
-	var token uint64
-	if le != nil {
-		token = uint64(le.rev)
-	}
-	if hold := span.End(config.Outcome(parent, err), token, err); le != nil && hold.Counts() {
+	var le *Lease
+	err := l.bounded(ctx, func(ctx context.Context) (err error) {
+		le, err = l.acquireRetry(ctx, name, req, try)
+		return err
+	})
+	if hold := span.End(config.Outcome(ctx, err), uint64(le.Token()), err); le != nil && hold.Counts() {
 		le.st.OnEnd(func(err error) { l.countEnd(le, hold, err) })
 	}
 	if err != nil {
