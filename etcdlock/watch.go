@@ -185,14 +185,11 @@ func (w *recordWatcher) handleReceived(st *streamState) bool {
 		if r.gen != st.gen {
 			continue
 		}
-		err := r.err
-		if err == nil {
-			err = w.handle(r.resp, st.gen)
-		}
-		if err != nil {
-			w.fail(st, err)
+		if r.err != nil {
+			w.fail(st, r.err)
 			return false
 		}
+		w.handle(r.resp, st.gen)
 		st.backoff = retryDelay
 	}
 	return true
@@ -276,7 +273,7 @@ func (w *recordWatcher) recv(st pb.Watch_WatchClient, gen int, wg *sync.WaitGrou
 }
 
 // handle routes one response of the current stream to its watch.
-func (w *recordWatcher) handle(resp *pb.WatchResponse, gen int) error {
+func (w *recordWatcher) handle(resp *pb.WatchResponse, gen int) {
 	w.mu.Lock()
 	rw := w.entries[resp.WatchId]
 	if rw != nil && rw.gen != gen {
@@ -295,21 +292,19 @@ func (w *recordWatcher) handle(resp *pb.WatchResponse, gen int) error {
 	}
 	w.mu.Unlock()
 	if rw == nil {
-		return nil
+		return
 	}
 	for _, ev := range resp.Events {
-		if ev.Type != mvccpb.DELETE || string(ev.Kv.Key) != rw.le.key {
-			continue
+		if ev.Type == mvccpb.DELETE && string(ev.Kv.Key) == rw.le.key {
+			rw.le.lose(recordDeletedCause(rw.le.key, ev.Kv.ModRevision), true)
+			return
 		}
-		rw.le.lose(recordDeletedCause(rw.le.key, ev.Kv.ModRevision), true)
-		return nil
 	}
 	if resp.Canceled {
 		rw.le.l.opts.Logger.Debug("etcdlock: record watch cancelled by the server; re-reading the record",
 			"key", rw.le.key, "compact_revision", resp.CompactRevision, "reason", resp.CancelReason)
 		rw.le.l.spawn(func() { w.reread(rw) })
 	}
-	return nil
 }
 
 // reread reads rw's record after the server cancelled its watch (a
