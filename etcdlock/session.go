@@ -239,10 +239,7 @@ func (s *session) add(le *Lease) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.leases == nil {
-		if !s.lost {
-			return lock.ErrClosed
-		}
-		return s.err
+		return s.lostErr() // end has set err and lost, and closes done next
 	}
 	s.leases[le] = struct{}{}
 	return nil
