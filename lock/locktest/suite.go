@@ -255,9 +255,9 @@ func (s *suite) enqueue(t *testing.T, ctx context.Context, l lock.Locker, name s
 	ch := goAcquire(ctx, l, name, k)
 	if s.o.SessionKeyed {
 		time.Sleep(s.o.Settle) // it may wait with no record
-		return ch
+	} else {
+		s.waitRecords(t, name, n, what)
 	}
-	s.waitRecords(t, name, n, what)
 	return ch
 }
 
