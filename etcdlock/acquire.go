@@ -129,10 +129,10 @@ type acquisition struct {
 	req  queue.Request
 	try  bool
 
-	// The latest delayReads, answered at seen, for delay.
-	markers []string
-	records map[string]bool
-	seen    time.Time
+	// From the latest delayReads, answered at seen, for delay: the
+	// deletes of the markers whose record is gone.
+	stale []clientv3.Op
+	seen  time.Time
 }
 
 func (l *Locker) newAcquisition(s *session, name string, req queue.Request, try bool) *acquisition {

@@ -40,19 +40,23 @@ func (a *acquisition) delayReads() []clientv3.Op {
 	}
 }
 
-// noteDelayReads keeps for delay the answers of delayReads, ending rs.
+// noteDelayReads keeps for delay what the answers of delayReads, ending
+// rs, show: the markers whose record is gone, but its own.
 func (a *acquisition) noteDelayReads(rs []*etcdserverpb.ResponseOp) {
 	if a.marker == "" || len(rs) < 2 {
 		return
 	}
 	a.seen = time.Now()
-	a.markers = a.markers[:0]
-	for _, kv := range rs[len(rs)-2].GetResponseRange().Kvs {
-		a.markers = append(a.markers, string(kv.Key))
-	}
-	a.records = make(map[string]bool)
+	records := make(map[string]bool)
 	for _, kv := range rs[len(rs)-1].GetResponseRange().Kvs {
-		a.records[strings.TrimPrefix(string(kv.Key), a.pfx)] = true
+		records[strings.TrimPrefix(string(kv.Key), a.pfx)] = true
+	}
+	dp := a.l.delayPrefix(a.pfx)
+	a.stale = nil
+	for _, kv := range rs[len(rs)-2].GetResponseRange().Kvs {
+		if k := string(kv.Key); k != a.marker && !records[strings.TrimPrefix(k, dp)] {
+			a.stale = append(a.stale, clientv3.OpDelete(k))
+		}
 	}
 }
 
@@ -71,20 +75,13 @@ func (a *acquisition) delay(ctx context.Context) error {
 			return err
 		}
 	}
-	dp := a.l.delayPrefix(a.pfx)
-	var stale []clientv3.Op
-	for _, k := range a.markers {
-		if k != a.marker && !a.records[strings.TrimPrefix(k, dp)] {
-			stale = append(stale, clientv3.OpDelete(k))
-		}
-	}
-	if len(stale) == 0 {
+	if len(a.stale) == 0 {
 		return nil
 	}
 	a.l.opts.Logger.Info("etcdlock: lock-delay: an earlier acquisition did not end with a clean release; waiting", "name", a.name, "delay", d)
 	if err := clock.Sleep(ctx, time.Until(a.seen.Add(d)), a.l.g.closing.Done(), a.s.done, a.s.lostErr); err != nil {
 		return err
 	}
-	_, err := a.confirm(ctx, stale...)
+	_, err := a.confirm(ctx, a.stale...)
 	return err
 }
