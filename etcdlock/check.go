@@ -36,5 +36,4 @@ func (l *Locker) begin(ctx context.Context, op, name string) error {
 // valid reports whether le was granted by a Locker.
 func (le *Lease) valid() bool { return le != nil && le.l != nil && le.s != nil }
 
-// errNotLease is the error of a nil or zero *Lease.
 var errNotLease = fmt.Errorf("%w: *etcdlock.Lease not granted by a Locker", lock.ErrInvalidConfig)

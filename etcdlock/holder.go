@@ -25,7 +25,6 @@ func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
 	return holderOf(resp.Kvs[0]), nil
 }
 
-// holderOf returns the holder a record stands for.
 func holderOf(kv *mvccpb.KeyValue) lock.Holder {
 	r := requestOf(kv.Key)
 	return lock.Holder{Identity: string(kv.Value), Token: fencing.Token(kv.CreateRevision), Shared: r.Shared(), Limit: r.Limit}

@@ -166,7 +166,6 @@ func (o *observation) follow() (progressed bool, err error) {
 	}
 }
 
-// send sends the current holder.
 func (o *observation) send() error {
 	select {
 	case o.ch <- o.cur:

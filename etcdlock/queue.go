@@ -87,7 +87,6 @@ func requestOf(key []byte) queue.Request {
 	return queue.ExclusiveRequest
 }
 
-// requestsOf returns the kinds of requests of records in queue order.
 func requestsOf(kvs []*mvccpb.KeyValue) []queue.Request {
 	q := make([]queue.Request, len(kvs))
 	for i, kv := range kvs {

@@ -71,7 +71,6 @@ func (l *Locker) get(ctx context.Context, s *session, key string, opts ...client
 	})
 }
 
-// isLeaseNotFound reports whether err says the session's lease is gone.
 func isLeaseNotFound(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }
 
 // retryable reports whether a request that failed with err may succeed if

@@ -200,7 +200,6 @@ func newSession(l *Locker, id clientv3.LeaseID, grantSent time.Time) *session {
 	return s
 }
 
-// ended reports whether the session is over.
 func (s *session) ended() bool {
 	select {
 	case <-s.done:
@@ -234,7 +233,6 @@ func (s *session) end(cause error, lost bool) {
 	})
 }
 
-// add registers a lease with the session, unless the session ended.
 func (s *session) add(le *Lease) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -134,7 +134,6 @@ func clientConfig(hosts []string, o *options, creds secure.Credentials, tlsCfg *
 		DialKeepAliveTime:    5 * time.Second,
 		DialKeepAliveTimeout: 2 * time.Second,
 		DialTimeout:          loginTimeout, // clientv3.New logs in
-
 	}
 	if tlsCfg == nil {
 		return ccfg, nil

@@ -195,7 +195,6 @@ func (w *recordWatcher) handleReceived(st *streamState) bool {
 	return true
 }
 
-// pending reports whether watches wait to be created or cancelled.
 func (w *recordWatcher) pending() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -224,7 +223,6 @@ func (w *recordWatcher) openStream(st *streamState) bool {
 	return true
 }
 
-// sendPending sends the queued creates and cancels on the current stream.
 func (w *recordWatcher) sendPending(st *streamState) {
 	w.mu.Lock()
 	creates, cancels := w.creates, w.cancels
