@@ -142,7 +142,6 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// orDefault returns v, or def if v is not positive.
 func orDefault[T int | time.Duration](v, def T) T {
 	if v <= 0 {
 		return def
@@ -203,7 +202,6 @@ func TestLockerWith(t *testing.T, h Harness, opts Options) {
 	}
 }
 
-// is reports whether l implements T.
 func is[T any](l lock.Locker) bool {
 	_, ok := l.(T)
 	return ok

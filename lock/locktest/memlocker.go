@@ -88,7 +88,6 @@ func (l *MemLocker) acquire(ctx context.Context, op, name string, req queue.Requ
 	return le, nil
 }
 
-// openSessionLocked gives l a session if it has none.
 func (l *MemLocker) openSessionLocked() {
 	if l.sess == nil {
 		l.sess = &session{records: map[*record]bool{}, expired: make(chan struct{})}
@@ -256,7 +255,6 @@ func (l *MemLocker) Close() error {
 	return nil
 }
 
-// memLease is a grant of a MemLocker.
 type memLease struct {
 	m    *Memory
 	rec  *record

@@ -136,7 +136,6 @@ func (m *Memory) queueLocked(name string) []lock.QueueEntry {
 	return es
 }
 
-// requests returns the requests of q, for the rules of package queue.
 func requests(q []*record) []queue.Request {
 	rs := make([]queue.Request, len(q))
 	for i, r := range q {

@@ -244,7 +244,6 @@ func goCall(acquire func() (lock.Lease, error)) <-chan result {
 	return ch
 }
 
-// goAcquire runs the call that asks l for k in a goroutine.
 func goAcquire(ctx context.Context, l lock.Locker, name string, k kind) <-chan result {
 	return goCall(func() (lock.Lease, error) { return k.call(ctx, l, name, false) })
 }
@@ -406,7 +405,6 @@ func (s *suite) releaseLast(t *testing.T, ctx context.Context, name, after strin
 	s.noOrphans(t, name, after)
 }
 
-// isClosed reports whether ch is closed, without waiting.
 func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:
@@ -423,7 +421,6 @@ func (s *suite) checkLost(t *testing.T, le lock.Lease, wait, what string) {
 	wantErr(t, what, le.Err(), lock.ErrLost)
 }
 
-// mustAcquire acquires name on l or stops the test.
 func (s *suite) mustAcquire(t *testing.T, ctx context.Context, l lock.Locker, name string) lock.Lease {
 	t.Helper()
 	return s.awaitLease(t, goAcquire(ctx, l, name, excl), fmt.Sprintf("Acquire(%q)", name))
@@ -437,7 +434,6 @@ func (s *suite) mustShared(t *testing.T, ctx context.Context, l lock.Locker, nam
 	return le
 }
 
-// mustRelease releases les or fails the test.
 func mustRelease(t *testing.T, ctx context.Context, les ...lock.Lease) {
 	t.Helper()
 	for _, le := range les {
@@ -481,7 +477,6 @@ func checkAfter(t *testing.T, le, prev lock.Lease, what string) {
 	}
 }
 
-// holderIs checks that l reports want as the holder of name.
 func (s *suite) holderIs(t *testing.T, ctx context.Context, l lock.Locker, name string, want lock.Holder) {
 	t.Helper()
 	got, err := l.Holder(ctx, name)
@@ -490,7 +485,6 @@ func (s *suite) holderIs(t *testing.T, ctx context.Context, l lock.Locker, name 
 	}
 }
 
-// notHeld checks that l reports name as not held.
 func (s *suite) notHeld(t *testing.T, ctx context.Context, l lock.Locker, name string) {
 	t.Helper()
 	_, err := l.Holder(ctx, name)
@@ -510,7 +504,6 @@ func wantErr(t *testing.T, call string, err error, want ...error) {
 	t.Errorf("%s = %v; want an error wrapping %s", call, err, strings.Join(names, " or "))
 }
 
-// noErr fails t unless err, returned by call, is nil.
 func noErr(t *testing.T, call string, err error) {
 	t.Helper()
 	if err != nil {
@@ -518,7 +511,6 @@ func noErr(t *testing.T, call string, err error) {
 	}
 }
 
-// errorsIsAny reports whether err matches one of targets.
 func errorsIsAny(err error, targets ...error) bool {
 	return slices.ContainsFunc(targets, func(t error) bool { return errors.Is(err, t) })
 }

@@ -178,7 +178,6 @@ func (s *suite) testQueueShared(t *testing.T) {
 // queued waiter's is among them on a quiet backend.
 const revokeSpan = 16
 
-// checkRevoked checks that Revoke ended le with ErrLost.
 func (s *suite) checkRevoked(t *testing.T, ctx context.Context, le lock.Lease, what string) {
 	t.Helper()
 	s.checkLost(t, le, what, what+": Err()")

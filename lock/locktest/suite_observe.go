@@ -80,7 +80,6 @@ func (ob *feed) checkCancelled(what string) {
 	wantErr(ob.t, what+": error after cancel", ob.errf(), context.Canceled)
 }
 
-// drainClosed reads ch until it is closed.
 func (s *suite) drainClosed(t *testing.T, ch <-chan lock.Holder, what string) {
 	t.Helper()
 	for ok := true; ok; {
