@@ -51,10 +51,7 @@ func (z *zapSlog) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.Chec
 
 func (z *zapSlog) Write(e zapcore.Entry, fields []zapcore.Field) error {
 	enc := zapcore.NewMapObjectEncoder()
-	for _, f := range z.fields {
-		f.AddTo(enc)
-	}
-	for _, f := range fields {
+	for _, f := range slices.Concat(z.fields, fields) {
 		f.AddTo(enc)
 	}
 	r := slog.NewRecord(e.Time, z.level(e.Level), "etcd client: "+secure.Redact(e.Message, z.secrets...), 0)
