@@ -28,7 +28,7 @@ type recordWatcher struct {
 
 	mu      sync.Mutex
 	nextID  int64
-	entries map[int64]*recordWatch // live watches by ID
+	entries map[int64]*recordWatch // live (not stopped) watches by ID
 	creates []*recordWatch         // armed, not yet sent on the current stream
 	cancels []int64                // IDs to cancel on the current stream
 	resps   []recvd                // received, not yet handled
@@ -41,7 +41,6 @@ type recordWatch struct {
 	fromRev int64       // the record existed at this revision: watch from the next one
 	arm     *time.Timer // until it fires (the watch is armed) or stop; then nil
 	gen     int         // stream generation it was last sent on (0: none)
-	stopped bool
 }
 
 // recvd is one answer from the stream of generation gen, or its failure.
@@ -74,7 +73,7 @@ func (w *recordWatcher) arm(rw *recordWatch) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	rw.arm = nil
-	if !rw.stopped {
+	if w.entries[rw.id] == rw {
 		w.creates = append(w.creates, rw)
 		w.signal()
 	}
@@ -83,10 +82,9 @@ func (w *recordWatcher) arm(rw *recordWatch) {
 func (w *recordWatcher) stop(rw *recordWatch) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if rw.stopped {
+	if w.entries[rw.id] != rw {
 		return
 	}
-	rw.stopped = true
 	if rw.arm != nil {
 		rw.arm.Stop()
 	}
@@ -229,7 +227,7 @@ func (w *recordWatcher) sendPending(st *streamState) {
 	w.creates, w.cancels = nil, nil
 	var reqs []*pb.WatchRequest
 	for _, rw := range creates {
-		if rw.stopped || rw.gen == st.gen {
+		if w.entries[rw.id] != rw || rw.gen == st.gen {
 			continue
 		}
 		rw.gen = st.gen
