@@ -41,14 +41,11 @@ type keepaliveResult struct {
 }
 
 func newKeepalive(s *session, clk clock.Clock, send keepaliveSender, revoke func()) *keepalive {
-	s.mu.Lock()
-	deadline := s.deadline
-	s.mu.Unlock()
 	return &keepalive{
 		s: s, clk: clk, send: send, revoke: revoke,
 		life:     s.l.opts.ttl - s.l.opts.LossMargin,
 		interval: s.l.opts.ttl / 3,
-		deadline: deadline,
+		deadline: s.deadline, // only the keepalive writes it
 		results:  make(chan keepaliveResult, 1),
 	}
 }
