@@ -125,10 +125,7 @@ func (l *Locker) withClosing(ctx context.Context) (context.Context, context.Canc
 // bounded runs f with ctx (see withClosing), and reports lock.ErrClosed
 // when Close, not ctx, ended it.
 func (l *Locker) bounded(ctx context.Context, f func(context.Context) error) error {
-	l.mu.Lock()
-	closed := l.closed
-	l.mu.Unlock()
-	if closed {
+	if l.g.closing.Err() != nil {
 		return lock.ErrClosed
 	}
 	cctx, cancel := l.withClosing(ctx)
