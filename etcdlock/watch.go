@@ -151,7 +151,8 @@ func (w *recordWatcher) closeStream(st *streamState) {
 	st.stream, st.cancelStr = nil, nil
 }
 
-// fail drops the stream after err, and backs off before the next one.
+// fail drops the stream after err, and with it every watch and pending
+// cancel sent on it, and backs off before the next one.
 func (w *recordWatcher) fail(st *streamState, err error) {
 	if err != nil && w.ctx.Err() == nil && !w.s.ended() {
 		w.s.l.opts.Logger.Debug("etcdlock: record watch stream failed", "session", fmt.Sprintf("%x", int64(w.s.id)), "err", err)
@@ -214,10 +215,6 @@ func (w *recordWatcher) openStream(st *streamState) bool {
 	st.stream, st.cancelStr = stream, scancel
 	st.recvWG.Add(1)
 	go w.recv(stream, st.gen, &st.recvWG) // joined by closeStream
-	// Watches sent on an earlier stream are gone with it.
-	w.mu.Lock()
-	w.cancels = w.cancels[:0]
-	w.mu.Unlock()
 	return true
 }
 
