@@ -83,9 +83,9 @@ func (w *refusals) errLocked() error {
 // note records the outcome of a connection to addr (nil: it worked).
 func (w *refusals) note(addr string, err error) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if err == nil {
 		delete(w.refused, addr)
-		w.mu.Unlock()
 		return
 	}
 	w.refused[addr] = err
@@ -95,7 +95,6 @@ func (w *refusals) note(addr string, err error) {
 		}
 		clear(w.waiters)
 	}
-	w.mu.Unlock()
 }
 
 // context returns ctx, also cancelled once every endpoint refuses.
