@@ -47,6 +47,7 @@ type reportBackend struct {
 	Semaphore     []sharedRow      `json:"semaphore"`
 	TLS           []uncontended    `json:"tls"`
 	LockDelay     []contendedRow   `json:"lockdelay"`
+	Interop       []contendedRow   `json:"interop"`
 	Targets       []target         `json:"targets"`
 	Scale         *scaleReport     `json:"scale"`
 	Overheads     []overheadResult `json:"overheads"`
@@ -84,6 +85,7 @@ type contendedRow struct {
 	RequestsPerGrant float64 `json:"requests_per_grant"`
 	EventsPerGrant   float64 `json:"watch_events_per_grant"`
 	Ratio            *ratio  `json:"ratio"`
+	Slower           *ratio  `json:"slower"` // a mixed interop row's, to the slower recipe
 }
 
 type failover struct {

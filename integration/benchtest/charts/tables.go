@@ -27,6 +27,7 @@ var tables = map[string]tableFunc{
 	"rwlock":         rwlockTable,
 	"semaphore":      semaphoreTable,
 	"lockdelay":      lockDelayTable,
+	"interop":        interopTable,
 	"tls":            tlsTable,
 	"failover":       failoverTable,
 	"waiters":        waitersTable,
@@ -494,6 +495,28 @@ func lockDelayTable(g *gen, runs []*reportRun) (string, bool) {
 		},
 		cells: func(g *gen, f [][]float64) []string {
 			return []string{num(g.med(f[0]), 0) + " / " + num(g.med(f[1]), 0), "", num(g.med(f[2]), 1) + " / " + num(g.med(f[3]), 1), num(g.med(f[4]), 1) + " / " + num(g.med(f[5]), 1)}
+		},
+	})
+}
+
+// interopTable has, per client count, the grants/s of the reference, of
+// fencelock in its layout and of the fleet mixing them, and the mixed
+// fleet's ratio to the slower of the two.
+func interopTable(g *gen, runs []*reportRun) (string, bool) {
+	return pairTable(g, runs, pairs{
+		head: []string{"clients", "reference grants/s", "fencelock in its layout", "mixed fleet", "mixed vs the slower"},
+		rows: func(x *reportBackend) []pairRow {
+			var out []pairRow
+			for i := 0; i+2 < len(x.Interop); i += 3 {
+				ref, fl, mixed := x.Interop[i], x.Interop[i+1], x.Interop[i+2]
+				p := pairRow{key: strconv.Itoa(mixed.Clients), figs: []float64{ref.GrantsPerSec, fl.GrantsPerSec, mixed.GrantsPerSec}}
+				p.s, p.ok = sampleOf(mixed.Slower, mixed.GrantsPerSec, min(ref.GrantsPerSec, fl.GrantsPerSec))
+				out = append(out, p)
+			}
+			return out
+		},
+		cells: func(g *gen, f [][]float64) []string {
+			return []string{num(g.med(f[0]), 0), num(g.med(f[1]), 0), num(g.med(f[2]), 0), ""}
 		},
 	})
 }
