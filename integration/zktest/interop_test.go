@@ -374,6 +374,15 @@ func testInteropForeignHolder(t *testing.T, c *cluster.Cluster) {
 	if got, err := l.Holder(ctx, name); err != nil || got != want {
 		t.Errorf("Holder() = %+v, %v; want %+v", got, err, want)
 	}
+	octx, ostop := context.WithCancel(ctx)
+	defer ostop()
+	seen, _, err := l.Observe(octx, name)
+	if err != nil {
+		t.Fatalf("Observe() = %v", err)
+	}
+	if got := <-seen; got != want {
+		t.Errorf("Observe() sent %+v first; want the zk.Lock holder %+v", got, want)
+	}
 	granted := make(chan error, 1)
 	go func() {
 		le, err := l.Acquire(ctx, name)
@@ -395,6 +404,21 @@ func testInteropForeignHolder(t *testing.T, c *cluster.Cluster) {
 	}
 	if err := <-granted; err != nil {
 		t.Errorf("Acquire() after the revocation = %v", err)
+	}
+	// What Observe reports next ends with the Locker's grant, never the
+	// zk.Lock holder again.
+	var mine lock.Holder
+	for got := range seen {
+		if got == want {
+			t.Errorf("Observe() sent the revoked zk.Lock holder again")
+		}
+		if got.Identity == l.Identity() {
+			mine = got
+			break
+		}
+	}
+	if mine.Token <= want.Token {
+		t.Errorf("Observe() sent the Locker's grant as %+v; want it, with a token above the zk.Lock grant's %d", mine, want.Token)
 	}
 	// zk.Lock never learns of it: only the token keeps its writes out.
 	if err := zc.Unlock(ctx); !errors.Is(err, zk.ErrNoNode) {
