@@ -99,7 +99,7 @@ func (p ctrProvider) Start(t testing.TB, kind Kind, opts ...Option) *Cluster {
 	defer cancelConn()
 	cli, err := ctrDockerClient(connCtx)
 	if err != nil {
-		unavailable(t, "cluster: containers provider: the Docker engine is not reachable: %v (start dockerd, or run with FENCELOCK_PROVIDER=process)", err)
+		Unavailable(t, "cluster: containers provider: the Docker engine is not reachable: %v (start dockerd, or run with FENCELOCK_PROVIDER=process)", err)
 	}
 	// Registered first, so it runs after the containers are gone.
 	t.Cleanup(func() { cli.Close() })
@@ -108,7 +108,7 @@ func (p ctrProvider) Start(t testing.TB, kind Kind, opts ...Option) *Cluster {
 	err = ctrEnsureImage(pullCtx, cli, image)
 	cancelPull()
 	if err != nil {
-		unavailable(t, "cluster: containers provider: image %s: %v (without registry access, build local images with integration/images/build.sh and set %s=fencelock-%s:local)", image, err, imageVar, kind)
+		Unavailable(t, "cluster: containers provider: image %s: %v (without registry access, build local images with integration/images/build.sh and set %s=fencelock-%s:local)", image, err, imageVar, kind)
 	}
 
 	// The default network of this provider is the host network: left to
@@ -117,7 +117,7 @@ func (p ctrProvider) Start(t testing.TB, kind Kind, opts ...Option) *Cluster {
 	// engine has none.
 	prov, err := tc.NewDockerProvider(tc.WithDefaultBridgeNetwork("host"), tc.WithLogger(tclog.TestLogger(t)))
 	if err != nil {
-		unavailable(t, "cluster: containers provider: %v", err)
+		Unavailable(t, "cluster: containers provider: %v", err)
 	}
 	t.Cleanup(func() { prov.Close() })
 

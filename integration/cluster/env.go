@@ -69,11 +69,12 @@ func SkipUnlessRequested(t testing.TB, kind Kind) {
 // skipping them.
 func InCI() bool { return os.Getenv("CI") == "true" }
 
-// unavailable fails the test under CI and skips it otherwise, so that a
-// developer without the servers installed can still run "go test" by hand.
+// Unavailable fails the test under CI and skips it otherwise, so that a
+// developer without the servers or tools installed can still run "go
+// test" by hand.
 // "make test" fails on such a skip too: its summary fails the run on every
 // skip that does not start with "not requested:".
-func unavailable(t testing.TB, format string, args ...any) {
+func Unavailable(t testing.TB, format string, args ...any) {
 	t.Helper()
 	if InCI() {
 		t.Fatalf(format, args...)

@@ -59,7 +59,7 @@ func (p processProvider) Start(t testing.TB, kind Kind, opts ...Option) *Cluster
 		t.Fatalf("cluster: start %q: unknown kind; want %q or %q", kind, Etcd, ZooKeeper)
 	}
 	if err != nil {
-		unavailable(t, "cluster: start %s with the process provider: %v", kind, err)
+		Unavailable(t, "cluster: start %s with the process provider: %v", kind, err)
 	}
 	dir := t.TempDir()
 	for attempt := 1; ; attempt++ {
@@ -70,7 +70,7 @@ func (p processProvider) Start(t testing.TB, kind Kind, opts ...Option) *Cluster
 			return c
 		}
 		if errors.Is(err, errNoPeerCuts) {
-			unavailable(t, "cluster: start %s: %v", kind, err)
+			Unavailable(t, "cluster: start %s: %v", kind, err)
 		}
 		if errors.Is(err, errPortInUse) && attempt < startAttempts {
 			t.Logf("cluster: start %s (attempt %d): %v; retrying on other ports", kind, attempt, err)

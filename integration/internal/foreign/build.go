@@ -138,7 +138,7 @@ func java(t testing.TB) (dir, classpath string) {
 	dir = sourceDir(t)
 	built.javaOnce.Do(func() { built.classpath, built.javaErr = compile(dir) })
 	if errors.Is(built.javaErr, errMissing) {
-		unavailable(t, "foreign: %v", built.javaErr)
+		cluster.Unavailable(t, "foreign: %v", built.javaErr)
 	} else if built.javaErr != nil {
 		t.Fatalf("foreign: %v", built.javaErr)
 	}
@@ -155,22 +155,13 @@ func python(t testing.TB) string {
 	}
 	out, err := exec.Command(py, "-c", "import kazoo.recipe.lock").CombinedOutput()
 	if err != nil {
-		unavailable(t, "foreign: %s cannot import kazoo: %v (%s); %s", py, err, strings.TrimSpace(string(out)), installHint)
+		cluster.Unavailable(t, "foreign: %s cannot import kazoo: %v (%s); %s", py, err, strings.TrimSpace(string(out)), installHint)
 	}
 	return py
 }
 
 // errMissing is what the error of a missing installation wraps.
 var errMissing = errors.New("not installed")
-
-// unavailable fails t under CI=true and skips it otherwise.
-func unavailable(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if cluster.InCI() {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
-}
 
 // Cleanup removes what the test binary prepared. Call it once the tests
 // have run (testutil.Main's cleanup).

@@ -103,7 +103,7 @@ func command(t testing.TB, r Recipe, args, patterns []string) *exec.Cmd {
 	dir, classpath := java(t)
 	javaBin, err := jdkTool("java")
 	if err != nil {
-		unavailable(t, "foreign: %v", err)
+		cluster.Unavailable(t, "foreign: %v", err)
 	}
 	// A small heap and the first JIT tier only: a client runs short
 	// requests, and a test starts several of them on a loaded machine.
