@@ -38,7 +38,8 @@
 // [QueueLister], [Revoker], [Observer] and [HealthChecker] (readiness).
 //
 // [Election] runs a candidate over any Locker, with the lease's token as
-// its term; [Do] runs a function while holding a lock, with a context
+// its term; [AcquireAll] holds several names at once, all or none, without
+// deadlock; [Do] runs a function while holding a lock, with a context
 // cancelled if the lease is lost. Neither can stop code already running
 // when a lease is lost: enforce the token with package fencing.
 //
