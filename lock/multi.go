@@ -28,6 +28,10 @@ type MultiLocker interface {
 // waits in the order that step fixes (see the backend); any other Locker
 // is asked for the names one by one in sorted order. Each name keeps its
 // own queue and token, so a plain Acquire of one of them waits as usual.
+// Sets that overlap must all be taken through AcquireAll on the same
+// backend: a caller holding one name while it acquires another (nested
+// Acquire calls, or a Locker wrapped so that it hides its MultiLocker)
+// can deadlock with them.
 //
 // Errors are those of [Locker.Acquire], and an error wrapping
 // [ErrInvalidConfig] for a nil ctx or Locker, no names, or a name given
