@@ -60,11 +60,9 @@ func acquireAll(ctx context.Context, l Locker, op string, names []string,
 	case len(names) == 0:
 		bad = fmt.Errorf("%w: no names", ErrInvalidConfig)
 	}
-	for i, name := range sorted {
-		if err := ValidateName(name); err != nil && bad == nil {
-			bad = err
-		} else if i > 0 && name == sorted[i-1] && bad == nil {
-			bad = fmt.Errorf("%w: name %q given twice", ErrInvalidConfig, name)
+	for i := 0; i < len(sorted) && bad == nil; i++ {
+		if bad = ValidateName(sorted[i]); bad == nil && i > 0 && sorted[i] == sorted[i-1] {
+			bad = fmt.Errorf("%w: name %q given twice", ErrInvalidConfig, sorted[i])
 		}
 	}
 	if bad != nil {
