@@ -30,8 +30,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 
 	"go.opentelemetry.io/otel/metric"
@@ -212,47 +214,67 @@ func (s *Store) CreateTable(ctx context.Context) error {
 // [fencing.ErrInvalidToken]; a nil fn one wrapping
 // [fencing.ErrInvalidConfig].
 func (s *Store) Apply(ctx context.Context, resource string, token fencing.Token, fn func(tx *sql.Tx) error) error {
-	if err := s.usableFor(ctx, "apply", resource, token); err != nil {
-		return err
+	return s.ApplyAll(ctx, map[string]fencing.Token{resource: token}, fn)
+}
+
+// ApplyAll is [Store.Apply] for a write that several resources protect:
+// one transaction records the token of every resource in tokens, in sorted
+// order (so writers of overlapping sets lock the rows in one order and
+// never deadlock), and runs fn only if every check passed. A stale token
+// rejects the whole write, with the [*fencing.StaleTokenError] of its
+// resource, and records no token. No tokens is an error wrapping
+// [fencing.ErrInvalidConfig].
+func (s *Store) ApplyAll(ctx context.Context, tokens map[string]fencing.Token, fn func(tx *sql.Tx) error) error {
+	resources := slices.Sorted(maps.Keys(tokens))
+	label := strings.Trim(fmt.Sprintf("%q", resources), "[]")
+	for _, r := range resources {
+		if err := s.usableFor(ctx, "apply", r, tokens[r]); err != nil {
+			return err
+		}
 	}
-	if fn == nil {
-		return fmt.Errorf("sqlfence: apply %q: %w: nil write function", resource, fencing.ErrInvalidConfig)
+	switch {
+	case len(resources) == 0:
+		return fmt.Errorf("sqlfence: apply: %w: no tokens", fencing.ErrInvalidConfig)
+	case fn == nil:
+		return fmt.Errorf("sqlfence: apply %s: %w: nil write function", label, fencing.ErrInvalidConfig)
 	}
-	ctx, w := s.tel.StartWrite(ctx, helper, "", uint64(token))
-	decision, err := s.apply(ctx, resource, token, fn)
+	ctx, w := s.tel.StartWrite(ctx, helper, "", uint64(tokens[resources[0]]))
+	decision, err := s.apply(ctx, label, resources, tokens, fn)
 	w.End(decision, err)
 	return err
 }
 
-// apply is Apply after its checks; it also returns the decision made.
-func (s *Store) apply(ctx context.Context, resource string, token fencing.Token, fn func(tx *sql.Tx) error) (string, error) {
+// apply is ApplyAll after its checks; it also returns the decision made.
+func (s *Store) apply(ctx context.Context, label string, resources []string, tokens map[string]fencing.Token, fn func(tx *sql.Tx) error) (string, error) {
 	tx, err := s.db.BeginTx(ctx, s.txOpts)
 	if err != nil {
-		return "", fmt.Errorf("sqlfence: apply %q: begin: %w", resource, err)
+		return "", fmt.Errorf("sqlfence: apply %s: begin: %w", label, err)
 	}
 	defer tx.Rollback() // after Commit, a no-op
-	if err := s.check(ctx, tx, resource, token); err != nil {
-		return decisionOf(err), err
+	for _, r := range resources {
+		if err := s.check(ctx, tx, r, tokens[r]); err != nil {
+			return decisionOf(err), err
+		}
 	}
-	return telemetry.Accepted, s.write(ctx, tx, resource, token, fn)
+	return telemetry.Accepted, s.write(ctx, tx, label, fn)
 }
 
-// write runs fn in tx after a passed check, and commits.
-func (s *Store) write(ctx context.Context, tx *sql.Tx, resource string, token fencing.Token, fn func(tx *sql.Tx) error) error {
+// write runs fn in tx after passed checks, and commits.
+func (s *Store) write(ctx context.Context, tx *sql.Tx, label string, fn func(tx *sql.Tx) error) error {
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+savepoint); err != nil {
-		return fmt.Errorf("sqlfence: apply %q: savepoint: %w", resource, err)
+		return fmt.Errorf("sqlfence: apply %s: savepoint: %w", label, err)
 	}
 	if werr := fn(tx); werr != nil {
 		if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+savepoint); err != nil {
-			return errors.Join(werr, fmt.Errorf("sqlfence: apply %q: token %d not recorded: rollback to savepoint: %w", resource, token, err))
+			return errors.Join(werr, fmt.Errorf("sqlfence: apply %s: tokens not recorded: rollback to savepoint: %w", label, err))
 		}
 		if err := tx.Commit(); err != nil {
-			return errors.Join(werr, fmt.Errorf("sqlfence: apply %q: token %d not recorded: commit: %w", resource, token, err))
+			return errors.Join(werr, fmt.Errorf("sqlfence: apply %s: tokens not recorded: commit: %w", label, err))
 		}
 		return werr
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("sqlfence: apply %q: commit: %w", resource, err)
+		return fmt.Errorf("sqlfence: apply %s: commit: %w", label, err)
 	}
 	return nil
 }
