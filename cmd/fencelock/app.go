@@ -33,7 +33,7 @@ const (
 )
 
 const usageText = `Usage:
-  fencelock [flags] run --lock NAME [--shared | --limit N] [--try] [--wait D] [--grace D] [--] COMMAND [ARG...]
+  fencelock [flags] run --lock NAME [--lock NAME...] [--shared | --limit N] [--try] [--wait D] [--grace D] [--] COMMAND [ARG...]
   fencelock [flags] holder NAME
   fencelock [flags] leader NAME [--watch]
   fencelock [flags] revoke NAME --token T
@@ -69,7 +69,11 @@ Flags (before or after the command name):
 
 run holds the lock while COMMAND runs, with FENCING_TOKEN and FENCELOCK_LOCK
 in its environment, and exits with COMMAND's status:
-  --lock NAME      the lock to hold (required)
+  --lock NAME      the lock to hold (required); repeated, run holds every
+                   name or none, without deadlock, with the names in
+                   FENCELOCK_LOCKS and each token in FENCING_TOKEN_<NAME>
+                   (NAME upper-cased, '_' for all but A-Z and 0-9);
+                   FENCING_TOKEN and FENCELOCK_LOCK with one --lock only
   --shared         hold a shared (read) grant: shared runs of NAME hold it
                    together, a run without --shared (the writer) alone;
                    first come, first served, so a waiting writer is not

@@ -2,7 +2,7 @@
 //
 // Usage:
 //
-//	fencelock [flags] run --lock NAME [--shared | --limit N] [--try] [--wait D] [--grace D] [--] COMMAND [ARG...]
+//	fencelock [flags] run --lock NAME [--lock NAME...] [--shared | --limit N] [--try] [--wait D] [--grace D] [--] COMMAND [ARG...]
 //	fencelock [flags] holder NAME
 //	fencelock [flags] leader NAME [--watch]
 //	fencelock [flags] revoke NAME --token T
@@ -68,6 +68,22 @@
 // does not exclude the other holders of the same moment: a resource they
 // share is protected by each lease still existing (the backends' guarded
 // writes), not by comparing their tokens.
+//
+// --lock given more than once holds every name (lock.AcquireAll), all or
+// none: run waits until it holds them all, and with --try or --wait takes
+// none if any is held. Runs naming overlapping sets, in any order, do not
+// deadlock. COMMAND then gets FENCELOCK_LOCKS, the names sorted and
+// separated by spaces, and the token of each name in a variable of its
+// own: FENCING_TOKEN_ followed by the name in upper case with every
+// character other than a letter or a digit turned into '_' (the token of
+// account/a-1 is in FENCING_TOKEN_ACCOUNT_A_1). Each token goes with the
+// writes to the resource its name protects. FENCING_TOKEN and
+// FENCELOCK_LOCK are set only with one --lock (which also sets the two
+// above), and are removed from the environment COMMAND inherits otherwise.
+// A name given twice, or two names that give the same variable, are bad
+// usage, and so are --shared and --limit with several names: they are
+// exclusive locks. Losing any of the names counts as losing the lease
+// below, and the others are released at once.
 //
 // If the lease is lost while COMMAND runs (the session expired, the backend
 // became unreachable for too long), fencelock sends SIGTERM to COMMAND's
@@ -140,7 +156,8 @@
 //	     backend offers no shared locks or semaphores, the request disagrees
 //	     with the name's queue (lock.ErrIncompatible)
 //	2    bad usage: unknown flag, missing argument, malformed URL, invalid lock
-//	     name, --shared with --limit, --limit below 1 or beyond the backend's
+//	     name, --shared with --limit, --limit below 1 or beyond the backend's,
+//	     a --lock given twice, --shared or --limit with several --lock
 //	3    holder, leader: the lock is free (there is no leader); revoke: no
 //	     current holder of NAME has the token; queue: nobody holds or
 //	     waits for NAME

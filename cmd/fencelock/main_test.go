@@ -47,6 +47,11 @@ func TestUsageErrors(t *testing.T) {
 		{"run limit zero", []string{"run", "--limit", "0", "--lock", "a", "--", "true"}, "etcd://127.0.0.1:2379", exitUsage, "--limit 0: must be at least 1"},
 		{"run limit negative", []string{"run", "--limit", "-3", "--lock", "a", "--try", "--", "true"}, "etcd://127.0.0.1:2379", exitUsage, "--limit -3: must be at least 1"},
 		{"run limit not a number", []string{"run", "--limit", "two", "--lock", "a", "--", "true"}, "etcd://127.0.0.1:2379", exitUsage, `invalid value "two" for flag -limit`},
+		{"run lock twice", []string{"run", "--lock", "a", "--lock", "b", "--lock", "a", "--", "true"}, "etcd://127.0.0.1:2379", exitUsage, `--lock "a" given twice`},
+		{"run locks sharing a variable", []string{"run", "--lock", "db/x", "--lock", "db.X", "--", "true"}, "etcd://127.0.0.1:2379", exitUsage, "both pass their token as FENCING_TOKEN_DB_X"},
+		{"run second lock bad name", []string{"run", "--lock", "a", "--lock", "b//c", "--", "true"}, "etcd://127.0.0.1:2379", exitUsage, "invalid name"},
+		{"run shared with several locks", []string{"run", "--shared", "--lock", "a", "--lock", "b", "--", "true"}, "etcd://127.0.0.1:2379", exitUsage, "--shared and --limit take one --lock"},
+		{"run limit with several locks", []string{"run", "--lock", "a", "--lock", "b", "--limit", "2", "--", "true"}, "etcd://127.0.0.1:2379", exitUsage, "--shared and --limit take one --lock"},
 		{"run shared with value", []string{"run", "--shared=maybe", "--lock", "a", "--", "true"}, "etcd://127.0.0.1:2379", exitUsage, `invalid boolean value "maybe" for -shared`},
 	}
 	for _, tt := range tests {

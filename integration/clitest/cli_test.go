@@ -108,6 +108,7 @@ func testCLI(t *testing.T, b backend) {
 	t.Run("Queue", func(t *testing.T) { testQueue(t, b) })
 	t.Run("Revoke", func(t *testing.T) { testRevoke(t, b) })
 	t.Run("Metrics", func(t *testing.T) { testMetrics(t, b) })
+	t.Run("SeveralLocks", func(t *testing.T) { testSeveral(t, b) })
 }
 
 var tokenLine = regexp.MustCompile(`^token=(\d+) identity=(\S+)$`)
