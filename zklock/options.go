@@ -126,9 +126,7 @@ func WithSessionTimeout(d time.Duration) Option {
 // [Locker.Holder] (default [lock.DefaultIdentity]). It must pass
 // [lock.ValidateIdentity].
 func WithIdentity(id string) Option {
-	return func(o *options) {
-		o.SetIdentity(id)
-	}
+	return func(o *options) { o.SetIdentity(id) }
 }
 
 // WithACL sets the ACL of every znode the Locker creates (root, lock
@@ -165,9 +163,7 @@ func WithLogger(l *slog.Logger) Option {
 // without a clean Release, the next grant of its name waits d. d must be
 // positive. See "Lock-delay" in docs/design/zookeeper.md.
 func WithLockDelay(d time.Duration) Option {
-	return func(o *options) {
-		o.SetLockDelay(d)
-	}
+	return func(o *options) { o.SetLockDelay(d) }
 }
 
 // WithMeterProvider sets the provider of the Locker's metrics (see
@@ -199,9 +195,7 @@ func WithNameAttribute(f func(name string) string) Option {
 // short for it fails Dial, and lowers it in a later session. Why:
 // docs/design/zookeeper-loss.md.
 func WithLossMargin(d time.Duration) Option {
-	return func(o *options) {
-		o.SetLossMargin(d)
-	}
+	return func(o *options) { o.SetLossMargin(d) }
 }
 
 // WithDialer sets the function [Dial] uses to open each TCP connection

@@ -33,13 +33,7 @@ func newGroup() *group {
 }
 
 // spawn runs f on a goroutine Close waits for.
-func (g *group) spawn(f func()) {
-	g.wg.Add(1)
-	go func() {
-		defer g.wg.Done()
-		f()
-	}()
-}
+func (g *group) spawn(f func()) { g.wg.Go(f) }
 
 // poke wakes the goroutine that waits on kick, a channel of one slot,
 // without blocking.
