@@ -91,16 +91,14 @@ func (k *keepalive) start(rpcCtx context.Context, inflight *sync.WaitGroup) {
 	sent := k.clk.Now()
 	// A bound on the keepalive's clock, turned into a real timeout.
 	ctx, cancel := context.WithTimeout(rpcCtx, min(k.interval/2, k.deadline.Sub(sent)))
-	inflight.Add(1)
-	go func() {
-		defer inflight.Done()
+	inflight.Go(func() {
 		defer cancel()
 		resp, err := k.send(ctx, k.s.id)
 		if err == nil && resp.TTL <= 0 {
 			err = rpctypes.ErrLeaseNotFound
 		}
 		k.results <- keepaliveResult{sent: sent, err: err}
-	}()
+	})
 }
 
 // handle takes the answer to a keepalive sent at r.sent, and reports

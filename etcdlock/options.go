@@ -85,9 +85,7 @@ func WithTTL(ttl time.Duration) Option {
 // WithIdentity sets the identity stored in every lock record and reported by
 // [Locker.Holder] (default [lock.DefaultIdentity]); see [lock.ValidateIdentity].
 func WithIdentity(identity string) Option {
-	return func(o *options) {
-		o.SetIdentity(identity)
-	}
+	return func(o *options) { o.SetIdentity(identity) }
 }
 
 // WithLogger sets the logger for background events, such as keepalive
@@ -97,36 +95,28 @@ func WithIdentity(identity string) Option {
 // its client's lines there: warnings at debug level, errors at warn
 // level. It must not be nil or a zero slog.Logger.
 func WithLogger(logger *slog.Logger) Option {
-	return func(o *options) {
-		o.SetLogger(logger)
-	}
+	return func(o *options) { o.SetLogger(logger) }
 }
 
 // WithMeterProvider sets the provider of the Locker's metrics (see
 // [lock.WithMeterProvider] for the instruments); without it the Locker
 // records none. It must not be nil.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(o *options) {
-		o.SetMeterProvider(mp)
-	}
+	return func(o *options) { o.SetMeterProvider(mp) }
 }
 
 // WithTracerProvider sets the provider of the Locker's spans (acquire,
 // release, guarded writes); without it the Locker records none. It must
 // not be nil.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) {
-		o.SetTracerProvider(tp)
-	}
+	return func(o *options) { o.SetTracerProvider(tp) }
 }
 
 // WithNameAttribute makes lock names, as f maps them, an attribute of the
 // Locker's metrics and spans (see [lock.WithNameAttribute]). It must not
 // be nil.
 func WithNameAttribute(f func(name string) string) Option {
-	return func(o *options) {
-		o.SetNameAttribute(f)
-	}
+	return func(o *options) { o.SetNameAttribute(f) }
 }
 
 // WithLossMargin sets how long before the server could expire the session
@@ -135,9 +125,7 @@ func WithNameAttribute(f func(name string) string) Option {
 // be positive and at most half the TTL (docs/design/etcd.md, "The loss
 // deadline").
 func WithLossMargin(margin time.Duration) Option {
-	return func(o *options) {
-		o.SetLossMargin(margin)
-	}
+	return func(o *options) { o.SetLossMargin(margin) }
 }
 
 // WithLockDelay sets the lock-delay d (default 0: none): after a lease of
@@ -145,9 +133,7 @@ func WithLossMargin(margin time.Duration) Option {
 // waits d, so that the old holder's writes drain first. d must be
 // positive. See "Lock-delay" in docs/design/etcd.md.
 func WithLockDelay(d time.Duration) Option {
-	return func(o *options) {
-		o.SetLockDelay(d)
-	}
+	return func(o *options) { o.SetLockDelay(d) }
 }
 
 // A Layout is the shape and place of a Locker's records (see the package

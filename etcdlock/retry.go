@@ -99,11 +99,7 @@ func (l *Locker) spawn(f func()) bool {
 	if l.closed {
 		return false
 	}
-	l.g.wg.Add(1)
-	go func() {
-		defer l.g.wg.Done()
-		f()
-	}()
+	l.g.wg.Go(f)
 	return true
 }
 

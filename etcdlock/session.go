@@ -153,10 +153,9 @@ func (l *Locker) session(ctx context.Context) (*session, error) {
 		return nil, lock.ErrClosed
 	}
 	l.sess = s
-	l.g.wg.Add(2)
+	l.g.wg.Go(s.run)
+	l.g.wg.Go(s.watch.run)
 	l.mu.Unlock()
-	go s.run()
-	go s.watch.run()
 	l.tel.SessionStarted()
 	l.opts.Logger.Debug("etcdlock: session started", "session", fmt.Sprintf("%x", int64(resp.ID)), "ttl", l.opts.ttl)
 	return s, nil
@@ -277,10 +276,8 @@ func (s *session) lostErr() error {
 	return s.err
 }
 
-// run keeps the session's lease alive until the session ends. It is
-// started with l.g.wg.Add(1).
+// run keeps the session's lease alive until the session ends.
 func (s *session) run() {
-	defer s.l.g.wg.Done()
 	newKeepalive(s, s.l.clk, s.l.client.KeepAliveOnce, s.revokeLost).run()
 }
 

@@ -114,10 +114,8 @@ type streamState struct {
 	retryAt   <-chan time.Time // set while waiting out a backoff
 }
 
-// run owns the watch stream until the session ends. It is started with
-// l.g.wg.Add(1).
+// run owns the watch stream until the session ends.
 func (w *recordWatcher) run() {
-	defer w.s.l.g.wg.Done()
 	defer w.cancel()
 	st := &streamState{backoff: retryDelay}
 	defer w.closeStream(st)
