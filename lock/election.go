@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencelock/fencelock/fencing"
+	"github.com/fencelock/fencelock/internal/clock"
 	"github.com/fencelock/fencelock/internal/nilcheck"
 	"github.com/fencelock/fencelock/internal/telemetry"
 )
@@ -295,15 +296,7 @@ func (e *Election) pause(ctx context.Context, failures int) bool {
 		d *= 2
 	}
 	d = min(d, e.cfg.MaxBackoff)
-	d = d/2 + rand.N(d/2+1)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return clock.Sleep(ctx, d/2+rand.N(d/2+1), nil, nil, nil) == nil
 }
 
 func (e *Election) report(err error) {
