@@ -40,14 +40,11 @@
 //
 // # Tuning
 //
-// [WithTTL] (default 10s, whole seconds) is how long a crashed holder
-// blocks its lock. [WithLossMargin] (default a fifth of the TTL, at most
-// half) must exceed the longest stall of the holder's process.
-// [WithLockDelay] (default none) makes the next grant after a lease that
-// ended without a clean Release wait; give every Locker of a name the same
-// delay. [WithPrefix] (default [DefaultPrefix]) is where every key lives.
-// [New] borrows the caller's client; [lock.Open] with an "etcd://" URL
-// makes and owns one (see the driver's Open for every URL key).
+// [WithTTL] is how long a crashed holder blocks its lock; [WithLossMargin]
+// must exceed the longest stall of the holder's process; give every Locker
+// of a name the same [WithLockDelay]. [New] borrows the caller's client;
+// [lock.Open] with an "etcd://" URL makes and owns one (see the driver's
+// Open for every URL key).
 //
 // # Keys and security
 //

@@ -53,16 +53,11 @@
 //
 // # Opening by URL and observability
 //
-// [Open] builds a Locker from a URL such as
-// "etcd://127.0.0.1:2379/myapp?ttl=10s" or
-// "zk://127.0.0.1:2181/myapp?session_timeout=10s", with the options every
-// backend understands. Both backends log through a *slog.Logger
-// ([WithLogger], default slog.Default()), their client libraries' lines
-// included, with the keys backend, lock, token and session, never a
-// password. Metrics and spans go through the
-// OpenTelemetry API only when a provider is given ([WithMeterProvider] and
-// [WithTracerProvider] list them); lock names are attributes only as
-// [WithNameAttribute] maps them.
+// [Open] builds a Locker from a URL ("etcd://…", "zk://…") with the
+// options every backend understands. Log lines ([WithLogger]) carry the
+// keys backend, lock, token and session, never a password. Metrics and
+// spans go through the OpenTelemetry API only when a provider is given
+// ([WithMeterProvider], [WithTracerProvider], [WithNameAttribute]).
 //
 // # Read more
 //

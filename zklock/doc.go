@@ -43,12 +43,10 @@
 //
 // # Tuning
 //
-// [WithSessionTimeout] (default [DefaultSessionTimeout]) bounds how long a
-// crashed holder blocks its lock; [WithLossMargin] (default T/2, at least
-// T/3, at most 5T/6) how early a cut-off holder gives up. [WithLockDelay]
-// (default none) delays the grant after a lease that ended without a
-// clean Release; give every Locker of a name the same delay. [lock.Open]
-// takes "zk://" URLs; see the driver's Open for every key.
+// [WithSessionTimeout] bounds how long a crashed holder blocks its lock,
+// [WithLossMargin] how early a cut-off holder gives up; give every Locker
+// of a name the same [WithLockDelay]. [lock.Open] takes "zk://" URLs; see
+// the driver's Open for every key.
 //
 // # Other recipes
 //

@@ -21,14 +21,8 @@
 // wakes one waiter rather than all, or performance: each backend's
 // integration tests cover them with fault injection.
 //
-// [Memory] is a fake lock server shared by many [MemLocker]s, as one etcd
-// cluster is shared by many clients. It keeps the semantics both real
-// backends share (tokens from one counter, one record per acquisition,
-// FIFO waiters that each watch a few records, the queue rules of
-// lock.SharedLocker) and implements every optional interface of package
-// lock. It has no network and no clock: a lease is lost only when a test
-// calls [Memory.ExpireSession]. It is for tests and examples, not
-// production.
+// [Memory] and its [MemLocker]s are an in-memory Locker that keeps the
+// contract, for tests and examples, not production.
 package locktest
 
 import (

@@ -20,6 +20,9 @@ import (
 // Every record created (one per Acquire, granted at once or queued) takes
 // the next value of a counter that starts at 1 as its fencing token, so
 // tokens rise with every grant across names and Lockers; gaps are normal.
+// Waiters are served in order by the queue rules of [lock.SharedLocker].
+// There is no network and no clock: a lease is lost only when a test
+// calls [Memory.ExpireSession].
 //
 // The zero value is an empty Memory, ready to use.
 type Memory struct {
