@@ -7,10 +7,8 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// The checks below make every exported method refuse a nil or zero
-// receiver (a *Locker or *Lease not made by this package) and a nil
-// context with an error wrapping lock.ErrInvalidConfig instead of a panic.
-// Methods without an error result return zero values for such receivers.
+// Exported methods refuse a nil or zero receiver and a nil context with an
+// error wrapping lock.ErrInvalidConfig, or return zero values.
 
 // usable reports whether l was made by Dial or lock.Open, and ctx is set.
 func (l *Locker) usable(ctx context.Context) error {
@@ -26,7 +24,4 @@ func (l *Locker) usable(ctx context.Context) error {
 // valid reports whether le was granted by a Locker.
 func (le *Lease) valid() bool { return le != nil && le.l != nil && le.s != nil }
 
-// errNotLease is the error of a nil or zero *Lease.
-func errNotLease() error {
-	return fmt.Errorf("%w: *zklock.Lease not granted by a Locker", lock.ErrInvalidConfig)
-}
+var errNotLease = fmt.Errorf("%w: *zklock.Lease not granted by a Locker", lock.ErrInvalidConfig)

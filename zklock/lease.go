@@ -115,7 +115,7 @@ func (le *Lease) Err() error {
 // endErr is Err without the package prefix, for errors that add their own.
 func (le *Lease) endErr() error {
 	if !le.valid() {
-		return fmt.Errorf("lease: %w", errNotLease())
+		return fmt.Errorf("lease: %w", errNotLease)
 	}
 	return le.st.Err()
 }
@@ -151,7 +151,7 @@ func (le *Lease) lose(cause error) {
 // error wrapping [lock.ErrInvalidConfig].
 func (le *Lease) Release(ctx context.Context) (err error) {
 	if !le.valid() {
-		return fmt.Errorf("zklock: release: %w", errNotLease())
+		return fmt.Errorf("zklock: release: %w", errNotLease)
 	}
 	if ctx == nil {
 		return fmt.Errorf("zklock: release %q: %w: nil context", le.Name(), lock.ErrInvalidConfig)
