@@ -316,8 +316,7 @@ func (l *MemLocker) Observe(ctx context.Context, name string) (<-chan lock.Holde
 	}
 	m.watches[o] = name
 	out := make(chan lock.Holder)
-	l.wg.Add(1)
-	go l.observe(ctx, name, o, out)
+	l.wg.Go(func() { l.observe(ctx, name, o, out) })
 	errf := func() error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -328,7 +327,6 @@ func (l *MemLocker) Observe(ctx context.Context, name string) (<-chan lock.Holde
 
 func (l *MemLocker) observe(ctx context.Context, name string, o *observation, out chan<- lock.Holder) {
 	m := l.m
-	defer l.wg.Done()
 	var err error
 	for err == nil {
 		// Offer the oldest pending change, if any, on send; nil blocks.
