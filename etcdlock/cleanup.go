@@ -13,8 +13,7 @@ import (
 )
 
 // discard deletes the record of an acquisition that will not be granted
-// and returns err. A session that ended, or that Close revokes, takes the
-// record with its lease.
+// (unless its session's lease takes it) and returns err.
 func (l *Locker) discard(r record, err error) error {
 	if !r.s.ended() && !errors.Is(err, lock.ErrClosed) {
 		l.cleanup(r)
@@ -36,8 +35,7 @@ func (l *Locker) cleanup(r record) {
 }
 
 // cleanupLater keeps trying cleanupOp in the background for a TTL plus the
-// loss margin, then ends the session and revokes its lease, which takes
-// the record.
+// loss margin, then ends the session and revokes its lease.
 func (l *Locker) cleanupLater(r record) {
 	l.spawn(func() {
 		ctx, cancel := context.WithTimeout(l.g.life, l.opts.ttl+l.opts.LossMargin)
@@ -56,11 +54,9 @@ func (l *Locker) cleanupLater(r record) {
 }
 
 // cleanupOp deletes a record, guarded by its create revision when known,
-// and its lock-delay marker if r names one (no lease was granted, so no
-// holder's writes are in flight). After an ambiguous create, whatever
-// record is at the key goes, and the session's guard is written
-// (docs/design/etcd.md, "Late creates"); a session lease that is gone
-// counts as done.
+// and its lock-delay marker if r names one; after an ambiguous create, it
+// deletes whatever record is at the key and writes the session's guard
+// (docs/design/etcd.md, "Late creates"); a gone lease counts as done.
 func (l *Locker) cleanupOp(r record) func(context.Context) (*clientv3.TxnResponse, error) {
 	var ifRev []clientv3.Cmp
 	var marker []clientv3.Op

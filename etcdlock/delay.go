@@ -12,9 +12,8 @@ import (
 )
 
 // delayPrefix returns the key prefix of the lock-delay markers of the
-// records under pfx, outside every name's record range: no lock name
-// starts with '#'. A marker has no lease: it outlives the session of the
-// grant that wrote it.
+// records under pfx, outside every name's record range (docs/design/etcd.md,
+// "Key layout").
 func (l *Locker) delayPrefix(pfx string) string {
 	return l.opts.prefix + "#delay/" + strings.TrimPrefix(pfx, l.opts.prefix)
 }
@@ -60,10 +59,9 @@ func (a *acquisition) noteDelayReads(rs []*etcdserverpb.ResponseOp) {
 	}
 }
 
-// delay runs between the confirmation of a grant and the lease's start:
-// if the confirming read showed markers whose record is gone, it waits
-// the lock-delay from that read's answer, then deletes them
-// (docs/design/etcd.md, "Lock-delay").
+// delay waits, before a confirmed grant starts, the lock-delay for the
+// markers whose record is gone, then deletes them (docs/design/etcd.md,
+// "Lock-delay").
 func (a *acquisition) delay(ctx context.Context) error {
 	d := a.l.opts.LockDelay
 	if d <= 0 {

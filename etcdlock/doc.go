@@ -6,12 +6,9 @@
 //
 // # What is guaranteed
 //
-//   - At most one lease of a name is held at a time, according to the etcd
-//     cluster, including between two acquisitions through one Locker;
-//     read-write locks and semaphores follow the queue rules of
-//     [lock.SharedLocker].
-//   - Waiters are served in arrival (create-revision) order; a release
-//     wakes only the waiters it may admit.
+// The guarantees of package lock, according to the etcd cluster (arrival
+// order is create-revision order), and:
+//
 //   - [Lease.Done] closes with [lock.ErrLost] before the server could
 //     expire the session lease: at the send time of the last acknowledged
 //     keepalive plus the TTL minus the loss margin, or earlier when the
@@ -20,7 +17,6 @@
 //     Acquire, a lost lease and Close leave no record behind once the
 //     cluster is reachable; a create applied late blocks its lock for at
 //     most 2s + 2×TTL + the loss margin (24s with the defaults).
-//   - Tokens rise with every grant of a name and are never zero.
 //   - [Locker.Observe] reports every grant, release and free moment, in
 //     order, once each, across lost connections and leader changes, except
 //     the grants it misses when the revisions it still needs were
@@ -48,15 +44,12 @@
 //
 // # Keys and security
 //
-// Everything the Locker writes is under its prefix: one record per
-// request, "<prefix><name>/#<lease>-<seq>", one guard per session and,
-// with a lock-delay, markers under "<prefix>#delay/<name>/". A record key
-// may be reused: tell grants apart by their tokens. With [LayoutConcurrency]
-// a record is concurrency.Mutex's, "<prefix><name>/<lease>": a Locker,
-// etcd's Mutex and Election and etcdctl lock exclude each other on a name;
-// every grant's token is its key's create revision; Holder, Queue, Observe
-// and Revoke see the recipes' records. It has no shared locks or
-// semaphores, and a crashed foreign holder leaves no lock-delay marker.
+// Everything the Locker writes is under its prefix: one record per request,
+// "<prefix><name>/#<lease>-<seq>", one guard per session and, with a
+// lock-delay, markers under "<prefix>#delay/<name>/". A record key may be
+// reused: tell grants apart by their tokens. With [LayoutConcurrency] a
+// Locker, etcd's Mutex and Election and etcdctl lock exclude each other on
+// a name, and Holder, Queue, Observe and Revoke see the recipes' records.
 //
 // The role an application needs is read and write on its prefix. TLS and
 // credentials come from the URL or from the client given to New. A call
@@ -66,8 +59,6 @@
 //
 // # Read more
 //
-// How it works (records and watches, retries, late creates and the session
-// guard, key reuse, lock-delay markers, the loss arithmetic, security
-// commands): docs/design/etcd.md in the repository. The queue rules:
-// docs/design/queue.md. The fault trials: docs/design/trials.md.
+// In the repository's docs/design: etcd.md (how it works), queue.md (the
+// queue rules), trials.md (the fault trials).
 package etcdlock

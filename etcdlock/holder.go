@@ -11,9 +11,7 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// Holder reports the identity and token of the lease that holds name, or
-// an error wrapping [lock.ErrNotHeld] when name is free. It is one
-// linearizable read.
+// Holder implements [lock.Locker] with one linearizable read.
 func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
 	resp, err := l.readRecords(ctx, "holder", name, clientv3.WithFirstCreate()...)
 	if err != nil {

@@ -84,9 +84,8 @@ func (k *keepalive) run() {
 	}
 }
 
-// start sends one keepalive in the background. Each attempt gets half an
-// interval, never beyond the deadline, so that a member that stopped
-// answering is left for the next one.
+// start sends one keepalive in the background, given half an interval
+// (never beyond the deadline) before the next one is tried.
 func (k *keepalive) start(rpcCtx context.Context, inflight *sync.WaitGroup) {
 	sent := k.clk.Now()
 	// A bound on the keepalive's clock, turned into a real timeout.

@@ -99,9 +99,8 @@ func (l *Locker) TTL() time.Duration {
 }
 
 // SessionLease returns the ID of the etcd lease behind the Locker's
-// current session, to which its records are attached, and false when it
-// has no live session. Revoking that lease ends every lease of the
-// session.
+// current session, or false when it has none. Revoking that lease ends
+// every lease of the session.
 func (l *Locker) SessionLease() (clientv3.LeaseID, bool) {
 	if l.usable(context.Background()) != nil {
 		return 0, false

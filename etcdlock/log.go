@@ -12,9 +12,8 @@ import (
 	"github.com/fencelock/fencelock/internal/secure"
 )
 
-// clientLogger returns a zap logger that sends the lines of the client a
-// Locker from lock.Open creates to the Locker's logger, without secrets:
-// information and warnings at debug level, errors at warn level.
+// clientLogger returns a zap logger that sends the lines of a client from
+// lock.Open to the Locker's logger, without secrets (see WithLogger).
 func clientLogger(l *slog.Logger, secrets ...string) *zap.Logger {
 	return zap.New(&zapSlog{h: l.Handler(), secrets: secrets})
 }

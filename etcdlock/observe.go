@@ -14,15 +14,10 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// Observe sends the current holder of name, then every change of holder,
-// in order, until ctx is done or the Locker closes. A zero Holder (Token 0)
-// means the lock is free; a holder is never sent twice in a row. The
-// channel is unbuffered and closed at the end; the returned function then
-// tells why (ctx's error or an error wrapping [lock.ErrClosed]).
-//
-// It sees every change across lost connections and leader changes, but
-// not the revisions compacted before it read them (docs/design/etcd.md,
-// "What Observe reports").
+// Observe implements [lock.Observer] with a watch on name's records; the
+// channel is unbuffered. It sees every change across lost connections and
+// leader changes, but not the revisions compacted before it read them
+// (docs/design/etcd.md, "What Observe reports").
 func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
 	first, err := l.readRecords(ctx, "observe", name, clientv3.WithFirstCreate()...)
 	if err != nil {
@@ -76,8 +71,7 @@ func (o *observation) error() error {
 	return o.err
 }
 
-// errResync says that the events since o.rev cannot all be had: the
-// observation must read the current holder instead.
+// errResync says that the events since o.rev are gone: read the holder.
 var errResync = errors.New("events compacted")
 
 // observeBackoffMax caps the pause between two watches that failed.
@@ -98,8 +92,7 @@ func (o *observation) run() error {
 		}
 		if errors.Is(err, errResync) {
 			o.l.opts.Logger.Info("etcdlock: observe: events compacted; reading the current holder", "prefix", o.pfx, "revision", o.rev, "err", err)
-			// On failure o.rev is unchanged, so the next watch fails the
-			// same way and the read is tried again.
+			// On failure o.rev stays, so the next watch fails and reads again.
 			if resp, err := o.readHolder(); err == nil {
 				o.rev = resp.Header.Revision
 			} else if stop := o.stopped(); stop != nil {
@@ -117,8 +110,7 @@ func (o *observation) run() error {
 	}
 }
 
-// stopped returns why the observation must end (ctx's error or
-// lock.ErrClosed), or nil while it goes on.
+// stopped returns why the observation must end, or nil while it goes on.
 func (o *observation) stopped() error {
 	switch {
 	case o.ctx.Err() != nil:
@@ -130,8 +122,7 @@ func (o *observation) stopped() error {
 }
 
 // follow watches the records from o.rev+1 and sends the changes of holder
-// it sees, until the watch ends. progressed says that the watch delivered
-// something; errResync that the events it needs are gone.
+// it sees until the watch ends; progressed says the watch delivered any.
 func (o *observation) follow() (progressed bool, err error) {
 	// Its own context releases the client's watcher however it ends; a
 	// member cut off from the leader cancels it rather than go silent.
@@ -185,8 +176,7 @@ func (o *observation) move(next lock.Holder, nextKey string) error {
 	return o.send()
 }
 
-// event takes one change of the lock's records and sends the holder it
-// leads to, if that is a new one.
+// event takes one change of the lock's records and sends any new holder.
 func (o *observation) event(ev *clientv3.Event) error {
 	switch {
 	case ev.Type == clientv3.EventTypePut && o.curKey == "" && ev.IsCreate():
@@ -197,8 +187,7 @@ func (o *observation) event(ev *clientv3.Event) error {
 			if stop := o.stopped(); stop != nil {
 				return stop
 			}
-			// Compacted, or refused: the state at that revision is
-			// out of reach, the current one is not.
+			// Compacted or refused: read the current state instead.
 			return fmt.Errorf("%w: read the next holder at revision %d: %w", errResync, ev.Kv.ModRevision, err)
 		}
 	}

@@ -88,33 +88,26 @@ func WithIdentity(identity string) Option {
 	return func(o *options) { o.SetIdentity(identity) }
 }
 
-// WithLogger sets the logger for background events, such as keepalive
-// failures, session loss and failed cleanups (default: slog.Default()).
-// Lines carry backend=etcd and, where they apply, lock, token and session
-// (the session lease's ID, in hex). A Locker from [lock.Open] also sends
-// its client's lines there: warnings at debug level, errors at warn
+// WithLogger sets the logger for background events such as keepalive
+// failures, session loss and failed cleanups (default: slog.Default()),
+// the session logged as its lease's ID in hex. A Locker from [lock.Open]
+// also logs its client's warnings there at debug level, errors at warn
 // level. It must not be nil or a zero slog.Logger.
 func WithLogger(logger *slog.Logger) Option {
 	return func(o *options) { o.SetLogger(logger) }
 }
 
-// WithMeterProvider sets the provider of the Locker's metrics (see
-// [lock.WithMeterProvider] for the instruments); without it the Locker
-// records none. It must not be nil.
+// WithMeterProvider is [lock.WithMeterProvider] for a Locker made by [New].
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) { o.SetMeterProvider(mp) }
 }
 
-// WithTracerProvider sets the provider of the Locker's spans (acquire,
-// release, guarded writes); without it the Locker records none. It must
-// not be nil.
+// WithTracerProvider is [lock.WithTracerProvider] for a Locker made by [New].
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(o *options) { o.SetTracerProvider(tp) }
 }
 
-// WithNameAttribute makes lock names, as f maps them, an attribute of the
-// Locker's metrics and spans (see [lock.WithNameAttribute]). It must not
-// be nil.
+// WithNameAttribute is [lock.WithNameAttribute] for a Locker made by [New].
 func WithNameAttribute(f func(name string) string) Option {
 	return func(o *options) { o.SetNameAttribute(f) }
 }

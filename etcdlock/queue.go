@@ -14,9 +14,8 @@ import (
 
 var _ lock.QueueLister = (*Locker)(nil)
 
-// Queue returns every request of name in queue order, holders first (see
-// [lock.QueueLister]), in one linearizable read. Each entry's Since is the
-// zero Time: etcd keeps no creation time for a key.
+// Queue implements [lock.QueueLister] with one linearizable read. Each
+// entry's Since is the zero Time: etcd keeps no creation time for a key.
 func (l *Locker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, error) {
 	return l.queue(ctx, "queue", name)
 }
@@ -54,10 +53,8 @@ func (l *Locker) readRecords(ctx context.Context, op, name string, opts ...clien
 	return resp, nil
 }
 
-// namePrefix returns the key prefix of name's records. A '#' cannot appear
-// in a lock name, so the records of "a" ("…a/#…") and of "a/b" ("…a/b/#…")
-// never share a prefix range; with LayoutConcurrency, as for concurrency's
-// Mutex, the range "…a/" holds those of "a/b".
+// namePrefix returns the key prefix of name's records, which holds no other
+// name's but with LayoutConcurrency (docs/design/etcd.md, "Layouts").
 func (l *Locker) namePrefix(name string) string {
 	if l.opts.layout == LayoutConcurrency {
 		return l.opts.prefix + name + "/"
@@ -65,9 +62,8 @@ func (l *Locker) namePrefix(name string) string {
 	return l.opts.prefix + name + "/#"
 }
 
-// recordKey names one acquisition's record under pfx, name's prefix: the
-// session lease id, the number seq (recordKeys.number) and the kind's
-// tag, if any (docs/design/etcd.md, "Key layout").
+// recordKey names one acquisition's record under pfx, name's prefix
+// (docs/design/etcd.md, "Key layout").
 func recordKey(pfx string, id clientv3.LeaseID, seq uint64, req queue.Request) string {
 	key := fmt.Sprintf("%s%016x-%x", pfx, int64(id), seq)
 	if tag := req.Tag(); tag != "" {
@@ -76,9 +72,8 @@ func recordKey(pfx string, id clientv3.LeaseID, seq uint64, req queue.Request) s
 	return key
 }
 
-// requestOf returns the kind of request a record's key names (see
-// recordKey). A tag that does not parse counts as exclusive: it admits
-// no one.
+// requestOf returns the kind of request a record's key names; a tag that
+// does not parse counts as exclusive, which admits no one.
 func requestOf(key []byte) queue.Request {
 	_, tag, tagged := bytes.Cut(key[bytes.LastIndexByte(key, '#')+1:], []byte("~"))
 	if r, ok := queue.ParseTag(string(tag)); tagged && ok {

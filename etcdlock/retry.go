@@ -90,9 +90,8 @@ func retryable(err error) bool {
 	return false
 }
 
-// spawn starts f in a goroutine that Close waits for, and reports false,
-// without starting f, once the Locker is closed. Every goroutine starts
-// through it but a session's loops and those their caller joins.
+// spawn starts f in a goroutine that Close waits for, or reports false
+// once the Locker is closed.
 func (l *Locker) spawn(f func()) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -15,12 +15,9 @@ import (
 
 var _ lock.Revoker = (*Locker)(nil)
 
-// Revoke ends the lease of name's current holder whose token is token (see
-// [lock.Revoker]) by deleting its record, guarded by the create revision;
-// the holder's Locker sees the deletion and ends the lease with
-// [lock.ErrLost]. A token that is not a current holder's returns an error
-// wrapping [lock.ErrNotHeld], as may a retried delete whose first attempt
-// went unanswered.
+// Revoke implements [lock.Revoker] by deleting the holder's record,
+// guarded by its create revision; the holder's Locker ends the lease with
+// [lock.ErrLost] when its watch sees the deletion.
 func (l *Locker) Revoke(ctx context.Context, name string, token fencing.Token) error {
 	if err := l.begin(ctx, "revoke", name); err != nil {
 		return err
@@ -68,8 +65,7 @@ func (l *Locker) revoke(ctx context.Context, name string, token fencing.Token) e
 }
 
 // recordDeletedCause is the cause of the loss of a lease whose record was
-// deleted at revision rev, not by its own Release: the event does not
-// tell a Revoke from the session lease's end on the server.
+// deleted at revision rev, by a Revoke or by the lease's end on the server.
 func recordDeletedCause(key string, rev int64) error {
 	return telemetry.WithReason(telemetry.Deleted, fmt.Errorf("%w: record %q was deleted at revision %d (revoked by another client, or its session lease ended on the server)", lock.ErrLost, key, rev))
 }

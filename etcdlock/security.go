@@ -23,8 +23,7 @@ import (
 
 // isRefusal reports whether err is the cluster refusing the client (see
 // secure.Refusal): etcd's auth errors, gRPC's PermissionDenied and
-// Unauthenticated, or a certificate a TLS handshake rejected. Credentials
-// given to a cluster without auth are simply unused.
+// Unauthenticated, or a certificate a TLS handshake rejected.
 func isRefusal(err error) bool {
 	for _, e := range []error{rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrUserEmpty,
 		rpctypes.ErrInvalidAuthToken, rpctypes.ErrUserNotFound} {

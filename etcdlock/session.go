@@ -61,10 +61,8 @@ func (k *recordKeys) number(pfx string) uint64 {
 	return k.seq
 }
 
-// reuse offers seq, the number of a key under pfx, to the next
-// acquisition of its name. Only a key nothing can write any more
-// qualifies: its create was answered and a clean Release's own
-// transaction deleted it.
+// reuse offers seq, the number of a key under pfx that nothing can write
+// any more, to the next acquisition of its name.
 func (k *recordKeys) reuse(pfx string, seq uint64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -73,10 +71,9 @@ func (k *recordKeys) reuse(pfx string, seq uint64) {
 	}
 }
 
-// reserve reserves the record's key with LayoutConcurrency, whose key is
-// the same for every acquisition of a name in a session: it waits until
-// no earlier record of the session may still be written at the key, or
-// fails with lock.ErrLocked in a TryAcquire.
+// reserve reserves the record's key with LayoutConcurrency: it waits until
+// no earlier record of the session may still be written at the key
+// (docs/design/etcd.md, "Layouts"), or fails with lock.ErrLocked in a try.
 func (a *acquisition) reserve(ctx context.Context) error {
 	k := &a.s.keys
 	for a.l.opts.layout == LayoutConcurrency {
@@ -281,9 +278,8 @@ func (s *session) run() {
 	newKeepalive(s, s.l.clk, s.l.client.KeepAliveOnce, s.revokeLost).run()
 }
 
-// revokeLost revokes a lease the session gave up on, so that its records
-// go as soon as the cluster is reachable, until the server must have
-// expired it anyway or the Locker closes.
+// revokeLost revokes a lease the session gave up on, retrying until the
+// server must have expired it anyway or the Locker closes.
 func (s *session) revokeLost() {
 	ctx, cancel := context.WithTimeout(s.l.g.life, s.l.opts.ttl+s.l.opts.LossMargin)
 	defer cancel()

@@ -13,38 +13,29 @@ var (
 	_ lock.HolderLister = (*Locker)(nil)
 )
 
-// AcquireShared blocks until it holds a shared (read) grant of name (see
-// [lock.SharedLocker]; [Locker.Acquire] is the write side), and returns a
-// *Lease. Errors wrap what Acquire's do, or [lock.ErrIncompatible] when
-// name is in use as a semaphore.
+// AcquireShared implements [lock.SharedLocker]: it blocks until it holds
+// a shared (read) grant of name, and returns a *Lease.
 func (l *Locker) AcquireShared(ctx context.Context, name string) (lock.Lease, error) {
 	return l.acquire(ctx, "acquire shared", name, queue.SharedRequest, false)
 }
 
-// TryAcquireShared is AcquireShared without waiting: when an exclusive
-// request holds name or waits for it, it deletes the record it created and
-// returns an error wrapping [lock.ErrLocked].
+// TryAcquireShared is AcquireShared without waiting.
 func (l *Locker) TryAcquireShared(ctx context.Context, name string) (lock.Lease, error) {
 	return l.acquire(ctx, "try acquire shared", name, queue.SharedRequest, true)
 }
 
-// AcquireSemaphore blocks until it holds one of the limit permits of name
-// (see [lock.Semaphore]), and returns a *Lease. Errors wrap what Acquire's
-// do, [lock.ErrIncompatible] when name is in use as a lock or with another
-// limit, or [lock.ErrInvalidConfig] when limit is below 1.
+// AcquireSemaphore implements [lock.Semaphore]: it blocks until it holds
+// one of the limit permits of name, and returns a *Lease.
 func (l *Locker) AcquireSemaphore(ctx context.Context, name string, limit int) (lock.Lease, error) {
 	return l.acquire(ctx, "acquire semaphore", name, queue.PermitRequest(limit), false)
 }
 
-// TryAcquireSemaphore is AcquireSemaphore without waiting: when limit or
-// more requests of name exist, it deletes the record it created and
-// returns an error wrapping [lock.ErrLocked].
+// TryAcquireSemaphore is AcquireSemaphore without waiting.
 func (l *Locker) TryAcquireSemaphore(ctx context.Context, name string, limit int) (lock.Lease, error) {
 	return l.acquire(ctx, "try acquire semaphore", name, queue.PermitRequest(limit), true)
 }
 
-// Holders returns every current holder of name in grant order, in one
-// linearizable read (see [lock.HolderLister]).
+// Holders implements [lock.HolderLister] with one linearizable read.
 func (l *Locker) Holders(ctx context.Context, name string) ([]lock.Holder, error) {
 	es, err := l.queue(ctx, "holders", name)
 	if err != nil {

@@ -28,21 +28,19 @@ type driver struct{}
 //	    &layout=concurrency&ca_file=ca.crt&cert_file=client.crt&key_file=client.key
 //	    &server_name=etcd.example&tls=true&password_env=VAR
 //
-// The path is given to [WithPrefix] as is ("etcd://h:2379//app/locks" is
-// "/app/locks"); ttl, identity, loss_margin, lock_delay and layout map to
-// the options of those names, and so do cfg's fields (an identity in both
-// is an error). TLS is on with any of ca_file, cert_file and key_file,
-// server_name or tls=true (the system's roots). The user information is
-// etcd's user and password, or the user alone with password_env naming
-// the variable that holds the password.
+// The path goes to [WithPrefix] as is ("etcd://h:2379//app/locks" is
+// "/app/locks"); the keys ttl, identity, loss_margin, lock_delay and
+// layout, and cfg's fields, to the options of those names. TLS is on with
+// any of ca_file, cert_file, key_file, server_name and tls=true (the
+// system's roots). The user information is etcd's user and password, or
+// the user alone with password_env naming the variable that holds it.
 //
-// Any other query key, a repeated one, a bad value, an unreadable file, a
-// certificate without its key, or a user without a password is an error
-// wrapping [lock.ErrInvalidConfig]. With credentials, Open logs in,
-// bounded by ctx and by 5s: a refusal is an error wrapping
-// [lock.ErrPermission]; without, Open sends no request. No error or log
-// line repeats a secret. The Locker owns the client, which pings its
-// connections (every 5s, 2s timeout) and logs through the Locker's logger.
+// Any other or repeated key, a bad value, an unreadable file, a
+// certificate without its key or a user without a password is an error
+// wrapping [lock.ErrInvalidConfig]. With credentials, Open logs in within
+// ctx and 5s (a refusal wraps [lock.ErrPermission]); without, it sends no
+// request. The Locker owns the client, which pings its connections (every
+// 5s, 2s timeout) and logs through the Locker's logger.
 func (driver) Open(ctx context.Context, u *url.URL, cfg lock.OpenConfig) (lock.Locker, error) {
 	if ctx == nil || u == nil {
 		return nil, fmt.Errorf("etcdlock: open: %w: nil context or URL", lock.ErrInvalidConfig)
@@ -121,9 +119,8 @@ func urlOptions(u *url.URL, cfg lock.OpenConfig) (*options, url.Values, error) {
 }
 
 // clientConfig is the configuration of the client that Open creates for
-// hosts, with creds if any, whose logger never repeats the password. With
-// tlsCfg, the client's TLS handshakes go through the returned watch, which
-// sees refusals.
+// hosts, with creds if any; with tlsCfg, its handshakes go through the
+// returned watch, which sees refusals.
 func clientConfig(hosts []string, o *options, creds secure.Credentials, tlsCfg *tls.Config) (clientv3.Config, *refusals) {
 	ccfg := clientv3.Config{
 		Endpoints: hosts,
@@ -149,9 +146,7 @@ func clientConfig(hosts []string, o *options, creds secure.Credentials, tlsCfg *
 const loginTimeout = 5 * time.Second
 
 // newClient creates the client of cfg, whose login (with credentials) ends
-// with ctx or when watch sees every member refuse the TLS handshake. Its
-// error wraps lock.ErrPermission, ctx's error or lock.ErrInvalidConfig,
-// and never repeats the password.
+// with ctx or when watch sees every member refuse the TLS handshake.
 func newClient(ctx context.Context, cfg clientv3.Config, watch *refusals) (*clientv3.Client, error) {
 	life, cancel := context.WithCancel(context.Background())
 	cfg.Context = life
