@@ -11,10 +11,9 @@ import (
 	"github.com/go-zookeeper/zk"
 )
 
-// cleanup is a znode the Locker created, or may have created, and must
-// delete while its session lives: path names it, or parent and prefix
-// find it (a create without a reply). marker is the lock-delay marker of
-// a discarded acquisition, deleted after it.
+// cleanup is a znode the Locker created, or may have created (a create
+// without a reply: parent and prefix find it), and must delete while its
+// session lives; marker, a discarded acquisition's, goes after it.
 type cleanup struct {
 	path   string
 	parent string

@@ -100,8 +100,7 @@ func (a *acquisition) dropMarkers(ctx context.Context, stale []string) (done boo
 	case errors.Is(err, zk.ErrBadVersion):
 		return true, a.deleted()
 	case errors.Is(err, zk.ErrNoNode):
-		// Our znode is gone, or another grantee removed a stale marker
-		// first: look again.
+		// Our znode went, or another grantee removed a marker first.
 		return false, nil
 	}
 	return false, a.retry(ctx, err)

@@ -7,10 +7,9 @@
 //
 // # What is guaranteed
 //
-//   - At most one lease of a name is held at a time, according to the
-//     ensemble; read-write locks and semaphores follow the queue rules of
-//     [lock.SharedLocker]. Waiters are served in arrival order, and a
-//     release wakes only the waiters it may admit.
+// The guarantees of package lock, according to the ensemble (tokens rise
+// across leader changes and re-created parents too), and:
+//
 //   - [Lease.Done] closes with [lock.ErrLost] before the leader could
 //     expire the session, whether the holder's server is frozen, killed or
 //     cut off from its peers: once no sync of the Locker (one every T/12,
@@ -22,8 +21,6 @@
 //     acquisition, a lost lease and Close leave no znode behind; a call
 //     cancelled while its create is in flight deletes the znode before it
 //     returns (waiting at most the session timeout or 5s).
-//   - Tokens rise with every grant (also across a leader change or a
-//     re-created parent) and are never zero.
 //   - [Locker.Observe] reports what the lock ends up in, in grant order
 //     with tokens rising, never the same holder twice in a row.
 //
@@ -34,12 +31,12 @@
 // write and have the resource check it (package fencing), or use
 // [GuardedMulti] or [SetFenced]. The deadline relies on the server's
 // defaults (minSessionTimeout at least two ticks, local sessions off) and
-// on clocks that advance at the same rate. A leader
-// that stops answering for longer than T/2 costs every session's leases.
-// Observe can miss a holder that comes and goes within about a round trip
-// or while the Locker is disconnected. Grant order breaks after 2^31
-// acquisitions of one lock whose parent was never removed in between (the
-// sequence numbers overflow), twice as soon with a lock-delay.
+// on clocks that advance at the same rate. A leader that stops answering
+// for longer than T/2 costs every session's leases. Observe can miss a
+// holder that comes and goes within about a round trip or while the
+// Locker is disconnected. Grant order breaks after 2^31 acquisitions of
+// one lock whose parent was never removed in between (the sequence
+// numbers overflow), twice as soon with a lock-delay.
 //
 // # Tuning
 //
@@ -51,27 +48,22 @@
 // # Other recipes
 //
 // Every Locker counts the lock records of Curator, go-zookeeper and Kazoo
-// in its queue. [WithLayout] ([LayoutCurator], [LayoutCuratorReadWrite],
-// [LayoutCuratorLatch]) makes its own records theirs, so that both
-// exclude each other on a name while a fleet migrates. Such a layout
-// refuses semaphores, and shared locks but for curator-rw, with
-// [lock.ErrIncompatible], and a lock-delay. Holder reports a foreign
-// holder's token, its czxid; Revoke deletes its record unbeknown to it.
+// in its queue, and [WithLayout] makes its own records Curator's, so that
+// both exclude each other on a name while a fleet migrates. Holder reports
+// a foreign holder's token, its czxid; Revoke deletes its record
+// unbeknown to it.
 //
 // # Security
 //
 // [WithTLS] speaks TLS to the servers' secure client ports; [WithDigest]
-// authenticates every connection. With credentials, what the Locker
-// creates is writable by its user only and readable by anyone ([WithACL]
-// replaces that). A refusal by the server is an error wrapping
+// authenticates every connection, and [WithACL] says who may change what
+// the Locker creates. A refusal by the server is an error wrapping
 // [lock.ErrPermission], at once. Errors and log lines never contain a
 // password or key material.
 //
 // # Read more
 //
-// How it works (layout, the acquisition and its hand-over, tokens,
-// sessions and watches, lock-delay markers, what Observe can see):
-// docs/design/zookeeper.md in the repository. Why a lease is declared lost
-// in time: docs/design/zookeeper-loss.md. The queue rules:
-// docs/design/queue.md. The fault trials: docs/design/trials.md.
+// In the repository's docs/design: zookeeper.md (how it works),
+// zookeeper-loss.md (why a lease is declared lost in time), queue.md (the
+// queue rules), trials.md (the fault trials).
 package zklock

@@ -10,11 +10,9 @@ import (
 
 var _ lock.HealthChecker = (*Locker)(nil)
 
-// Healthy implements [lock.HealthChecker]. While the Locker trusts its
-// ZooKeeper session (connected, or cut off for less than the session
-// timeout minus the loss margin) it returns nil without a request.
-// Without one it waits, bounded by ctx, for the connection to establish a
-// session, as an Acquire would.
+// Healthy implements [lock.HealthChecker]. The Locker trusts its session
+// while connected, or cut off for less than the session timeout minus the
+// loss margin.
 func (l *Locker) Healthy(ctx context.Context) error {
 	if err := l.usable(ctx); err != nil {
 		return fmt.Errorf("zklock: healthy: %w", err)

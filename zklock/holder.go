@@ -11,8 +11,7 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// Holder reports the identity and token of the lowest znode of name, or an
-// error wrapping [lock.ErrNotHeld], after a sync: the answer shows every
+// Holder implements [lock.Locker] after a sync: the answer shows every
 // grant and release made before the call.
 func (l *Locker) Holder(ctx context.Context, name string) (lock.Holder, error) {
 	zs, err := l.read(ctx, "holder", name, func(_ []queue.Request, i int) bool { return i == 0 })

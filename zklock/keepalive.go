@@ -13,20 +13,18 @@ import (
 	"github.com/fencelock/fencelock/internal/clock"
 )
 
-// keepalive tracks, across the TCP connections go-zookeeper opens for one
-// zk.Conn, the send time of the latest sync (or handshake) the server
-// answered, matching replies to requests first-in first-out, and the
-// negotiated session timeout. See docs/design/zookeeper-loss.md.
+// keepalive tracks, across the connections of one zk.Conn, the send time
+// of the latest sync (or handshake) the server answered and the negotiated
+// session timeout (docs/design/zookeeper-loss.md).
 type keepalive struct {
 	clk     clock.Clock
 	heard   atomic.Int64 // unix nanoseconds; 0 until a handshake
 	timeout atomic.Int64 // negotiated session timeout, nanoseconds
 
-	// The hooks, if set, are called from go-zookeeper's reading goroutine,
-	// so they must not block: when heard advances, when a handshake brings
-	// another session timeout, after a handshake that brings a session,
-	// and to ask whether a plain exists or listing of path goes with the
-	// watch flag (trackedConn.watchFlag).
+	// The hooks, if set, are called from go-zookeeper's reading goroutine
+	// and must not block: when heard advances, when the negotiated timeout
+	// changes, after a handshake that brings a session, and for
+	// trackedConn.watchFlag.
 	onHeard                    func()
 	onTimeout                  func(time.Duration)
 	onConnect                  func()
@@ -46,8 +44,7 @@ func (ka *keepalive) deadline(timeout time.Duration, margin func(time.Duration) 
 // negotiated returns the session timeout of the latest handshake, or 0.
 func (ka *keepalive) negotiated() time.Duration { return time.Duration(ka.timeout.Load()) }
 
-// markHeard records that the leader answered a request sent at sent; it
-// never moves the mark back.
+// markHeard records that the leader answered a request sent at sent.
 func (ka *keepalive) markHeard(sent time.Time) {
 	ns := sent.UnixNano()
 	for {
@@ -266,9 +263,8 @@ func (f *frames) feed(p []byte, done func(body []byte)) {
 	}
 }
 
-// run calls sync every interval() while the connection has a session, on
-// schedule whether or not the earlier ones were answered; at most
-// keepaliveFraction are outstanding.
+// run calls sync every interval() while the connection has a session,
+// answered or not, with at most keepaliveFraction outstanding.
 func (ka *keepalive) run(g *group, conn link, sync func(), interval func() time.Duration) {
 	slots := make(chan struct{}, keepaliveFraction)
 	timer := ka.clk.NewTimer(interval())

@@ -37,8 +37,7 @@ func (le *Lease) Name() string {
 	if le == nil || le.l == nil {
 		return ""
 	}
-	// The name is part of the znode's path: root, "/", the name, "/" and
-	// the znode's own name (see Locker.parent).
+	// The path is root, "/", the name, "/", the znode's name (Locker.parent).
 	return names.Between(le.path, len(le.l.o.root)+1, "/")
 }
 
@@ -80,12 +79,9 @@ func (le *Lease) Version() int32 {
 
 // CheckOp returns an operation for zk.Conn.Multi, on any connection, that
 // succeeds only while the lease's znode exists with its granted version:
-// first in a Multi, it makes the rest apply only while the lease holds.
-//
-//	ops := []any{lease.CheckOp(), &zk.SetDataRequest{Path: "/config", Data: b, Version: -1}}
-//	if _, err := conn.Multi(ops...); err != nil { ... } // nothing was written
-//
-// For a nil or zero *Lease it returns a check that always fails.
+// first in a Multi, it makes the rest apply only while the lease holds
+// (see the example). For a nil or zero *Lease it returns a check that
+// always fails.
 func (le *Lease) CheckOp() *zk.CheckVersionRequest {
 	if !le.valid() {
 		return &zk.CheckVersionRequest{Path: "/zookeeper/fencelock: no lease", Version: -2}
@@ -203,11 +199,9 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 }
 
 // deleteOwn deletes the znode at path if it is still the one created with
-// czxid, guarded by its version, with its lock-delay marker (unless empty)
-// in the same Multi. It returns zk.ErrNoNode if it is gone. Without a
-// marker, an exclusive request of the default layout is released with
-// the release mark (acquisition.waitFor), unless a first release found
-// the Locker may not write its lock znodes.
+// czxid, guarded by its version, in one Multi with its lock-delay marker
+// (unless empty) or else, where allowed, the release mark
+// (acquisition.waitFor). It returns zk.ErrNoNode if the znode is gone.
 func (l *Locker) deleteOwn(ctx context.Context, path string, version int32, czxid int64, marker string) error {
 	mark := marker == "" && !l.markDenied.Load() && marksRelease(path)
 	for range 3 {

@@ -179,8 +179,7 @@ func (l *Locker) SessionTimeout() time.Duration {
 	return l.ss.timeout()
 }
 
-// SessionID returns the ID of the ZooKeeper session the Locker trusts
-// now, or 0.
+// SessionID returns the ID of the session the Locker trusts now, or 0.
 func (l *Locker) SessionID() int64 {
 	if l.usable(context.Background()) != nil {
 		return 0
@@ -188,11 +187,10 @@ func (l *Locker) SessionID() int64 {
 	return l.ss.id()
 }
 
-// Close ends every lease granted through the Locker (their Err wraps
-// [lock.ErrReleased]), makes waiting calls return errors wrapping
-// [lock.ErrClosed], and closes the connection, which ends the session and
-// so removes the Locker's znodes. Later calls wait for the first and
-// return nil.
+// Close ends every lease granted through the Locker with
+// [lock.ErrReleased], makes waiting calls return errors wrapping
+// [lock.ErrClosed], and closes the connection, which removes the Locker's
+// znodes. Later calls wait for the first and return nil.
 func (l *Locker) Close() error {
 	if err := l.usable(context.Background()); err != nil {
 		return fmt.Errorf("zklock: close: %w", err)

@@ -14,19 +14,12 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// Observe sends the current holder of name, then every change of holder,
-// until ctx ends or the Locker is closed. A zero Holder means the lock is
-// free; a holder is never sent twice in a row. The changes are queued
-// inside the observation, so a slow reader misses nothing the observation
-// saw. The channel is closed at the end; the returned function then tells
-// why (ctx's cause or an error wrapping [lock.ErrClosed]). The observation
-// survives lost connections and expired sessions.
-//
-// What is reported is in grant order, tokens rising, with at most one zero
-// Holder between two holders, ending with the state the lock ends up in.
-// A holder that comes and goes within about a round trip, or while the
-// Locker is disconnected, is missed: "What Observe reports" in
-// docs/design/zookeeper.md.
+// Observe implements [lock.Observer]. It queues the changes it sees, so a
+// slow reader misses none of them, and survives lost connections and
+// expired sessions. What it reports is in grant order, tokens rising, with
+// at most one zero Holder between two holders; a holder that comes and
+// goes within about a round trip, or while the Locker is disconnected, is
+// missed ("What Observe reports" in docs/design/zookeeper.md).
 func (l *Locker) Observe(ctx context.Context, name string) (<-chan lock.Holder, func() error, error) {
 	if err := l.enterName(ctx, "observe", name); err != nil {
 		return nil, nil, err
@@ -67,9 +60,8 @@ func (o *observation) error() error {
 	return o.err
 }
 
-// run feeds the reader from the queue that follow, on a goroutine of its
-// own, fills: a listing waiting for the connection never holds back what
-// is queued.
+// run feeds the reader from the queue follow fills, so that a listing
+// waiting for the connection never holds back what is queued.
 func (o *observation) run(ctx context.Context) {
 	defer close(o.out)
 	fctx, cancel := context.WithCancel(ctx)
@@ -158,9 +150,8 @@ func (o *observation) follow(ctx context.Context) {
 }
 
 // list takes one listing, queues the changes it reveals, and returns the
-// watch for the next change and the function that forgets it. Every
-// handshake ends the wait (recordWatcher.connect): the observation lists
-// again.
+// watch for the next change and its stop. A handshake ends the wait
+// (recordWatcher.connect).
 func (o *observation) list(ctx context.Context) (<-chan zk.Event, func(), error) {
 	if !o.last.listed {
 		// The first holder reported is the current one, as Holder's is:
@@ -192,8 +183,7 @@ func (o *observation) list(ctx context.Context) (<-chan zk.Event, func(), error)
 }
 
 // absent reports a missing parent as a free lock and returns the watch for
-// its creation, and the function that forgets it; again says that it
-// exists by now: list again.
+// its creation and its stop; again: it exists by now, list again.
 func (o *observation) absent(ctx context.Context) (w <-chan zk.Event, stop func(), again bool, err error) {
 	created := make(chan zk.Event, 1)
 	read, stop := o.l.watch.reader(o.parent, true, created)
@@ -207,9 +197,8 @@ func (o *observation) absent(ctx context.Context) (w <-chan zk.Event, stop func(
 	return created, stop, false, nil
 }
 
-// take queues the changes a listing of the parent (its children's names
-// and its stat) reveals, and remembers the listing. again says that the
-// holder it found was released meanwhile: list again.
+// take queues the changes a listing of the parent reveals and remembers
+// the listing; again: the holder it found went meanwhile, list again.
 func (o *observation) take(ctx context.Context, names []string, st *zk.Stat) (again bool, err error) {
 	if o.last.listed && st.Czxid != o.last.parentCzxid {
 		// The parent was deleted and created again: every child of the

@@ -62,20 +62,18 @@ type options struct {
 	layout         Layout
 }
 
-// Layout is how a Locker names its lock znodes: fencelock's own (the
-// default, for every kind of request), or the records of Curator's
-// InterProcessMutex, LeaderSelector and go-zookeeper's Lock (locks
-// only), Curator's InterProcessReadWriteLock (locks and read-write locks)
-// or its LeaderLatch (locks only). Every layout counts the records of all
-// of them: see "Layouts" in docs/design/zookeeper.md.
+// Layout is how a Locker names its lock znodes: fencelock's own way, or a
+// recipe's. Every layout counts the records of all of these recipes
+// (docs/design/zookeeper.md, "Layouts").
 type Layout string
 
-// The layouts.
+// The layouts, and the Curator recipes (and go-zookeeper's Lock) whose
+// records each writes.
 const (
-	LayoutFencelock        Layout = "fencelock"
-	LayoutCurator          Layout = "curator"
-	LayoutCuratorReadWrite Layout = "curator-rw"
-	LayoutCuratorLatch     Layout = "curator-latch"
+	LayoutFencelock        Layout = "fencelock"     // the default, for every kind of request
+	LayoutCurator          Layout = "curator"       // InterProcessMutex, LeaderSelector, zk.Lock: locks only
+	LayoutCuratorReadWrite Layout = "curator-rw"    // InterProcessReadWriteLock: locks and read-write locks
+	LayoutCuratorLatch     Layout = "curator-latch" // LeaderLatch: locks only
 )
 
 // WithLayout sets the layout of the Locker's lock znodes (default
@@ -94,10 +92,9 @@ func WithLayout(y Layout) Option {
 }
 
 // WithRoot sets the znode under which locks live (default [DefaultRoot]).
-// It accepts the paths etcdlock.WithPrefix accepts (see [lock.URLPath]),
-// but not a first segment "zookeeper"; "/myapp/locks", "myapp/locks" and
-// "myapp/locks/" all name /myapp/locks. A missing root is created, with
-// its ancestors, as persistent znodes on first use.
+// It accepts the paths etcdlock.WithPrefix accepts (see [lock.URLPath]):
+// "/myapp/locks", "myapp/locks" and "myapp/locks/" all name /myapp/locks.
+// A missing root is created, with its ancestors, as persistent znodes.
 func WithRoot(root string) Option {
 	return func(o *options) {
 		if ns, ok := o.SetNamespace("root", root); ok {
@@ -107,8 +104,7 @@ func WithRoot(root string) Option {
 }
 
 // WithSessionTimeout sets the session timeout asked of the server
-// (default [DefaultSessionTimeout]), which may negotiate a different one;
-// the Locker reads the negotiated value from the handshake.
+// (default [DefaultSessionTimeout]), which may negotiate another.
 func WithSessionTimeout(d time.Duration) Option {
 	return func(o *options) {
 		switch {
@@ -123,20 +119,16 @@ func WithSessionTimeout(d time.Duration) Option {
 }
 
 // WithIdentity sets the identity stored in each lock znode and reported by
-// [Locker.Holder] (default [lock.DefaultIdentity]). It must pass
-// [lock.ValidateIdentity].
+// [Locker.Holder] (default [lock.DefaultIdentity]); see [lock.ValidateIdentity].
 func WithIdentity(id string) Option {
 	return func(o *options) { o.SetIdentity(id) }
 }
 
 // WithACL sets the ACL of every znode the Locker creates (root, lock
-// parents, records). It must be non-empty. Without it the ACL depends on
-// the credentials:
-//
-//   - none: zk.WorldACL(zk.PermAll);
-//   - [WithDigest]: zk.DigestACL(zk.PermAll, user, password) plus
-//     zk.WorldACL(zk.PermRead);
-//   - [WithAuth] only: zk.AuthACL(zk.PermAll) plus zk.WorldACL(zk.PermRead).
+// parents, records). It must be non-empty. The default is
+// zk.WorldACL(zk.PermAll) without credentials, and with them
+// zk.WorldACL(zk.PermRead) plus zk.DigestACL(zk.PermAll, user, password)
+// for [WithDigest] or zk.AuthACL(zk.PermAll) for [WithAuth] alone.
 //
 // An ACL must grant the Locker READ, CREATE and DELETE on the root and
 // the lock parents and READ on its records, or its calls fail with
@@ -166,24 +158,17 @@ func WithLockDelay(d time.Duration) Option {
 	return func(o *options) { o.SetLockDelay(d) }
 }
 
-// WithMeterProvider sets the provider of the Locker's metrics (see
-// [lock.WithMeterProvider] for the instruments); without it the Locker
-// records none. It must not be nil.
+// WithMeterProvider is [lock.WithMeterProvider] for a Locker made by [Dial].
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) { o.SetMeterProvider(mp) }
 }
 
-// WithTracerProvider sets the provider of the Locker's spans (acquire,
-// release, guarded writes); without it the Locker records none. It must
-// not be nil.
+// WithTracerProvider is [lock.WithTracerProvider] for a Locker made by [Dial].
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(o *options) { o.SetTracerProvider(tp) }
 }
 
-// WithNameAttribute makes lock names the attribute fencelock.lock of the
-// Locker's metrics and spans, as f maps them ("" for none); see
-// [lock.WithNameAttribute]. Without it, no lock name is an attribute. It
-// must not be nil.
+// WithNameAttribute is [lock.WithNameAttribute] for a Locker made by [Dial].
 func WithNameAttribute(f func(name string) string) Option {
 	return func(o *options) { o.SetNameAttribute(f) }
 }
@@ -199,9 +184,8 @@ func WithLossMargin(d time.Duration) Option {
 }
 
 // WithDialer sets the function [Dial] uses to open each TCP connection
-// (default net.DialTimeout), for instance to go through a proxy or to
-// observe the connection in tests. With [WithTLS], TLS runs over the
-// connections it opens. It must not be nil.
+// (default net.DialTimeout); with [WithTLS], TLS runs over the connections
+// it opens. It must not be nil.
 func WithDialer(d zk.Dialer) Option {
 	return func(o *options) {
 		if d == nil {
@@ -212,10 +196,9 @@ func WithDialer(d zk.Dialer) Option {
 	}
 }
 
-// WithHostProvider sets how [Dial]'s connection picks the server to try
-// next among those given to Dial (zk.WithHostProvider; default
-// go-zookeeper's, which resolves each address with DNS once, at Dial, and
-// tries them in a random order). It must not be nil.
+// WithHostProvider sets how [Dial]'s connection picks the next server to
+// try (default go-zookeeper's, which resolves each address once, at Dial,
+// and tries them in random order). It must not be nil.
 func WithHostProvider(hp zk.HostProvider) Option {
 	return func(o *options) {
 		if nilcheck.IsNil(hp) {

@@ -18,12 +18,10 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// In the default layout a lock's znodes are named "~<32 hex digits>~"
-// (the protection prefix), then a kind's tag and '~' (queue.Request.Tag),
-// then the sequence number. The records of the recipes a Locker contends
-// with (and of its Curator layouts) end in one of recipeKinds' names and
-// the sequence number. Other children are ignored
-// (docs/design/zookeeper.md, "Layout" and "Layouts").
+// In the default layout a lock znode is named "~<32 hex digits>~" (the
+// protection prefix), a kind's tag and '~' (queue.Request.Tag), then the
+// sequence number; other recipes' records end in one of recipeKinds'
+// names and the sequence number (docs/design/zookeeper.md, "Layouts").
 const (
 	marker    = '~'
 	randLen   = 1 + 32 + 1
@@ -102,9 +100,8 @@ func parseChild(s string) (queue.Request, bool) {
 }
 
 // marksRelease reports whether path is the znode of an exclusive request
-// in the default layout, whose release is marked (acquisition.waitFor).
-// Curator asks a holder to release by setting its data, so the data of
-// other records says nothing about a release.
+// in the default layout, whose release is marked (acquisition.waitFor;
+// docs/design/zookeeper.md, "Layouts").
 func marksRelease(path string) bool {
 	child := path[strings.LastIndexByte(path, '/')+1:]
 	r, ok := parseChild(child)
@@ -145,9 +142,8 @@ func (l *Locker) parent(name string) string { return l.o.root + "/" + name }
 
 var _ lock.QueueLister = (*Locker)(nil)
 
-// Queue returns every request of name in queue order, holders first (see
-// [lock.QueueLister]), read as [Locker.Holders] reads. Each entry's Since
-// is its znode's ctime, on the clock of the leader of the time, to the
+// Queue implements [lock.QueueLister], read as [Locker.Holders] reads.
+// Each entry's Since is its znode's ctime, on the leader's clock, to the
 // millisecond.
 func (l *Locker) Queue(ctx context.Context, name string) ([]lock.QueueEntry, error) {
 	zs, err := l.read(ctx, "queue", name, func([]queue.Request, int) bool { return true })

@@ -12,12 +12,6 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// go-zookeeper's calls take no context and block until the server answers
-// or the connection fails. A future runs one call on its own goroutine so
-// that the caller can stop waiting when its context ends, its session ends
-// or the Locker closes; a call whose result matters even then (a create)
-// hands the late result to a function that cleans up after it.
-
 // group is the Locker's goroutines and what stops them: Close closes
 // closing, cancels bg and waits for every goroutine started by spawn.
 type group struct {
@@ -35,8 +29,7 @@ func newGroup() *group {
 // spawn runs f on a goroutine Close waits for.
 func (g *group) spawn(f func()) { g.wg.Go(f) }
 
-// poke wakes the goroutine that waits on kick, a channel of one slot,
-// without blocking.
+// poke wakes the goroutine that waits on kick without blocking.
 func poke(kick chan struct{}) {
 	select {
 	case kick <- struct{}{}:
@@ -49,6 +42,8 @@ type result[T any] struct {
 	err error
 }
 
+// future runs one go-zookeeper call on its own goroutine, so that its
+// caller can stop waiting (docs/design/zookeeper.md, "Calls and retries").
 type future[T any] struct {
 	ch        chan result[T]
 	mu        sync.Mutex
@@ -74,8 +69,7 @@ func start[T any](g *group, f func() (T, error), onAbandon func(T, error)) *futu
 	return fu
 }
 
-// abandon gives up on the result; if it has arrived already, onAbandon
-// gets it now.
+// abandon gives up on the result, which onAbandon gets if it has come.
 func (fu *future[T]) abandon() {
 	fu.mu.Lock()
 	if fu.abandoned {
@@ -96,8 +90,7 @@ func (fu *future[T]) abandon() {
 	}
 }
 
-// wait returns f's result, or a *stopError when ctx ends, s ends (s may
-// be nil) or the Locker closes first.
+// wait returns f's result, or a *stopError if ctx, s or Close ends first.
 func (fu *future[T]) wait(ctx context.Context, g *group, s *session) (T, error) {
 	r, cause := fu.await(ctx, g, s)
 	if cause != nil {
@@ -109,9 +102,8 @@ func (fu *future[T]) wait(ctx context.Context, g *group, s *session) (T, error) 
 }
 
 // await is wait without giving up on the result: it returns f's result,
-// or why the caller stopped waiting first (ctx's cause, the session's
-// error or lock.ErrClosed), after which f may be awaited again or
-// abandoned.
+// or why the caller stopped waiting first, after which f may be awaited
+// again or abandoned.
 func (fu *future[T]) await(ctx context.Context, g *group, s *session) (result[T], error) {
 	var sDone <-chan struct{}
 	if s != nil {
@@ -134,16 +126,14 @@ func (fu *future[T]) await(ctx context.Context, g *group, s *session) (result[T]
 	}
 }
 
-// call sends one request, f, and waits for it as wait does. The callers
-// apply the retry policy: a request whose error is retryable may be sent
-// again once the connection is back (awaitConnected).
+// call sends one request, f, and waits for it as wait does; the callers
+// apply the retry policy (retryable).
 func call[T any](ctx context.Context, g *group, s *session, f func() (T, error)) (T, error) {
 	return start(g, f, nil).wait(ctx, g, s)
 }
 
-// reread runs read, a read of a public call, until it answers: again
-// while the connection fails under it (once it is back), and again when
-// it returns errGone.
+// reread runs read, a public call's read, again while the connection fails
+// under it (once it is back) or it returns errGone.
 func (l *Locker) reread(ctx context.Context, read func() error) error {
 	for {
 		err := read()
@@ -164,8 +154,7 @@ func (l *Locker) reread(ctx context.Context, read func() error) error {
 // errGone says that a record went while it was read: read again.
 var errGone = errors.New("a record went while it was read")
 
-// stopError says why a caller stopped waiting: ctx's error, the session's
-// loss (wrapping lock.ErrLost) or lock.ErrClosed.
+// stopError wraps why a caller stopped waiting: ctx, its session or Close.
 type stopError struct{ cause error }
 
 func (e *stopError) Error() string { return e.cause.Error() }
@@ -176,10 +165,8 @@ func isStop(err error) bool {
 	return errors.As(err, &s)
 }
 
-// isConnErr reports whether err leaves open whether the server applied the
-// request: the connection failed before its reply arrived. go-zookeeper
-// reports that with its own errors, or with the network error of a failed
-// write.
+// isConnErr reports whether the connection failed before the reply to
+// err's request arrived, leaving open whether the server applied it.
 func isConnErr(err error) bool {
 	var netErr net.Error
 	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
@@ -190,9 +177,7 @@ func isConnErr(err error) bool {
 }
 
 // retryable reports whether a request that failed with err may be sent
-// again (once the connection is back): the connection failed under it and
-// the caller did not stop waiting. A read may simply be sent again; a
-// create may have been applied, and its caller looks for it first.
+// again once the connection is back; a create's caller looks for it first.
 func retryable(err error) bool { return !isStop(err) && isConnErr(err) }
 
 // exists is the result of a read of a znode's stat.
@@ -202,10 +187,8 @@ type exists struct {
 }
 
 // deletionW reads a lock znode and sets a watch that fires on its
-// deletion only: a child watch, which a touch does not spend, since a
-// lock znode has no children. The watch flag is set by trackedConn on the
-// way out (see isDeletionWatch), so go-zookeeper keeps no channel for it.
-// A missing znode is ok == false.
+// deletion only (isDeletionWatch; docs/design/zookeeper.md, "Watches"). A
+// missing znode is ok == false.
 func deletionW(conn *zk.Conn, path string) func() (exists, error) {
 	return func() (exists, error) {
 		_, st, err := conn.Children(path)

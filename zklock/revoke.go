@@ -17,13 +17,10 @@ import (
 
 var _ lock.Revoker = (*Locker)(nil)
 
-// Revoke ends the lease of name's current holder whose token is token (see
-// [lock.Revoker]) by a delete of its znode guarded by the version it read:
-// that grant or nothing, after a sync. A token that is not a current
-// holder's returns an error wrapping [lock.ErrNotHeld]; so may a delete
-// sent again that finds its first attempt applied. The holder's lease ends with [lock.ErrLost] when
-// its watch reports the deletion (for a grant under 50ms old, when the
-// watch is set).
+// Revoke implements [lock.Revoker] by deleting the holder's znode, after a
+// sync, guarded by the version it read; the holder's Locker ends the lease
+// with [lock.ErrLost] when its watch reports the deletion (for a grant
+// under 50ms old, once the watch is set).
 func (l *Locker) Revoke(ctx context.Context, name string, token fencing.Token) error {
 	if err := l.enterName(ctx, "revoke", name); err != nil {
 		return err

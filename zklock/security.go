@@ -17,9 +17,6 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// go-zookeeper sends the credentials of a successful AddAuth again after
-// each reconnect, so Dial sends them once.
-
 // authCred is one credential sent with AddAuth.
 type authCred struct {
 	scheme string
@@ -34,8 +31,7 @@ type digest struct {
 // WithDigest authenticates every connection of the Locker with the digest
 // scheme as user with password, and makes what the Locker creates that
 // user's (see [WithACL]). The user must be non-empty without ':'; the
-// password non-empty. A later WithDigest replaces an earlier one. The
-// password appears in no error or log line.
+// password non-empty. A later WithDigest replaces an earlier one.
 func WithDigest(user, password string) Option {
 	return func(o *options) {
 		switch {
@@ -51,10 +47,9 @@ func WithDigest(user, password string) Option {
 	}
 }
 
-// WithAuth adds a credential of another scheme, sent on every connection
-// as WithDigest's is; it changes the default ACL (see [WithACL]). The
-// scheme and the secret must be non-empty; WithAuth may be given several
-// times.
+// WithAuth adds a credential of another scheme, sent on every connection as
+// WithDigest's is; it changes the default ACL (see [WithACL]). The scheme
+// and the secret must be non-empty; WithAuth may be given several times.
 func WithAuth(scheme string, secret []byte) Option {
 	return func(o *options) {
 		if scheme == "" || len(secret) == 0 {
@@ -99,8 +94,8 @@ func (o *options) defaultACL() []zk.ACL {
 	}
 }
 
-// addAuth sends the Locker's credentials, again while the connection
-// fails under the request.
+// addAuth sends the Locker's credentials once (go-zookeeper sends them
+// again after each reconnect), retrying while the connection fails.
 func (l *Locker) addAuth(ctx context.Context) error {
 	for _, c := range l.o.creds() {
 		for {

@@ -102,8 +102,7 @@ func newSessions(clk clock.Clock, ka *keepalive, o *options, closing <-chan stru
 	}
 }
 
-// timeout returns the session timeout the server negotiated (before the
-// first handshake, the one asked for).
+// timeout is Locker.SessionTimeout.
 func (ss *sessions) timeout() time.Duration {
 	if t := ss.loss.ka.negotiated(); t > 0 {
 		return t
@@ -159,8 +158,7 @@ func (ss *sessions) admit(calls *sync.WaitGroup) error {
 	return nil
 }
 
-// close ends the current session with lock.ErrClosed; no session begins
-// after it.
+// close ends the current session with lock.ErrClosed; no other begins.
 func (ss *sessions) close() {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
@@ -268,8 +266,7 @@ func (ss *sessions) checkLocked(now time.Time, healthy bool, id int64, deadline 
 // session, in case a wake-up was missed.
 const getPoll = 50 * time.Millisecond
 
-// get returns the session to work in, waiting for one while there is
-// none.
+// get returns the session to work in, waiting for one while there is none.
 func (ss *sessions) get(ctx context.Context) (*session, error) {
 	var poll *time.Timer
 	defer func() {
@@ -309,8 +306,7 @@ func (ss *sessions) get(ctx context.Context) (*session, error) {
 	}
 }
 
-// awaitConnected waits until the connection has a session again, for a
-// request to be retried in session s (nil: in any session).
+// awaitConnected waits until the connection has session s (nil: any) again.
 func (ss *sessions) awaitConnected(ctx context.Context, s *session) error {
 	var sDone <-chan struct{}
 	if s != nil {

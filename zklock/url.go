@@ -14,14 +14,11 @@ func init() { lock.Register("zk", driver{}) }
 
 // driver opens Lockers for URLs such as
 // "zk://h1:2181,h2:2181/myapp/locks?session_timeout=10s&identity=worker-1".
-// The path is the root ([WithRoot]). The query keys are session_timeout,
-// loss_margin, lock_delay, identity and layout (the options of those
-// names), and the keys of package secure: user information or
-// password_env go to [WithDigest], tls, ca_file, cert_file, key_file and
-// server_name to [WithTLS]. Bad values are errors wrapping [lock.ErrInvalidConfig] that
-// never show a secret. The options of lock.Open map to the options of
-// the same names; an identity given both there and in the URL is an
-// error.
+// The path is the root ([WithRoot]); the keys session_timeout, loss_margin,
+// lock_delay, identity and layout, and lock.Open's options, map to the
+// options of those names; the user information or password_env go to
+// [WithDigest], and tls, ca_file, cert_file, key_file and server_name to
+// [WithTLS]. Bad values are errors wrapping [lock.ErrInvalidConfig].
 type driver struct{}
 
 func (driver) Open(ctx context.Context, u *url.URL, cfg lock.OpenConfig) (lock.Locker, error) {

@@ -16,11 +16,10 @@ import (
 	"github.com/fencelock/fencelock/lock"
 )
 
-// recordWatcher keeps the table of the Locker's own lock znodes (those of
-// acquisitions and of held leases) and hands out the watch events of the
-// connection's global stream, by path (docs/design/zookeeper.md,
-// "Watches"). Its goroutine, run, ends the leases of ended sessions and
-// acts on the events of held leases; everyone else records and wakes.
+// recordWatcher keeps the table of the Locker's own lock znodes and hands
+// out the watch events of the connection's global stream by path
+// (docs/design/zookeeper.md, "Watches"). Its goroutine, run, ends the
+// leases of ended sessions and acts on held leases' events.
 type recordWatcher struct {
 	conn *zk.Conn
 	g    *group
@@ -42,8 +41,7 @@ type tableSignals struct {
 	reconnected  atomic.Bool   // a new connection; run has not set the leases' watches again
 }
 
-// waits are the waits for watch events, by path (waitChildren,
-// waitChange).
+// waits are the waits for watch events, by path (waitChildren, waitChange).
 type waits struct {
 	children map[string][]chan zk.Event
 	change   map[string][]chan zk.Event
@@ -68,9 +66,8 @@ func newRecordWatcher(g *group, ss *sessions, jan *janitor) *recordWatcher {
 }
 
 // waitChildren returns a channel that gets the next change of the
-// children of the znode at path, or its deletion, for a waiter that sets
-// the watch with a plain listing (trackedConn sets the flag). A handshake
-// ends each wait with an EventNotWatching. stop forgets the wait.
+// children of the znode at path, or its deletion, and the wait's stop; the
+// waiter sets the watch with a plain listing. A handshake ends each wait.
 func (t *recordWatcher) waitChildren(path string) (<-chan zk.Event, func()) {
 	ch := make(chan zk.Event, 1)
 	return ch, t.wait(t.waits.children, path, ch)
@@ -83,8 +80,7 @@ func (t *recordWatcher) waitChange(path string) (<-chan zk.Event, func()) {
 	return ch, t.wait(t.waits.change, path, ch)
 }
 
-// wantsChildren and wantsChange report whether a wait is registered, for
-// trackedConn.watchFlag.
+// wantsChildren and wantsChange report whether a wait is registered.
 func (t *recordWatcher) wantsChildren(path []byte) bool { return t.wants(t.waits.children, path) }
 
 func (t *recordWatcher) wantsChange(path []byte) bool { return t.wants(t.waits.change, path) }
@@ -112,8 +108,7 @@ func (t *recordWatcher) wait(m map[string][]chan zk.Event, path string, ch chan 
 	}
 }
 
-// notifyWaitersLocked hands ev to the waits in m for path, and forgets
-// them.
+// notifyWaitersLocked hands ev to the waits in m for path and forgets them.
 func notifyWaitersLocked(m map[string][]chan zk.Event, path string, ev zk.Event) {
 	for _, ch := range m[path] {
 		ch <- ev // buffered, and each wait gets one event at most
@@ -149,8 +144,7 @@ func (t *recordWatcher) untrack(path string) {
 	t.mu.Unlock()
 }
 
-// deletedBeforeGrant reports whether a deletion of the tracked znode at
-// path was routed before its grant.
+// deletedBeforeGrant reports whether path's znode went before its grant.
 func (t *recordWatcher) deletedBeforeGrant(path string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -241,8 +235,7 @@ func (t *recordWatcher) route(ev zk.Event) {
 	switch e := t.watched[ev.Path]; {
 	case e == nil:
 	case e.lease == nil:
-		// Not granted yet: a deletion is acted on at the grant; a data
-		// change needs nothing, since the lease's watch is set after it.
+		// Not granted: hold acts on a deletion; the later watch covers data.
 		e.deleted = e.deleted || ev.Type == zk.EventNodeDeleted
 	default:
 		t.pending = append(t.pending, leaseEvent{e.lease, ev.Type})
@@ -277,9 +270,8 @@ func (t *recordWatcher) run() {
 	}
 }
 
-// armLater has run set the watch on le's znode ownWatchDelay from now.
-// The leases are due in grant order, so one timer, set for the oldest,
-// serves them all.
+// armLater has run set the watch on le's znode ownWatchDelay from now; the
+// leases are due in grant order, so one timer serves them all.
 func (t *recordWatcher) armLater(le *Lease) {
 	due := time.Now().Add(ownWatchDelay)
 	t.mu.Lock()
@@ -300,8 +292,7 @@ type pendingArm struct {
 	due time.Time
 }
 
-// armDue sets the watches due on the leases still held, and sets the
-// timer for the next one.
+// armDue sets the watches due on leases still held, and the next timer.
 func (t *recordWatcher) armDue() {
 	now := time.Now()
 	t.mu.Lock()
@@ -365,8 +356,7 @@ func (t *recordWatcher) handleEvents() {
 	}
 }
 
-// arm sets a new deletion watch on a held lease's znode, and ends the
-// lease if the znode is gone.
+// arm watches a held lease's znode for deletion, ending the lease if gone.
 func (t *recordWatcher) arm(le *Lease) {
 	for {
 		r, err := call(t.g.bg, t.g, le.s, deletionW(t.conn, le.path))
@@ -479,9 +469,8 @@ func (a *acquisition) touchMissed(pred string, v int32) bool {
 	return true
 }
 
-// reader returns a read of the record at path that sets a watch firing on
-// its deletion or, with change, on any change; the event goes to ch. stop
-// forgets the wait.
+// reader returns a read of the record at path that sets a watch sending ch
+// its deletion or, with change, any change; and the wait's stop.
 func (t *recordWatcher) reader(path string, change bool, ch chan zk.Event) (func() (exists, error), func()) {
 	read, m := deletionW(t.conn, path), t.waits.children
 	if change {
@@ -505,10 +494,9 @@ func (a *acquisition) byMark(d decision) bool {
 	return queue.Admitted(rest, len(rest)-1)
 }
 
-// waitFor grants the acquisition without another request on the release
-// mark of pred (byMark; a data change of another layout's record is no
-// mark), or on any going of pred when it headed the listing (head). See
-// docs/design/zookeeper.md, "Acquisition" and "Layouts".
+// waitFor grants the acquisition without another request on pred's release
+// mark (byMark), or on any going of pred when it headed the listing (head)
+// (docs/design/zookeeper.md, "Acquisition" and "Layouts").
 func (a *acquisition) waitFor(ctx context.Context, pred string, head bool) (decision, error) {
 	fired := make(chan zk.Event, 1)
 	read, stop := a.l.watch.reader(a.parent+"/"+pred, true, fired)
