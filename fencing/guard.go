@@ -23,9 +23,7 @@ var ErrInvalidConfig = sentinel.InvalidConfig
 const DefaultMaxResources = 1 << 16
 
 // Guard enforces fencing tokens for resources that live in this process: a
-// file, an in-memory map, a device handle. [Guard.Apply] checks the token and
-// runs the caller's write under one critical section per resource, so no
-// write with a lower token can land after a write with a higher one.
+// file, an in-memory map, a device handle (see [Guard.Apply]).
 //
 // The zero Guard is ready to use, remembers up to [DefaultMaxResources]
 // resources and records no metrics; [NewGuard] sets another limit and
@@ -33,20 +31,13 @@ const DefaultMaxResources = 1 << 16
 // concurrent use. A nil *Guard refuses every write with an error wrapping
 // [ErrInvalidConfig].
 //
-// # A failed write still fences
-//
-// Apply records the token before the write runs. A write that then fails
-// or panics has still shown that a grant with that token exists, so every
-// lower token stays refused; the newer holder may retry with its own.
-//
 // # Bounded memory
 //
 // When a Guard needs room it forgets the least recently used idle
 // resource and raises a floor to its highest token; a resource it does not
-// know starts at the floor. This is always safe, and live when all tokens
-// come from one counter, as package lock promises for one deployment.
-// With independent token sources, give each its own Guard, or a limit
-// above the number of resources (docs/design/fencing.md).
+// know starts at the floor. This is safe, and live when all tokens come
+// from one counter (docs/design/fencing.md); give independent token
+// sources each its own Guard, or a limit above the number of resources.
 type Guard struct {
 	mu      sync.Mutex
 	limit   int               // 0 means DefaultMaxResources
@@ -66,9 +57,8 @@ type options struct {
 	err error // the first bad option's
 }
 
-// WithMeterProvider makes the Guard count its decisions on
-// fencelock.fencing.decisions (see lock.WithMeterProvider). It must not be
-// nil.
+// WithMeterProvider makes the Guard count its decisions under the helper
+// "guard" (see lock.WithMeterProvider). It must not be nil.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) { o.err = cmp.Or(o.err, o.tel.SetMeterProvider(mp)) }
 }
@@ -118,9 +108,9 @@ func NewGuard(maxResources int, opts ...Option) (*Guard, error) {
 // A lower token is rejected with a [*StaleTokenError] and fn does not run.
 // A zero token is an error wrapping [ErrInvalidToken], a nil fn or Guard
 // one wrapping [ErrInvalidConfig]. Otherwise Apply returns fn's error
-// unchanged; the token stays recorded even when fn fails or panics. fn
-// must be short and must not call Apply for the same resource on the same
-// Guard: it would wait for itself.
+// unchanged; the token stays recorded even when fn fails or panics (the
+// grant exists, so lower tokens stay refused). fn must be short and must
+// not call Apply for the same resource on the same Guard.
 func (g *Guard) Apply(resource string, token Token, fn func() error) error {
 	if g == nil {
 		return fmt.Errorf("fencing: apply %q: %w: nil guard", resource, ErrInvalidConfig)
@@ -183,9 +173,7 @@ func (g *Guard) use(resource string) *entry {
 	e := g.entries[resource]
 	switch {
 	case e == nil:
-		// The floor as it is now already covers this resource's past;
-		// the eviction that makes room only concerns other resources.
-		floor := g.floor
+		floor := g.floor // read before evicting: eviction concerns other resources
 		g.evictLocked(g.max() - 1)
 		e = &entry{key: resource}
 		e.highest.Store(uint64(floor))

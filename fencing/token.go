@@ -1,32 +1,28 @@
 // Package fencing makes a lock's grant enforceable by the resource it
 // protects.
 //
-// A lock service can only promise that no two clients hold a lock at the
-// same instant according to the service. A holder that is paused,
-// partitioned or slow may still act after its lease has ended, and nothing
-// the lock service does can stop a write already on its way. A fencing
-// token closes that gap: every grant carries a [Token] larger than that of
-// every earlier grant of the lock, the holder sends it with each write, and
-// the resource refuses a write whose token is lower than the highest it
-// has accepted. Equal tokens are accepted (one grant, many writes); a lower
-// one is rejected with a [*StaleTokenError], which matches [ErrStaleToken].
-// The check and the write must be one atomic step, as every helper here
-// makes them (docs/design/fencing.md).
+// A holder that was paused or partitioned may still write after its lease
+// has ended, and the lock service cannot stop a write already on its way.
+// A fencing token closes that gap: every grant carries a [Token] larger
+// than that of every earlier grant of the lock, the holder sends it with
+// each write, and the resource refuses a write whose token is lower than
+// the highest it has accepted. Equal tokens are accepted (one grant, many
+// writes); a lower one is rejected with a [*StaleTokenError], which
+// matches [ErrStaleToken]. Every helper here makes the check and the write
+// one atomic step (docs/design/fencing.md).
 //
 // A resource compares the tokens of one source: one lock deployment (an
 // etcd cluster, a ZooKeeper ensemble), which draws the tokens of all lock
-// names from one counter. See "Bounded memory" on [Guard] for what that
-// means for a Guard.
+// names from one counter (see "Bounded memory" on [Guard]).
 //
 // # Shared grants and semaphore permits
 //
-// A token check assumes one holder at a time. It still protects a
-// read-write lock's writer, whose token exceeds that of every reader
-// admitted before it. It does not fit holders that hold at once (readers
-// among themselves, semaphore permits): the higher token would lock out
-// the others while they still hold. Protect those writes with the
-// backends' guarded writes (etcdlock.GuardedTxn, zklock.GuardedMulti),
-// which apply a write only while the lease's own record exists.
+// A token check assumes one holder at a time: it protects a read-write
+// lock's writer, whose token exceeds every reader's admitted before it,
+// but not holders that hold at once (readers, permits), whom the higher
+// token would lock out. Protect those writes with the backends' guarded
+// writes (etcdlock.GuardedTxn, zklock.GuardedMulti), which apply a write
+// only while the lease's own record exists.
 package fencing
 
 import (

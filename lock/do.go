@@ -21,9 +21,8 @@ const DefaultDoReleaseTimeout = 10 * time.Second
 //
 // Do returns the acquisition's error, or else fn's error joined with the
 // lease's error if the lease ended while fn ran (wrapping [ErrLost] for a
-// loss) or with the release's error. A lost lease does not stop code
-// already running: send [Lease.Token] with each write (package fencing).
-// A nil ctx, Locker or fn is an error wrapping [ErrInvalidConfig].
+// loss) or with the release's error. A nil ctx, Locker or fn is an error
+// wrapping [ErrInvalidConfig].
 func Do(ctx context.Context, l Locker, name string, fn func(ctx context.Context, lease Lease) error) error {
 	return do(ctx, l, "do", name, fn, Locker.Acquire)
 }
@@ -34,8 +33,7 @@ func TryDo(ctx context.Context, l Locker, name string, fn func(ctx context.Conte
 	return do(ctx, l, "try do", name, fn, Locker.TryAcquire)
 }
 
-// do is Do and TryDo, acquiring with acquire. It releases the lease even
-// if fn panics.
+// do is Do or TryDo by acquire; it releases the lease even if fn panics.
 func do(ctx context.Context, l Locker, op, name string, fn func(context.Context, Lease) error,
 	acquire func(Locker, context.Context, string) (Lease, error)) (err error) {
 	switch {
@@ -53,8 +51,7 @@ func do(ctx context.Context, l Locker, op, name string, fn func(context.Context,
 	lctx, stop := LeaseContext(ctx, lease)
 	defer func() {
 		stop()
-		// The lease's own error says which lease ended and why, with its
-		// backend's prefix; it is not wrapped again.
+		// The lease's error has its backend's prefix: join it unwrapped.
 		ended := endedErr(lease)
 		rerr := release(ctx, lease, DefaultDoReleaseTimeout)
 		if after := cmp.Or(ended, rerr); after != nil {
@@ -74,8 +71,7 @@ func endedErr(lease Lease) error {
 	}
 }
 
-// release releases lease on a fresh context bounded by timeout, so that a
-// cancelled ctx still hands the lock over.
+// release releases lease on a fresh context bounded by timeout.
 func release(ctx context.Context, lease Lease, timeout time.Duration) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()

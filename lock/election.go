@@ -33,29 +33,25 @@ const (
 // [ErrInvalidConfig]. [NewElection] copies the struct.
 type ElectionConfig struct {
 	// OnStarted is called in its own goroutine each time this candidate is
-	// elected. ctx is the leadership context, cancelled the moment the term
-	// ends (lease ended, Run's context ended, or Resign), with
-	// context.Cause saying why. term is the lease's fencing token, higher
-	// than every earlier term: send it with every write and have the
-	// resource enforce it. OnStarted may block for the term or return at
-	// once (returning does not end the term); it must return promptly once
-	// ctx is done. Required.
+	// elected, with the leadership context, cancelled the moment the term
+	// ends (context.Cause says why), and the term, the lease's fencing
+	// token. It may block for the term or return at once (returning does
+	// not end the term), and must return promptly once ctx is done.
+	// Required.
 	OnStarted func(ctx context.Context, term fencing.Token)
 
-	// OnStopped is called once after each term, after OnStarted has
-	// returned and before the lease is released, so unless the lease was
-	// lost it still runs under the term. It must be quick and must not call
-	// Resign. err is nil after Resign or the end of Run's context, else the
-	// lease's error (wrapping [ErrLost], or [ErrReleased] if the Locker was
+	// OnStopped is called once after each term, before the lease is
+	// released (see [Election]). It must be quick and must not call Resign.
+	// err is nil after Resign or the end of Run's context, else the lease's
+	// error (wrapping [ErrLost], or [ErrReleased] if the Locker was
 	// closed). Default: none.
 	OnStopped func(term fencing.Token, err error)
 
 	// OnNewLeader is called with the current leader and then every change
 	// (the zero Holder: none), one call at a time, never the same leader
 	// twice in a row, all returned before Run returns; not ordered with
-	// OnStarted and OnStopped. It needs the Locker to be an [Observer],
-	// whose watch is restarted with backoff should it end; changes in a gap
-	// of the watch may be missed (see the backend's Observe). Default: none.
+	// OnStarted and OnStopped. It needs the Locker to be an [Observer], and
+	// misses what that Observe misses. Default: none.
 	OnNewLeader func(leader Holder)
 
 	// OnError is called, from Run's goroutines, with every error Run
@@ -81,10 +77,9 @@ type ElectionConfig struct {
 	// then ends the lease. Default [DefaultReleaseTimeout].
 	ReleaseTimeout time.Duration
 
-	// MeterProvider records fencelock.election.leader (1 while leading)
-	// and fencelock.election.changes (change "elected" or "ended"), with
-	// the election's name as attribute only as NameAttribute maps it. A
-	// typed nil is an error. Default: nothing is recorded.
+	// MeterProvider records the election's metrics (see
+	// [WithMeterProvider]). A typed nil is an error. Default: nothing is
+	// recorded.
 	MeterProvider metric.MeterProvider
 
 	// NameAttribute maps the election's name to the value of the attribute
@@ -95,8 +90,7 @@ type ElectionConfig struct {
 // Election runs one candidate in a leader election over any [Locker]: the
 // leader holds the lock called name, its identity is the Locker's, and its
 // term is the lease's fencing token. Candidates are elected in the order
-// the Locker serves them; a released lease hands over within about one
-// round trip.
+// the Locker serves them.
 //
 // Each term runs in a fixed order: the lease is granted; OnStarted is
 // called with the leadership context; the term ends and that context is
@@ -106,12 +100,11 @@ type ElectionConfig struct {
 // lease is lost, the spans from OnStarted to the return of OnStopped of
 // different candidates never overlap.
 //
-// Not guaranteed: a leader can lose its lease at any moment and learns it
-// only when the Locker does; code already running when the context is
-// cancelled may still write while a successor leads. Only the term, sent
-// with each write and enforced by the resource (package fencing), makes
-// such writes safe. Leader and OnNewLeader report what the backend said a
-// moment ago.
+// Not guaranteed: a leader learns it lost its lease only when the Locker
+// does, and code still running then may write while a successor leads;
+// send the term with each write and have the resource enforce it (package
+// fencing). Leader and OnNewLeader report what the backend said a moment
+// ago.
 //
 // Its methods are safe for concurrent use. Run may be called again after
 // it has returned, not while it runs.
@@ -174,8 +167,7 @@ func NewElection(l Locker, name string, cfg ElectionConfig) (*Election, error) {
 	return &Election{l: l, name: name, cfg: cfg, tel: tel}, nil
 }
 
-// Name returns the election's name, which is the name of its lock ("" for
-// a nil *Election).
+// Name returns the election's name, its lock's ("" for a nil *Election).
 func (e *Election) Name() string {
 	if e == nil {
 		return ""
@@ -197,10 +189,9 @@ func (e *Election) check(ctx context.Context, op string) error {
 
 // Run campaigns until ctx ends, calling the callbacks for each term as
 // described on [Election]. It returns an error wrapping ctx's error,
-// [ErrClosed] when the Locker is closed, or, with StopOnLoss, [ErrLost].
-// Other errors are reported to OnError and retried with backoff. Before
-// returning, Run ends the current term (releasing the lease), waits for
-// the callbacks and stops watching for OnNewLeader.
+// [ErrClosed] when the Locker is closed, or, with StopOnLoss, [ErrLost];
+// other errors go to OnError and are retried with backoff. Run ends the
+// current term and waits for the callbacks before it returns.
 func (e *Election) Run(ctx context.Context) error {
 	if err := e.check(ctx, "run"); err != nil {
 		return err
@@ -272,8 +263,7 @@ func (e *Election) lead(ctx context.Context, lease Lease) error {
 	if e.cfg.OnStopped != nil {
 		e.cfg.OnStopped(t.token, ended)
 	}
-	// Release even a lease that has ended: for a lost one, Release cleans
-	// up what it can, and its error adds nothing to the lease's own.
+	// A lost lease is released too, to clean up; its error adds nothing.
 	res := ended
 	if rerr := release(ctx, lease, e.cfg.ReleaseTimeout); ended == nil && rerr != nil {
 		res = fmt.Errorf("lock: election %q: release term %v: %w", e.name, t.token, rerr)
@@ -288,8 +278,7 @@ func (e *Election) lead(ctx context.Context, lease Lease) error {
 	return ended
 }
 
-// pause waits out the backoff after failures+1 failures in a row. It reports
-// false if ctx ended first.
+// pause waits the backoff after failures+1 failures; false if ctx ended.
 func (e *Election) pause(ctx context.Context, failures int) bool {
 	d := e.cfg.MinBackoff
 	for i := 0; i < failures && d < e.cfg.MaxBackoff; i++ {
@@ -305,8 +294,7 @@ func (e *Election) report(err error) {
 	}
 }
 
-// watchLeader calls OnNewLeader with every change of leader until ctx ends,
-// restarting the watch with backoff when it fails.
+// watchLeader calls OnNewLeader with every change of leader until ctx ends.
 func (e *Election) watchLeader(ctx context.Context) {
 	var last *Holder // nil until the first leader is reported
 	failures := 0
@@ -341,9 +329,8 @@ func (e *Election) watchLeader(ctx context.Context) {
 // Resign waits until the lease is released or ctx is done, and returns the
 // release's error (wrapping [ErrLost] if the lease was lost), or one
 // wrapping [ErrNotHeld] when this candidate is not the leader. Called from
-// OnStarted with the leadership context, it returns nil at once and the
-// lease is released after OnStarted returns. It must not be called from
-// OnStopped.
+// OnStarted with the leadership context, it returns nil at once. It must
+// not be called from OnStopped.
 func (e *Election) Resign(ctx context.Context) error {
 	if err := e.check(ctx, "resign"); err != nil {
 		return err

@@ -11,14 +11,11 @@ const MaxIdentityLen = names.MaxIdentityLen
 // wrong.
 //
 // An identity is 1 to [MaxIdentityLen] bytes of valid UTF-8 without control
-// characters (U+0000–U+001F, U+007F–U+009F), so that every backend stores
-// it alike and holders print one per line. Every backend's WithIdentity
+// characters (U+0000–U+001F, U+007F–U+009F). Every backend's WithIdentity
 // option, and the identity query key of an [Open] URL, apply this rule.
 func ValidateIdentity(id string) error { return names.CheckIdentity(id) }
 
-// DefaultIdentity returns a fresh default identity, "hostname/pid/random":
-// the host name, the process ID and 12 random hexadecimal digits, so that
-// two Lockers of one process differ. A host name that is unknown or breaks
-// the rule of [ValidateIdentity] is replaced by "unknown-host". Backends
-// use it when no identity is configured.
+// DefaultIdentity returns a fresh default identity, "hostname/pid/random"
+// with 12 random hexadecimal digits, which backends use when none is
+// configured. An unknown or invalid host name becomes "unknown-host".
 func DefaultIdentity() string { return names.DefaultIdentity() }

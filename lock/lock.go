@@ -2,9 +2,8 @@
 // locks over etcd (package etcdlock) and ZooKeeper (package zklock), and an
 // in-memory implementation for tests (package locktest).
 //
-// A [Locker] grants [Lease]s on named locks. Every lease carries a fencing
-// token (see package fencing) strictly greater than the token of every
-// earlier grant of the same name, across all Lockers and sessions.
+// A [Locker] grants [Lease]s on named locks, each with a fencing token
+// (see package fencing).
 //
 // # What is guaranteed
 //
@@ -17,11 +16,12 @@
 //     than the moment the backend could grant the lock to someone else, as
 //     long as the local clock does not run slow by more than the configured
 //     margin.
-//   - Tokens rise with every grant and zero is never handed out. All names
-//     draw from one counter per deployment (an etcd cluster, a ZooKeeper
-//     ensemble, a locktest.Memory), fixed when the acquisition's record is
-//     created: an acquisition that starts after a grant of any name gets a
-//     higher token, though a waiter queued earlier may be granted later.
+//   - Tokens rise with every grant, across all Lockers and sessions, and
+//     zero is never handed out. All names draw from one counter per
+//     deployment (an etcd cluster, a ZooKeeper ensemble, a locktest.Memory),
+//     fixed when the acquisition's record is created: an acquisition that
+//     starts after a grant of any name gets a higher token, though a waiter
+//     queued earlier may be granted later.
 //
 // # What is not
 //
@@ -40,16 +40,14 @@
 // [Election] runs a candidate over any Locker, with the lease's token as
 // its term; [AcquireAll] holds several names at once, all or none, without
 // deadlock; [Do] runs a function while holding a lock, with a context
-// cancelled if the lease is lost. Neither can stop code already running
-// when a lease is lost: enforce the token with package fencing.
+// cancelled if the lease is lost.
 //
 // # Names, identities and bad input
 //
 // Names follow [ValidateName] on every backend, namespaces [URLPath],
-// identities [ValidateIdentity]. Bad input (a nil context, Locker, lease or
-// function, an invalid name, identity or namespace, a malformed URL) is an
-// error wrapping [ErrInvalidConfig] or [ErrInvalidName], never a panic;
-// only [Register] panics, as database/sql.Register does.
+// identities [ValidateIdentity]. Bad input, a nil included, is an error
+// wrapping [ErrInvalidConfig] or [ErrInvalidName], never a panic; only
+// [Register] panics.
 //
 // # Opening by URL and observability
 //
@@ -135,15 +133,13 @@ type Holder struct {
 // changes, backed by a watch rather than by polling.
 type Observer interface {
 	// Observe sends the current holder of name, then every change of
-	// holder, in order, until ctx is done or the Locker is closed. A zero
-	// Holder (Token 0) means the lock is free; the same holder is never
-	// sent twice in a row. A lost connection, a new session, or a watch
-	// the server ends does not end the observation: it picks up the
-	// lock's state again and goes on. The channel is closed at the end;
-	// the error function then tells why (ctx's error or [ErrClosed]).
-	//
-	// A holder whose whole term falls in a gap of the backend's watch
-	// may be missed (see the backend's Observe); the state the lock ends
-	// up in is always reported.
+	// holder, in order, until ctx is done or the Locker is closed; a zero
+	// Holder (Token 0) means the lock is free, and the same holder is never
+	// sent twice in a row. Lost connections, new sessions and watches the
+	// server ends do not end the observation. The channel is closed at the
+	// end; the error function then tells why (ctx's error or [ErrClosed]).
+	// A holder whose whole term falls in a gap of the backend's watch may
+	// be missed (see the backend's Observe); the state the lock ends up in
+	// is always reported.
 	Observe(ctx context.Context, name string) (<-chan Holder, func() error, error)
 }

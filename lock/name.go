@@ -18,10 +18,8 @@ const MaxNameLen = names.MaxLen
 // and "tenant:42/rows" are valid; "", "/a", "a/", "a//b", "a/../b" and "a b"
 // are not.
 //
-// Every backend applies this rule, so a name valid on one is valid on all
-// and maps onto an etcd key or a ZooKeeper path without escaping;
-// namespaces follow it too (see [URLPath]). The error has no package
-// prefix: the caller adds its own.
+// Every backend applies this rule, and namespaces follow it (see
+// [URLPath]). The error has no package prefix: the caller adds its own.
 func ValidateName(name string) error {
 	if err := names.Check(name); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidName, err)

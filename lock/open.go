@@ -21,8 +21,7 @@ import (
 	"github.com/fencelock/fencelock/internal/nilcheck"
 )
 
-// Driver opens Lockers for one URL scheme. Backends register a Driver in
-// their init function with [Register].
+// Driver opens Lockers for one URL scheme; backends [Register] it in init.
 type Driver interface {
 	// Open returns a Locker configured by u, parsed and its scheme
 	// matched, and by cfg. Anything it does not accept (an unknown query
@@ -77,10 +76,8 @@ func WithLogger(l *slog.Logger) OpenOption {
 // disconnected (nothing heard until the loss deadline), revoked (the
 // Locker ended its session, unable to delete a record) or closed. The
 // fencing helpers ("guard", "sqlfence", "httpfence", "etcdlock.GuardedTxn",
-// "zklock.GuardedMulti") take a provider by their own options. Lock and
-// election names are attributes only as [WithNameAttribute] or
-// ElectionConfig.NameAttribute map them. With a provider, each held lease
-// keeps a function (96 bytes) to count its end.
+// "zklock.GuardedMulti") take a provider by their own options, and names
+// are attributes only as [WithNameAttribute] maps them.
 func WithMeterProvider(mp metric.MeterProvider) OpenOption {
 	return func(c *OpenConfig) { c.opts.SetMeterProvider(mp) }
 }
@@ -144,13 +141,12 @@ func Schemes() []string {
 //
 //	import _ "github.com/fencelock/fencelock/etcdlock"
 //
-// Open refuses a nil ctx, a URL that does not parse, has no scheme or no
-// "//" after it, has an unknown scheme or a fragment; the backend checks
-// the hosts ([URLHosts]), the path ([URLPath]), the query ([CheckQuery])
-// and the user information, its user and password if it takes
-// credentials. Every such error, and a nil or bad option, wraps
-// [ErrInvalidConfig]; no error repeats the URL's user information or a
-// password. ctx bounds the connection attempt only.
+// A nil ctx, a nil or bad option, or a bad URL (one that does not parse,
+// lacks a scheme or the "//" after it, has an unknown scheme or a
+// fragment, or bad hosts, path, query or user information as the backend
+// checks them with [URLHosts], [URLPath] and [CheckQuery]) is an error
+// wrapping [ErrInvalidConfig] that never repeats the URL's user
+// information. ctx bounds the connection attempt only.
 func Open(ctx context.Context, rawURL string, opts ...OpenOption) (Locker, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("lock: open: %w: nil context", ErrInvalidConfig)
@@ -171,8 +167,7 @@ func Open(ctx context.Context, rawURL string, opts ...OpenOption) (Locker, error
 		Identity: c.Identity, NameAttribute: c.Telemetry.NameAttribute}
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		// Parse's *url.Error repeats the whole URL, password included:
-		// keep only what it wraps, which says what was wrong.
+		// Parse's *url.Error repeats the URL, password included.
 		return nil, fmt.Errorf("lock: open: %w: malformed URL: %w", ErrInvalidConfig, errors.Unwrap(err))
 	}
 	if u.Scheme == "" {
@@ -201,8 +196,7 @@ func Open(ctx context.Context, rawURL string, opts ...OpenOption) (Locker, error
 	return l, nil
 }
 
-// describe returns u for an error message, without its user information,
-// so that no password (nor user name) ever appears in an error.
+// describe returns u for an error message, without its user information.
 func describe(u *url.URL) string {
 	c := *u
 	c.User = nil
@@ -235,11 +229,10 @@ func URLHosts(u *url.URL) ([]string, error) {
 // URLPath returns the namespace of a backend URL: its path without the
 // slash that ends the host list and without a trailing slash ("" for no
 // path), so "etcd://h:2379/app/locks" gives "app/locks" and
-// "etcd://h:2379//app/locks" gives "/app/locks". The namespace follows
-// the rule of etcdlock.WithPrefix and zklock.WithRoot: a valid lock name
-// after an optional leading and trailing slash, not starting with the
-// segment "zookeeper". Anything else is an error wrapping
-// [ErrInvalidConfig].
+// "etcd://h:2379//app/locks" gives "/app/locks". The namespace follows the
+// rule of etcdlock.WithPrefix and zklock.WithRoot: a valid lock name after
+// an optional leading and trailing slash, not starting with the segment
+// "zookeeper". Anything else is an error wrapping [ErrInvalidConfig].
 func URLPath(u *url.URL) (string, error) {
 	if u == nil {
 		return "", fmt.Errorf("URL path: %w: nil URL", ErrInvalidConfig)

@@ -6,16 +6,14 @@ import (
 	"time"
 )
 
-// QueueLister is implemented by Lockers that can list a name's whole
-// queue: holders and waiters, in the order the rules on [SharedLocker]
-// serve them. Like [Observer] it is found by a type assertion.
+// QueueLister is implemented by Lockers that can list a name's whole queue:
+// holders and waiters, in the order the rules on [SharedLocker] serve them.
 type QueueLister interface {
 	// Queue returns every request of name that has a record, in queue
-	// (token) order: the holders first, as [HolderLister] lists them, then
-	// the waiters in the order they will be served; an empty list for a
-	// name nobody holds or waits for. It is one read of the backend, which
-	// may have changed a moment later; a record being refused (see
-	// ErrIncompatible) may appear for a moment.
+	// (token) order, holders first; an empty list for a name nobody holds
+	// or waits for. It is one read of the backend, which may have changed a
+	// moment later; a record being refused (see ErrIncompatible) may
+	// appear for a moment.
 	Queue(ctx context.Context, name string) ([]QueueEntry, error)
 }
 
@@ -25,8 +23,7 @@ type QueueEntry struct {
 	// Holder is the request's identity, token (fixed when its record was
 	// created, so waiters have tokens too) and kind.
 	Holder
-	// Held reports whether the request is granted (a holder); false for
-	// a waiter.
+	// Held reports whether the request is granted.
 	Held bool
 	// Position is the request's place in the queue, from 0: the number of
 	// requests of the name ahead of it.

@@ -4,8 +4,7 @@ import "context"
 
 // SharedLocker is implemented by Lockers that offer read-write locks: the
 // shared (read) side is here, the exclusive (write) side is
-// [Locker.Acquire] on the same name. Like [Semaphore] and [HolderLister],
-// it is found by a type assertion.
+// [Locker.Acquire] on the same name.
 //
 // Every request of a name, exclusive, shared or semaphore, creates one
 // record, and the records of a name form one queue in creation order. A
@@ -15,23 +14,20 @@ import "context"
 //   - shared: when no earlier exclusive request remains;
 //   - semaphore with limit n: when fewer than n earlier requests remain.
 //
-// So grants are first come, first served, nobody starves, and a release
-// wakes only the waiters it may admit. A name is either a lock or a
-// semaphore of one limit (see [ErrIncompatible]). Every grant is a [Lease]
-// with the guarantees of an exclusive one. Tokens rise in request order:
-// a writer's token exceeds every token admitted before it, but holders
-// holding at once (readers, permits) do not exclude one another by token;
-// protect what they share with the backends' guarded writes. The rules in
-// full: docs/design/queue.md.
+// So nobody starves, and a release wakes only the waiters it may admit. A
+// name is either a lock or a semaphore of one limit (see
+// [ErrIncompatible]). Every grant is a [Lease] with the guarantees of an
+// exclusive one; tokens rise in request order, but holders holding at
+// once do not exclude one another by token (see package fencing). The
+// rules in full: docs/design/queue.md.
 type SharedLocker interface {
 	// AcquireShared blocks until no exclusive request that arrived before
 	// it remains. It fails like [Locker.Acquire], and with
 	// [ErrIncompatible] when name is in use as a semaphore.
 	AcquireShared(ctx context.Context, name string) (Lease, error)
 
-	// TryAcquireShared is AcquireShared without waiting: if it would have
-	// to wait, it returns an error wrapping [ErrLocked] and leaves no
-	// record.
+	// TryAcquireShared is AcquireShared without waiting: it returns an
+	// error wrapping [ErrLocked] instead, and leaves no record.
 	TryAcquireShared(ctx context.Context, name string) (Lease, error)
 }
 
@@ -46,9 +42,8 @@ type Semaphore interface {
 	// or name is a lock, and with [ErrInvalidConfig] when limit < 1.
 	AcquireSemaphore(ctx context.Context, name string, limit int) (Lease, error)
 
-	// TryAcquireSemaphore is AcquireSemaphore without waiting: if limit or
-	// more requests of name exist, it returns an error wrapping [ErrLocked]
-	// and leaves no record.
+	// TryAcquireSemaphore is AcquireSemaphore without waiting: it returns
+	// an error wrapping [ErrLocked] instead, and leaves no record.
 	TryAcquireSemaphore(ctx context.Context, name string, limit int) (Lease, error)
 }
 

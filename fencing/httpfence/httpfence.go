@@ -3,11 +3,9 @@
 // that attaches the token of a lease.
 //
 // The client sends its lease's token in the [Header] ("Fencing-Token: 42").
-// [Handler] runs the handler that performs the write inside a
-// [fencing.Guard]'s critical section for the request's resource, so no
-// request with a lower token is handled after one with a higher token was
-// admitted. A stale token gets 409 Conflict, a missing or malformed one 400
-// Bad Request, each with a JSON body ([WriteError]).
+// [Handler] runs the write inside a [fencing.Guard]'s critical section for
+// the request's resource. A stale token gets 409 Conflict, a missing or
+// malformed one 400 Bad Request, each with a JSON body ([WriteError]).
 //
 // The guard lives in the server process, so the protected state must too:
 // with several replicas, or a handler that writes to another service,
@@ -84,8 +82,8 @@ type ErrorBody struct {
 //   - anything else, nil included: 500 Internal Server Error,
 //     {"error":"internal_error"}, without details, which may be private.
 //
-// A nil w writes nothing. Tokens are JSON numbers; etcd revisions and
-// ZooKeeper zxids stay far below 2^53, where JavaScript loses precision.
+// A nil w writes nothing. Tokens are JSON numbers (etcd revisions and
+// ZooKeeper zxids stay far below 2^53).
 func WriteError(w http.ResponseWriter, err error) {
 	if nilcheck.IsNil(w) {
 		return
@@ -114,18 +112,14 @@ func WriteError(w http.ResponseWriter, err error) {
 
 // Handler returns a handler that checks the request's fencing token for
 // the resource resourceOf names and serves the request with next inside
-// g's critical section for that resource. Were next run after the check
-// instead, a request with token 7 could be checked, overtaken by one with
-// token 8, and write last; so requests for one resource are handled one
-// at a time: keep next short, and never let it wait for another request
-// to the same resource. The token is recorded once the check passes,
-// whatever next then does.
+// g's critical section for that resource (docs/design/fencing.md says
+// why), so requests for one resource are handled one at a time: keep next
+// short, and never let it wait for another request to the same resource.
+// The token is recorded once the check passes, whatever next then does.
 //
 // A nil g, resourceOf or next (also a nil pointer or function in next), a
 // nil option or one given a nil provider is an error wrapping
-// [fencing.ErrInvalidConfig]. [WithMeterProvider] counts the decisions
-// under the helper "httpfence"; [WithTracerProvider] records a span
-// fencelock.fenced_write around each request checked.
+// [fencing.ErrInvalidConfig].
 func Handler(g *fencing.Guard, resourceOf func(*http.Request) string, next http.Handler, opts ...Option) (http.Handler, error) {
 	if g == nil || resourceOf == nil || nilcheck.IsNil(next) {
 		return nil, fmt.Errorf("httpfence: handler: %w: nil guard, resource function or next handler", fencing.ErrInvalidConfig)
@@ -175,15 +169,14 @@ type options struct {
 // helper is the helper attribute of Handler's decisions.
 const helper = "httpfence"
 
-// WithMeterProvider makes Handler count its decisions on
-// fencelock.fencing.decisions (see lock.WithMeterProvider). It must not be
-// nil.
+// WithMeterProvider makes Handler count its decisions under the helper
+// "httpfence" (see lock.WithMeterProvider). It must not be nil.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(o *options) { o.err = cmp.Or(o.err, o.tel.SetMeterProvider(mp)) }
 }
 
-// WithTracerProvider makes Handler record a span around each request it
-// checks. It must not be nil.
+// WithTracerProvider makes Handler record a span, fencelock.fenced_write,
+// around each request it checks. It must not be nil.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(o *options) { o.err = cmp.Or(o.err, o.tel.SetTracerProvider(tp)) }
 }

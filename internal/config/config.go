@@ -30,11 +30,9 @@ const (
 	LogErr     = "err"     // the error or cause
 )
 
-// Common holds the options every backend has; backends embed it in their
-// options struct. A zero field was not given, until Apply fills the
-// defaults of Identity (lock.DefaultIdentity) and Logger (slog.Default).
-// LossMargin and LockDelay stay 0 when not given: the backend's default
-// margin, and no lock-delay.
+// Common holds the options every backend has, embedded in its options. A
+// zero field was not given; Apply then fills Identity and Logger, while
+// LossMargin and LockDelay stay 0 (the backend's margin, no lock-delay).
 type Common struct {
 	Identity   string
 	Logger     *slog.Logger
@@ -69,14 +67,12 @@ func (c *Common) SetLogger(l *slog.Logger) {
 	c.Logger = l
 }
 
-// SetMeterProvider sets the meter provider; nil, or a typed nil, is an
-// error.
+// SetMeterProvider sets the meter provider; a nil or typed nil is an error.
 func (c *Common) SetMeterProvider(mp metric.MeterProvider) {
 	c.check(c.Telemetry.SetMeterProvider(mp))
 }
 
-// SetTracerProvider sets the tracer provider; nil, or a typed nil, is an
-// error.
+// SetTracerProvider is SetMeterProvider for the tracer provider.
 func (c *Common) SetTracerProvider(tp trace.TracerProvider) {
 	c.check(c.Telemetry.SetTracerProvider(tp))
 }
@@ -138,9 +134,8 @@ func (c *Common) positive(what string, d time.Duration, dst *time.Duration) {
 	*dst = d
 }
 
-// SetNamespace checks a namespace (an etcd key prefix or a ZooKeeper root;
-// what names it in the error) by names.ParseNamespace, the rule every
-// backend shares.
+// SetNamespace checks a namespace (an etcd key prefix or a ZooKeeper root,
+// called what in the error) by names.ParseNamespace.
 func (c *Common) SetNamespace(what, path string) (names.Namespace, bool) {
 	ns, err := names.ParseNamespace(path)
 	if err != nil {
@@ -151,8 +146,7 @@ func (c *Common) SetNamespace(what, path string) (names.Namespace, bool) {
 }
 
 // Apply applies opts to target, whose Common is c, then fills c's
-// defaults. A nil option is an error. It returns the errors recorded as
-// by [Common.Err], or nil.
+// defaults; a nil option is an error. It returns [Common.Err].
 func Apply[O ~func(*T), T any](target *T, c *Common, opts []O) error {
 	for i, opt := range opts {
 		if opt == nil {
@@ -202,9 +196,8 @@ func EndReason(err error) string {
 	return ""
 }
 
-// Err returns nil, the one error recorded, or one error that wraps each
-// (so errors.Is finds sentinel.InvalidConfig) with their texts joined by
-// "; ".
+// Err returns nil, the one error recorded, or one error that wraps each,
+// their texts joined by "; ".
 func (c *Common) Err() error {
 	switch len(c.errs) {
 	case 0:

@@ -14,8 +14,7 @@ import (
 	"github.com/fencelock/fencelock/internal/sentinel"
 )
 
-// HeaderDigits is the width of the token header: enough for every uint64
-// in decimal.
+// HeaderDigits is the width of the token header: any uint64 in decimal.
 const HeaderDigits = 20
 
 // Encode returns the stored form of value written with token.

@@ -42,8 +42,7 @@ func (s *State) Done() <-chan struct{} {
 	return s.done
 }
 
-// Err returns nil while the lease is held, and then the error it ended
-// with.
+// Err returns nil while the lease is held, then the error it ended with.
 func (s *State) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -75,11 +74,9 @@ func (s *State) End(err error) bool {
 	return true
 }
 
-// LostAtRelease replaces the error of a lease that its Release ended
-// with err, the error of a loss, and reports whether it did: for a
-// Release whose delete found the record already gone. Done stays closed,
-// and a function given to OnEnd is not called again. It does nothing for
-// a lease that Release did not end.
+// LostAtRelease replaces with err, a loss, the error of a lease its
+// Release ended (whose delete found the record gone), and reports whether
+// it did. Done stays closed, and OnEnd's function is not called again.
 func (s *State) LostAtRelease(err error) bool {
 	if err == nil {
 		panic("leasestate: LostAtRelease(nil)") // a backend bug, never a user's input

@@ -23,10 +23,8 @@ import (
 // MaxLen is the longest lock name, and the longest namespace, in bytes.
 const MaxLen = 255
 
-// Check returns nil if name is a valid lock name, and otherwise an error
-// that says what is wrong: 1 to MaxLen bytes, one or more segments
-// separated by '/', each non-empty, made of A-Z a-z 0-9 . _ - : and
-// neither "." nor "..".
+// Check returns nil if name is a valid lock name by the rule
+// lock.ValidateName documents, and otherwise an error saying what is wrong.
 func Check(name string) error {
 	if len(name) == 0 {
 		return errors.New("empty")

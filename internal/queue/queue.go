@@ -33,8 +33,7 @@ const (
 // MaxLimit is the largest semaphore limit a tag can carry.
 const MaxLimit = 1<<31 - 1
 
-// Request is one request of a queue: its kind and, for a permit, the
-// semaphore's limit (0 otherwise).
+// Request is one request of a queue: its kind and a permit's limit (else 0).
 type Request struct {
 	Kind  Kind
 	Limit int
@@ -145,11 +144,8 @@ func Admitted(q []Request, i int) bool {
 }
 
 // Watched returns the positions in q of the records the request at
-// position i, not admitted, watches (docs/design/queue.md, "Herd-free
-// waits"): the nearest earlier incompatible request if any; else an
-// exclusive request's predecessor, a shared one's nearest earlier
-// exclusive request, the n holders for the first waiter of a semaphore of
-// limit n, and a later permit waiter's predecessor.
+// position i, not admitted, watches: the nearest earlier incompatible
+// request if any, else as docs/design/queue.md ("Herd-free waits") lists.
 func Watched(q []Request, i int) []int {
 	r := q[i]
 	for j := i - 1; j >= 0; j-- {

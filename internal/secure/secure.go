@@ -1,9 +1,8 @@
-// Package secure holds what both backends share about TLS and
-// credentials: the URL query keys, the loading of certificate files, the
-// credentials of a URL, and the redaction of secrets from printed text.
-// Errors wrap sentinel.InvalidConfig without a package prefix, name files
-// by path and keys by name, and never repeat a password or a key file's
-// contents.
+// Package secure holds what both backends share about TLS and credentials:
+// the URL query keys, the loading of certificate files, the credentials of
+// a URL, and the redaction of secrets from printed text. Errors wrap
+// sentinel.InvalidConfig without a package prefix, name files by path and
+// keys by name, and never repeat a password or a key file's contents.
 package secure
 
 import (
@@ -114,8 +113,7 @@ func (c Credentials) GoString() string { return c.String() }
 // CredentialsFromURL returns the user of u and the password from u or
 // from the environment variable q's password_env names (read with getenv),
 // and false when u names no user. A missing, empty or doubly given
-// password or user, or password_env without a user, is an error that
-// shows no password.
+// password or user, or password_env without a user, is an error.
 func CredentialsFromURL(u *url.URL, q url.Values, getenv func(string) string) (Credentials, bool, error) {
 	env, hasEnv := q[KeyPasswordEnv]
 	if u == nil || u.User == nil {

@@ -1,8 +1,6 @@
-// Package sentinel holds the values of package lock's sentinel errors, so
-// that the packages below lock (package internal's, fencing's helpers)
-// can wrap them without importing lock. Package lock documents them and
-// exports each under its own name: lock.ErrLost is Lost, so errors.Is
-// matches either.
+// Package sentinel holds the values of package lock's sentinel errors,
+// which lock documents and exports under its own names (lock.ErrLost is
+// Lost), so that the packages below lock can wrap them.
 package sentinel
 
 import "errors"

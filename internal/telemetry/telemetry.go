@@ -21,8 +21,7 @@ import (
 	"github.com/fencelock/fencelock/internal/nilcheck"
 )
 
-// scope is the instrumentation scope of every meter and tracer; the
-// instruments are listed on lock.WithMeterProvider.
+// scope is the instrumentation scope of every meter and tracer.
 const scope = "github.com/fencelock/fencelock"
 
 // The attribute keys.
@@ -49,8 +48,7 @@ const (
 )
 
 // Reasons a lease ends without its own Release (the reason attribute of
-// fencelock.leases.lost and, with Closed, of fencelock.session.ends), as
-// lock.WithMeterProvider documents them.
+// fencelock.leases.lost and, with Closed, of fencelock.session.ends).
 const (
 	Expired      = "expired"      // the server ended the session
 	Deleted      = "deleted"      // someone else deleted the record
@@ -84,9 +82,8 @@ func WithReason(reason string, err error) error {
 }
 
 // ReasonOf returns the reason err was tagged with by [WithReason], or "".
-// It finds what errors.As finds, with type assertions where it can: it
-// runs at the end of every lease with metrics on, and errors.As's
-// reflection would be most of what counting a released lease costs.
+// It avoids errors.As's reflection where it can: that would be most of
+// what counting a released lease costs.
 func ReasonOf(err error) string {
 	for err != nil {
 		switch e := err.(type) {
@@ -150,9 +147,8 @@ type Telemetry struct {
 	tracer   trace.Tracer // nil: no spans
 	instruments
 
-	// sets maps a setKey to its *options, built once so that a
-	// measurement neither builds nor sorts a set; named counts those with
-	// a mapped name, which stop being kept at about maxNamed.
+	// sets maps a setKey to its *options, built once per set; named counts
+	// those with a mapped name, kept up to about maxNamed.
 	sets  sync.Map
 	named atomic.Int64
 }
@@ -162,8 +158,7 @@ type Telemetry struct {
 const maxNamed = 1024
 
 // setKey names an attribute set: the backend's, up to two more
-// attributes (k1 and k2, when not ""), and the mapped name under nameKey
-// (when name is not "").
+// attributes, and the mapped name under nameKey (each when not "").
 type setKey struct {
 	k1, k2, nameKey attribute.Key
 	v1, v2, name    string
@@ -258,8 +253,7 @@ func keep[T any](errs *[]error, none T) func(T, error) T {
 // Metrics reports whether t records metrics.
 func (t *Telemetry) Metrics() bool { return t != nil && t.meter }
 
-// label returns the value of the attribute that the user maps name to,
-// or "" for none.
+// label returns the value the user maps name to, or "" for none.
 func (t *Telemetry) label(name string) string {
 	if t.nameAttr == nil || name == "" {
 		return ""
@@ -415,9 +409,7 @@ func (h Hold) End(reason string) {
 	h.Lost(reason)
 }
 
-// Counts reports whether End and Lost record anything (metrics are on),
-// so that a backend keeps no function to call End for metrics that are
-// off.
+// Counts reports whether End and Lost record anything (metrics are on).
 func (h Hold) Counts() bool { return h.t != nil && h.t.meter }
 
 // Lost counts the lease as lost for reason; "" counts nothing.
@@ -444,8 +436,7 @@ func (t *Telemetry) SessionStarted() {
 	}
 }
 
-// SessionEnded counts a session ended, with reason Closed or a loss
-// reason.
+// SessionEnded counts a session ended, with reason Closed or a loss reason.
 func (t *Telemetry) SessionEnded(reason string) {
 	if t.Metrics() {
 		t.sessEnds.Add(context.Background(), 1, t.opts(setKey{k1: KeyReason, v1: reason}).add...)

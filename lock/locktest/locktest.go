@@ -14,12 +14,10 @@
 //	}
 //
 // Every subtest uses its own Lockers and a lock name no other run uses, so
-// the suite can run against a shared, long-lived cluster. It orders its
-// steps with channels and, with a RecordLister, by polling the records;
-// only without one does it wait a grace period ([Options.Settle]). It does
-// not check the loss deadline under partial failures, that a release
-// wakes one waiter rather than all, or performance: each backend's
-// integration tests cover them with fault injection.
+// the suite can run against a shared, long-lived cluster. It does not
+// check the loss deadline under partial failures, that a release wakes one
+// waiter rather than all, or performance: each backend's integration tests
+// cover them with fault injection.
 //
 // [Memory] and its [MemLocker]s are an in-memory Locker that keeps the
 // contract, for tests and examples, not production.
@@ -48,19 +46,16 @@ type Harness interface {
 // the session). The Locker's leases and waiting calls must then end with
 // [lock.ErrLost], and its next Acquire must open a new session.
 type SessionExpirer interface {
-	// ExpireSession ends the current session, if any, of l, a Locker of
-	// this Harness.
+	// ExpireSession ends the current session, if any, of l.
 	ExpireSession(t *testing.T, l lock.Locker)
 }
 
 // SessionStaller is implemented by a [Harness] that can cut a Locker off
-// until the server expires its session: a loss the Locker must detect by
-// itself and report (Done closed, Err wrapping [lock.ErrLost]) before the
-// server grants its locks to anyone else.
+// until the server expires its session: a loss the Locker must report by
+// itself before the server grants its locks to anyone else.
 type SessionStaller interface {
-	// StallSession cuts l, a Locker of this Harness holding a lease, off
-	// from the server until the server has expired its session, then
-	// lets it reach the server again.
+	// StallSession cuts l, holding a lease, off from the server until the
+	// server has expired its session, then lets it reach the server again.
 	StallSession(t *testing.T, l lock.Locker)
 }
 
@@ -68,9 +63,8 @@ type SessionStaller interface {
 // from the server for a moment, as a frozen process is, while its session
 // stays alive: [lock.Revoker.Revoke] must need no help from that process.
 type SessionFreezer interface {
-	// FreezeSession cuts l, a Locker of this Harness, off from the server
-	// and returns a function that reconnects it, which the suite calls
-	// once, well within the session's timeout.
+	// FreezeSession cuts l off from the server and returns a function that
+	// reconnects it, which the suite calls once, well within the timeout.
 	FreezeSession(t *testing.T, l lock.Locker) (thaw func())
 }
 
@@ -104,15 +98,13 @@ type Options struct {
 
 	// ObserveMaySkip relaxes the Observe subtest for a backend whose
 	// [lock.Observer] can miss a grant that begins and ends between two of
-	// its reads (a ZooKeeper child watch): of a burst of quick grants,
-	// what is reported need only be a subsequence of what happened, in
-	// order. Changes made one at a time must still all be reported.
+	// its reads: of a burst of quick grants, what is reported need only be
+	// a subsequence of what happened, in order.
 	ObserveMaySkip bool
 
 	// RequireOptional makes a missing optional interface (of the Harness
-	// or of package lock) a test failure rather than a t.Log line. A
-	// backend's own conformance test sets it, so that a harness that
-	// loses an interface cannot quietly drop checks.
+	// or of package lock) a test failure rather than a t.Log line, so that
+	// a harness that loses an interface cannot quietly drop checks.
 	RequireOptional bool
 
 	// RefusesShared and RefusesSemaphores say that the Locker refuses
@@ -143,8 +135,7 @@ func orDefault[T int | time.Duration](v, def T) T {
 	return v
 }
 
-// TestLocker runs the conformance suite against the backend behind h,
-// with the default [Options].
+// TestLocker runs the conformance suite on h with the default [Options].
 func TestLocker(t *testing.T, h Harness) {
 	t.Helper()
 	TestLockerWith(t, h, Options{})

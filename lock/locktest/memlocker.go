@@ -15,8 +15,6 @@ import (
 // MemLocker is a [lock.Locker] on a [Memory], with every optional
 // interface of package lock. It is safe for concurrent use. Holder and
 // Observe report the earliest holder of a name (the lowest token).
-// Release never blocks; Close returns once every call in progress has
-// returned and every observation (one goroutine each) has ended.
 type MemLocker struct {
 	m         *Memory
 	identity  string
@@ -43,8 +41,7 @@ var (
 // Identity returns the identity that Holder reports for l's leases.
 func (l *MemLocker) Identity() string { return l.identity }
 
-// Acquire implements [lock.Locker]. It is the write lock of
-// [MemLocker.AcquireShared].
+// Acquire implements [lock.Locker]; it is the write lock of AcquireShared.
 func (l *MemLocker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
 	return l.acquire(ctx, "acquire", name, queue.ExclusiveRequest, true)
 }
@@ -239,9 +236,8 @@ func (l *MemLocker) Healthy(ctx context.Context) error {
 	return nil
 }
 
-// Close implements [lock.Locker]: l's leases end with [lock.ErrReleased],
-// its waiting calls return [lock.ErrClosed], and its observations end;
-// every call, concurrent ones included, returns once all that is done.
+// Close implements [lock.Locker]; every call, concurrent ones included,
+// returns once l's leases, waiting calls and observations have ended.
 func (l *MemLocker) Close() error {
 	l.closeOnce.Do(func() {
 		m := l.m

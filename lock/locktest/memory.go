@@ -18,11 +18,9 @@ import (
 // etcd cluster is shared by many clients. It is safe for concurrent use.
 //
 // Every record created (one per Acquire, granted at once or queued) takes
-// the next value of a counter that starts at 1 as its fencing token, so
-// tokens rise with every grant across names and Lockers; gaps are normal.
-// Waiters are served in order by the queue rules of [lock.SharedLocker].
-// There is no network and no clock: a lease is lost only when a test
-// calls [Memory.ExpireSession].
+// the next value of one counter as its fencing token; gaps are normal.
+// Waiters are served by the queue rules of [lock.SharedLocker]. A lease is
+// lost only when a test calls [Memory.ExpireSession].
 //
 // The zero value is an empty Memory, ready to use.
 type Memory struct {
@@ -50,15 +48,13 @@ type record struct {
 	since time.Time
 }
 
-// session groups a MemLocker's records, as an etcd lease or a ZooKeeper
-// session does.
+// session groups a MemLocker's records, as a backend's session does.
 type session struct {
 	records map[*record]bool
 	expired chan struct{} // closed when the session ends
 }
 
-// NewLocker returns a new Locker on m with its own session. An empty
-// identity means the default, "hostname/pid/random".
+// NewLocker returns a new Locker on m; an empty identity means the default.
 func (m *Memory) NewLocker(identity string) *MemLocker {
 	if identity == "" {
 		identity = lock.DefaultIdentity()
@@ -214,12 +210,9 @@ func (m *Memory) notifyLocked(name string, before lock.Holder) {
 	}
 }
 
-// MemoryHarness returns a [Harness] whose Lockers are [MemLocker]s on m. It
-// also implements [SessionExpirer], [SessionStaller], [SessionFreezer] and
-// [RecordLister], so
-//
-//	locktest.TestLocker(t, locktest.MemoryHarness(locktest.NewMemory()))
-//
+// MemoryHarness returns a [Harness] whose Lockers are [MemLocker]s on m,
+// with every optional interface of the Harness, so that
+// locktest.TestLocker(t, locktest.MemoryHarness(locktest.NewMemory()))
 // runs every subtest.
 func MemoryHarness(m *Memory) Harness { return memHarness{m} }
 

@@ -183,8 +183,7 @@ var (
 
 func permit(limit int) kind { return kind{sem: true, limit: limit} }
 
-// call makes the request for k on l, or with try its Try form. Only a
-// shared request or a permit asserts the interface it needs.
+// call makes the request for k on l, or with try its Try form.
 func (k kind) call(ctx context.Context, l lock.Locker, name string, try bool) (lock.Lease, error) {
 	switch {
 	case k.sem && try:

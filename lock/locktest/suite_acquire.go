@@ -158,9 +158,7 @@ func (c *crowd) round(t *testing.T, l lock.Locker, who string, try bool) bool {
 	for m := c.most.Load(); n > m && !c.most.CompareAndSwap(m, n); m = c.most.Load() {
 	}
 	c.hold()
-	// The backend must agree that this lease holds the lock; the round
-	// trip also widens the window in which a second holder would be
-	// caught.
+	// The round trip also widens the window that catches a second holder.
 	if h, err := l.Holder(ctx, c.name); c.k == excl && (err != nil || h.Token != le.Token()) {
 		t.Errorf("%s: Holder() inside the critical section = %+v, %v; want token %d", who, h, err, le.Token())
 	}

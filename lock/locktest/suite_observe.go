@@ -97,8 +97,7 @@ func (s *suite) testObserve(t *testing.T) {
 	s.quickGrants(t, ctx, ob, name, ls, ids)
 	s.handOver(t, ctx, ob, name, ls, ids)
 
-	// An observation that starts while the lock is held sees the holder
-	// first.
+	// Started while the lock is held, an observation sees the holder first.
 	la := s.mustAcquire(t, ctx, ls[0], name)
 	ob2 := s.observe(t, octx, o, name, "second Observe")
 	ob2.expect(lock.Holder{Identity: ids[0], Token: la.Token()}, "second observation's first holder")
@@ -111,8 +110,7 @@ func (s *suite) testObserve(t *testing.T) {
 }
 
 // quickGrants makes a few quick grants through ls[0], not read as they
-// happen, then one through ls[1]: none may be dropped unless
-// Options.ObserveMaySkip.
+// happen, then one through ls[1]; see Options.ObserveMaySkip.
 func (s *suite) quickGrants(t *testing.T, ctx context.Context, ob *feed, name string, ls []lock.Locker, ids []string) {
 	const cycles = 5
 	var want []lock.Holder
@@ -229,9 +227,8 @@ func (s *suite) testObserveSessionLoss(t *testing.T) {
 	s.noOrphans(t, name, "observation")
 }
 
-// acquireWhileStalled stalls the session of watcher until it expires and,
-// once the watcher has seen its lease own end, releases cur and acquires
-// name through a.
+// acquireWhileStalled stalls watcher's session until it expires and, once
+// own has ended, releases cur and acquires name through a.
 func (s *suite) acquireWhileStalled(t *testing.T, ctx context.Context, watcher lock.Locker, own, cur lock.Lease, a lock.Locker, name string) lock.Lease {
 	t.Helper()
 	during := goCall(func() (lock.Lease, error) {
