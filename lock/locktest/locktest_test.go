@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"runtime"
@@ -204,6 +205,11 @@ func TestSuiteCatchesFaults(t *testing.T) {
 		{"holders-not-shared", "Holders", true, "two readers and a queued writer"},
 		{"healthy-after-close", "Healthy", true, "Healthy() after Close = <nil>"},
 		{"healthy-stays-lost", "HealthyAfterExpiry", true, "Healthy() after the session expired = "},
+		{"multi-one-short", "MultiAcquireRelease", true, "on another Locker while a MultiLease holds it = "},
+		{"multi-shuffled", "MultiNoDeadlock", true, "context deadline exceeded; want a MultiLease within"},
+		{"multi-keeps-taken", "MultiTryAcquire", true, "after TryAcquireAll returned ErrLocked = "},
+		{"multi-keeps-taken", "MultiCancel", true, "after a cancelled AcquireAll = "},
+		{"multi-no-wait", "MultiWaitsForEach", true, "AcquireAll queued behind a plain lease: Records("},
 		{"claims-refusal", "Refused", true, "want nil, an error wrapping incompatible request"},
 		{"claims-session-keyed", "IndependentNames", true, "while a name below it is held = "},
 		{"required-missing", "AcquireRelease", true, "SessionFreezer (Harness)), HealthyAfterExpiry (needs lock.HealthChecker (Locker) and SessionExpirer (Harness)); Options.RequireOptional is set"},
@@ -1168,3 +1174,59 @@ func (f *faulty) Queue(ctx context.Context, name string) ([]lock.QueueEntry, err
 	}
 	return es, nil
 }
+
+// AcquireAll and TryAcquireAll make every faulty Locker a lock.MultiLocker
+// that takes the names one by one in the sorted order it is given, so that
+// the Multi subtests run lock.AcquireAll's native path too.
+func (f *faulty) AcquireAll(ctx context.Context, names []string) ([]lock.Lease, error) {
+	return f.all(ctx, names, f.fault == "multi-no-wait")
+}
+
+func (f *faulty) TryAcquireAll(ctx context.Context, names []string) ([]lock.Lease, error) {
+	return f.all(ctx, names, true)
+}
+
+// all takes names, with the faults multi-one-short (the last name is
+// taken under another name), multi-shuffled (in random order, pausing
+// between names, as a backend that does not sort them), multi-keeps-taken
+// (on an error, the names taken stay held) and multi-no-wait (AcquireAll
+// does not wait).
+func (f *faulty) all(ctx context.Context, names []string, try bool) ([]lock.Lease, error) {
+	order := slices.Clone(names)
+	if f.fault == "multi-shuffled" {
+		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	}
+	var les []lock.Lease
+	for i, name := range order {
+		as, call := name, f.Acquire
+		if try {
+			call = f.TryAcquire
+		}
+		if f.fault == "multi-one-short" && i == len(order)-1 {
+			as += "-short"
+		}
+		le, err := call(ctx, as)
+		if err != nil {
+			for _, held := range les {
+				if f.fault != "multi-keeps-taken" {
+					_ = held.Release(context.WithoutCancel(ctx))
+				}
+			}
+			return nil, err
+		}
+		les = append(les, renamed{le, name})
+		if f.fault == "multi-shuffled" {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	slices.SortFunc(les, func(a, b lock.Lease) int { return strings.Compare(a.Name(), b.Name()) })
+	return les, nil
+}
+
+// renamed is a lease that reports name as its Name.
+type renamed struct {
+	lock.Lease
+	name string
+}
+
+func (r renamed) Name() string { return r.name }

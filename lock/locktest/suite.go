@@ -71,6 +71,13 @@ func (s *suite) subtests() []subtest {
 		{"InvalidName", s.testInvalidName, nil},
 		{"LongName", s.testLongName, nil},
 		{"IndependentNames", s.testIndependentNames, nil},
+		{"MultiAcquireRelease", s.testMultiAcquireRelease, nil},
+		{"MultiTryAcquire", s.testMultiTryAcquire, nil},
+		{"MultiWaitsForEach", s.testMultiWaitsForEach, nil},
+		{"MultiCancel", s.testMultiCancel, nil},
+		{"MultiBadInput", s.testMultiBadInput, nil},
+		{"MultiNoDeadlock", s.testMultiNoDeadlock, nil},
+		{"MultiLoss", s.testMultiLoss, n(needsExpirer)},
 		{"SessionExpiry", s.testSessionExpiry, n(needsExpirer)},
 		{"SessionExpiryWaiter", s.testSessionExpiryWaiter, n(needsExpirer)},
 		{"ReleaseLostLease", s.testReleaseLostLease, n(needsExpirer)},
@@ -352,11 +359,11 @@ func refusesAll(t *testing.T, ctx context.Context, l lock.Locker, name, when str
 }
 
 // notReturned fails t if a background Acquire has returned.
-func notReturned(t *testing.T, ch <-chan result, what string) {
+func notReturned[T any](t *testing.T, ch <-chan T, what string) {
 	t.Helper()
 	select {
 	case r := <-ch:
-		t.Fatalf("%s returned (%v, %v) while the lock was held; want it to wait", what, r.lease, r.err)
+		t.Fatalf("%s returned %+v while the lock was held; want it to wait", what, r)
 	default:
 	}
 }
