@@ -70,6 +70,16 @@ func acquireAll(ctx context.Context, l Locker, op string, names []string,
 	}
 	if m, ok := l.(MultiLocker); ok {
 		leases, err := native(m, ctx, sorted)
+		isNil := func(le Lease) bool { return nilcheck.IsNil(le) }
+		if err == nil && (len(leases) != len(sorted) || slices.ContainsFunc(leases, isNil)) {
+			err = fmt.Errorf("lock: %s %q: %w: a MultiLocker returned %d leases for %d names, or a nil one",
+				op, sorted, ErrInvalidConfig, len(leases), len(sorted))
+			for _, le := range leases {
+				if !isNil(le) {
+					_ = release(ctx, le, DefaultDoReleaseTimeout)
+				}
+			}
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -137,12 +147,10 @@ func (m *MultiLease) end(ctx context.Context, err error) error {
 			errs = append(errs, rerr)
 		}
 	}
-	if err == nil {
-		err = errors.Join(errs...)
-	}
 	m.err = err
 	if err == nil {
-		m.err = fmt.Errorf("lock: leases of %q: %w", m.Names(), ErrReleased)
+		err = errors.Join(errs...)
+		m.err = errors.Join(fmt.Errorf("lock: leases of %q: %w", m.Names(), ErrReleased), err)
 	}
 	close(m.done)
 	return err

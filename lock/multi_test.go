@@ -119,8 +119,9 @@ func TestMultiLeaseReleaseConcurrent(t *testing.T) {
 // is given and fails with err if set.
 type native struct {
 	*locktest.MemLocker
-	got [][]string
-	err error
+	got   [][]string
+	err   error
+	short bool // return a nil lease for the last name
 }
 
 func (n *native) AcquireAll(ctx context.Context, names []string) ([]lock.Lease, error) {
@@ -135,6 +136,9 @@ func (n *native) AcquireAll(ctx context.Context, names []string) ([]lock.Lease, 
 			return nil, err
 		}
 		les = append(les, le)
+	}
+	if n.short {
+		les[len(les)-1] = nil
 	}
 	return les, nil
 }
@@ -168,5 +172,13 @@ func TestAcquireAllNative(t *testing.T) {
 		if m, err := call(ctx, n, want...); m != nil || !errors.Is(err, n.err) {
 			t.Errorf("AcquireAll() with a failing MultiLocker = %v, %v; want nil, its error", m, err)
 		}
+	}
+	n.err = nil
+	n.short = true
+	if m, err := lock.AcquireAll(ctx, n, want...); m != nil || !errors.Is(err, lock.ErrInvalidConfig) {
+		t.Errorf("AcquireAll() with a MultiLocker returning a nil lease = %v, %v; want nil, ErrInvalidConfig", m, err)
+	}
+	if _, err := n.TryAcquire(ctx, want[0]); err != nil {
+		t.Errorf("TryAcquire(%q) after a refused MultiLocker result = %v; want the lease released", want[0], err)
 	}
 }
