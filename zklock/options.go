@@ -27,16 +27,15 @@ const (
 	DefaultSessionTimeout = 10 * time.Second
 )
 
-// defaultLossMarginFraction: the default loss margin is half the
-// negotiated session timeout (docs/design/zookeeper-loss.md).
-const defaultLossMarginFraction = 2
-
-// minLossMarginFraction: a margin below T/3, the most the leader's view
-// of the session can lag behind the client's, is raised to it.
-const minLossMarginFraction = 3
-
-// keepaliveFraction: a Locker sends a sync every T/12.
-const keepaliveFraction = 12
+// Fractions of the negotiated session timeout T: the default loss margin
+// is T/2; a margin below T/3, the most the leader's view of the session
+// can lag behind the client's, is raised to it; a Locker sends a sync
+// every T/12 (docs/design/zookeeper-loss.md).
+const (
+	defaultLossMarginFraction = 2
+	minLossMarginFraction     = 3
+	keepaliveFraction         = 12
+)
 
 // backend is the value of the backend attribute of metrics and log lines.
 const backend = "zookeeper"
