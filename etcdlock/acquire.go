@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -34,6 +35,46 @@ func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error
 	return l.acquire(ctx, "try acquire", name, queue.ExclusiveRequest, true)
 }
 
+// AcquireAll implements [lock.MultiLocker] for [lock.AcquireAll]: the
+// records of names, distinct and sorted, are created in one transaction,
+// and their create revision is every lease's token (docs/design/etcd.md,
+// "Multi-name locks"). Errors are those of Acquire.
+func (l *Locker) AcquireAll(ctx context.Context, names []string) ([]lock.Lease, error) {
+	return l.acquireAll(ctx, "acquire all", names, false)
+}
+
+// TryAcquireAll is AcquireAll without waiting: if any name has a record,
+// it writes nothing and returns an error wrapping [lock.ErrLocked].
+func (l *Locker) TryAcquireAll(ctx context.Context, names []string) ([]lock.Lease, error) {
+	return l.acquireAll(ctx, "try acquire all", names, true)
+}
+
+func (l *Locker) acquireAll(ctx context.Context, op string, names []string, try bool) ([]lock.Lease, error) {
+	err := l.usable(ctx)
+	if err == nil && len(names) == 0 {
+		err = fmt.Errorf("%w: no names", lock.ErrInvalidConfig)
+	}
+	for i, name := range names {
+		switch {
+		case err != nil:
+		case lock.ValidateName(name) != nil:
+			err = lock.ValidateName(name)
+		case i > 0 && names[i-1] >= name:
+			err = fmt.Errorf("%w: names not sorted, or %q given twice", lock.ErrInvalidConfig, name)
+		case l.opts.layout == LayoutConcurrency && slices.ContainsFunc(names[:i], func(p string) bool { return strings.HasPrefix(name, p+"/") }):
+			err = fmt.Errorf("%w: layout %s puts the records of %q in the queue of a name above it", lock.ErrIncompatible, LayoutConcurrency, name)
+		}
+	}
+	var leases []lock.Lease
+	if err == nil {
+		leases, err = l.acquireNames(ctx, names, queue.ExclusiveRequest, try)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("etcdlock: %s %q: %w", op, names, err)
+	}
+	return leases, nil
+}
+
 // acquire implements every Acquire and TryAcquire method: op names the
 // call in errors, req says which kind of grant, try whether to wait.
 func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request, try bool) (lock.Lease, error) {
@@ -48,19 +89,37 @@ func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request
 			return nil, fmt.Errorf("etcdlock: %s %q: %w: %w", op, name, lock.ErrInvalidConfig, err)
 		}
 	}
-	ctx, span := l.tel.StartAcquire(ctx, name, req.Kind.String(), !try)
-	var le *Lease
-	err := l.bounded(ctx, func(ctx context.Context) (err error) {
-		le, err = l.acquireRetry(ctx, name, req, try)
-		return err
-	})
-	if hold := span.End(config.Outcome(ctx, err), uint64(le.Token()), err); le != nil && hold.Counts() {
-		le.st.OnEnd(func(err error) { l.countEnd(le, hold, err) })
-	}
+	les, err := l.acquireNames(ctx, []string{name}, req, try)
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: %s %q: %w", op, name, err)
 	}
-	return le, nil
+	return les[0], nil
+}
+
+// acquireNames acquires names together, bounded by Close, in an acquire
+// span each, and counts the holds of the leases granted.
+func (l *Locker) acquireNames(ctx context.Context, names []string, req queue.Request, try bool) ([]lock.Lease, error) {
+	spans := make([]telemetry.Acquire, len(names))
+	sctx := ctx
+	for i, name := range names {
+		sctx, spans[i] = l.tel.StartAcquire(ctx, name, req.Kind.String(), !try)
+	}
+	var les []*Lease
+	err := l.bounded(sctx, func(ctx context.Context) (err error) {
+		les, err = l.acquireRetry(ctx, names, req, try)
+		return err
+	})
+	leases := make([]lock.Lease, len(names))
+	for i, span := range spans {
+		var le *Lease
+		if err == nil {
+			le, leases[i] = les[i], les[i]
+		}
+		if hold := span.End(config.Outcome(ctx, err), uint64(le.Token()), err); le != nil && hold.Counts() {
+			le.st.OnEnd(func(err error) { l.countEnd(le, hold, err) })
+		}
+	}
+	return leases, err
 }
 
 // countEnd records the end of le, which ended with err. A deletion may be
@@ -85,24 +144,31 @@ func (l *Locker) countEnd(le *Lease, hold telemetry.Hold, err error) {
 	}
 }
 
-func (l *Locker) acquireRetry(ctx context.Context, name string, req queue.Request, try bool) (*Lease, error) {
+func (l *Locker) acquireRetry(ctx context.Context, names []string, req queue.Request, try bool) ([]*Lease, error) {
 	for attempt := 0; ; attempt++ {
 		s, err := l.session(ctx)
 		if err != nil {
 			return nil, err
 		}
-		a := l.newAcquisition(s, name, req, try)
-		if err := a.reserve(ctx); err != nil {
-			return nil, err
+		as := make([]*acquisition, len(names))
+		for i, name := range names {
+			// In sorted order: no two calls wait for each other's slots.
+			as[i] = l.newAcquisition(s, name, req, try)
+			if err := as[i].reserve(ctx); err != nil {
+				for _, a := range as[:i] {
+					a.free()
+				}
+				return nil, err
+			}
 		}
-		le, err := a.run(ctx)
+		les, err := run(ctx, as)
 		// A session the server already expired, which the keepalive loop
 		// has not noticed yet, fails the create before anything was
 		// written: start a new session once.
 		if errors.Is(err, errStaleSession) && attempt == 0 {
 			continue
 		}
-		return le, err
+		return les, err
 	}
 }
 
@@ -149,13 +215,32 @@ func (l *Locker) newAcquisition(s *session, name string, req queue.Request, try 
 	return a
 }
 
-// run creates the acquisition's record, then decides and waits until the
-// record is granted or the acquisition fails.
-func (a *acquisition) run(ctx context.Context) (*Lease, error) {
-	v, err := a.enqueue(ctx)
+// run creates the records of as, of one session, then awaits each in
+// turn; a failure discards the records and releases the leases granted.
+func run(ctx context.Context, as []*acquisition) ([]*Lease, error) {
+	vs, err := enqueue(ctx, as)
 	if err != nil {
 		return nil, err
 	}
+	les := make([]*Lease, 0, len(as))
+	for i, a := range as {
+		le, err := a.await(ctx, vs[i])
+		if err != nil {
+			failAll(as[i+1:], err)
+			for _, le := range les {
+				rctx, cancel := context.WithTimeout(le.l.g.life, min(le.l.closeWait(), 2*time.Second))
+				_ = le.Release(rctx)
+				cancel()
+			}
+			return nil, err
+		}
+		les = append(les, le)
+	}
+	return les, nil
+}
+
+// await decides and waits, from v, until a is granted or fails.
+func (a *acquisition) await(ctx context.Context, v view) (*Lease, error) {
 	for {
 		d, err := a.decide(v)
 		if err != nil {
@@ -245,80 +330,106 @@ func (a *acquisition) fail(err error) error {
 	return a.l.discard(a.record, err)
 }
 
-// enqueue creates the record and returns the queue the answer shows.
-func (a *acquisition) enqueue(ctx context.Context) (view, error) {
-	resp, err := a.create(ctx)
-	if err != nil {
-		if isLeaseNotFound(err) {
-			a.l.dropSession(a.s, telemetry.WithReason(telemetry.Expired, fmt.Errorf("%w: lease %x expired or was revoked", lock.ErrLost, int64(a.s.id))))
-			return view{}, errStaleSession
-		}
-		// The create may have been applied, or be applied later.
-		return view{}, a.l.discard(a.record, err)
+// failAll fails every acquisition of as with err, and returns err.
+func failAll(as []*acquisition, err error) error {
+	for _, a := range as {
+		a.fail(err)
 	}
-	if resp.Succeeded {
-		a.noteDelayReads(resp.Responses)
-	}
-	v, err := a.place(ctx, resp)
-	if err != nil {
-		return view{}, a.fail(err)
-	}
-	return v, nil
+	return err
 }
 
-// create creates the acquisition's record, attached to the session lease.
-// It is safe to repeat; a.ambiguous records that an attempt failed without
-// an answer and may still be applied (docs/design/etcd.md, "Late creates").
-func (a *acquisition) create(ctx context.Context) (*clientv3.TxnResponse, error) {
-	return call(ctx, a.l, a.s, func(ctx context.Context) (*clientv3.TxnResponse, error) {
+// enqueue creates the records of as and returns the queues the answer
+// shows.
+func enqueue(ctx context.Context, as []*acquisition) ([]view, error) {
+	resp, err := create(ctx, as)
+	if a := as[0]; isLeaseNotFound(err) {
+		a.l.dropSession(a.s, telemetry.WithReason(telemetry.Expired, fmt.Errorf("%w: lease %x expired or was revoked", lock.ErrLost, int64(a.s.id))))
+		return nil, errStaleSession
+	}
+	vs := make([]view, len(as))
+	for i, a := range as {
+		if resp == nil {
+			break // the create failed; it may have been applied, or be later
+		}
+		part := &clientv3.TxnResponse{Header: resp.Header, Succeeded: resp.Succeeded, Responses: resp.Responses[i : i+1]}
+		if resp.Succeeded {
+			part.Responses = resp.Responses[i].GetResponseTxn().GetResponses()
+			a.noteDelayReads(part.Responses)
+		}
+		// Place them all: fail discards a record by its create revision.
+		var perr error
+		if vs[i], perr = a.place(ctx, part); err == nil {
+			err = perr
+		}
+	}
+	if err != nil {
+		return nil, failAll(as, err)
+	}
+	return vs, nil
+}
+
+// create creates the records of as (createTxn). It is safe to repeat;
+// ambiguous records that an attempt failed without an answer and may
+// still be applied (docs/design/etcd.md, "Late creates").
+func create(ctx context.Context, as []*acquisition) (*clientv3.TxnResponse, error) {
+	l, s := as[0].l, as[0].s
+	return call(ctx, l, s, func(ctx context.Context) (*clientv3.TxnResponse, error) {
 		for {
-			was := a.s.guard.rev.Load()
-			resp, err := a.createTxn(ctx, was).Commit()
+			was := s.guard.rev.Load()
+			resp, err := createTxn(ctx, as, was).Commit()
 			if err != nil {
-				a.ambiguous = true
-				a.l.opts.Logger.Debug("etcdlock: create attempt failed", "key", a.key, "err", err)
+				for _, a := range as {
+					a.ambiguous = true
+				}
+				l.opts.Logger.Debug("etcdlock: create attempt failed", "key", as[0].key, "err", err)
 				return nil, err
 			}
-			if resp.Succeeded || len(resp.Responses[0].GetResponseRange().Kvs) > 0 {
+			if resp.Succeeded || slices.ContainsFunc(resp.Responses[:len(as)], func(r *etcdserverpb.ResponseOp) bool { return len(r.GetResponseRange().GetKvs()) > 0 }) {
 				return resp, nil
 			}
 			// No record blocks the create, so the guard did: it was
 			// written since we last read it. Compare with the value the
 			// server reported (only values read from it are stored).
 			now := int64(0)
-			if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+			if kvs := resp.Responses[len(as)].GetResponseRange().Kvs; len(kvs) > 0 {
 				now = kvs[0].ModRevision
 			}
 			if now == was {
-				return nil, fmt.Errorf("create of %q refused with the guard unchanged at revision %d", a.key, was)
+				return nil, fmt.Errorf("create of %q refused with the guard unchanged at revision %d", as[0].key, was)
 			}
-			a.s.guard.rev.CompareAndSwap(was, now)
+			s.guard.rev.CompareAndSwap(was, now)
 		}
 	})
 }
 
-// createTxn is one create attempt, guarded by the session's guard at
-// revision was, which also reads what decide needs: for an exclusive
-// request the newest two records and the oldest, for the others the whole
-// queue. An exclusive TryAcquire creates only if name has no record.
-func (a *acquisition) createTxn(ctx context.Context, was int64) clientv3.Txn {
-	guard := clientv3.Compare(clientv3.ModRevision(a.s.guard.key), "=", was)
+// createTxn is one create attempt of as, guarded by the session's guard
+// at revision was, with a nested transaction of createOps each.
+func createTxn(ctx context.Context, as []*acquisition, was int64) clientv3.Txn {
+	g := as[0].s.guard.key
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(g), "=", was)}
+	var then, orElse []clientv3.Op
+	for _, a := range as {
+		cmp, ops, read := a.createOps()
+		cmps, then, orElse = append(cmps, cmp), append(then, clientv3.OpTxn(nil, ops, nil)), append(orElse, read)
+	}
+	return as[0].l.client.Txn(ctx).If(cmps...).Then(then...).Else(append(orElse, clientv3.OpGet(g))...)
+}
+
+// createOps are a's part of a create: If its key is free, put it and read
+// what decide needs (for an exclusive request the newest two records and
+// the oldest, else the queue), Else read it. An exclusive TryAcquire
+// creates only if name has no record, else reads the oldest.
+func (a *acquisition) createOps() (clientv3.Cmp, []clientv3.Op, clientv3.Op) {
 	put := clientv3.OpPut(a.key, a.l.opts.Identity, clientv3.WithLease(a.s.id))
 	first := clientv3.OpGet(a.pfx, append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...)
 	if a.try && a.req.Kind == queue.Exclusive {
-		return a.l.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(a.pfx).WithPrefix(), "=", 0), guard).
-			Then(append([]clientv3.Op{put}, a.markerOps()...)...).
-			Else(first, clientv3.OpGet(a.s.guard.key))
+		return clientv3.Compare(clientv3.CreateRevision(a.pfx).WithPrefix(), "=", 0), append([]clientv3.Op{put}, a.markerOps()...), first
 	}
 	then := []clientv3.Op{put, clientv3.OpGet(a.pfx, queueRead()...)}
 	if a.req.Kind == queue.Exclusive {
 		then = []clientv3.Op{put, lastBefore(a.pfx, 2), first}
 	}
-	return a.l.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0), guard).
-		Then(append(then, a.markerOps()...)...).
-		Else(clientv3.OpGet(a.key), clientv3.OpGet(a.s.guard.key))
+	return clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0), append(then, a.markerOps()...), clientv3.OpGet(a.key)
 }
 
 // queueRead reads the keys of a name's records in queue order: the key

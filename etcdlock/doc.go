@@ -3,6 +3,8 @@
 // (go.etcd.io/etcd/client/v3). A [Locker] keeps one session, an etcd lease
 // kept alive in the background; every acquisition creates one record
 // attached to it, and a lease's token is its record's create revision.
+// [lock.AcquireAll] creates the records of all its names in one
+// transaction: their leases share one token, and callers never deadlock.
 //
 // # What is guaranteed
 //
@@ -27,12 +29,13 @@
 // A lease can be lost at any moment, and its holder may learn it too late
 // to stop a write already on its way. Send [Lease.Token] with every write
 // and have the resource enforce it (package fencing), or make writes to
-// etcd conditional with [GuardedTxn] or [PutFenced]. The deadline assumes
-// the local clock does not run slower than the etcd leader's by more than
-// the loss margin over one TTL, and that only the current leader expires
-// leases: a leader that stalls for longer than a TTL and resumes can
-// revoke leases its successor kept alive (etcd issues 12528 and 15247),
-// and then only fencing keeps the holder's late writes out.
+// etcd conditional with [GuardedTxn] ([GuardedTxnAll] for several leases)
+// or [PutFenced]. The deadline assumes the local clock does not run slower
+// than the etcd leader's by more than the loss margin over one TTL, and
+// that only the current leader expires leases: a leader that stalls for
+// longer than a TTL and resumes can revoke leases its successor kept alive
+// (etcd issues 12528 and 15247), and then only fencing keeps the holder's
+// late writes out.
 //
 // # Tuning
 //

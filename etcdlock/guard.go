@@ -2,7 +2,6 @@ package etcdlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 
@@ -26,33 +25,52 @@ import (
 // another backend, is an error wrapping lock.ErrInvalidConfig. Any other
 // error is etcd's: after a timeout the transaction may have been applied.
 func GuardedTxn(ctx context.Context, kv clientv3.KV, lease lock.Lease, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
-	if err := checkKV(ctx, kv); err != nil {
-		return nil, fmt.Errorf("etcdlock: guarded txn: %w", err)
+	return GuardedTxnAll(ctx, kv, []lock.Lease{lease}, ops...)
+}
+
+// GuardedTxnAll is [GuardedTxn] with several leases, such as those of a
+// [lock.MultiLease]: ops apply only while every one holds its lock. No
+// leases is an error wrapping lock.ErrInvalidConfig.
+func GuardedTxnAll(ctx context.Context, kv clientv3.KV, leases []lock.Lease, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	err := checkKV(ctx, kv)
+	if err == nil && len(leases) == 0 {
+		err = fmt.Errorf("no leases: %w", lock.ErrInvalidConfig)
 	}
-	le, err := etcdLease(lease)
+	les, held, on := make([]*Lease, len(leases)), make([]clientv3.Cmp, len(leases)), ""
+	for i, lease := range leases {
+		if err == nil {
+			les[i], err = etcdLease(lease)
+		}
+		held[i], on = les[i].IsHeld(), on+fmt.Sprintf(", %q", les[i].Name())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("etcdlock: guarded txn: %w", err)
 	}
-	ctx, w := le.l.tel.StartWrite(ctx, "etcdlock.GuardedTxn", le.Name(), uint64(le.rev))
-	if err := le.st.Err(); err != nil {
-		err = fmt.Errorf("etcdlock: guarded txn on %q: %w", le.Name(), err)
-		w.End(telemetry.Rejected, err)
-		return nil, err
+	ctx, w := les[0].l.tel.StartWrite(ctx, "etcdlock.GuardedTxn", les[0].Name(), uint64(les[0].rev))
+	for _, le := range les {
+		if err := le.st.Err(); err != nil {
+			err = fmt.Errorf("etcdlock: guarded txn on %s: %w", on[2:], err)
+			w.End(telemetry.Rejected, err)
+			return nil, err
+		}
 	}
-	resp, err := kv.Txn(ctx).If(le.IsHeld()).Then(ops...).Commit()
+	resp, err := kv.Txn(ctx).If(held...).Then(ops...).Commit()
 	switch {
 	case err != nil:
-		err = fmt.Errorf("etcdlock: guarded txn on %q: %w", le.Name(), err)
+		err = fmt.Errorf("etcdlock: guarded txn on %s: %w", on[2:], err)
 		w.End("", err)
 		return nil, err
 	case resp.Succeeded:
 		w.End(telemetry.Accepted, nil)
 		return resp, nil
 	}
-	if err = le.st.Err(); !errors.Is(err, lock.ErrReleased) {
-		err = fmt.Errorf("%w: record %s (revision %d) is gone", lock.ErrLost, le.key, le.rev)
+	err = fmt.Errorf("%w: a record of %s is gone", lock.ErrLost, on[2:])
+	for _, le := range les {
+		if lerr := le.st.Err(); lerr != nil {
+			err = lerr
+		}
 	}
-	err = fmt.Errorf("etcdlock: guarded txn on %q: nothing written: %w", le.Name(), err)
+	err = fmt.Errorf("etcdlock: guarded txn on %s: nothing written: %w", on[2:], err)
 	w.End(telemetry.Rejected, err)
 	return resp, err
 }

@@ -63,6 +63,11 @@ func TestGuardedTxnInvalid(t *testing.T) {
 			if resp != nil {
 				t.Errorf("GuardedTxn() response = %v; want nil", resp)
 			}
+			two := []lock.Lease{tt.lease, tt.lease}
+			resp, err = etcdlock.GuardedTxnAll(context.Background(), tt.kv, two, clientv3.OpPut("k", "v"))
+			if !errors.Is(err, lock.ErrInvalidConfig) || !strings.Contains(err.Error(), tt.msg) || resp != nil {
+				t.Errorf("GuardedTxnAll() = %v, %v; want nil and an error wrapping %v saying %q", resp, err, lock.ErrInvalidConfig, tt.msg)
+			}
 		})
 	}
 }

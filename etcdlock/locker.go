@@ -36,9 +36,10 @@ type Locker struct {
 }
 
 var (
-	_ lock.Locker   = (*Locker)(nil)
-	_ lock.Observer = (*Locker)(nil)
-	_ lock.Lease    = (*Lease)(nil)
+	_ lock.Locker      = (*Locker)(nil)
+	_ lock.Observer    = (*Locker)(nil)
+	_ lock.MultiLocker = (*Locker)(nil)
+	_ lock.Lease       = (*Lease)(nil)
 )
 
 // New returns a Locker that keeps its locks in etcd through client, which
