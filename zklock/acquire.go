@@ -1,6 +1,7 @@
 package zklock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +30,23 @@ func (l *Locker) Acquire(ctx context.Context, name string) (lock.Lease, error) {
 // znode it queued.
 func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
 	return l.acquire(ctx, "try acquire", name, queue.ExclusiveRequest, true)
+}
+
+// AcquireAll blocks until it holds the lock of every one of names, and
+// returns their *Leases in the order of names, or an error and none. It
+// creates the znodes of all names in one multi, so that callers asking
+// for overlapping sets never deadlock (docs/design/zookeeper.md,
+// "Multi-name locks"); see [lock.AcquireAll]. Errors wrap what Acquire's
+// do, or [lock.ErrInvalidConfig] for no names or a name given twice.
+func (l *Locker) AcquireAll(ctx context.Context, names []string) ([]lock.Lease, error) {
+	return l.acquireAll(ctx, "acquire all", names, queue.ExclusiveRequest, false)
+}
+
+// TryAcquireAll is AcquireAll without waiting: if any of names is held,
+// it deletes every znode it created and returns an error wrapping
+// [lock.ErrLocked].
+func (l *Locker) TryAcquireAll(ctx context.Context, names []string) ([]lock.Lease, error) {
+	return l.acquireAll(ctx, "try acquire all", names, queue.ExclusiveRequest, true)
 }
 
 // acquisition is one request's state: the session it works in, its
@@ -83,28 +101,49 @@ type shortcuts struct {
 // acquire implements every Acquire method: req says which kind of grant,
 // try whether to wait, op how errors name the call.
 func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request, try bool) (lock.Lease, error) {
-	if err := l.enterName(ctx, op, name); err != nil {
+	les, err := l.acquireAll(ctx, op, []string{name}, req, try)
+	if err != nil {
+		return nil, err
+	}
+	return les[0], nil
+}
+
+// acquireAll implements acquire and AcquireAll: one acquisition per name,
+// whose znodes are created together. Telemetry records each on its own.
+func (l *Locker) acquireAll(ctx context.Context, op string, names []string, req queue.Request, try bool) ([]lock.Lease, error) {
+	if err := l.enterName(ctx, op, names...); err != nil {
 		return nil, err
 	}
 	defer l.leave()
+	on := quoted(names)
 	if req.Kind == queue.Permit {
 		if err := queue.CheckLimit(req.Limit); err != nil {
-			return nil, fmt.Errorf("zklock: %s %q: %w: %w", op, name, lock.ErrInvalidConfig, err)
+			return nil, fmt.Errorf("zklock: %s %s: %w: %w", op, on, lock.ErrInvalidConfig, err)
 		}
 	}
 	if _, ok := recipeName(l.o.layout, req); !ok {
-		return nil, fmt.Errorf("zklock: %s %q: %w: layout %s has no %s requests", op, name, lock.ErrIncompatible, l.o.layout, req.Kind)
+		return nil, fmt.Errorf("zklock: %s %s: %w: layout %s has no %s requests", op, on, lock.ErrIncompatible, l.o.layout, req.Kind)
 	}
-	ctx, tel := l.tel.StartAcquire(ctx, name, req.Kind.String(), !try)
-	a := &acquisition{l: l, name: name, parent: l.parent(name), req: req, try: try}
-	le, err := a.run(ctx)
-	if hold := tel.End(config.Outcome(ctx, err), uint64(le.Token()), err); le != nil && hold.Counts() {
-		le.st.OnEnd(func(err error) { l.countEnd(le, hold, err) })
+	as, tels := make([]*acquisition, len(names)), make([]telemetry.Acquire, len(names))
+	for i, name := range names {
+		as[i] = &acquisition{l: l, name: name, parent: l.parent(name), req: req, try: try}
+		_, tels[i] = l.tel.StartAcquire(ctx, name, req.Kind.String(), !try)
+	}
+	les, err := run(ctx, as)
+	out := make([]lock.Lease, len(les))
+	for i, tel := range tels {
+		var le *Lease
+		if err == nil {
+			le, out[i] = les[i], les[i]
+		}
+		if hold := tel.End(config.Outcome(ctx, err), uint64(le.Token()), err); le != nil && hold.Counts() {
+			le.st.OnEnd(func(err error) { l.countEnd(le, hold, err) })
+		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("zklock: %s %q: %w", op, name, secure.Refusal(err, isRefusal))
+		return nil, fmt.Errorf("zklock: %s %s: %w", op, on, secure.Refusal(err, isRefusal))
 	}
-	return le, nil
+	return out, nil
 }
 
 // countEnd records the end of le, which ended with err. A deletion may be
@@ -146,38 +185,55 @@ func (l *Locker) countEnd(le *Lease, hold telemetry.Hold, err error) {
 	})
 }
 
-// run creates the acquisition's znode in a session of the Locker and
-// queues it up; on error it deletes the znode.
-func (a *acquisition) run(ctx context.Context) (*Lease, error) {
+// run creates the znodes of as (one acquisition's, or those of one
+// AcquireAll) in one request, in a session of the Locker, and queues
+// each up in turn; on error it deletes all of them.
+func run(ctx context.Context, as []*acquisition) ([]*Lease, error) {
 	if err := context.Cause(ctx); err != nil {
 		return nil, err
 	}
+	l := as[0].l
 	for attempt := 0; ; attempt++ {
-		var err error
-		a.s, err = a.l.ss.get(ctx)
+		s, err := l.ss.get(ctx)
 		if err != nil {
 			return nil, err
 		}
-		a.z.prefix = newPrefix(a.l.o.layout, a.req)
-		a.z.path, err = a.create(ctx)
+		for _, a := range as {
+			a.s, a.z.prefix = s, newPrefix(l.o.layout, a.req)
+		}
+		err = create(ctx, as)
 		if err == nil {
 			break
 		}
 		// No znode yet, so no place lost: try the next session.
-		if ended(a.s) && errors.Is(err, lock.ErrLost) && attempt < 3 {
+		if ended(s) && errors.Is(err, lock.ErrLost) && attempt < 3 {
 			continue
 		}
 		return nil, err
 	}
-	a.z.own = a.z.path[len(a.parent)+1:]
-	a.l.watch.track(a.z.path)
-	le, err := a.queueUp(ctx)
-	if err != nil {
-		a.l.watch.untrack(a.z.path)
-		a.l.discard(a.z.path, a.z.marker)
+	for _, a := range as {
+		a.z.own = a.z.path[len(a.parent)+1:]
+		l.watch.track(a.z.path)
+	}
+	les := make([]*Lease, 0, len(as))
+	for _, a := range as {
+		le, err := a.queueUp(ctx)
+		if err == nil {
+			les = append(les, le)
+			continue
+		}
+		rctx, cancel := context.WithTimeout(l.g.bg, l.cleanupWait())
+		defer cancel()
+		for _, le := range les {
+			_ = le.Release(rctx)
+		}
+		for _, a := range as[len(les):] {
+			l.watch.untrack(a.z.path)
+			l.discard(a.z.path, a.z.marker)
+		}
 		return nil, err
 	}
-	return le, nil
+	return les, nil
 }
 
 // queueUp decides, waits, and again until admitted, then grants. On
@@ -307,42 +363,70 @@ func (a *acquisition) grant(ctx context.Context, touch bool) (*Lease, error) {
 	return le, nil
 }
 
-// create creates this acquisition's znode and returns its path; it sets
-// a.z.czxid when the create's reply carries the token. Lost replies and
-// cancelled creates: docs/design/zookeeper.md, "Acquisition".
-func (a *acquisition) create(ctx context.Context) (string, error) {
+// create creates the znodes of as in one request (a multi: one zxid) and
+// sets their paths and, when the reply carries it, the token. Lost
+// replies and cancelled creates: docs/design/zookeeper.md, "Acquisition".
+func create(ctx context.Context, as []*acquisition) error {
 	// The request and its clean-up may outlive this attempt: copies.
-	l, parent, prefix := a.l, a.parent, a.z.prefix
-	a.z.marker = ""
-	if l.o.LockDelay > 0 {
-		a.z.marker = markerOf(parent, prefix)
+	l, cs := as[0].l, make([]cleanup, len(as))
+	for i, a := range as {
+		a.z.marker = ""
+		if l.o.LockDelay > 0 {
+			a.z.marker = markerOf(a.parent, a.z.prefix)
+		}
+		cs[i] = cleanup{parent: a.parent, prefix: a.z.prefix, marker: a.z.marker}
 	}
-	marker := a.z.marker
-	abandoned := func(c created, err error) {
-		switch {
-		case err == nil:
-			l.jan.add(cleanup{path: c.path, marker: marker})
-		case isConnErr(err):
-			l.jan.add(cleanup{parent: parent, prefix: prefix, marker: marker})
+	abandoned := func(got []created, err error) {
+		for i, c := range cs {
+			switch {
+			case err == nil:
+				l.jan.add(cleanup{path: got[i].path, marker: c.marker})
+			case isConnErr(err):
+				l.jan.add(c)
+			}
 		}
 	}
 	for range 8 {
 		stamp := !l.stampDenied.Load()
-		f := start(l.g, func() (created, error) { return l.createZnode(parent, prefix, marker, stamp) }, abandoned)
-		r, stop := f.await(ctx, l.g, a.s)
+		f := start(l.g, func() ([]created, error) { return l.createZnodes(cs, stamp) }, abandoned)
+		r, stop := f.await(ctx, l.g, as[0].s)
 		if stop != nil {
 			if ctx.Err() != nil {
-				a.settle(f)
+				l.settle(f, cs, as[0].s)
 			} else {
 				f.abandon()
 			}
-			return "", &stopError{stop}
+			return &stopError{stop}
 		}
-		if path, done, err := a.answered(ctx, r, stamp); done {
-			return path, err
+		if done, err := answeredAll(ctx, as, r, stamp); done {
+			return err
 		}
 	}
-	return "", fmt.Errorf("creating the lock znode under %s keeps failing", a.parent)
+	return fmt.Errorf("creating the lock znode under %s keeps failing", as[0].parent)
+}
+
+// answeredAll takes the answer r to the create of as (see answered) and
+// says whether it is done, and with what error, after which it deletes
+// the znodes found. Not all of them found: create again (decide gives up
+// a duplicate).
+func answeredAll(ctx context.Context, as []*acquisition, r result[[]created], stamp bool) (bool, error) {
+	all, first := true, error(nil)
+	for i, a := range as {
+		ri := result[created]{err: r.err}
+		if r.err == nil {
+			ri.v = r.v[i]
+		}
+		var done bool
+		var err error
+		a.z.path, done, err = a.answered(ctx, ri, stamp)
+		all, first = all && done, cmp.Or(first, err)
+	}
+	for _, a := range as {
+		if first != nil && a.z.path != "" {
+			a.l.discard(a.z.path, a.z.marker)
+		}
+	}
+	return all || first != nil, first
 }
 
 // answered takes the answer r to a create (with the stamp of the parent,
@@ -393,52 +477,64 @@ type created struct {
 // of the parent alone (zk.ErrNoAuth on the SetData).
 var errStampDenied = errors.New("no write permission on the lock's parent")
 
-// createZnode creates the lock znode parent/prefix and its lock-delay
-// marker (unless ""), in one request. With stamp it also sets the
-// parent's data, so that the answer carries the token
+// createZnodes creates the lock znode parent/prefix of each of cs and
+// its lock-delay marker (unless ""), in one request. With stamp it also
+// sets the data of each parent, so that the answer carries the token
 // (docs/design/zookeeper.md, "Tokens"), or fails with errStampDenied.
-func (l *Locker) createZnode(parent, prefix, marker string, stamp bool) (created, error) {
+func (l *Locker) createZnodes(cs []cleanup, stamp bool) ([]created, error) {
 	id := []byte(l.o.Identity)
-	if !stamp && marker == "" {
-		p, err := l.conn.Create(parent+"/"+prefix, id, zk.FlagEphemeralSequential, l.o.acl)
-		return created{path: p}, err
+	if len(cs) == 1 && !stamp && cs[0].marker == "" {
+		p, err := l.conn.Create(cs[0].parent+"/"+cs[0].prefix, id, zk.FlagEphemeralSequential, l.o.acl)
+		return []created{{path: p}}, err
 	}
-	ops := make([]any, 0, 3)
-	ops = append(ops, &zk.CreateRequest{Path: parent + "/" + prefix, Data: id, Acl: l.o.acl, Flags: zk.FlagEphemeralSequential})
-	if stamp {
-		ops = append(ops, &zk.SetDataRequest{Path: parent, Data: nil, Version: -1})
+	var ops []any
+	for _, c := range cs {
+		ops = append(ops, &zk.CreateRequest{Path: c.parent + "/" + c.prefix, Data: id, Acl: l.o.acl, Flags: zk.FlagEphemeralSequential})
+		if stamp {
+			ops = append(ops, &zk.SetDataRequest{Path: c.parent, Data: nil, Version: -1})
+		}
+		if c.marker != "" {
+			ops = append(ops, &zk.CreateRequest{Path: c.marker, Data: id, Acl: l.o.acl, Flags: zk.FlagPersistent})
+		}
 	}
-	if marker != "" {
-		ops = append(ops, &zk.CreateRequest{Path: marker, Data: id, Acl: l.o.acl, Flags: zk.FlagPersistent})
-	}
+	n := len(ops) / len(cs) // the operations of each znode: create, stamp, marker
 	res, err := l.conn.Multi(ops...)
-	if stamp && len(res) > 1 && errors.Is(res[1].Error, zk.ErrNoAuth) {
-		return created{}, errStampDenied
+	for i := 1; stamp && i < len(res); i += n {
+		if errors.Is(res[i].Error, zk.ErrNoAuth) {
+			return nil, errStampDenied
+		}
 	}
 	if err := multiErr(res, err); err != nil {
-		return created{}, err
+		return nil, err
 	}
-	c := created{path: res[0].String}
-	if stamp && len(res) > 1 && res[1].Stat != nil {
-		c.czxid, c.alone = res[1].Stat.Mzxid, res[1].Stat.NumChildren == 1
+	cr := make([]created, len(cs))
+	for i := range cr {
+		cr[i].path = res[i*n].String
+		if stamp && res[i*n+1].Stat != nil {
+			cr[i].czxid, cr[i].alone = res[i*n+1].Stat.Mzxid, res[i*n+1].Stat.NumChildren == 1
+		}
 	}
-	return c, nil
+	return cr, nil
 }
 
-// settle finishes a create in flight when the caller's context ended: it
-// waits for the answer (bounded as discard is) and deletes the znode; the
-// janitor takes over an answer that comes later.
-func (a *acquisition) settle(f *future[created]) {
-	ctx, cancel := context.WithTimeout(a.l.g.bg, a.l.cleanupWait())
+// settle finishes a create of cs in flight when the caller's context
+// ended: it waits for the answer (bounded as discard is) and deletes the
+// znodes; the janitor takes over an answer that comes later.
+func (l *Locker) settle(f *future[[]created], cs []cleanup, s *session) {
+	ctx, cancel := context.WithTimeout(l.g.bg, l.cleanupWait())
 	defer cancel()
-	r, stop := f.await(ctx, a.l.g, a.s)
-	switch {
-	case stop != nil:
+	r, stop := f.await(ctx, l.g, s)
+	if stop != nil {
 		f.abandon()
-	case r.err == nil:
-		a.l.discard(r.v.path, a.z.marker)
-	case isConnErr(r.err), a.z.marker != "" && errors.Is(r.err, zk.ErrNodeExists):
-		a.l.jan.add(cleanup{parent: a.parent, prefix: a.z.prefix, marker: a.z.marker})
+		return
+	}
+	for i, c := range cs {
+		switch {
+		case r.err == nil:
+			l.discard(r.v[i].path, c.marker)
+		case isConnErr(r.err), c.marker != "" && errors.Is(r.err, zk.ErrNodeExists):
+			l.jan.add(c)
+		}
 	}
 }
 

@@ -85,6 +85,14 @@ func TestBadInput(t *testing.T) {
 			_, err := GuardedMulti(ctx, &zk.Conn{}, nilLease, (*zk.SetDataRequest)(nil))
 			return err
 		}},
+		{"GuardedMultiAll(nil conn)", lock.ErrInvalidConfig, func() error { _, err := GuardedMultiAll(ctx, nil, []lock.Lease{nilLease}); return err }},
+		{"GuardedMultiAll(nil ctx)", lock.ErrInvalidConfig, func() error { _, err := GuardedMultiAll(nilCtx, &zk.Conn{}, []lock.Lease{nilLease}); return err }},
+		{"GuardedMultiAll(no leases)", lock.ErrInvalidConfig, func() error { _, err := GuardedMultiAll(ctx, &zk.Conn{}, nil); return err }},
+		{"GuardedMultiAll(zero lease second)", lock.ErrInvalidConfig, func() error {
+			_, err := GuardedMultiAll(ctx, &zk.Conn{}, []lock.Lease{nilLease, &Lease{}})
+			return err
+		}},
+		{"GuardedMultiAll(nil lease)", lock.ErrInvalidConfig, func() error { _, err := GuardedMultiAll(ctx, &zk.Conn{}, []lock.Lease{nil}); return err }},
 		{"SetFenced(nil ctx)", lock.ErrInvalidConfig, func() error { _, err := SetFenced(nilCtx, &zk.Conn{}, "/a", nil, 1); return err }},
 		{"SetFenced(nil conn)", lock.ErrInvalidConfig, func() error { _, err := SetFenced(ctx, nil, "/a", nil, 1); return err }},
 		{"SetFenced(relative path)", lock.ErrInvalidConfig, func() error { _, err := SetFenced(ctx, &zk.Conn{}, "a", nil, 1); return err }},
@@ -99,6 +107,16 @@ func TestBadInput(t *testing.T) {
 		{"Locker.Holder(bad name)", lock.ErrInvalidName, func() error { _, err := l.Holder(ctx, "a//b"); return err }},
 		{"Locker.Observe(bad name)", lock.ErrInvalidName, func() error { _, _, err := l.Observe(ctx, ""); return err }},
 
+		{"Locker.AcquireAll(nil ctx)", lock.ErrInvalidConfig, func() error { _, err := l.AcquireAll(nilCtx, []string{"a"}); return err }},
+		{"Locker.TryAcquireAll(nil ctx)", lock.ErrInvalidConfig, func() error { _, err := l.TryAcquireAll(nilCtx, []string{"a"}); return err }},
+		{"Locker.AcquireAll(no names)", lock.ErrInvalidConfig, func() error { _, err := l.AcquireAll(ctx, nil); return err }},
+		{"Locker.AcquireAll(name twice)", lock.ErrInvalidConfig, func() error { _, err := l.AcquireAll(ctx, []string{"a", "b", "a"}); return err }},
+		{"Locker.TryAcquireAll(bad name)", lock.ErrInvalidName, func() error { _, err := l.TryAcquireAll(ctx, []string{"a", "b//c"}); return err }},
+		{"Locker.AcquireAll(record-shaped name)", lock.ErrInvalidName, func() error {
+			_, err := l.AcquireAll(ctx, []string{"a", "x-lock-0000000001"})
+			return err
+		}},
+		{"(*Locker)(nil).AcquireAll", lock.ErrInvalidConfig, func() error { _, err := nilLocker.AcquireAll(ctx, []string{"a"}); return err }},
 		{"(*Locker)(nil).Acquire", lock.ErrInvalidConfig, func() error { _, err := nilLocker.Acquire(ctx, "a"); return err }},
 		{"(*Locker)(nil).TryAcquire", lock.ErrInvalidConfig, func() error { _, err := nilLocker.TryAcquire(ctx, "a"); return err }},
 		{"(*Locker)(nil).Holder", lock.ErrInvalidConfig, func() error { _, err := nilLocker.Holder(ctx, "a"); return err }},

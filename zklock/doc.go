@@ -3,6 +3,7 @@
 // or later, with github.com/go-zookeeper/zk. Every acquisition creates one
 // ephemeral sequential znode under the lock's parent, a container znode
 // the server removes once empty; a lease's token is its znode's czxid.
+// [Locker.AcquireAll] creates the znodes of several names in one multi.
 // [Dial] opens and owns the connection ([WithDialer], [WithHostProvider]).
 //
 // # What is guaranteed

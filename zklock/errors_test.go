@@ -64,6 +64,12 @@ func TestErrorPrefixOnce(t *testing.T) {
 		{"Lease.Err(released)", lock.ErrReleased, released.Err},
 		{"Lease.Release(released)", lock.ErrReleased, func() error { return released.Release(ctx) }},
 		{"GuardedMulti(lost)", lock.ErrLost, func() error { _, err := GuardedMulti(ctx, &zk.Conn{}, lost); return err }},
+		{"GuardedMultiAll(released, lost)", lock.ErrReleased, func() error {
+			_, err := GuardedMultiAll(ctx, &zk.Conn{}, []lock.Lease{released, lost})
+			return err
+		}},
+		{"AcquireAll(closed)", lock.ErrClosed, func() error { _, err := l.AcquireAll(ctx, []string{"x", "y"}); return err }},
+		{"TryAcquireAll(bad name)", lock.ErrInvalidName, func() error { _, err := l.TryAcquireAll(ctx, []string{"x", "/y"}); return err }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.call, func(t *testing.T) {

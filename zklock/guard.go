@@ -34,47 +34,60 @@ import (
 // lock.ErrInvalidConfig. A connection that fails mid-request leaves open
 // whether the multi was applied.
 func GuardedMulti(ctx context.Context, conn *zk.Conn, lease lock.Lease, ops ...any) ([]zk.MultiResponse, error) {
-	if conn == nil {
-		return nil, fmt.Errorf("zklock: guarded multi: nil conn: %w", lock.ErrInvalidConfig)
-	}
-	if ctx == nil {
-		return nil, fmt.Errorf("zklock: guarded multi: nil context: %w", lock.ErrInvalidConfig)
-	}
-	for i, op := range ops {
-		if nilcheck.IsNil(op) {
-			return nil, fmt.Errorf("zklock: guarded multi: operation %d is nil: %w", i, lock.ErrInvalidConfig)
-		}
-	}
-	le, err := zkLease(lease)
+	return guardedMulti(ctx, conn, "guarded multi", "zklock.GuardedMulti", []lock.Lease{lease}, ops)
+}
+
+// GuardedMultiAll is [GuardedMulti] for several leases, such as those of
+// a lock.MultiLease: ops apply only while every one of leases holds its
+// lock (one check per lease, first in the same multi). It fails as
+// GuardedMulti does for the first lease that is not held; no leases is an
+// error wrapping lock.ErrInvalidConfig.
+func GuardedMultiAll(ctx context.Context, conn *zk.Conn, leases []lock.Lease, ops ...any) ([]zk.MultiResponse, error) {
+	return guardedMulti(ctx, conn, "guarded multi all", "zklock.GuardedMultiAll", leases, ops)
+}
+
+// guardedMulti implements GuardedMulti and GuardedMultiAll: op names the
+// call in errors, helper in telemetry, which has the first lease's name
+// and token.
+func guardedMulti(ctx context.Context, conn *zk.Conn, op, helper string, leases []lock.Lease, ops []any) ([]zk.MultiResponse, error) {
+	les, err := guardArgs(ctx, conn, leases, ops)
 	if err != nil {
-		return nil, fmt.Errorf("zklock: guarded multi: %w", err)
+		return nil, fmt.Errorf("zklock: %s: %w", op, err)
+	}
+	names, checks := make([]string, len(les)), make([]any, len(les), len(les)+len(ops))
+	for i, le := range les {
+		names[i], checks[i] = le.Name(), le.CheckOp()
 	}
 	var tel *telemetry.Telemetry // none for a zero *Lease, refused below
-	if le.valid() {
-		tel = le.l.tel
+	if les[0].valid() {
+		tel = les[0].l.tel
 	}
-	ctx, w := tel.StartWrite(ctx, guardedMultiHelper, le.Name(), uint64(le.czxid))
+	ctx, w := tel.StartWrite(ctx, helper, names[0], uint64(les[0].czxid))
 	fail := func(outcome string, err error) error {
-		err = fmt.Errorf("zklock: guarded multi on %q: %w", le.Name(), secure.Refusal(err, isRefusal))
+		err = fmt.Errorf("zklock: %s on %s: %w", op, quoted(names), secure.Refusal(err, isRefusal))
 		w.End(outcome, err)
 		return err
 	}
-	if err := le.endErr(); err != nil {
-		return nil, fail(telemetry.Rejected, err)
+	for _, le := range les {
+		if err := le.endErr(); err != nil {
+			return nil, fail(telemetry.Rejected, err)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fail("", err)
 	}
-	res, err := conn.Multi(append([]any{le.CheckOp()}, ops...)...)
-	if len(res) > 0 {
-		if cerr := res[0].Error; errors.Is(cerr, zk.ErrNoNode) || errors.Is(cerr, zk.ErrBadVersion) {
-			if lerr := le.endErr(); errors.Is(lerr, lock.ErrReleased) {
-				return nil, fail(telemetry.Rejected, fmt.Errorf("nothing written: %w", lerr))
+	res, err := conn.Multi(append(checks, ops...)...)
+	if len(res) >= len(les) {
+		for i, le := range les {
+			if cerr := res[i].Error; errors.Is(cerr, zk.ErrNoNode) || errors.Is(cerr, zk.ErrBadVersion) {
+				if lerr := le.endErr(); errors.Is(lerr, lock.ErrReleased) {
+					return nil, fail(telemetry.Rejected, fmt.Errorf("nothing written: %w", lerr))
+				}
+				return nil, fail(telemetry.Rejected, fmt.Errorf("nothing written: %w: znode %s (version %d): %w",
+					lock.ErrLost, le.Path(), le.Version(), cerr))
 			}
-			return nil, fail(telemetry.Rejected, fmt.Errorf("nothing written: %w: znode %s (version %d): %w",
-				lock.ErrLost, le.Path(), le.Version(), cerr))
 		}
-		res = res[1:]
+		res = res[len(les):]
 	}
 	if err != nil {
 		return res, fail("", err)
@@ -83,8 +96,31 @@ func GuardedMulti(ctx context.Context, conn *zk.Conn, lease lock.Lease, ops ...a
 	return res, nil
 }
 
-// guardedMultiHelper is the helper attribute of GuardedMulti's spans.
-const guardedMultiHelper = "zklock.GuardedMulti"
+// guardArgs checks the arguments of a guarded multi and returns its
+// leases as *Leases.
+func guardArgs(ctx context.Context, conn *zk.Conn, leases []lock.Lease, ops []any) ([]*Lease, error) {
+	switch {
+	case conn == nil:
+		return nil, fmt.Errorf("nil conn: %w", lock.ErrInvalidConfig)
+	case ctx == nil:
+		return nil, fmt.Errorf("nil context: %w", lock.ErrInvalidConfig)
+	case len(leases) == 0:
+		return nil, fmt.Errorf("no leases: %w", lock.ErrInvalidConfig)
+	}
+	for i, op := range ops {
+		if nilcheck.IsNil(op) {
+			return nil, fmt.Errorf("operation %d is nil: %w", i, lock.ErrInvalidConfig)
+		}
+	}
+	les := make([]*Lease, len(leases))
+	for i, lease := range leases {
+		var err error
+		if les[i], err = zkLease(lease); err != nil {
+			return nil, fmt.Errorf("lease %d of %d: %w", i+1, len(leases), err)
+		}
+	}
+	return les, nil
+}
 
 // zkLease returns lease as a *Lease, or an error wrapping
 // lock.ErrInvalidConfig.

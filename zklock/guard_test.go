@@ -60,6 +60,32 @@ func TestGuardedMultiInvalid(t *testing.T) {
 	}
 }
 
+// TestGuardedMultiAllInvalid checks that GuardedMultiAll names the lease
+// it refuses, and refuses no leases, before any I/O.
+func TestGuardedMultiAllInvalid(t *testing.T) {
+	op := &zk.SetDataRequest{Path: "/x", Data: []byte("v"), Version: -1}
+	tests := []struct {
+		name   string
+		leases []lock.Lease
+		msg    string
+	}{
+		{"no leases", nil, "no leases"},
+		{"nil second", []lock.Lease{&zklock.Lease{}, nil}, "lease 2 of 2: nil lease"},
+		{"other backend second", []lock.Lease{&zklock.Lease{}, memLease(t)}, "lease 2 of 2: lease of type"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := zklock.GuardedMultiAll(context.Background(), idleConn(), tt.leases, op)
+			if !errors.Is(err, lock.ErrInvalidConfig) || !strings.Contains(err.Error(), tt.msg) || !strings.HasPrefix(err.Error(), "zklock: guarded multi all: ") {
+				t.Errorf("GuardedMultiAll() = %v; want an error wrapping %v saying %q", err, lock.ErrInvalidConfig, tt.msg)
+			}
+			if res != nil {
+				t.Errorf("GuardedMultiAll() responses = %v; want nil", res)
+			}
+		})
+	}
+}
+
 func TestGuardSetFencedInvalid(t *testing.T) {
 	tests := []struct {
 		name  string

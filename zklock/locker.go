@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,7 @@ type Locker struct {
 	life  lifetime
 
 	// Writes found refused, and so no longer tried: the stamp of the
-	// parent (createZnode), the release mark (deleteOwn).
+	// parent (createZnodes), the release mark (deleteOwn).
 	stampDenied, markDenied atomic.Bool
 }
 
@@ -215,20 +216,31 @@ func (l *Locker) Close() error {
 // enter registers a public call; it fails once the Locker is closed.
 func (l *Locker) enter() error { return l.ss.admit(&l.life.calls) }
 
-// enterName checks the arguments of a public call op on name and enters
-// it; on success the caller must leave.
-func (l *Locker) enterName(ctx context.Context, op, name string) error {
+// enterName checks the arguments of a public call op on names (one, or
+// distinct ones) and enters it; on success the caller must leave.
+func (l *Locker) enterName(ctx context.Context, op string, names ...string) error {
 	if err := l.usable(ctx); err != nil {
-		return fmt.Errorf("zklock: %s %q: %w", op, name, err)
+		return fmt.Errorf("zklock: %s %s: %w", op, quoted(names), err)
 	}
-	if err := validName(name); err != nil {
-		return fmt.Errorf("zklock: %s: %w", op, err)
+	if len(names) == 0 {
+		return fmt.Errorf("zklock: %s: %w: no names", op, lock.ErrInvalidConfig)
+	}
+	for i, name := range names {
+		if err := validName(name); err != nil {
+			return fmt.Errorf("zklock: %s: %w", op, err)
+		}
+		if slices.Contains(names[:i], name) {
+			return fmt.Errorf("zklock: %s %s: %w: name %q given twice", op, quoted(names), lock.ErrInvalidConfig, name)
+		}
 	}
 	if err := l.enter(); err != nil {
-		return fmt.Errorf("zklock: %s %q: %w", op, name, err)
+		return fmt.Errorf("zklock: %s %s: %w", op, quoted(names), err)
 	}
 	return nil
 }
+
+// quoted is how errors name the locks of a call: "a", or "a" "b".
+func quoted(names []string) string { return strings.Trim(fmt.Sprintf("%q", names), "[]") }
 
 // validName is lock.ValidateName, and refuses a name with a segment that
 // parseChild would take for a lock record (the znode of "a/b" is a child

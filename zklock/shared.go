@@ -11,6 +11,7 @@ var (
 	_ lock.SharedLocker = (*Locker)(nil)
 	_ lock.Semaphore    = (*Locker)(nil)
 	_ lock.HolderLister = (*Locker)(nil)
+	_ lock.MultiLocker  = (*Locker)(nil)
 )
 
 // AcquireShared implements [lock.SharedLocker]: it blocks until it holds
