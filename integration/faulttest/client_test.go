@@ -219,10 +219,9 @@ func clientMain() int {
 	return code
 }
 
-// openLocker opens the client's Locker and returns it with the function
-// that closes it and everything under it.
-func openLocker(ctx context.Context, cfg clientConfig) (lock.Locker, func(), error) {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+// openLocker opens the client's Locker, logging to logger, and returns it
+// with the function that closes it and everything under it.
+func openLocker(ctx context.Context, cfg clientConfig, logger *slog.Logger) (lock.Locker, func(), error) {
 	identity := fmt.Sprintf("client-%d", cfg.ID)
 	switch cfg.Backend {
 	case cluster.Etcd:
@@ -278,7 +277,8 @@ func openLocker(ctx context.Context, cfg clientConfig) (lock.Locker, func(), err
 // cfg.RMWs times, hold, release; until ctx ends. See the workloads for
 // what "rw" and "semaphore" add.
 func runClient(ctx context.Context, cfg clientConfig, lg *eventLog) error {
-	locker, closeLocker, err := openLocker(ctx, cfg)
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	locker, closeLocker, err := openLocker(ctx, cfg, logger)
 	if err != nil {
 		return fmt.Errorf("open locker: %w", err)
 	}
