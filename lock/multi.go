@@ -138,22 +138,23 @@ func (m *MultiLease) watch() {
 	m.end(context.Background(), m.leases[i-1].Err())
 }
 
-// end releases every lease and closes done with err, or with the errors
-// of the releases if err is nil. m.mu is held.
+// end closes done with err, or with an error wrapping ErrReleased if err
+// is nil, and then releases every lease, returning the releases' errors:
+// as a lease's Done closes before its record goes, since a waiter may be
+// granted a name as soon as its release is applied. m.mu is held.
 func (m *MultiLease) end(ctx context.Context, err error) error {
+	if err == nil {
+		err = fmt.Errorf("lock: leases of %q: %w", m.Names(), ErrReleased)
+	}
+	m.err = err
+	close(m.done)
 	var errs []error
 	for _, le := range m.leases {
 		if rerr := release(ctx, le, DefaultDoReleaseTimeout); rerr != nil && !errors.Is(rerr, ErrReleased) {
 			errs = append(errs, rerr)
 		}
 	}
-	m.err = err
-	if err == nil {
-		err = errors.Join(errs...)
-		m.err = errors.Join(fmt.Errorf("lock: leases of %q: %w", m.Names(), ErrReleased), err)
-	}
-	close(m.done)
-	return err
+	return errors.Join(errs...)
 }
 
 // Names returns the names of the locks held, sorted.
