@@ -494,7 +494,7 @@ if wants_containers; then
 		-skip "$neutral_skip" "${run_filter[@]}" ./cluster ./etcdtest ./zktest ./guardtest ./electiontest ./interoptest || step_failed
 	# The short fault pass: kill, pause (docker pause) and restart members,
 	# freeze and kill clients, with the fenced register checking. The
-	# read-write and semaphore workloads run in the process stage only
+	# read-write, semaphore and multi workloads run in the process stage only
 	# (see faultWorkloads in integration/faulttest).
 	fault_run=(-run '^TestFault$')
 	((${#run_filter[@]})) && fault_run=("${run_filter[@]}")
@@ -535,7 +535,7 @@ if wants process || wants containers; then
 	left_out+=(-left-out "$optin_note")
 fi
 if wants_containers; then
-	left_out+=(-left-out "containers stage: TestFault runs the workloads FENCELOCK_FAULT_WORKLOADS=${FENCELOCK_FAULT_WORKLOADS:-mutex} (the process stage runs mutex, rw and semaphore) and leaves out the partition faults (partition-*: the harness cuts a member off from its peers by its cgroup; the process stage runs them)")
+	left_out+=(-left-out "containers stage: TestFault runs the workloads FENCELOCK_FAULT_WORKLOADS=${FENCELOCK_FAULT_WORKLOADS:-mutex} (the process stage runs mutex, rw, semaphore and multi) and leaves out the partition faults (partition-*: the harness cuts a member off from its peers by its cgroup; the process stage runs them)")
 fi
 
 status=0

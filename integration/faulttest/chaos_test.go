@@ -85,7 +85,7 @@ func chaosScenarios(t *testing.T) []scenario {
 }
 
 // TestChaos runs random faults with random timings and workloads (the
-// mutex, read-write and semaphore workloads of TestFault), on each
+// mutex, read-write, semaphore and multi workloads of TestFault), on each
 // backend for FENCELOCK_CHAOS_DURATION, and prints a summary table. Only
 // with FENCELOCK_CHAOS=1 or -chaos ("make chaos"). Set FENCELOCK_CHAOS_SEED
 // to replay a sequence of runs, FENCELOCK_CHAOS_SCENARIOS (a regular

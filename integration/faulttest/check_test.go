@@ -67,6 +67,12 @@ type history struct {
 	// in vanished (0: no lock-delay check).
 	lockDelay time.Duration
 	vanished  []vanish
+	// multi is set in the multi workload, whose history checkMulti
+	// splits by name; evidence is set in the history of one name: by
+	// token, when a request carrying any token of the same grant was
+	// refused (see refusedSince).
+	multi    *multiHistory
+	evidence map[uint64][]int64
 }
 
 // stats counts what a run did; summed over runs for the chaos table.
@@ -387,6 +393,9 @@ func (h *history) frozenExcuse(client int, ended int64, o window) (bool, string)
 // carrying tok at or after t: the evidence that fencing stopped a stale
 // holder, without which a freeze excuses nothing.
 func (h *history) refusedSince(tok uint64, t int64) bool {
+	if h.evidence != nil {
+		return slices.ContainsFunc(h.evidence[tok], func(at int64) bool { return at >= t })
+	}
 	for _, e := range h.server {
 		if e.Token == tok && e.Status == http.StatusConflict && e.T >= t {
 			return true
@@ -467,6 +476,9 @@ func (h *history) serverExcuse(start int64) (bool, string) {
 // check runs every checker over h and returns the run's counts and the
 // violations found, each a sentence saying what broke.
 func (h *history) check() (stats, []string) {
+	if h.multi != nil {
+		return h.checkMulti()
+	}
 	st := h.counts()
 	var bad []string
 	// 1. No acknowledged append lost.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
@@ -60,8 +61,12 @@ type clientConfig struct {
 	// read-modify-write; Hold the time the lease is kept after them.
 	Think time.Duration `json:"think"`
 	Hold  time.Duration `json:"hold"`
-	// Workload is "" (the mutex), "rw" or "semaphore" (see workload).
+	// Workload is "" (the mutex), "rw", "semaphore" or "multi" (see
+	// workload).
 	Workload string `json:"workload,omitempty"`
+	// Names are the multi workload's names, which its sets are drawn
+	// from.
+	Names []string `json:"names,omitempty"`
 	// Limit is the semaphore workload's limit.
 	Limit int `json:"limit,omitempty"`
 	// LockDelay, when positive, is the Locker's lock-delay
@@ -75,10 +80,10 @@ type clientConfig struct {
 	Broken bool `json:"broken,omitempty"`
 }
 
-// The workloads. In every one, the register's read-modify-writes are done
-// under an exclusive lease of cfg.Lock, so the register's checks apply
-// unchanged, and the faults, which pick their victims by the register's
-// requests, hit holders of every kind of grant.
+// The workloads. In every one but "multi", the register's
+// read-modify-writes are done under an exclusive lease of cfg.Lock, so
+// the register's checks apply unchanged, and the faults, which pick their
+// victims by the register's requests, hit holders of every kind of grant.
 //
 //   - "" (the mutex): every grant exclusive.
 //   - "rw": a client alternates between the write lock of cfg.Lock (with
@@ -92,6 +97,9 @@ type clientConfig struct {
 //     semName, then the lock and its read-modify-writes, and releases
 //     both: the semaphore checker requires that no more than cfg.Limit
 //     clients believe they hold a permit at once.
+//   - "multi": a client takes a random set of cfg.Names with
+//     lock.AcquireAll and read-modify-writes the register's set of each
+//     name with that name's lease (see workloadMulti).
 const (
 	workloadRW        = "rw"
 	workloadSemaphore = "semaphore"
@@ -113,6 +121,13 @@ type event struct {
 	Kind   string `json:"k"`
 	Token  uint64 `json:"tok,omitempty"`
 	Op     int64  `json:"op,omitempty"`
+	// Name is the set a read or write of the multi workload is for;
+	// Names and Tokens (in the order of Names) are the names asked for
+	// ("acq", "acq-err") or held ("acq-ok", "done", "rel", "rel-ok",
+	// "rel-err") by one of its grants, with their tokens.
+	Name   string   `json:"name,omitempty"`
+	Names  []string `json:"names,omitempty"`
+	Tokens []uint64 `json:"toks,omitempty"`
 	// Version, N and Sum describe the register: the version read (or, for
 	// a write, the version it was based on), its size and its hash.
 	Version int    `json:"v,omitempty"`
@@ -285,7 +300,8 @@ func runClient(ctx context.Context, cfg clientConfig, lg *eventLog) error {
 	defer closeLocker()
 	base := &http.Transport{}
 	defer base.CloseIdleConnections()
-	w := &worker{cfg: cfg, lg: lg, base: base, locker: locker}
+	w := &worker{cfg: cfg, lg: lg, base: base, locker: locker,
+		rng: rand.New(rand.NewPCG(uint64(cfg.ID), uint64(time.Now().UnixNano())))}
 	for round := 0; ctx.Err() == nil; round++ {
 		var release func()
 		if cfg.Workload == workloadSemaphore {
@@ -293,6 +309,10 @@ func runClient(ctx context.Context, cfg clientConfig, lg *eventLog) error {
 			if release, ok = w.permit(ctx); !ok {
 				continue
 			}
+		}
+		if cfg.Workload == workloadMulti {
+			w.multiGrant(ctx)
+			continue
 		}
 		shared := cfg.Workload == workloadRW && (round+cfg.ID)%2 == 1
 		w.grant(ctx, shared)
@@ -409,7 +429,7 @@ func (w *worker) grant(ctx context.Context, shared bool) {
 			continue
 		}
 		w.seq++
-		if h := w.readModifyWrite(lease, cfg.OpBase+w.seq); h > hold {
+		if h, _ := w.readModifyWrite(lease, cfg.OpBase+w.seq); h > hold {
 			hold = h
 		}
 	}
@@ -428,7 +448,17 @@ type worker struct {
 	lg     *eventLog
 	base   *http.Transport
 	locker lock.Locker
-	seq    int64 // the last op id used, less cfg.OpBase
+	seq    int64      // the last op id used, less cfg.OpBase
+	rng    *rand.Rand // draws the multi workload's sets
+}
+
+// target returns the register's URL for lease, and the name of its set
+// in the multi workload ("" in the others, which share one set).
+func (w *worker) target(lease lock.Lease) (string, string) {
+	if w.cfg.Workload != workloadMulti {
+		return w.cfg.Register, ""
+	}
+	return w.cfg.Register + "/" + lease.Name(), lease.Name()
 }
 
 // registerState is the register's answer to a read or a write.
@@ -452,35 +482,37 @@ const requestTimeout = 20 * time.Second
 // (a pause between that check and the write) that the resource's check
 // exists for.
 //
-// It returns the hold time the register asked for, if any.
-func (w *worker) readModifyWrite(lease lock.Lease, op int64) time.Duration {
+// It returns the hold time the register asked for, if any, and whether
+// the write was accepted.
+func (w *worker) readModifyWrite(lease lock.Lease, op int64) (time.Duration, bool) {
 	tok := uint64(lease.Token())
 	st, ok := w.read(lease, op, false)
 	if !ok {
-		return 0
+		return 0, false
 	}
+	u, name := w.target(lease)
 
 	<-time.After(w.cfg.Think)
 
 	q := url.Values{"base": {strconv.Itoa(st.Version)}, "op": {strconv.FormatInt(op, 10)}}
-	req, _ := http.NewRequest(http.MethodPost, w.cfg.Register+"?"+q.Encode(), nil)
+	req, _ := http.NewRequest(http.MethodPost, u+"?"+q.Encode(), nil)
 	req.Header.Set(clientHeader, strconv.Itoa(w.cfg.ID))
 	req.Header.Set(httpfence.Header, lease.Token().String())
-	w.lg.log(event{Kind: "write", Token: tok, Op: op, Version: st.Version, N: st.N, Sum: st.Sum})
+	w.lg.log(event{Kind: "write", Name: name, Token: tok, Op: op, Version: st.Version, N: st.N, Sum: st.Sum})
 	wc := &http.Client{Transport: w.base, Timeout: requestTimeout}
 	nst, status, err := do(wc, req)
 	switch {
 	case err != nil:
 		// Sent, perhaps applied: the outcome is unknown.
-		w.lg.log(event{Kind: "write-unknown", Token: tok, Op: op, Class: classify(err), Err: err.Error()})
+		w.lg.log(event{Kind: "write-unknown", Name: name, Token: tok, Op: op, Class: classify(err), Err: err.Error()})
 	case status == http.StatusOK:
-		w.lg.log(event{Kind: "write-ok", Token: tok, Op: op, Version: nst.Version, N: nst.N, Sum: nst.Sum})
+		w.lg.log(event{Kind: "write-ok", Name: name, Token: tok, Op: op, Version: nst.Version, N: nst.N, Sum: nst.Sum})
 	case status == http.StatusConflict:
-		w.lg.log(event{Kind: "write-stale", Token: tok, Op: op})
+		w.lg.log(event{Kind: "write-stale", Name: name, Token: tok, Op: op})
 	default:
-		w.lg.log(event{Kind: "write-err", Token: tok, Op: op, Err: fmt.Sprintf("status %d", status)})
+		w.lg.log(event{Kind: "write-err", Name: name, Token: tok, Op: op, Err: fmt.Sprintf("status %d", status)})
 	}
-	return max(st.Hold, nst.Hold)
+	return max(st.Hold, nst.Hold), err == nil && status == http.StatusOK
 }
 
 // read reads the register through httpfence.Transport, with the lease's
@@ -494,9 +526,10 @@ func (w *worker) readModifyWrite(lease lock.Lease, op int64) time.Duration {
 // refusal only costs the older reader its read.
 func (w *worker) read(lease lock.Lease, op int64, shared bool) (registerState, bool) {
 	tok := uint64(lease.Token())
-	w.lg.log(event{Kind: "read", Token: tok, Op: op, Shared: shared})
+	u, name := w.target(lease)
+	w.lg.log(event{Kind: "read", Name: name, Token: tok, Op: op, Shared: shared})
 	rc := &http.Client{Transport: &httpfence.Transport{Lease: lease, Base: w.base}, Timeout: requestTimeout}
-	req, _ := http.NewRequest(http.MethodGet, w.cfg.Register, nil)
+	req, _ := http.NewRequest(http.MethodGet, u, nil)
 	req.Header.Set(clientHeader, strconv.Itoa(w.cfg.ID))
 	if shared {
 		req.Header.Set(sharedHeader, "1")
@@ -504,16 +537,16 @@ func (w *worker) read(lease lock.Lease, op int64, shared bool) (registerState, b
 	st, status, err := do(rc, req)
 	switch {
 	case err != nil:
-		w.lg.log(event{Kind: "read-err", Token: tok, Op: op, Class: classify(err), Err: err.Error(), Shared: shared})
+		w.lg.log(event{Kind: "read-err", Name: name, Token: tok, Op: op, Class: classify(err), Err: err.Error(), Shared: shared})
 		return st, false
 	case status == http.StatusConflict:
-		w.lg.log(event{Kind: "read-stale", Token: tok, Op: op, Shared: shared})
+		w.lg.log(event{Kind: "read-stale", Name: name, Token: tok, Op: op, Shared: shared})
 		return st, false
 	case status != http.StatusOK:
-		w.lg.log(event{Kind: "read-err", Token: tok, Op: op, Class: "other", Err: fmt.Sprintf("status %d", status), Shared: shared})
+		w.lg.log(event{Kind: "read-err", Name: name, Token: tok, Op: op, Class: "other", Err: fmt.Sprintf("status %d", status), Shared: shared})
 		return st, false
 	}
-	w.lg.log(event{Kind: "read-ok", Token: tok, Op: op, Version: st.Version, N: st.N, Sum: st.Sum, Shared: shared})
+	w.lg.log(event{Kind: "read-ok", Name: name, Token: tok, Op: op, Version: st.Version, N: st.N, Sum: st.Sum, Shared: shared})
 	return st, true
 }
 

@@ -47,6 +47,12 @@
 //     holder's record on the servers;
 //   - every client that kept trying was served again after the fault.
 //
+// In the multi workload a grant is a random set of names (lock.AcquireAll),
+// each name with a set of its own in the register: the checks run name by
+// name, and every grant must hold exactly its set and end as one.
+// TestMultiDeadlockFree runs clients over random overlapping sets, each
+// call bounded, and prints the figures of the run.
+//
 // TestFault runs one short pass of every fault on both backends. The
 // partition faults cut the member a holder's client talks to off from its
 // peers (a follower or the leader both ways, or a follower's sends only)

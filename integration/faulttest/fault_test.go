@@ -106,11 +106,12 @@ var workloads = []workload{
 	{},
 	{name: "rw", workload: workloadRW},
 	{name: "semaphore", workload: workloadSemaphore, limit: 2},
+	{name: "multi", workload: workloadMulti},
 }
 
 // faultWorkloads returns the workloads TestFault runs: all of them, or
 // those FENCELOCK_FAULT_WORKLOADS lists (comma-separated: mutex, rw,
-// semaphore), which is printed. make test's containers stage runs the
+// semaphore, multi), which is printed. make test's containers stage runs the
 // mutex only: the workloads differ in what the clients ask the backend,
 // not in how its servers were started, and the process stage runs them
 // all.
@@ -129,7 +130,7 @@ func faultWorkloads(t *testing.T) []workload {
 			}
 		}
 		if !found {
-			t.Fatalf("FENCELOCK_FAULT_WORKLOADS=%q: unknown workload %q (known: mutex, rw, semaphore)", env, n)
+			t.Fatalf("FENCELOCK_FAULT_WORKLOADS=%q: unknown workload %q (known: mutex, rw, semaphore, multi)", env, n)
 		}
 	}
 	msg := fmt.Sprintf("faulttest: FENCELOCK_FAULT_WORKLOADS=%s: running only these workloads", env)
@@ -163,7 +164,8 @@ func (w workload) config() runConfig {
 }
 
 // TestFault runs one short pass of every fault on both backends, with
-// fencing on, for every workload: no violation may be found, and every
+// fencing on, for every workload (see runClient; "multi" is checked name
+// by name and as a whole, see checkMulti): no violation may be found, and every
 // fault must be confirmed to have happened. Across each workload's runs,
 // the readers must have shared the lock at least once and the semaphore's
 // permits must have reached the limit, or the workload did not test what

@@ -55,7 +55,7 @@ func faultPauseHolder(r *run) (err error) {
 		return ferr
 	}
 	paused := r.now()
-	err = r.waitHigherWrite(e.Token)
+	err = r.waitHigherWrite(e.Name, e.Token)
 	if err == nil {
 		r.settle()
 	}
@@ -131,7 +131,7 @@ func faultPauseServer(r *run) error {
 	} else {
 		frozenErr = testutil.WaitFrozen(pid, 5*time.Second)
 	}
-	err = r.waitHigherWrite(e.Token)
+	err = r.waitHigherWrite(e.Name, e.Token)
 	if err == nil {
 		r.settle()
 	}
@@ -228,7 +228,7 @@ func faultBlackholeHolder(r *run) error {
 		return err
 	}
 	cut := r.now()
-	err = r.waitHigherWrite(e.Token)
+	err = r.waitHigherWrite(e.Name, e.Token)
 	if err == nil {
 		r.settle()
 	}
@@ -246,7 +246,7 @@ func faultBlackholeHolder(r *run) error {
 	}
 	if !poll(r.timeout(), func() bool {
 		ev, ok := lastEvent(target, cut, "done")
-		return ok && ev.Token == e.Token && ev.Class == "lost"
+		return ok && hasToken(ev, e.Token) && ev.Class == "lost"
 	}) {
 		return fmt.Errorf("client %d, partitioned while holding token %d, did not report its lease lost", target.id, e.Token)
 	}
@@ -261,7 +261,8 @@ func faultBlackholeHolder(r *run) error {
 const replyDelay = 250 * time.Millisecond
 
 // clientRecords returns the keys of client id's records of the lock or
-// semaphore name on the server (the records carry the client's identity).
+// semaphore name on the server (the records carry the client's identity),
+// or of every name if name is "".
 func (r *run) clientRecords(id int, name string) (map[string]bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -272,7 +273,7 @@ func (r *run) clientRecords(id int, name string) (map[string]bool, error) {
 	identity := fmt.Sprintf("client-%d", id)
 	keys := map[string]bool{}
 	for _, rec := range recs {
-		if rec.identity == identity && strings.Contains(rec.key, "/"+name+"/") {
+		if rec.identity == identity && (name == "" || strings.Contains(rec.key, "/"+name+"/")) {
 			keys[rec.key] = true
 		}
 	}
@@ -305,15 +306,16 @@ func firstEvent(p *clientProc, since int64, kinds ...string) (event, bool) {
 func faultReplyLost(req string) fault {
 	return func(r *run) error {
 		// In the semaphore workload a client takes a permit before the
-		// lock: its first acquire after the delay is the permit's.
-		kind, name := req, ""
+		// lock: its first acquire after the delay is the permit's. In the
+		// multi workload the request is for every name of a set.
+		kind, name, multi := req, "", r.cfg.workload == workloadMulti
 		if req == "acq" && r.cfg.workload == workloadSemaphore {
 			kind, name = "sem", semName
 		}
 		var target *clientProc
 		if _, err := r.nextAccepted(isWrite, func(e serverEvent) {
 			target = r.client(e.Client)
-			if name == "" {
+			if name == "" && !multi {
 				name = target.cfg.Lock
 			}
 			for _, p := range target.proxies {
@@ -560,7 +562,7 @@ func faultKillHolder(r *run) (err error) {
 	case <-time.After(r.timeout()):
 		return fmt.Errorf("client %d still running %v after SIGKILL", target.id, r.timeout())
 	}
-	err = r.waitHigherWrite(e.Token)
+	err = r.waitHigherWrite(e.Name, e.Token)
 	if _, aerr := r.addClient(); aerr != nil {
 		return aerr
 	}

@@ -92,7 +92,7 @@ func faultCutPeers(leader bool, mode cluster.CutMode) fault {
 		m := r.b.c.Members[cut.Member()]
 		cutAt := r.now()
 		r.t.Logf("cut %s (the leader: %t) off from its peers (%v), which client %d (token %d) depends on", m.Name(), leader, mode, target.id, e.Token)
-		err = r.holdCut(target, e.Token, cutAt)
+		err = r.holdCut(target, e, cutAt)
 		if err == nil && leader {
 			err = r.ledByAnother(cut.Member())
 		}
@@ -170,14 +170,15 @@ func (r *run) leaderNow(d time.Duration) (int, error) {
 	return r.b.c.Leader(ctx)
 }
 
-// holdCut waits, from the cut at cutAt, until the holder target (granted
-// tok) has reported its lease or its wait lost, a write with a newer token
-// has been accepted and cutLeast has passed; then for the chaos jitter.
-func (r *run) holdCut(target *clientProc, tok uint64, cutAt int64) error {
+// holdCut waits, from the cut at cutAt, until the holder target (whose
+// read was e) has reported its lease or its wait lost, a write with a
+// newer token has been accepted and cutLeast has passed; then for the
+// chaos jitter.
+func (r *run) holdCut(target *clientProc, e serverEvent, cutAt int64) error {
 	if !poll(r.timeout(), func() bool { return lostSince(target, cutAt) }) {
-		return fmt.Errorf("client %d (token %d), whose server was cut off, never reported a lost lease or wait within %v", target.id, tok, r.timeout())
+		return fmt.Errorf("client %d (token %d), whose server was cut off, never reported a lost lease or wait within %v", target.id, e.Token, r.timeout())
 	}
-	if err := r.waitHigherWrite(tok); err != nil {
+	if err := r.waitHigherWrite(e.Name, e.Token); err != nil {
 		return err
 	}
 	if rest := cutLeast(r) - time.Duration(r.now()-cutAt); rest > 0 {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,8 +15,11 @@ import (
 	"github.com/fencelock/fencelock/fencing/httpfence"
 )
 
-// registerResource is the fencing resource of the register.
-const registerResource = "register"
+// registerPath is the register's path. The multi workload's clients
+// each name a set of their own below it, "/register/<name>", fenced as
+// the resource "register/<name>"; the other workloads use the path
+// itself, the resource "register".
+const registerPath = "/register"
 
 // regNode is one version of the register's set: its parent version plus
 // one element. Versions form a tree, so that a write "the set of version
@@ -33,6 +37,7 @@ type regNode struct {
 type serverEvent struct {
 	T      int64 // since the run's start, on the shared monotonic clock
 	Client int
+	Name   string // the set's name in the multi workload, else ""
 	Write  bool
 	// Shared marks a reader's read (see sharedHeader).
 	Shared bool
@@ -44,9 +49,10 @@ type serverEvent struct {
 	V      int // the version after the request
 }
 
-// register is the fenced register: a set of op ids served over HTTP on
-// 127.0.0.1. GET returns the current version, size and hash; POST
-// ?base=V&op=X replaces the set by "the set of version V, plus X". With
+// register is the fenced register: a set of op ids (one per name in the
+// multi workload) served over HTTP on 127.0.0.1. GET returns the current
+// version, size and hash; POST ?base=V&op=X replaces the set by "the set
+// of version V, plus X". With
 // fencing on, httpfence.Handler runs both inside the Guard's critical
 // section, so the token check and the read or write are one step; with
 // fencing off (the control run) any token is accepted.
@@ -56,7 +62,7 @@ type register struct {
 
 	mu    sync.Mutex
 	nodes []regNode
-	cur   int
+	cur   map[string]int // the current version of each name's set
 	log   []serverEvent
 	hooks map[int]func(serverEvent) bool
 	hookN int
@@ -68,12 +74,12 @@ type register struct {
 // newRegister starts a register; it is closed in t.Cleanup.
 func newRegister(t testing.TB, start int64, fenced bool) *register {
 	t.Helper()
-	r := &register{start: start, fenced: fenced, nodes: []regNode{{}}}
+	r := &register{start: start, fenced: fenced, nodes: []regNode{{}}, cur: map[string]int{}}
 	inner := http.HandlerFunc(r.serve)
 	var h http.Handler = inner
 	if fenced {
 		var err error
-		h, err = httpfence.Handler(&fencing.Guard{}, func(*http.Request) string { return registerResource }, inner)
+		h, err = httpfence.Handler(&fencing.Guard{}, func(req *http.Request) string { return strings.TrimPrefix(req.URL.Path, "/") }, inner)
 		if err != nil {
 			t.Fatalf("httpfence.Handler() = %v", err)
 		}
@@ -84,7 +90,7 @@ func newRegister(t testing.TB, start int64, fenced bool) *register {
 }
 
 // URL returns the register's address.
-func (r *register) URL() string { return r.srv.URL + "/register" }
+func (r *register) URL() string { return r.srv.URL + registerPath }
 
 // statusWriter remembers the status a handler wrote.
 type statusWriter struct {
@@ -110,9 +116,10 @@ func (r *register) recordRefusals(h http.Handler) http.Handler {
 		client, _ := strconv.Atoi(req.Header.Get(clientHeader))
 		op, _ := strconv.ParseInt(req.URL.Query().Get("op"), 10, 64)
 		r.mu.Lock()
+		name := setName(req)
 		r.log = append(r.log, serverEvent{
-			T: monoNow() - r.start, Client: client, Write: req.Method == http.MethodPost, Shared: req.Header.Get(sharedHeader) != "",
-			Token: uint64(tok), Status: sw.status, Op: op, V: r.cur,
+			T: monoNow() - r.start, Client: client, Name: name, Write: req.Method == http.MethodPost, Shared: req.Header.Get(sharedHeader) != "",
+			Token: uint64(tok), Status: sw.status, Op: op, V: r.cur[name],
 		})
 		r.mu.Unlock()
 	})
@@ -142,12 +149,13 @@ func (r *register) serve(w http.ResponseWriter, req *http.Request) {
 		}
 		b := r.nodes[e.Base]
 		r.nodes = append(r.nodes, regNode{parent: e.Base, elem: e.Op, n: b.n + 1, sum: b.sum + elemHash(e.Op)})
-		e.Cur = r.cur
-		r.cur = len(r.nodes) - 1
+		e.Cur = r.cur[e.Name]
+		r.cur[e.Name] = len(r.nodes) - 1
 	}
-	e.V = r.cur
+	cur := r.cur[e.Name]
+	e.V = cur
 	e.T = monoNow() - r.start
-	st := registerState{Version: r.cur, N: r.nodes[r.cur].n, Sum: r.nodes[r.cur].sum}
+	st := registerState{Version: cur, N: r.nodes[cur].n, Sum: r.nodes[cur].sum}
 	r.log = append(r.log, e)
 	hooks := maps.Clone(r.hooks)
 	r.mu.Unlock()
@@ -177,7 +185,7 @@ func (r *register) serve(w http.ResponseWriter, req *http.Request) {
 // token and times, or the status and message refusing it.
 func parseRequest(req *http.Request) (serverEvent, int, string) {
 	client, _ := strconv.Atoi(req.Header.Get(clientHeader))
-	e := serverEvent{Client: client, Status: http.StatusOK}
+	e := serverEvent{Client: client, Name: setName(req), Status: http.StatusOK}
 	switch req.Method {
 	case http.MethodGet:
 		e.Shared = req.Header.Get(sharedHeader) != ""
@@ -226,15 +234,22 @@ func (r *register) events() []serverEvent {
 	return append([]serverEvent(nil), r.log...)
 }
 
-// state returns the current set's elements, size and hash.
-func (r *register) state() (elems map[int64]bool, n int, sum uint64) {
+// setName returns the name of the set req is for: "" for the register's
+// own path.
+func setName(req *http.Request) string {
+	return strings.TrimPrefix(strings.TrimPrefix(req.URL.Path, registerPath), "/")
+}
+
+// state returns the current elements, size and hash of the set of name.
+func (r *register) state(name string) (elems map[int64]bool, n int, sum uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	elems = map[int64]bool{}
-	for v := r.cur; v != 0; v = r.nodes[v].parent {
+	cur := r.cur[name]
+	for v := cur; v != 0; v = r.nodes[v].parent {
 		elems[r.nodes[v].elem] = true
 	}
-	return elems, r.nodes[r.cur].n, r.nodes[r.cur].sum
+	return elems, r.nodes[cur].n, r.nodes[cur].sum
 }
 
 // elemHash spreads an op id over 64 bits (splitmix64's finalizer). The

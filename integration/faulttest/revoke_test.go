@@ -59,9 +59,11 @@ func (r *run) revoker(ctx context.Context) (lock.Revoker, func(), error) {
 // On etcd the window includes the first 50ms of a grant, before its
 // Locker watches the record.
 //
-// The lock is "register" in every workload: in "rw" its holder holds the
-// write lock, in "semaphore" it also holds a permit, which the revocation
-// leaves alone. The freeze is kept short (no settle): frozen for most of a
+// The lock is "register" in every workload but "multi": in "rw" its
+// holder holds the write lock, in "semaphore" it also holds a permit,
+// which the revocation leaves alone. In "multi" every name of the
+// holder's grant is revoked, since the next holder of the name whose set
+// it read may want the others too. The freeze is kept short (no settle): frozen for most of a
 // TTL, the holder would also find its session expired when it wakes, and
 // its lease's cause would then be the expiry, not the revocation.
 func faultRevokeHolder(r *run) error {
@@ -88,32 +90,41 @@ func faultRevokeHolder(r *run) error {
 	// Everything from here to the thaw is done with the holder frozen;
 	// fail thaws it first.
 	thawed := false
+	var toks []uint64 // the tokens revoked
 	fail := func(format string, args ...any) error {
 		if !thawed {
 			if terr := r.thaw(target); terr != nil {
 				args = append(args, terr)
 				format += " (and thawing it: %v)"
 			}
-			r.mu.Lock()
-			if rv, ok := r.revoked[e.Token]; ok {
-				rv.resumed = r.now()
-				r.revoked[e.Token] = rv
-			}
-			r.mu.Unlock()
+			r.resumeRevoked(toks)
 			r.faultDone()
 		}
 		return fmt.Errorf(format, args...)
 	}
-	// The token to revoke, as the register saw it, is the holder's own.
-	if g, ok := lastEvent(target, 0, "acq-ok"); !ok || g.Token != e.Token || g.Shared {
+	// The token to revoke, as the register saw it, is the holder's own;
+	// in the multi workload, that of the name whose set it read.
+	lockName := target.cfg.Lock
+	if e.Name != "" {
+		lockName = e.Name
+	}
+	g, ok := lastEvent(target, 0, "acq-ok")
+	if !ok || !hasToken(g, e.Token) || g.Shared {
 		return fail("client %d read the register with token %d, but its latest grant is %+v", target.id, e.Token, g)
 	}
-	before, err := r.clientRecords(target.id, target.cfg.Lock)
+	// In the multi workload every name of the grant is revoked: the
+	// next holder of lockName may need the others too.
+	names, which := []string{lockName}, lockName
+	toks = []uint64{e.Token}
+	if len(g.Names) > 0 {
+		names, toks, which = g.Names, g.Tokens, ""
+	}
+	before, err := r.clientRecords(target.id, which)
 	if err != nil {
 		return fail("listing client %d's records: %v", target.id, err)
 	}
-	if len(before) != 1 {
-		return fail("client %d, frozen holding token %d, has %d records of %q on the server; want 1: %s", target.id, e.Token, len(before), target.cfg.Lock, r.recordsText())
+	if len(before) != len(names) {
+		return fail("client %d, frozen holding tokens %v, has %d records of %q on the server; want %d: %s", target.id, toks, len(before), names, len(names), r.recordsText())
 	}
 	rv, closeRevoker, err := r.revoker(ctx)
 	if err != nil {
@@ -122,17 +133,21 @@ func faultRevokeHolder(r *run) error {
 	defer closeRevoker()
 
 	called := r.now()
-	if err := rv.Revoke(ctx, target.cfg.Lock, fencing.Token(e.Token)); err != nil {
-		return fail("Revoke(%q, %d) of frozen client %d = %v; want nil", target.cfg.Lock, e.Token, target.id, err)
+	for i, n := range names {
+		if err := rv.Revoke(ctx, n, fencing.Token(toks[i])); err != nil {
+			return fail("Revoke(%q, %d) of frozen client %d = %v; want nil", n, toks[i], target.id, err)
+		}
 	}
 	revoked := r.now()
 	r.mu.Lock()
 	if r.revoked == nil {
 		r.revoked = map[uint64]revocation{}
 	}
-	r.revoked[e.Token] = revocation{client: target.id, called: called, at: revoked, resumed: never}
+	for _, tok := range toks {
+		r.revoked[tok] = revocation{client: target.id, called: called, at: revoked, resumed: never}
+	}
 	r.mu.Unlock()
-	after, err := r.clientRecords(target.id, target.cfg.Lock)
+	after, err := r.clientRecords(target.id, which)
 	if err != nil {
 		return fail("listing client %d's records after Revoke: %v", target.id, err)
 	}
@@ -143,7 +158,7 @@ func faultRevokeHolder(r *run) error {
 	}
 	// Another client takes the lock and writes with a newer token, all
 	// while the holder is frozen.
-	if err := r.waitHigherWrite(e.Token); err != nil {
+	if err := r.waitHigherWrite(e.Name, e.Token); err != nil {
 		return fail("after revoking client %d (token %d): %v", target.id, e.Token, err)
 	}
 	var next event
@@ -152,7 +167,7 @@ func faultRevokeHolder(r *run) error {
 		if p == target {
 			continue
 		}
-		if g, ok := firstEvent(p, called, "acq-ok"); ok && g.Token > e.Token && (nextClient == 0 || g.T < next.T) {
+		if g, ok := firstGrantAbove(p, called, lockName, e.Token); ok && (nextClient == 0 || g.T < next.T) {
 			next, nextClient = g, p.id
 		}
 	}
@@ -162,18 +177,16 @@ func faultRevokeHolder(r *run) error {
 		return terr
 	}
 	thawed = true
-	r.mu.Lock()
-	r.revoked[e.Token] = revocation{client: target.id, at: revoked, resumed: r.now()}
-	r.mu.Unlock()
+	r.resumeRevoked(toks)
 	r.faultDone()
 	if nextClient == 0 {
-		return fmt.Errorf("no client logged a grant of %q with a token above %d after the revocation, though a higher write was accepted", target.cfg.Lock, e.Token)
+		return fmt.Errorf("no client logged a grant of %q with a token above %d after the revocation, though a higher write was accepted", lockName, e.Token)
 	}
 	if next.T >= thawAt {
-		return fmt.Errorf("client %d was granted token %d at %v, after frozen client %d was thawed at %v", nextClient, next.Token, ms(next.T), target.id, ms(thawAt))
+		return fmt.Errorf("client %d was granted token %d at %v, after frozen client %d was thawed at %v", nextClient, tokenOf(next, lockName), ms(next.T), target.id, ms(thawAt))
 	}
 	r.t.Logf("revoked client %d's token %d while it was frozen (since %v): Revoke took %v, client %d granted token %d %v after the call, %v before the thaw",
-		target.id, e.Token, ms(frozen), time.Duration(revoked-called), nextClient, next.Token, time.Duration(next.T-called), time.Duration(thawAt-next.T))
+		target.id, e.Token, ms(frozen), time.Duration(revoked-called), nextClient, tokenOf(next, lockName), time.Duration(next.T-called), time.Duration(thawAt-next.T))
 
 	// Thawed, the holder hears of the deletion and sends its write.
 	var done, res event
@@ -181,7 +194,7 @@ func faultRevokeHolder(r *run) error {
 		var ok1, ok2 bool
 		done, ok1 = lastEvent(target, frozen, "done")
 		res, ok2 = lastEvent(target, frozen, "write-ok", "write-stale", "write-err", "write-unknown")
-		return ok1 && ok2 && done.Token == e.Token && res.Token == e.Token
+		return ok1 && ok2 && hasToken(done, e.Token) && res.Token == e.Token
 	}) {
 		return fmt.Errorf("client %d (token %d) did not report both its lease's end and its write's outcome within %v of being thawed", target.id, e.Token, r.timeout())
 	}
@@ -193,4 +206,17 @@ func faultRevokeHolder(r *run) error {
 		return fmt.Errorf("revoked client %d's write (token %d) ended %q; want write-stale", target.id, e.Token, res.Kind)
 	}
 	return nil
+}
+
+// resumeRevoked records that the client whose grants of toks were revoked
+// runs again from now on.
+func (r *run) resumeRevoked(toks []uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, tok := range toks {
+		if rv, ok := r.revoked[tok]; ok {
+			rv.resumed = r.now()
+			r.revoked[tok] = rv
+		}
+	}
 }

@@ -140,7 +140,7 @@ type runConfig struct {
 	rounds int
 	jitter time.Duration
 	seed   int64
-	// workload is the clients' workload ("", "rw", "semaphore"), limit
+	// workload is the clients' workload ("", "rw", "semaphore", "multi"), limit
 	// the semaphore's; broken makes client 1 (in "rw", every client)
 	// break the workload's rule (the control runs).
 	workload string
@@ -253,6 +253,10 @@ func (r *run) addClient() (*clientProc, error) {
 	if r.b.kind == cluster.ZooKeeper {
 		ns = "/" + ns
 	}
+	var names []string
+	if r.cfg.workload == workloadMulti {
+		names = multiNames
+	}
 	cfg := clientConfig{
 		ID: id, Backend: r.b.kind, Endpoints: eps, Namespace: ns, Lock: "register",
 		TTL: r.cfg.ttl, Margin: r.cfg.margin,
@@ -260,7 +264,7 @@ func (r *run) addClient() (*clientProc, error) {
 		Register: r.reg.URL(), LogPath: filepath.Join(r.dir, fmt.Sprintf("client-%d.jsonl", id)),
 		Start: r.start, OpBase: int64(id) * 1_000_000_000,
 		RMWs: r.cfg.rmws, Think: r.cfg.think, Hold: r.cfg.hold,
-		Workload: r.cfg.workload, Limit: r.cfg.limit, Broken: r.cfg.broken && (id == 1 || r.cfg.workload == workloadRW),
+		Workload: r.cfg.workload, Limit: r.cfg.limit, Names: names, Broken: r.cfg.broken && (id == 1 || r.cfg.workload == workloadRW),
 		LockDelay: r.cfg.lockDelay,
 	}
 	p, err := startClient(cfg, proxies, member)
@@ -374,19 +378,21 @@ func (r *run) waitWrites(since int64, n, writers int) error {
 	return nil
 }
 
-// waitHigherWrite waits until the register accepted a write with a token
-// above tok, which shows that the lock moved on to a newer grant.
-func (r *run) waitHigherWrite(tok uint64) error {
+// waitHigherWrite waits until the register accepted a write to the set of
+// name with a token above tok, which shows that the lock of name moved on
+// to a newer grant. name is "" but in the multi workload, whose clients
+// hold disjoint sets at once.
+func (r *run) waitHigherWrite(name string, tok uint64) error {
 	ok := poll(r.timeout(), func() bool {
 		for _, e := range r.acceptedWrites(0) {
-			if e.Token > tok {
+			if e.Name == name && e.Token > tok {
 				return true
 			}
 		}
 		return false
 	})
 	if !ok {
-		return fmt.Errorf("no write with a token above %d was accepted within %v (is the lock stuck?)", tok, r.timeout())
+		return fmt.Errorf("no write to %q with a token above %d was accepted within %v (is the lock stuck?)", name, tok, r.timeout())
 	}
 	return nil
 }
@@ -529,7 +535,11 @@ func (r *run) finish() (stats, []string) {
 		live: live, fenced: r.cfg.fenced, limit: r.cfg.limit, revoked: r.revoked,
 		lockDelay: r.cfg.checkDelay, vanished: r.vanished,
 	}
-	h.final, h.finalN, h.finalS = r.reg.state()
+	if r.cfg.workload == workloadMulti {
+		h.multi = r.multiFinals()
+	} else {
+		h.final, h.finalN, h.finalS = r.reg.state("")
+	}
 	for _, p := range r.all() {
 		h.clients[p.id] = p.events()
 		if k := p.killedAt(); k != 0 {
