@@ -75,9 +75,10 @@ func checkView(t *testing.T, v lock.Locker, shared bool) {
 	_, rv := v.(lock.Revoker)
 	_, ql := v.(lock.QueueLister)
 	_, hc := v.(lock.HealthChecker)
-	if sh != shared || sem || !obs || !hl || !rv || !ql || !hc {
-		t.Fatalf("view: shared %v, semaphore %v, observer %v, holders %v, revoker %v, queue %v, health %v; want shared %v, no semaphore, all else",
-			sh, sem, obs, hl, rv, ql, hc, shared)
+	_, ml := v.(lock.MultiLocker)
+	if sh != shared || sem || !obs || !hl || !rv || !ql || !hc || !ml {
+		t.Fatalf("view: shared %v, semaphore %v, observer %v, holders %v, revoker %v, queue %v, health %v, multi %v; want shared %v, no semaphore, all else",
+			sh, sem, obs, hl, rv, ql, hc, ml, shared)
 	}
 }
 
@@ -132,6 +133,14 @@ func (v lockView) Acquire(ctx context.Context, name string) (lock.Lease, error) 
 
 func (v lockView) TryAcquire(ctx context.Context, name string) (lock.Lease, error) {
 	return v.l.TryAcquire(ctx, name)
+}
+
+func (v lockView) AcquireAll(ctx context.Context, names []string) ([]lock.Lease, error) {
+	return v.l.AcquireAll(ctx, names)
+}
+
+func (v lockView) TryAcquireAll(ctx context.Context, names []string) ([]lock.Lease, error) {
+	return v.l.TryAcquireAll(ctx, names)
 }
 
 func (v lockView) Holder(ctx context.Context, name string) (lock.Holder, error) {
