@@ -1,6 +1,8 @@
 package lock
 
 import (
+	"errors"
+
 	"github.com/fencelock/fencelock/fencing"
 	"github.com/fencelock/fencelock/internal/sentinel"
 )
@@ -52,4 +54,9 @@ var (
 	// unknown scheme or option), and by every call given a nil context. It
 	// is the same value as [fencing.ErrInvalidConfig].
 	ErrInvalidConfig = fencing.ErrInvalidConfig
+
+	// ErrUnsupported is wrapped by a call the Locker cannot serve, such as
+	// [Resume] on a backend that cannot take over another process's
+	// session. It is the same value as [errors.ErrUnsupported].
+	ErrUnsupported = errors.ErrUnsupported
 )

@@ -40,7 +40,9 @@
 // [Election] runs a candidate over any Locker, with the lease's token as
 // its term; [AcquireAll] holds several names at once, all or none, without
 // deadlock; [Do] runs a function while holding a lock, with a context
-// cancelled if the lease is lost.
+// cancelled if the lease is lost. [Resume] takes over, with its [Ticket],
+// the grant of a process that stopped holding it (on a [Resumer]:
+// etcdlock's Locker).
 //
 // # Names, identities and bad input
 //
