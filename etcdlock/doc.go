@@ -23,6 +23,8 @@
 //     order, once each, across lost connections and leader changes, except
 //     the grants it misses when the revisions it still needs were
 //     compacted; it then reports the current holder and goes on.
+//   - [Locker.Resume] takes over a stopped holder's grant, same record and
+//     token, while it lives on the server (see [Lease.Ticket]).
 //
 // # What is not
 //

@@ -171,7 +171,7 @@ func (le *Lease) Release(ctx context.Context) (err error) {
 		le.st.LostAtRelease(lost)
 		return fmt.Errorf("etcdlock: release: %w", lost)
 	}
-	if itself && !le.ambiguous {
+	if itself && !le.ambiguous && le.seq != 0 { // a resumed record's seq is 0
 		le.s.keys.reuse(le.pfx, le.seq)
 	}
 	return nil
@@ -195,7 +195,7 @@ func (le *Lease) deleteRecord(ctx context.Context, clean bool) (deleted, itself 
 	}
 	var failed bool
 	resp, err := call(ctx, le.l, nil, func(ctx context.Context) (*clientv3.TxnResponse, error) {
-		resp, err := le.l.client.Txn(ctx).If(le.IsHeld()).Then(held...).Else(orElse...).Commit()
+		resp, err := le.l.client.Txn(ctx).If(le.IsHeld(), leaseIs(le.key, le.s.id)).Then(held...).Else(orElse...).Commit()
 		if le.ambiguous && isLeaseNotFound(err) {
 			return nil, nil // the session lease, and so the record, is gone
 		}

@@ -229,7 +229,6 @@ func (w *recordWatcher) sendPending(st *streamState) {
 		reqs = append(reqs, &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
 			Key:           []byte(rw.le.key),
 			StartRevision: rw.fromRev + 1,
-			Filters:       []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT},
 			WatchId:       rw.id,
 		}}})
 	}
@@ -286,8 +285,14 @@ func (w *recordWatcher) handle(resp *pb.WatchResponse, gen int) {
 		return
 	}
 	for _, ev := range resp.Events {
-		if ev.Type == mvccpb.DELETE && string(ev.Kv.Key) == rw.le.key {
+		switch {
+		case string(ev.Kv.Key) != rw.le.key:
+		case ev.Type == mvccpb.DELETE:
 			rw.le.lose(recordDeletedCause(rw.le.key, ev.Kv.ModRevision), true)
+			return
+		case ev.Kv.Lease != int64(w.s.id):
+			// Moved to another session: Locker.Resume took it over.
+			rw.le.lose(telemetry.WithReason(telemetry.Revoked, fmt.Errorf("%w: record %q was resumed by another Locker", lock.ErrLost, rw.le.key)), false)
 			return
 		}
 	}
