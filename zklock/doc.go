@@ -37,7 +37,9 @@
 // holder that comes and goes within about a round trip or while the
 // Locker is disconnected. Grant order breaks after 2^31 acquisitions of
 // one lock whose parent was never removed in between (the sequence
-// numbers overflow), twice as soon with a lock-delay.
+// numbers overflow), twice as soon with a lock-delay. No lease can be
+// resumed by another process ([lock.ErrUnsupported]): go-zookeeper
+// cannot reattach to a session.
 //
 // # Tuning
 //
