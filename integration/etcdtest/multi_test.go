@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencelock/fencelock/etcdlock"
+	"github.com/fencelock/fencelock/integration/cluster"
 	"github.com/fencelock/fencelock/integration/internal/testutil"
 	"github.com/fencelock/fencelock/lock"
 )
@@ -31,10 +32,16 @@ func TestAcquireAll(t *testing.T) {
 	t.Run("OneRevisionConcurrencyLayout", func(t *testing.T) {
 		testMultiOneRevision(t, admin, newL(t, etcdlock.WithPrefix("multi-conc"), etcdlock.WithLayout(etcdlock.LayoutConcurrency)))
 	})
-	t.Run("OppositeOrders", func(t *testing.T) { testMultiOpposite(t, []*etcdlock.Locker{newL(t), newL(t), newL(t)}) })
+	// 504 acquisitions: the deadlock-freedom run of issue 34.
+	t.Run("OppositeOrders", func(t *testing.T) { testMultiOpposite(t, []*etcdlock.Locker{newL(t), newL(t), newL(t), newL(t)}, 63) })
+	t.Run("OppositeOrdersConcurrencyLayout", func(t *testing.T) {
+		conc := []etcdlock.Option{etcdlock.WithPrefix("multi-conc"), etcdlock.WithLayout(etcdlock.LayoutConcurrency)}
+		testMultiOpposite(t, []*etcdlock.Locker{newL(t, conc...), newL(t, conc...)}, 20)
+	})
 	t.Run("TryLocked", func(t *testing.T) { testMultiTryLocked(t, admin, newL(t), newL(t)) })
 	t.Run("CancelWaiting", func(t *testing.T) { testMultiCancel(t, admin, newL(t), newL(t)) })
 	t.Run("GuardedTxnAll", func(t *testing.T) { testMultiGuarded(t, admin, newL(t)) })
+	t.Run("Metrics", func(t *testing.T) { testMultiMetrics(t, c) })
 	t.Run("LockDelay", func(t *testing.T) {
 		const d = 1500 * time.Millisecond
 		prefix := etcdlock.WithPrefix("multi-delay")
@@ -115,32 +122,36 @@ func testMultiOneRevision(t *testing.T, admin *clientv3.Client, l *etcdlock.Lock
 	}
 }
 
-// testMultiOpposite: two clients per Locker take overlapping sets of
-// names, each given in a new random order every round; no name is ever
-// held twice, and every client finishes every round.
-func testMultiOpposite(t *testing.T, lockers []*etcdlock.Locker) {
+// testMultiOpposite: two clients per Locker (so, with LayoutConcurrency,
+// taking turns for its keys) take random sets of 2 to 4 of 6 names, each
+// given in random order, for rounds; no name is ever held twice, and
+// every client finishes every round.
+func testMultiOpposite(t *testing.T, lockers []*etcdlock.Locker, rounds int) {
 	ctx := testutil.Context(t, 120*time.Second)
-	names := multiNames(t, 4)
-	sets := [][]string{{names[0], names[1]}, {names[1], names[0]}, {names[1], names[2], names[3]},
-		{names[3], names[2], names[0]}, {names[2], names[1]}, {names[3], names[0]}}
-	const rounds = 15
+	names := multiNames(t, 6)
 	holders := make(map[string]*atomic.Int32)
 	for _, n := range names {
 		holders[n] = new(atomic.Int32)
 	}
 	var overlaps, done atomic.Int32
+	var longest atomic.Int64
 	var wg sync.WaitGroup
-	for i, set := range sets {
+	for i := range 2 * len(lockers) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for r := range rounds {
-				order := slices.Clone(set)
-				rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-				ml, err := lock.AcquireAll(ctx, lockers[i/2], order...)
+				set := slices.Clone(names)
+				rand.Shuffle(len(set), func(i, j int) { set[i], set[j] = set[j], set[i] })
+				set = set[:2+rand.IntN(3)]
+				start := time.Now()
+				ml, err := lock.AcquireAll(ctx, lockers[i/2], set...)
 				if err != nil {
-					t.Errorf("client %d round %d: AcquireAll(%q) = %v", i, r, order, err)
+					t.Errorf("client %d round %d: AcquireAll(%q) = %v", i, r, set, err)
 					return
+				}
+				if w := int64(time.Since(start)); w > longest.Load() {
+					longest.Store(w) // racy max: a report, not a check
 				}
 				for _, n := range set {
 					if holders[n].Add(1) != 1 {
@@ -160,8 +171,11 @@ func testMultiOpposite(t *testing.T, lockers []*etcdlock.Locker) {
 		}()
 	}
 	wg.Wait()
-	if overlaps.Load() != 0 || done.Load() != int32(len(sets)*rounds) {
-		t.Errorf("overlaps %d, acquisitions %d; want 0 and %d", overlaps.Load(), done.Load(), len(sets)*rounds)
+	want := int32(2 * len(lockers) * rounds)
+	t.Logf("%d clients, %d acquisitions of 2-4 of %d names, %d overlaps, longest wait %v",
+		2*len(lockers), done.Load(), len(names), overlaps.Load(), time.Duration(longest.Load()))
+	if overlaps.Load() != 0 || done.Load() != want {
+		t.Errorf("overlaps %d, acquisitions %d; want 0 and %d", overlaps.Load(), done.Load(), want)
 	}
 }
 
@@ -324,5 +338,29 @@ func testMultiLockDelay(t *testing.T, admin *clientv3.Client, l1, l2 *etcdlock.L
 	}
 	if err := ml.Release(ctx); err != nil {
 		t.Fatalf("Release() = %v", err)
+	}
+}
+
+// testMultiMetrics: every name of an AcquireAll counts as one grant and
+// one hold, as if taken alone.
+func testMultiMetrics(t *testing.T, c *cluster.Cluster) {
+	ctx := testutil.Context(t, 30*time.Second)
+	m := testutil.NewMetrics(t)
+	l := openLocker(t, c, m.Provider, nil, nil)
+	names := multiNames(t, 3)
+	backend := map[string]string{"fencelock.backend": "etcd"}
+	ml, err := lock.AcquireAll(ctx, l, names...)
+	if err != nil {
+		t.Fatalf("AcquireAll() = %v", err)
+	}
+	granted := map[string]string{"fencelock.backend": "etcd", "fencelock.outcome": "granted"}
+	if held, n := m.Sum(t, "fencelock.leases.held", backend), m.HistogramCount(t, "fencelock.acquire.duration", granted); held != 3 || n != 3 {
+		t.Errorf("leases held %d, grants %d while holding 3 names; want 3 and 3\n%s", held, n, m.Dump(t))
+	}
+	if err := ml.Release(ctx); err != nil {
+		t.Fatalf("Release() = %v", err)
+	}
+	if held, n := m.Sum(t, "fencelock.leases.held", backend), m.HistogramCount(t, "fencelock.hold.duration", backend); held != 0 || n != 3 {
+		t.Errorf("leases held %d, holds ended %d after Release; want 0 and 3\n%s", held, n, m.Dump(t))
 	}
 }
