@@ -38,7 +38,8 @@ func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error
 // AcquireAll implements [lock.MultiLocker] for [lock.AcquireAll]: the
 // records of names, distinct and sorted, are created in one transaction,
 // and their create revision is every lease's token (docs/design/etcd.md,
-// "Multi-name locks"). Errors are those of Acquire.
+// "Multi-name locks"). Errors are those of Acquire, or wrap
+// [lock.ErrInvalidConfig] for no names or names not sorted and distinct.
 func (l *Locker) AcquireAll(ctx context.Context, names []string) ([]lock.Lease, error) {
 	return l.acquireAll(ctx, "acquire all", names, false)
 }
