@@ -113,7 +113,7 @@ type checkerCase struct {
 // excuses has a case on either side.
 func TestFaultCheckers(t *testing.T) {
 	groups := [][]checkerCase{registerCases(), serverExcuseCases(), frozenClientCases(), frozenFencingCases(),
-		revokedCases(), readerCases(), permitCases(), frozenPermitCases(), lockDelayCases(), multiCases()}
+		revokedCases(), readerCases(), permitCases(), frozenPermitCases(), lockDelayCases(), multiCases(), multiFencingCases()}
 	for _, tt := range slices.Concat(groups...) {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.h.name = "unit"

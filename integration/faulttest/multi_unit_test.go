@@ -50,14 +50,6 @@ func multiHist(clients map[int][]event, srv []serverEvent, finals map[string]fin
 func multiCases() []checkerCase {
 	ab := []string{"a", "b"}
 	h1, h2 := elemHash(101), elemHash(102)
-	frozenAB := func(srv []serverEvent) history {
-		h := multiHist(map[int][]event{
-			1: multiGrantOf(1, ab, []uint64{5, 6}, 0, 20),
-			2: multiGrantOf(2, ab, []uint64{7, 8}, 10, 30),
-		}, srv, nil)
-		h.frozen = map[int][]window{1: {{from: 2, to: 15}}}
-		return h
-	}
 	return []checkerCase{{
 		name: "multi: overlapping sets in turn, a write under each name's token",
 		h: multiHist(map[int][]event{
@@ -90,7 +82,22 @@ func multiCases() []checkerCase {
 			2: multiGrantOf(2, ab, []uint64{7, 4}, 11, 20),
 		}, nil, nil),
 		want: []string{`name "b": client 2 was granted token 4 at 0.000s, after client 1's grant of token 6 had ended`},
-	}, {
+	}}
+}
+
+// multiFencingCases check the multi workload's overlap excuses: a frozen
+// holder's grant is fenced as a whole, a revoked one excused as a whole.
+func multiFencingCases() []checkerCase {
+	ab := []string{"a", "b"}
+	frozenAB := func(srv []serverEvent) history {
+		h := multiHist(map[int][]event{
+			1: multiGrantOf(1, ab, []uint64{5, 6}, 0, 20),
+			2: multiGrantOf(2, ab, []uint64{7, 8}, 10, 30),
+		}, srv, nil)
+		h.frozen = map[int][]window{1: {{from: 2, to: 15}}}
+		return h
+	}
+	return []checkerCase{{
 		// Client 1, frozen, sent nothing under b's token: the refusal of
 		// its a write ended the grant's work.
 		name:         "multi: frozen holder fenced on one name, excused on both",

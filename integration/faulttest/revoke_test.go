@@ -132,21 +132,10 @@ func faultRevokeHolder(r *run) error {
 	}
 	defer closeRevoker()
 
-	called := r.now()
-	for i, n := range names {
-		if err := rv.Revoke(ctx, n, fencing.Token(toks[i])); err != nil {
-			return fail("Revoke(%q, %d) of frozen client %d = %v; want nil", n, toks[i], target.id, err)
-		}
+	called, revoked, err := r.revokeAll(ctx, rv, target.id, names, toks)
+	if err != nil {
+		return fail("%v", err)
 	}
-	revoked := r.now()
-	r.mu.Lock()
-	if r.revoked == nil {
-		r.revoked = map[uint64]revocation{}
-	}
-	for _, tok := range toks {
-		r.revoked[tok] = revocation{client: target.id, called: called, at: revoked, resumed: never}
-	}
-	r.mu.Unlock()
 	after, err := r.clientRecords(target.id, which)
 	if err != nil {
 		return fail("listing client %d's records after Revoke: %v", target.id, err)
@@ -219,4 +208,26 @@ func (r *run) resumeRevoked(toks []uint64) {
 			r.revoked[tok] = rv
 		}
 	}
+}
+
+// revokeAll revokes client's grants of names, with toks, through rv and
+// records them; it returns when Revoke was first called and when the last
+// returned.
+func (r *run) revokeAll(ctx context.Context, rv lock.Revoker, client int, names []string, toks []uint64) (called, revoked int64, err error) {
+	called = r.now()
+	for i, n := range names {
+		if err := rv.Revoke(ctx, n, fencing.Token(toks[i])); err != nil {
+			return called, r.now(), fmt.Errorf("Revoke(%q, %d) of frozen client %d = %v; want nil", n, toks[i], client, err)
+		}
+	}
+	revoked = r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.revoked == nil {
+		r.revoked = map[uint64]revocation{}
+	}
+	for _, tok := range toks {
+		r.revoked[tok] = revocation{client: client, called: called, at: revoked, resumed: never}
+	}
+	return called, revoked, nil
 }
