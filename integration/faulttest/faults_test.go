@@ -368,16 +368,16 @@ func faultReplyLost(req string) fault {
 			if err != nil {
 				return false
 			}
-			if req == "acq" {
-				took = len(now) > 0
-			} else {
-				took = true
-				for k := range before {
-					if now[k] {
-						took = false
-					}
+			gone := 0
+			for k := range before {
+				if !now[k] {
+					gone++
 				}
 			}
+			// A multi grant's names are released one after another; with
+			// every reply held, all of them would outlast the keepalive
+			// deadline, so the first release's reply is the one lost.
+			took = req == "acq" && len(now) > 0 || req == "rel" && (gone == len(before) || multi && gone > 0)
 			return took
 		})
 		proxyTotals := func() (active, accepted, resets int) {
