@@ -48,53 +48,48 @@ func TryAcquireAll(ctx context.Context, l Locker, names ...string) (*MultiLease,
 }
 
 func acquireAll(ctx context.Context, l Locker, op string, names []string,
-	native func(MultiLocker, context.Context, []string) ([]Lease, error),
+	all func(MultiLocker, context.Context, []string) ([]Lease, error),
 	one func(Locker, context.Context, string) (Lease, error)) (*MultiLease, error) {
 	sorted := slices.Sorted(slices.Values(names))
-	var bad error
+	var err error
 	switch {
 	case ctx == nil:
-		bad = fmt.Errorf("%w: nil context", ErrInvalidConfig)
+		err = fmt.Errorf("%w: nil context", ErrInvalidConfig)
 	case nilcheck.IsNil(l):
-		bad = fmt.Errorf("%w: nil Locker", ErrInvalidConfig)
+		err = fmt.Errorf("%w: nil Locker", ErrInvalidConfig)
 	case len(names) == 0:
-		bad = fmt.Errorf("%w: no names", ErrInvalidConfig)
+		err = fmt.Errorf("%w: no names", ErrInvalidConfig)
 	}
-	for i := 0; i < len(sorted) && bad == nil; i++ {
-		if bad = ValidateName(sorted[i]); bad == nil && i > 0 && sorted[i] == sorted[i-1] {
-			bad = fmt.Errorf("%w: name %q given twice", ErrInvalidConfig, sorted[i])
+	for i := 0; i < len(sorted) && err == nil; i++ {
+		if err = ValidateName(sorted[i]); err == nil && i > 0 && sorted[i] == sorted[i-1] {
+			err = fmt.Errorf("%w: name %q given twice", ErrInvalidConfig, sorted[i])
 		}
 	}
-	if bad != nil {
-		return nil, fmt.Errorf("lock: %s %q: %w", op, names, bad)
-	}
-	if m, ok := l.(MultiLocker); ok {
-		leases, err := native(m, ctx, sorted)
-		isNil := func(le Lease) bool { return nilcheck.IsNil(le) }
-		if err == nil && (len(leases) != len(sorted) || slices.ContainsFunc(leases, isNil)) {
-			err = fmt.Errorf("lock: %s %q: %w: a MultiLocker returned %d leases for %d names, or a nil one",
-				op, sorted, ErrInvalidConfig, len(leases), len(sorted))
-			for _, le := range leases {
-				if !isNil(le) {
-					_ = release(ctx, le, DefaultDoReleaseTimeout)
-				}
-			}
-		}
-		if err != nil {
-			return nil, err
-		}
-		return newMultiLease(leases), nil
+	if err != nil {
+		return nil, fmt.Errorf("lock: %s %q: %w", op, names, err)
 	}
 	var leases []Lease
-	for _, name := range sorted {
-		le, err := one(l, ctx, name)
-		if err != nil {
-			for _, held := range leases {
-				_ = release(ctx, held, DefaultDoReleaseTimeout)
-			}
-			return nil, err
+	if m, ok := l.(MultiLocker); ok {
+		leases, err = all(m, ctx, sorted)
+		if err == nil && (len(leases) != len(sorted) || slices.ContainsFunc(leases, func(le Lease) bool { return nilcheck.IsNil(le) })) {
+			err = fmt.Errorf("lock: %s %q: %w: a MultiLocker returned %d leases for %d names, or a nil one",
+				op, sorted, ErrInvalidConfig, len(leases), len(sorted))
 		}
-		leases = append(leases, le)
+	} else {
+		for i := 0; i < len(sorted) && err == nil; i++ {
+			var le Lease
+			if le, err = one(l, ctx, sorted[i]); err == nil {
+				leases = append(leases, le)
+			}
+		}
+	}
+	if err != nil {
+		for _, le := range leases {
+			if !nilcheck.IsNil(le) {
+				_ = release(ctx, le, DefaultDoReleaseTimeout)
+			}
+		}
+		return nil, err
 	}
 	return newMultiLease(leases), nil
 }
