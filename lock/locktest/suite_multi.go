@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"reflect"
 	"runtime"
 	"slices"
 	"sync"
@@ -165,10 +164,6 @@ func (s *suite) testMultiLoss(t *testing.T) {
 
 func (s *suite) testMultiBadInput(t *testing.T) {
 	ctx, ls, names := s.multiSetup(t, 2)
-	typedNil := lock.Locker((*MemLocker)(nil))
-	if rt := reflect.TypeOf(ls[0]); rt.Kind() == reflect.Pointer {
-		typedNil = reflect.Zero(rt).Interface().(lock.Locker)
-	}
 	var nilCtx context.Context
 	for _, tt := range []struct {
 		what  string
@@ -179,7 +174,7 @@ func (s *suite) testMultiBadInput(t *testing.T) {
 	}{
 		{"a nil context", nilCtx, ls[0], names, lock.ErrInvalidConfig},
 		{"a nil Locker", ctx, nil, names, lock.ErrInvalidConfig},
-		{"a typed nil Locker", ctx, typedNil, names, lock.ErrInvalidConfig},
+		{"a typed nil Locker", ctx, (*MemLocker)(nil), names, lock.ErrInvalidConfig},
 		{"no names", ctx, ls[0], nil, lock.ErrInvalidConfig},
 		{"a name twice", ctx, ls[0], []string{names[1], names[0], names[1]}, lock.ErrInvalidConfig},
 		{"an invalid name", ctx, ls[0], []string{names[0], "a//b"}, lock.ErrInvalidName},
