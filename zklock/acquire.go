@@ -32,19 +32,17 @@ func (l *Locker) TryAcquire(ctx context.Context, name string) (lock.Lease, error
 	return l.acquire(ctx, "try acquire", name, queue.ExclusiveRequest, true)
 }
 
-// AcquireAll blocks until it holds the lock of every one of names, and
-// returns their *Leases in the order of names, or an error and none. It
-// creates the znodes of all names in one multi, so that callers asking
-// for overlapping sets never deadlock (docs/design/zookeeper.md,
-// "Multi-name locks"); see [lock.AcquireAll]. Errors wrap what Acquire's
-// do, or [lock.ErrInvalidConfig] for no names or a name given twice.
+// AcquireAll implements [lock.MultiLocker] for [lock.AcquireAll]: the
+// znodes of names are created in one multi (docs/design/zookeeper.md,
+// "Multi-name locks"), and the *Leases come in the order of names. Errors
+// are those of Acquire, or wrap [lock.ErrInvalidConfig] for no names or a
+// name given twice.
 func (l *Locker) AcquireAll(ctx context.Context, names []string) ([]lock.Lease, error) {
 	return l.acquireAll(ctx, "acquire all", names, queue.ExclusiveRequest, false)
 }
 
-// TryAcquireAll is AcquireAll without waiting: if any of names is held,
-// it deletes every znode it created and returns an error wrapping
-// [lock.ErrLocked].
+// TryAcquireAll is AcquireAll without waiting: if any of names is held, it
+// deletes its znodes and returns an error wrapping [lock.ErrLocked].
 func (l *Locker) TryAcquireAll(ctx context.Context, names []string) ([]lock.Lease, error) {
 	return l.acquireAll(ctx, "try acquire all", names, queue.ExclusiveRequest, true)
 }
@@ -405,10 +403,9 @@ func create(ctx context.Context, as []*acquisition) error {
 	return fmt.Errorf("creating the lock znode under %s keeps failing", as[0].parent)
 }
 
-// answeredAll takes the answer r to the create of as (see answered) and
-// says whether it is done, and with what error, after which it deletes
-// the znodes found. Not all of them found: create again (decide gives up
-// a duplicate).
+// answeredAll is answered for each of as: done on an error, after which
+// it deletes the znodes found, or once all are found; else create again
+// (decide gives up a duplicate).
 func answeredAll(ctx context.Context, as []*acquisition, r result[[]created], stamp bool) (bool, error) {
 	all, first := true, error(nil)
 	for i, a := range as {

@@ -50,13 +50,16 @@ func GuardedMultiAll(ctx context.Context, conn *zk.Conn, leases []lock.Lease, op
 // call in errors, helper in telemetry, which has the first lease's name
 // and token.
 func guardedMulti(ctx context.Context, conn *zk.Conn, op, helper string, leases []lock.Lease, ops []any) ([]zk.MultiResponse, error) {
-	les, err := guardArgs(ctx, conn, leases, ops)
-	if err != nil {
+	if err := guardArgs(ctx, conn, leases, ops); err != nil {
 		return nil, fmt.Errorf("zklock: %s: %w", op, err)
 	}
-	names, checks := make([]string, len(les)), make([]any, len(les), len(les)+len(ops))
-	for i, le := range les {
-		names[i], checks[i] = le.Name(), le.CheckOp()
+	les, names, checks := make([]*Lease, len(leases)), make([]string, len(leases)), make([]any, len(leases), len(leases)+len(ops))
+	for i, lease := range leases {
+		le, err := zkLease(lease)
+		if err != nil {
+			return nil, fmt.Errorf("zklock: %s: lease %d of %d: %w", op, i+1, len(leases), err)
+		}
+		les[i], names[i], checks[i] = le, le.Name(), le.CheckOp()
 	}
 	var tel *telemetry.Telemetry // none for a zero *Lease, refused below
 	if les[0].valid() {
@@ -96,30 +99,22 @@ func guardedMulti(ctx context.Context, conn *zk.Conn, op, helper string, leases 
 	return res, nil
 }
 
-// guardArgs checks the arguments of a guarded multi and returns its
-// leases as *Leases.
-func guardArgs(ctx context.Context, conn *zk.Conn, leases []lock.Lease, ops []any) ([]*Lease, error) {
+// guardArgs checks the arguments of a guarded multi but its leases.
+func guardArgs(ctx context.Context, conn *zk.Conn, leases []lock.Lease, ops []any) error {
 	switch {
 	case conn == nil:
-		return nil, fmt.Errorf("nil conn: %w", lock.ErrInvalidConfig)
+		return fmt.Errorf("nil conn: %w", lock.ErrInvalidConfig)
 	case ctx == nil:
-		return nil, fmt.Errorf("nil context: %w", lock.ErrInvalidConfig)
+		return fmt.Errorf("nil context: %w", lock.ErrInvalidConfig)
 	case len(leases) == 0:
-		return nil, fmt.Errorf("no leases: %w", lock.ErrInvalidConfig)
+		return fmt.Errorf("no leases: %w", lock.ErrInvalidConfig)
 	}
 	for i, op := range ops {
 		if nilcheck.IsNil(op) {
-			return nil, fmt.Errorf("operation %d is nil: %w", i, lock.ErrInvalidConfig)
+			return fmt.Errorf("operation %d is nil: %w", i, lock.ErrInvalidConfig)
 		}
 	}
-	les := make([]*Lease, len(leases))
-	for i, lease := range leases {
-		var err error
-		if les[i], err = zkLease(lease); err != nil {
-			return nil, fmt.Errorf("lease %d of %d: %w", i+1, len(leases), err)
-		}
-	}
-	return les, nil
+	return nil
 }
 
 // zkLease returns lease as a *Lease, or an error wrapping
