@@ -331,7 +331,6 @@ func (a *acquisition) fail(err error) error {
 	return a.l.discard(a.record, err)
 }
 
-// failAll fails every acquisition of as with err, and returns err.
 func failAll(as []*acquisition, err error) error {
 	for _, a := range as {
 		a.fail(err)
@@ -339,8 +338,7 @@ func failAll(as []*acquisition, err error) error {
 	return err
 }
 
-// enqueue creates the records of as and returns the queues the answer
-// shows.
+// enqueue creates the records of as and returns the queues it read.
 func enqueue(ctx context.Context, as []*acquisition) ([]view, error) {
 	resp, err := create(ctx, as)
 	if a := as[0]; isLeaseNotFound(err) {
