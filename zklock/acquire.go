@@ -106,8 +106,7 @@ func (l *Locker) acquire(ctx context.Context, op, name string, req queue.Request
 	return les[0], nil
 }
 
-// acquireAll implements acquire and AcquireAll: one acquisition per name,
-// whose znodes are created together. Telemetry records each on its own.
+// acquireAll implements acquire and AcquireAll, one acquisition per name.
 func (l *Locker) acquireAll(ctx context.Context, op string, names []string, req queue.Request, try bool) ([]lock.Lease, error) {
 	if err := l.enterName(ctx, op, names...); err != nil {
 		return nil, err
@@ -183,9 +182,8 @@ func (l *Locker) countEnd(le *Lease, hold telemetry.Hold, err error) {
 	})
 }
 
-// run creates the znodes of as (one acquisition's, or those of one
-// AcquireAll) in one request, in a session of the Locker, and queues
-// each up in turn; on error it deletes all of them.
+// run creates the znodes of as in one request and queues each up in
+// turn; on error it releases or deletes all of them.
 func run(ctx context.Context, as []*acquisition) ([]*Lease, error) {
 	if err := context.Cause(ctx); err != nil {
 		return nil, err
