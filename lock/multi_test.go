@@ -64,10 +64,12 @@ func TestMultiLeaseEnds(t *testing.T) {
 			if err := m.Err(); !errors.Is(err, tt.want) {
 				t.Errorf("Err() = %v; want an error wrapping %v", err, tt.want)
 			}
-			mustTake(t, b, names, "once the MultiLease ended")
+			// Done closes before the leases are released; Release waits
+			// for that.
 			if err := m.Release(context.Background()); !errors.Is(err, tt.want) {
 				t.Errorf("Release() of an ended MultiLease = %v; want an error wrapping %v", err, tt.want)
 			}
+			mustTake(t, b, names, "once the MultiLease ended and Release returned")
 		})
 	}
 }
