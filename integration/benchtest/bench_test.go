@@ -139,6 +139,7 @@ type backendReport struct {
 	TLS           []uncontendedResult `json:"tls,omitempty"`       // plain vs TLS (tls_test.go)
 	LockDelay     []contendedResult   `json:"lockdelay,omitempty"` // without and with a lock-delay (lockdelay_test.go)
 	Interop       []contendedResult   `json:"interop,omitempty"`   // the reference, fencelock in its layout, mixed (interop_test.go)
+	Multi         []multiResult       `json:"multi,omitempty"`     // AcquireAll against sorted Acquire (multi_test.go)
 	Overheads     []overheadResult    `json:"overheads,omitempty"` // metrics, tracing and TLS on/off (overhead_test.go)
 	Targets       []target            `json:"targets"`
 	Scale         *scaleReport        `json:"scale,omitempty"` // scale_test.go
@@ -305,6 +306,10 @@ func runBackend(t *testing.T, kind cluster.Kind, cfg config) *backendReport {
 		skipUnlessSelected(t, "interop")
 		br.Interop = runInterop(t, kind, byRole(roleReference)[0], at, cfg)
 	})
+	t.Run("multi", func(t *testing.T) {
+		skipUnlessSelected(t, "multi")
+		br.Multi = runMulti(t, byRole(roleFencelock)[0], at, cfg)
+	})
 	t.Run("failover", func(t *testing.T) {
 		skipUnlessSelected(t, "failover")
 		for _, r := range locks {
@@ -391,6 +396,7 @@ func printBackend(w io.Writer, br *backendReport, cfg config) {
 	printContended(w, br, cfg)
 	printLockDelay(w, br.LockDelay, cfg)
 	printInterop(w, br.Interop, cfg)
+	printMulti(w, br.Multi, cfg)
 
 	fmt.Fprintf(w, "\nFailover: holder in a child process killed with SIGKILL, TTL/session timeout %.0fs for every recipe, time from kill to the next grant:\n", cfg.FailoverTTLSec)
 	fmt.Fprintln(tw, "recipe\t trials ms\t median ms\t median vs ref\t")

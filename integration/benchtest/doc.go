@@ -26,16 +26,18 @@
 // FENCELOCK_BENCH_QUICK=1 shrinks every measurement for a smoke run,
 // FENCELOCK_BENCH_BACKENDS=etcd (or zookeeper) runs one backend only, and
 // FENCELOCK_BENCH_ONLY lists the measurements to run (uncontended, tls,
-// overheads, contended, lockdelay, interop, failover, leases, waiters,
-// shared, semaphore; interop is the reference recipe, fencelock in the
-// layout that contends with it and a fleet mixing the two on the same
-// records; tls is plain vs TLS with client certificates and auth on a
-// second, secured cluster of each backend). FENCELOCK_BENCH_CLIENTS
-// (e.g. 2,8,32) and FENCELOCK_BENCH_HOLDS (e.g. 0,1ms) narrow the
-// contended rows to those client counts and holds; the run logs the rows
-// it measures and the JSON config records them. One measurement, scale, runs
-// only when FENCELOCK_BENCH_ONLY names it: it takes about 5 minutes on
-// etcd and 10 on ZooKeeper on a 2-core machine.
+// overheads, contended, lockdelay, interop, multi, failover, leases,
+// waiters, shared, semaphore; interop is the reference recipe, fencelock
+// in the layout that contends with it and a fleet mixing the two on the
+// same records; multi is lock.AcquireAll against the same names taken one
+// by one in sorted order; tls is plain vs TLS with client certificates
+// and auth on a second, secured cluster of each backend).
+// FENCELOCK_BENCH_CLIENTS (e.g. 2,8,32) and FENCELOCK_BENCH_HOLDS (e.g.
+// 0,1ms) narrow the contended rows to those client counts and holds (the
+// multi rows to those client counts and one client); the run logs the
+// rows it measures and the JSON config records them. One measurement,
+// scale, runs only when FENCELOCK_BENCH_ONLY names it: it takes about 5
+// minutes on etcd and 10 on ZooKeeper on a 2-core machine.
 //
 // Every compared row runs in windows (contended_repeats, 3 by default;
 // the uncontended and TLS rows in their rounds), the row and the one it
@@ -72,6 +74,8 @@
 //     watch events per grant on every client's connection (herd check);
 //   - lock-delay: that handoff without and with WithLockDelay(1s); the
 //     releases are clean, so a handoff of 1s or more fails the run;
+//   - several names at once: lock.AcquireAll against sorted one-by-one
+//     Acquire of the same sets (multi_test.go): sets/s, latency, requests;
 //   - failover: the holder, a child process, killed with SIGKILL; the
 //     time to the next grant, with the same TTL for every recipe;
 //   - 10,000 leases through one client (heap and goroutines per lease),
