@@ -121,6 +121,9 @@ func TestReportTables(t *testing.T) {
 		{"lockdelay", []string{"| etcd | 2 | 420 / 395 | 0.94× (0.90–0.97) |"}},
 		// The mixed fleet's ratio to the slower recipe, not to the reference.
 		{"interop", []string{"| etcd | 8 | 80 | 440 | 82 | 1.02× (0.99–1.05) |"}},
+		// AcquireAll's ratio object; without one, 250/100 from the aggregates.
+		{"multi", []string{"| etcd | 8 | 2–4 of 6 | 300 | 200 | 1.50× (1.25–1.75) | 20.0 / 30.0 | 60.0 / 90.0 | 5.0 / 12.0 |",
+			"| ZooKeeper | 1 | 3 of 3 | 250 | 100 | 2.50× | 2.0 / 6.0 | 3.0 / 8.0 | 4.0 / 12.0 |"}},
 		{"tls", []string{"| etcd | etcdlock, TLS+auth | 2.30 | 400 | 1.15× (1.11–1.19) |"}},
 		{"failover", []string{"No run of the set latest has rows for this table yet."}},
 	}

@@ -48,6 +48,7 @@ type reportBackend struct {
 	TLS           []uncontended    `json:"tls"`
 	LockDelay     []contendedRow   `json:"lockdelay"`
 	Interop       []contendedRow   `json:"interop"`
+	Multi         []multiRow       `json:"multi"`
 	Targets       []target         `json:"targets"`
 	Scale         *scaleReport     `json:"scale"`
 	Overheads     []overheadResult `json:"overheads"`
@@ -86,6 +87,20 @@ type contendedRow struct {
 	EventsPerGrant   float64 `json:"watch_events_per_grant"`
 	Ratio            *ratio  `json:"ratio"`
 	Slower           *ratio  `json:"slower"` // a mixed interop row's, to the slower recipe
+}
+
+// multiRow is one way (AcquireAll or sorted Acquire) of taking sets of
+// names on one "multi" row.
+type multiRow struct {
+	Way            string  `json:"way"`
+	Clients        int     `json:"clients"`
+	Pool           int     `json:"pool"`
+	SetMin         int     `json:"set_min"`
+	SetMax         int     `json:"set_max"`
+	SetsPerSec     float64 `json:"sets_per_sec"`
+	Acquire        dist    `json:"acquire"`
+	RequestsPerSet float64 `json:"requests_per_set"`
+	Ratio          *ratio  `json:"ratio"` // AcquireAll's, to sorted Acquire
 }
 
 type failover struct {

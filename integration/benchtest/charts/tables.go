@@ -28,6 +28,7 @@ var tables = map[string]tableFunc{
 	"semaphore":      semaphoreTable,
 	"lockdelay":      lockDelayTable,
 	"interop":        interopTable,
+	"multi":          multiTable,
 	"tls":            tlsTable,
 	"failover":       failoverTable,
 	"waiters":        waitersTable,
@@ -517,6 +518,44 @@ func interopTable(g *gen, runs []*reportRun) (string, bool) {
 		},
 		cells: func(g *gen, f [][]float64) []string {
 			return []string{num(g.med(f[0]), 0), num(g.med(f[1]), 0), num(g.med(f[2]), 0), ""}
+		},
+	})
+}
+
+// multiTable has, per "multi" row, the sets/s of lock.AcquireAll and of
+// sorted one-by-one Acquire, AcquireAll's ratio to it, and both ways'
+// acquire latency and requests per set.
+func multiTable(g *gen, runs []*reportRun) (string, bool) {
+	return pairTable(g, runs, pairs{
+		head: []string{"clients", "names per set", "AcquireAll sets/s", "sorted Acquire sets/s", "AcquireAll ÷ sorted",
+			"acquire p50 ms, all / sorted", "acquire p99 ms, all / sorted", "requests/set, all / sorted"},
+		rows: func(x *reportBackend) []pairRow {
+			var out []pairRow
+			for _, a := range x.Multi {
+				i := slices.IndexFunc(x.Multi, func(s multiRow) bool {
+					return s.Way != a.Way && s.Clients == a.Clients && s.Pool == a.Pool && s.SetMin == a.SetMin && s.SetMax == a.SetMax
+				})
+				if a.Way != "AcquireAll" || i < 0 {
+					continue
+				}
+				s := x.Multi[i]
+				p := pairRow{key: strconv.Itoa(a.Clients), figs: []float64{float64(a.SetMin), float64(a.SetMax), float64(a.Pool),
+					a.SetsPerSec, s.SetsPerSec, a.Acquire.P50, s.Acquire.P50, a.Acquire.P99, s.Acquire.P99, a.RequestsPerSet, s.RequestsPerSet}}
+				p.s, p.ok = sampleOf(a.Ratio, a.SetsPerSec, s.SetsPerSec)
+				out = append(out, p)
+			}
+			return out
+		},
+		cells: func(g *gen, f [][]float64) []string {
+			both := func(i, decimals int) string {
+				return num(g.med(f[i]), decimals) + " / " + num(g.med(f[i+1]), decimals)
+			}
+			names := num(median(f[0]), 0)
+			if median(f[1]) != median(f[0]) {
+				names += "–" + num(median(f[1]), 0)
+			}
+			return []string{names + " of " + num(median(f[2]), 0), num(g.med(f[3]), 0), num(g.med(f[4]), 0), "",
+				both(5, 1), both(7, 1), both(9, 1)}
 		},
 	})
 }
