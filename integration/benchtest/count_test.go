@@ -29,20 +29,25 @@ type counters struct {
 	// up to that period. Watches started at the current revision (no start
 	// revision) are never late.
 	lateWatches atomic.Int64
+	// reads and watches count the reads among the requests (etcd Range;
+	// ZooKeeper exists, getData, getChildren) and the watches created
+	// (etcd watch create requests; ZooKeeper reads with the watch flag).
+	reads, watches atomic.Int64
 }
 
 // countSnapshot is a reading of counters.
-type countSnapshot struct{ requests, events, keepalives, lateWatches int64 }
+type countSnapshot struct{ requests, events, keepalives, lateWatches, reads, watches int64 }
 
 func (c *counters) snapshot() countSnapshot {
 	if c == nil {
 		return countSnapshot{}
 	}
-	return countSnapshot{c.requests.Load(), c.events.Load(), c.keepalives.Load(), c.lateWatches.Load()}
+	return countSnapshot{c.requests.Load(), c.events.Load(), c.keepalives.Load(), c.lateWatches.Load(), c.reads.Load(), c.watches.Load()}
 }
 
 func (s countSnapshot) sub(o countSnapshot) countSnapshot {
-	return countSnapshot{s.requests - o.requests, s.events - o.events, s.keepalives - o.keepalives, s.lateWatches - o.lateWatches}
+	return countSnapshot{s.requests - o.requests, s.events - o.events, s.keepalives - o.keepalives, s.lateWatches - o.lateWatches,
+		s.reads - o.reads, s.watches - o.watches}
 }
 
 // etcdDialOptions returns gRPC options that count the traffic of one etcd
@@ -55,6 +60,9 @@ func etcdDialOptions(c *counters) []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			c.requests.Add(1)
+			if method == "/etcdserverpb.KV/Range" {
+				c.reads.Add(1)
+			}
 			return invoker(ctx, method, req, reply, cc, opts...)
 		}),
 		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -87,6 +95,7 @@ func (s *countingStream) SendMsg(m any) error {
 	}
 	if wr, ok := m.(*etcdserverpb.WatchRequest); ok {
 		if cr := wr.GetCreateRequest(); cr != nil {
+			s.c.watches.Add(1)
 			s.mu.Lock()
 			s.starts = append(s.starts, cr.StartRevision)
 			s.mu.Unlock()
@@ -133,6 +142,7 @@ func zkDialer(c *counters) func(network, address string, timeout time.Duration) 
 				return
 			}
 			c.requests.Add(1)
+			c.countRead(p)
 		}
 		cc.in.frame = func(p []byte) {
 			if len(p) >= 4 && int32(binary.BigEndian.Uint32(p)) == -1 {
@@ -140,6 +150,22 @@ func zkDialer(c *counters) func(network, address string, timeout time.Duration) 
 			}
 		}
 		return cc, nil
+	}
+}
+
+// countRead counts the ZooKeeper request p (xid, type, body) if it is a
+// read: exists, getData, getChildren or getChildren2, whose body ends
+// with the watch flag.
+func (c *counters) countRead(p []byte) {
+	if len(p) < 9 {
+		return
+	}
+	switch binary.BigEndian.Uint32(p[4:8]) {
+	case 3, 4, 8, 12:
+		c.reads.Add(1)
+		if p[len(p)-1] == 1 {
+			c.watches.Add(1)
+		}
 	}
 }
 

@@ -114,17 +114,25 @@ type multiResult struct {
 	Recipe string `json:"recipe"` // the fencelock recipe and the way
 	Way    string `json:"way"`
 	multiSpec
-	Sets           int           `json:"sets"` // sets acquired in the windows
-	WindowSec      float64       `json:"window_sec"`
-	SetsPerSec     float64       `json:"sets_per_sec"`
-	Acquire        stats         `json:"acquire"` // from asking for the set to holding all of it
-	Release        stats         `json:"release"` // of the whole set
-	RequestsPerSet float64       `json:"requests_per_set"`
-	Windows        []multiWindow `json:"windows"`
+	Sets       int     `json:"sets"` // sets acquired in the windows
+	WindowSec  float64 `json:"window_sec"`
+	SetsPerSec float64 `json:"sets_per_sec"`
+	Acquire    stats   `json:"acquire"` // from asking for the set to holding all of it
+	Release    stats   `json:"release"` // of the whole set
+	multiRequests
+	Windows []multiWindow `json:"windows"`
 	// Ratio is AcquireAll's sets_per_sec over sorted Acquire's, window
 	// by window (on the AcquireAll row).
 	Ratio *windowRatio `json:"ratio,omitempty"`
 	seq   []int64
+}
+
+// multiRequests is what a set costs on the clients' connections (see
+// counters): requests, and among them reads and watches created.
+type multiRequests struct {
+	RequestsPerSet float64 `json:"requests_per_set"`
+	ReadsPerSet    float64 `json:"reads_per_set"`
+	WatchesPerSet  float64 `json:"watches_per_set"`
 }
 
 // multiWindow is what one window of a "multi" row measured.
@@ -193,19 +201,21 @@ func (m multiResult) figure() []float64 {
 func combineMulti(fl recipe, way multiWay, spec multiSpec, runs []multiRun) multiResult {
 	res := multiResult{Recipe: fl.name + " " + way.name, Way: way.name, multiSpec: spec}
 	var acquires, releases []time.Duration
-	var requests int64
+	var counts countSnapshot
 	for _, x := range runs {
 		res.Windows = append(res.Windows, x.figures())
 		res.seq = append(res.seq, x.seq)
 		res.WindowSec += x.window.Seconds()
 		acquires, releases = append(acquires, x.acquires...), append(releases, x.release...)
-		requests += x.counts.requests
+		counts.requests += x.counts.requests
+		counts.reads += x.counts.reads
+		counts.watches += x.counts.watches
 	}
 	res.Sets = len(acquires)
 	res.SetsPerSec = float64(res.Sets) / res.WindowSec
 	res.Acquire, res.Release = summarize(acquires), summarize(releases)
-	if res.Sets > 0 {
-		res.RequestsPerSet = float64(requests) / float64(res.Sets)
+	if n := float64(res.Sets); n > 0 {
+		res.multiRequests = multiRequests{float64(counts.requests) / n, float64(counts.reads) / n, float64(counts.watches) / n}
 	}
 	return res
 }
@@ -313,9 +323,10 @@ func printMulti(w io.Writer, rows []multiResult, cfg config) {
 	}
 	fmt.Fprintf(w, "\nSeveral names at once: lock.AcquireAll against sorted one-by-one Acquire, empty critical section, %d windows of %.1fs per row (alternating order; ratio: median (min–max) over the windows):\n", cfg.Repeats, cfg.WindowSec/float64(cfg.Repeats))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "row\t way\t sets/s\t acquire p50 ms\t acquire p99 ms\t release p50 ms\t requests/set\t AcquireAll ÷ sorted\t")
+	fmt.Fprintln(tw, "row\t way\t sets/s\t acquire p50 ms\t acquire p99 ms\t release p50 ms\t requests/set\t reads/set\t watches/set\t AcquireAll ÷ sorted\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t %s\t %.0f\t %.2f\t %.2f\t %.2f\t %.1f\t %s\t\n", strings.TrimSuffix(r.multiSpec.String(), " names"), r.Way, r.SetsPerSec, r.Acquire.P50, r.Acquire.P99, r.Release.P50, r.RequestsPerSet, r.Ratio.spread())
+		fmt.Fprintf(tw, "%s\t %s\t %.0f\t %.2f\t %.2f\t %.2f\t %.1f\t %.2f\t %.2f\t %s\t\n", strings.TrimSuffix(r.multiSpec.String(), " names"), r.Way,
+			r.SetsPerSec, r.Acquire.P50, r.Acquire.P99, r.Release.P50, r.RequestsPerSet, r.ReadsPerSet, r.WatchesPerSet, r.Ratio.spread())
 	}
 	tw.Flush()
 }
