@@ -2,6 +2,7 @@ package benchtest
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -329,4 +330,46 @@ func printMulti(w io.Writer, rows []multiResult, cfg config) {
 			r.SetsPerSec, r.Acquire.P50, r.Acquire.P99, r.Release.P50, r.RequestsPerSet, r.ReadsPerSet, r.WatchesPerSet, r.Ratio.spread())
 	}
 	tw.Flush()
+}
+
+func TestMultiDraw(t *testing.T) {
+	pool := []string{"a", "b", "c", "d", "e", "f"}
+	spec := multiSpec{Clients: 8, Pool: len(pool), SetMin: multiSetMin, SetMax: multiSetMax}
+	rng, again := rand.New(rand.NewPCG(1, 34)), rand.New(rand.NewPCG(1, 34))
+	sizes := map[int]int{}
+	for range 1000 {
+		set := spec.draw(rng, pool)
+		sizes[len(set)]++
+		if len(set) < spec.SetMin || len(set) > spec.SetMax {
+			t.Fatalf("draw() = %q; want %d to %d names", set, spec.SetMin, spec.SetMax)
+		}
+		stray := slices.ContainsFunc(set, func(n string) bool { return !slices.Contains(pool, n) })
+		if s := slices.Sorted(slices.Values(set)); len(slices.Compact(s)) != len(set) || stray {
+			t.Fatalf("draw() = %q; want distinct names of the pool", set)
+		}
+		if other := spec.draw(again, pool); !slices.Equal(set, other) {
+			t.Fatalf("draw() = %q, then %q from the same seed; want the same sets", set, other)
+		}
+	}
+	for k := spec.SetMin; k <= spec.SetMax; k++ {
+		if sizes[k] < 200 {
+			t.Errorf("%d of 1000 sets have %d names; want each size about a third of them", sizes[k], k)
+		}
+	}
+}
+
+func TestCountRead(t *testing.T) {
+	req := func(op uint32, watch byte) []byte {
+		p := binary.BigEndian.AppendUint32(nil, 7) // xid
+		p = binary.BigEndian.AppendUint32(p, op)
+		p = binary.BigEndian.AppendUint32(p, 2)
+		return append(p, '/', 'a', watch)
+	}
+	var c counters
+	for _, p := range [][]byte{req(3, 1), req(4, 0), req(12, 1), req(8, 0), req(1, 1), req(14, 1), {0, 0, 0, 1}} {
+		c.countRead(p)
+	}
+	if r, w := c.reads.Load(), c.watches.Load(); r != 4 || w != 2 {
+		t.Errorf("countRead: %d reads, %d watches; want 4 reads (exists, getData, getChildren2, getChildren), 2 watches", r, w)
+	}
 }
