@@ -13,11 +13,12 @@ import (
 // lock from its holder: keep it where only the holder's next process reads it.
 type Ticket string
 
-// Resumable is a lease a new process can take over (*etcdlock.Lease; not
-// ZooKeeper's, see package zklock). Ticket fails once it has ended.
+// Resumable is a lease a new process may take over. Ticket fails once it
+// has ended, and on a backend that cannot resume (zklock) with an error
+// wrapping [ErrUnsupported].
 type Resumable interface{ Ticket() (Ticket, error) }
 
-// Resumer is a Locker that can take a grant over, found by a type
+// Resumer is a Locker that may take a grant over, found by a type
 // assertion like [Observer]: see [Resume].
 type Resumer interface {
 	Resume(ctx context.Context, name string, t Ticket) (Lease, error)
@@ -27,8 +28,8 @@ type Resumer interface {
 // stopped without releasing it: same record and token, so resources take
 // its writes as the old holder's, and no one else held the lock between.
 // If the grant ended on the server, or another Resume of t won, the error
-// wraps [ErrLost] and nothing is granted; a Locker that is no [Resumer]
-// gives [ErrUnsupported]; a nil ctx or l, or a ticket that is not one of
+// wraps [ErrLost] and nothing is granted; a Locker that is no [Resumer],
+// or cannot resume (zklock), gives [ErrUnsupported]; a nil ctx or l, or a ticket that is not one of
 // name's, [ErrInvalidConfig]; an invalid name, [ErrInvalidName]. See the
 // backend's Resume for an old holder still running.
 func Resume(ctx context.Context, l Locker, name string, t Ticket) (Lease, error) {

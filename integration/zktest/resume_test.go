@@ -10,9 +10,9 @@ import (
 )
 
 // TestResumeUnsupported: zklock cannot take over another process's
-// session (see docs/design/zookeeper.md, "Resume"): its leases have no
-// ticket, and lock.Resume through its Locker fails with ErrUnsupported,
-// leaving the lock as it was.
+// session (see docs/design/zookeeper.md, "Resume"): a lease's Ticket and
+// lock.Resume through its Locker fail with ErrUnsupported, leaving the
+// lock as it was.
 func TestResumeUnsupported(t *testing.T) {
 	h := newHarness(t, startEnsemble(t).Endpoints())
 	l := h.dial(t)
@@ -22,11 +22,8 @@ func TestResumeUnsupported(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Acquire() = %v", err)
 	}
-	if _, ok := le.(lock.Resumable); ok {
-		t.Errorf("%T is a lock.Resumable; want not", le)
-	}
-	if _, ok := lock.Locker(l).(lock.Resumer); ok {
-		t.Errorf("%T is a lock.Resumer; want not", l)
+	if tk, err := le.(lock.Resumable).Ticket(); tk != "" || !errors.Is(err, lock.ErrUnsupported) {
+		t.Errorf("Ticket() = %q, %v; want an error wrapping %v", tk, err, lock.ErrUnsupported)
 	}
 	other := h.dial(t)
 	got, err := lock.Resume(ctx, other, "job", "zk/1 1 1 /x")
