@@ -182,8 +182,11 @@ func warm(t *testing.T, c *fenceClient) {
 // channel that gets the time its deletion was reported.
 func deletionSeen(t *testing.T, conn *zk.Conn, path string) <-chan time.Time {
 	t.Helper()
-	ok, _, ch, err := conn.ExistsW(path)
-	if err != nil || !ok {
+	// conn may be on a follower that has not applied the create yet: a
+	// sync brings it up to the leader before the read.
+	_, err := conn.Sync(path)
+	ok, _, ch, eerr := conn.ExistsW(path)
+	if err = errors.Join(err, eerr); err != nil || !ok {
 		t.Fatalf("ExistsW(%s) = %v, %v; want the znode there", path, ok, err)
 	}
 	seen := make(chan time.Time, 1)
